@@ -1,0 +1,51 @@
+"""pyamx: Intel AMX tile instructions from Python, on silicon or in a bit-exact emulator.
+
+The backend is chosen once per process from ``PYAMX_BACKEND`` (``auto``,
+``native``, ``emulator``) and can be overridden per call with ``backend=``;
+:func:`backend` says which one the default is and :func:`show_runtime`
+reports every detection stage.
+"""
+
+from __future__ import annotations
+
+from . import bf16, emulator, errors
+from ._backend import default_backend as backend
+from ._backend import default_reason as backend_reason
+from ._ops import tdpbf16ps, tdpbssd, tdpbsud, tdpbusd, tdpbuud, tdpfp16ps, tile_machine
+from ._result import AMXResult
+from ._version import __version__
+from .emulator import Numerics, TileMachine
+from .errors import (
+    AMXError,
+    AMXFault,
+    BackendError,
+    GeneralProtectionFault,
+    InvalidOpcodeFault,
+    MemoryAccessFault,
+    NativeUnavailableError,
+    WrongThreadError,
+)
+from .tilecfg import TileConfig
+
+
+def cpu_features() -> dict:
+    """Every detection stage as a dict (see :mod:`pyamx.detect`)."""
+    from .detect import cpu_features as _cpu_features
+
+    return _cpu_features()
+
+
+def show_runtime() -> None:
+    """Print every detection stage, the build's kernels and the backend decision."""
+    from .detect import show_runtime as _show_runtime
+
+    _show_runtime()
+
+
+__all__ = [
+    "__version__", "backend", "backend_reason", "cpu_features", "show_runtime",
+    "tdpbf16ps", "tdpfp16ps", "tdpbssd", "tdpbsud", "tdpbusd", "tdpbuud", "tile_machine",
+    "TileMachine", "TileConfig", "Numerics", "AMXResult", "bf16", "emulator", "errors",
+    "AMXError", "AMXFault", "BackendError", "GeneralProtectionFault", "InvalidOpcodeFault",
+    "MemoryAccessFault", "NativeUnavailableError", "WrongThreadError",
+]

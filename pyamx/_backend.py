@@ -1,0 +1,102 @@
+"""Which backend runs: the process default and per-call choices.
+
+Like python-zstandard's import policy: one environment variable with strict
+values, read once at import. ``auto`` picks native only when every detection
+stage said yes and records why not otherwise; a backend asked for by name is
+used or the call fails, never silently replaced.
+"""
+
+from __future__ import annotations
+
+import os
+
+from .errors import BackendError, NativeUnavailableError
+
+ENV_VAR = "PYAMX_BACKEND"
+CHOICES = ("auto", "native", "emulator")
+
+
+def parse_choice(value, source: str) -> str:
+    """Validate a backend name; ``source`` says where it came from, for the message."""
+    if value not in CHOICES:
+        raise BackendError(f"{source} is {value!r}; it must be one of {', '.join(CHOICES)}")
+    return value
+
+
+def _requested_from_env() -> str:
+    value = os.environ.get(ENV_VAR)
+    return "auto" if value is None else parse_choice(value, f"the environment variable {ENV_VAR}")
+
+
+REQUESTED = _requested_from_env()  # an unknown value fails the import, before any work is done
+
+_decision = None  # (backend, reason), decided on first use
+
+
+def native_status():
+    """``(usable, reason)`` of the native backend, from the detection report (cached there)."""
+    try:
+        from . import native
+    except ImportError as exc:  # the extension was not built on this install
+        return False, f"the native module is not available: {exc}"
+    return native.available()
+
+
+def native_mode():
+    """``"silicon"`` or ``"trap"`` when native is usable, else None."""
+    try:
+        from .detect import report
+    except ImportError:
+        return None
+    return report().mode
+
+
+def _decide():
+    global _decision
+    if _decision is None:
+        if REQUESTED == "emulator":
+            _decision = ("emulator", f"{ENV_VAR}=emulator")
+        else:
+            usable, reason = native_status()
+            if usable:
+                _decision = ("native", "every detection stage said yes")
+            elif REQUESTED == "native":
+                _decision = (None, reason)
+            else:
+                _decision = ("emulator", f"native is not usable: {reason}")
+    return _decision
+
+
+def _unavailable(reason: str, source: str) -> NativeUnavailableError:
+    return NativeUnavailableError(
+        f"the native backend was requested ({source}) but cannot run here: {reason}. "
+        "Run `python -m pyamx info` for every detection stage; use backend='emulator' "
+        "(or PYAMX_BACKEND=emulator) to run the bit-exact emulator instead."
+    )
+
+
+def default_backend() -> str:
+    """The process default backend, decided once: ``"native"`` or ``"emulator"``."""
+    backend, reason = _decide()
+    if backend is None:
+        raise _unavailable(reason, f"{ENV_VAR}=native")
+    return backend
+
+
+def default_reason() -> str:
+    """Why the process default is what it is."""
+    return _decide()[1]
+
+
+def resolve(backend) -> str:
+    """The backend a call runs on: ``None`` means the process default."""
+    if backend is None:
+        return default_backend()
+    choice = parse_choice(backend, "backend")
+    if choice == "auto":
+        return "native" if native_status()[0] else "emulator"
+    if choice == "native":
+        usable, reason = native_status()
+        if not usable:
+            raise _unavailable(reason, "backend='native'")
+    return choice

@@ -1,0 +1,55 @@
+"""Bounds checking of the memory operand of TILELOADD(T1) / TILESTORED.
+
+A tile row r lives at ``offset + r * stride`` bytes into a flat buffer. On
+silicon a bad address is a page fault or silent corruption of unrelated
+memory; every backend calls ``byte_view`` first so both are refused with a
+``MemoryAccessFault`` before a single byte moves.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .errors import MemoryAccessFault
+
+
+def byte_view(mnemonic: str, buf, *, writable: bool) -> np.ndarray:
+    """A flat uint8 view of ``buf`` (no copy), which must be one contiguous block."""
+    if isinstance(buf, np.ndarray):
+        arr = buf
+    else:
+        try:
+            arr = np.frombuffer(buf, dtype=np.uint8) if not writable else np.asarray(memoryview(buf))
+        except TypeError:
+            raise TypeError(
+                f"{mnemonic}: the memory operand must be a numpy array or a buffer, not {type(buf).__name__}"
+            ) from None
+    if not arr.flags.c_contiguous:
+        raise ValueError(
+            f"{mnemonic}: the memory operand must be C-contiguous (rows are addressed by a byte stride); "
+            "pass np.ascontiguousarray(x) or a base buffer and a stride"
+        )
+    if writable and not arr.flags.writeable:
+        raise ValueError(f"{mnemonic}: the destination buffer is read-only")
+    return arr.reshape(-1).view(np.uint8)
+
+
+def row_offsets(mnemonic: str, nbytes: int, offset, stride, first_row: int, rows: int, colsb: int) -> np.ndarray:
+    """Byte offsets of rows ``first_row..rows-1``, all checked to lie inside the buffer."""
+    for name, value in (("offset", offset), ("stride", stride)):
+        if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+            raise TypeError(f"{mnemonic}: {name} must be an int, not {value!r}")
+    offset, stride = int(offset), int(stride)
+    if not -(2**63) <= stride < 2**63:
+        raise ValueError(f"{mnemonic}: stride {stride} does not fit a 64-bit register")
+    starts = offset + stride * np.arange(first_row, rows, dtype=np.int64)
+    if starts.size:
+        lo, hi = int(starts.min()), int(starts.max()) + colsb
+        if lo < 0 or hi > nbytes:
+            bad = int(first_row + np.flatnonzero((starts < 0) | (starts + colsb > nbytes))[0])
+            raise MemoryAccessFault(
+                mnemonic,
+                f"row {bad} spans bytes [{offset + stride * bad}, {offset + stride * bad + colsb}) "
+                f"of a {nbytes}-byte buffer (offset={offset}, stride={stride}, colsb={colsb})",
+            )
+    return starts

@@ -1,0 +1,179 @@
+"""fp32 arithmetic on raw bit patterns, vectorized, with the AMX rules.
+
+Every function takes and returns uint32 arrays (numpy broadcasting applies)
+so NaN payloads and zero signs survive untouched; nothing here depends on
+the process's MXCSR.
+
+Why float64 gives exact fp32 results: the product of two fp32 values (24-bit
+significands) has at most 48 significant bits and an exponent inside float64's
+range, so it is exact. The sum ``p + acc`` is computed as float64 plus its
+exact error (TwoSum); folding the error into the last bit ("round to odd")
+makes the later rounding to 24 bits correct, because 53 >= 24 + 2. The
+final rounding scales tiny values into the normal range first, so FTZ can
+look at the result rounded with an unbounded exponent (x86 detects tininess
+after rounding).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+SIGN = np.uint32(0x80000000)
+EXPONENT = np.uint32(0x7F800000)
+MANTISSA = np.uint32(0x007FFFFF)
+QUIET_BIT = np.uint32(0x00400000)
+X86_DEFAULT_NAN = np.uint32(0xFFC00000)
+CANONICAL_NAN = np.uint32(0x7FC00000)
+MIN_NORMAL = 2.0**-126
+# Scaling by 2**192 moves every value that can reach the FTZ decision (down
+# to 2**-298, products of two bf16 denormals) into fp32's normal range.
+_TINY_SCALE = 2.0**192
+
+
+def is_nan(bits) -> np.ndarray:
+    bits = np.asarray(bits, dtype=np.uint32)
+    return ((bits & EXPONENT) == EXPONENT) & ((bits & MANTISSA) != 0)
+
+
+def is_denormal(bits) -> np.ndarray:
+    bits = np.asarray(bits, dtype=np.uint32)
+    return ((bits & EXPONENT) == 0) & ((bits & MANTISSA) != 0)
+
+
+def to_float64(bits, daz: bool) -> np.ndarray:
+    """The value of fp32 bit patterns as float64; denormals become signed zeros under DAZ."""
+    bits = np.asarray(bits, dtype=np.uint32)
+    if daz:
+        bits = np.where((bits & EXPONENT) == 0, bits & SIGN, bits)
+    with np.errstate(invalid="ignore"):  # a signalling NaN widens quietly; its bits are kept elsewhere
+        return bits.view(np.float32).astype(np.float64)
+
+
+def _two_sum(x: np.ndarray, y: np.ndarray):
+    """s = fl(x + y) and the exact error e (x + y == s + e); e = 0 where s is not finite."""
+    with np.errstate(invalid="ignore", over="ignore"):
+        s = x + y
+        y_virtual = s - x
+        x_virtual = s - y_virtual
+        e = (x - x_virtual) + (y - y_virtual)
+    return s, np.where(np.isfinite(s), e, 0.0)
+
+
+def round_to_fp32(s: np.ndarray, e: np.ndarray, tininess: str) -> np.ndarray:
+    """Round the exact value ``s + e`` (float64 pair) to fp32 bits under RNE and FTZ."""
+    return np.ascontiguousarray(round_to_fp32_values(s, e, tininess)).view(np.uint32)
+
+
+def round_to_fp32_values(s: np.ndarray, e: np.ndarray, tininess: str) -> np.ndarray:
+    """As round_to_fp32, returning float32 values (NaNs come out as whatever float64 had)."""
+    s = np.asarray(s, dtype=np.float64)
+    s_bits = s.view(np.uint64)
+    # Round to odd: a lost error forces the last bit on, so the true value is
+    # never mistaken for a tie by the second rounding.
+    needs_odd = (e != 0) & ((s_bits & np.uint64(1)) == 0)
+    if needs_odd.any():
+        away_from_zero = np.signbit(e) == np.signbit(s)
+        s_bits = np.where(needs_odd, np.where(away_from_zero, s_bits + np.uint64(1), s_bits - np.uint64(1)), s_bits)
+        s = s_bits.view(np.float64)
+    with np.errstate(over="ignore", under="ignore", invalid="ignore"):
+        rounded = s.astype(np.float32)
+    tiny_range = np.abs(s) < MIN_NORMAL
+    if tiny_range.any():
+        if tininess == "after":
+            scaled = (np.where(tiny_range, s, 0.0) * _TINY_SCALE).astype(np.float32)
+            reaches_min_normal = np.abs(scaled) >= np.float32(MIN_NORMAL * _TINY_SCALE)
+        else:
+            reaches_min_normal = np.zeros_like(tiny_range)
+        flushed = np.where(reaches_min_normal, np.copysign(MIN_NORMAL, s), np.copysign(0.0, s)).astype(np.float32)
+        rounded = np.where(tiny_range, flushed, rounded)
+    return rounded
+
+
+def add_values(x: np.ndarray, y: np.ndarray, tininess: str) -> np.ndarray:
+    """fp32 ``x + y`` on float64 values that are exact fp32 numbers (no DAZ, NaNs as float64 makes them)."""
+    return round_to_fp32_values(*_two_sum(x, y), tininess).astype(np.float64)
+
+
+def select_nan(result: np.ndarray, operands, rule: str) -> np.ndarray:
+    """Replace NaN results by the NaN that ``rule`` prescribes (see Numerics.nan)."""
+    result_nan = is_nan(result)
+    if not result_nan.any():
+        return result
+    if rule == "default":
+        return np.where(result_nan, X86_DEFAULT_NAN, result).astype(np.uint32)
+    if rule == "canonical":
+        return np.where(result_nan, CANONICAL_NAN, result).astype(np.uint32)
+    chosen = X86_DEFAULT_NAN  # invalid operation: no NaN operand
+    for operand in reversed(operands):  # the first NaN operand wins
+        operand = np.asarray(operand, dtype=np.uint32)
+        chosen = np.where(is_nan(operand), operand | QUIET_BIT, chosen)
+    return np.where(result_nan, chosen, result).astype(np.uint32)
+
+
+def fma32(a, b, c, *, tininess: str = "after", nan: str = "x86", daz_ab: bool = True, daz_c: bool = True) -> np.ndarray:
+    """fp32 ``a * b + c`` with one rounding; operands in NaN priority order a, b, c."""
+    with np.errstate(invalid="ignore"):  # inf * 0 is resolved by select_nan
+        p = to_float64(a, daz_ab) * to_float64(b, daz_ab)  # exact, see module docstring
+    s, e = _two_sum(p, to_float64(c, daz_c))
+    return select_nan(round_to_fp32(s, e, tininess), (a, b, c), nan)
+
+
+def add32(x, y, *, tininess: str = "after", nan: str = "x86", daz_x: bool = True, daz_y: bool = True) -> np.ndarray:
+    """fp32 ``x + y``; NaN priority x, y."""
+    s, e = _two_sum(to_float64(x, daz_x), to_float64(y, daz_y))
+    return select_nan(round_to_fp32(s, e, tininess), (x, y), nan)
+
+
+def _round_integer_to_fp32(total: int, exponent: int, tininess: str) -> int:
+    """fp32 bits of ``total * 2**exponent`` (total != 0), RNE with FTZ."""
+    sign = 0x80000000 if total < 0 else 0
+    magnitude = abs(total)
+    if tininess == "before" and magnitude.bit_length() - 1 + exponent < -126:
+        return sign
+    drop = magnitude.bit_length() - 24
+    if drop > 0:
+        kept, rest = magnitude >> drop, magnitude & ((1 << drop) - 1)
+        half = 1 << (drop - 1)
+        if rest > half or (rest == half and kept & 1):
+            kept += 1
+        magnitude, exponent = kept, exponent + drop
+    top = magnitude.bit_length() - 1 + exponent  # exponent of the leading bit
+    if top < -126:
+        return sign
+    if top > 127:
+        return sign | 0x7F800000
+    value = np.float32(np.ldexp(float(magnitude), exponent))  # exact: 24 bits, normal range
+    return sign | int(value.view(np.uint32))
+
+
+_round_integer_ufunc = np.frompyfunc(_round_integer_to_fp32, 3, 1)
+
+
+def exact_sum(terms, *, tininess: str, nan: str, nan_operands) -> np.ndarray:
+    """Sum float64 arrays ``terms`` (each value exact) with a single fp32 rounding.
+
+    Used by the "fused_pair" and "wide" structures. Finite sums run in Python
+    integers (a sum of fp32-range products spans ~560 bits); infinities and
+    NaNs take float64's answer, whose special-value rules are IEEE's. An exact
+    zero is -0 only when every term is -0, as a chain of IEEE additions gives.
+    """
+    terms = np.broadcast_arrays(*[np.asarray(t, dtype=np.float64) for t in terms])
+    stack = np.stack(terms)
+    finite = np.isfinite(stack).all(axis=0)
+    with np.errstate(invalid="ignore", over="ignore"):
+        special = stack.sum(axis=0).astype(np.float32).view(np.uint32)
+    mantissas, exponents = np.frexp(np.where(np.isfinite(stack), stack, 0.0))
+    integers = (mantissas * 2.0**53).astype(np.int64).astype(object)
+    base = -1200  # below every exponent a product of fp32 values can have
+    shifts = (exponents.astype(np.int64) - 53 - base).astype(object)
+    total = (integers * (2 ** shifts)).sum(axis=0)
+    nonzero = finite & (total != 0)
+    result = np.where(
+        nonzero,
+        _round_integer_ufunc(np.where(nonzero, total, 1), base, tininess).astype(np.uint64).astype(np.uint32),
+        special,
+    )
+    all_negative_zero = np.signbit(stack).all(axis=0)
+    exact_zero = finite & (total == 0)
+    result = np.where(exact_zero, np.where(all_negative_zero, SIGN, np.uint32(0)), result).astype(np.uint32)
+    return select_nan(result, nan_operands, nan)

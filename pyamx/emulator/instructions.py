@@ -1,0 +1,57 @@
+"""The dot-product instructions as functions of raw operand matrices.
+
+Shared by the tile machine (operands cut out of tiles) and the array-level
+functions (operands given by the user), so both run the same code.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..bf16 import widen_bits
+from .dot import float_dot, integer_dot
+from .numerics import Numerics
+
+#: sign extension per operand for TDPB[SU][SU]D: (tsrc1 signed, tsrc2 signed)
+INT8_SIGNEDNESS = {
+    "tdpbssd": (True, True),
+    "tdpbsud": (True, False),
+    "tdpbusd": (False, True),
+    "tdpbuud": (False, False),
+}
+
+
+def _lanes(matrix: np.ndarray, lanes: int) -> np.ndarray:
+    rows, width = matrix.shape
+    return matrix.reshape(rows, width // lanes, lanes)
+
+
+def widen_fp16_bits(bits: np.ndarray) -> np.ndarray:
+    """fp16 bits -> fp32 bits, exactly: denormals become normal fp32, NaN payloads move up 13 bits."""
+    bits = bits.astype(np.uint32)
+    sign = (bits & 0x8000) << 16
+    exponent = (bits >> 10) & 0x1F
+    mantissa = bits & 0x3FF
+    normal = sign | ((exponent + (127 - 15)) << 23) | (mantissa << 13)
+    special = sign | np.uint32(0x7F800000) | (mantissa << 13)
+    # A denormal is mantissa * 2**-24: exact as a float32 product.
+    denormal = sign | (mantissa.astype(np.float32) * np.float32(2.0**-24)).view(np.uint32)
+    return np.where(exponent == 31, special, np.where(exponent == 0, denormal, normal)).astype(np.uint32)
+
+
+def tdpbf16ps(c: np.ndarray, a: np.ndarray, b: np.ndarray, numerics: Numerics) -> np.ndarray:
+    """c (M, N) fp32 bits, a (M, 2K) and b (K, 2N) bf16 bits -> (M, N) fp32 bits."""
+    return float_dot(c, _lanes(widen_bits(a), 2), _lanes(widen_bits(b), 2), numerics, numerics.input_daz)
+
+
+def tdpfp16ps(c: np.ndarray, a: np.ndarray, b: np.ndarray, numerics: Numerics) -> np.ndarray:
+    """As tdpbf16ps with fp16 inputs, whose denormals are always honoured."""
+    return float_dot(c, _lanes(widen_fp16_bits(a), 2), _lanes(widen_fp16_bits(b), 2), numerics, False)
+
+
+def tdpb_int8(mnemonic: str, c: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """c (M, N) int32, a (M, 4K) and b (K, 4N) bytes -> (M, N) int32 with wrap-around."""
+    a_signed, b_signed = INT8_SIGNEDNESS[mnemonic]
+    a = a.view(np.int8) if a_signed else a.view(np.uint8)
+    b = b.view(np.int8) if b_signed else b.view(np.uint8)
+    return integer_dot(c.view(np.int32), _lanes(a, 4), _lanes(b, 4))

@@ -1,0 +1,165 @@
+"""The emulated AMX tile machine: TILECFG, eight 1 KiB tiles, one method per instruction.
+
+Faults are raised exactly where SEMANTICS.md section 1-2 says silicon raises
+them, before any state changes, so a faulting instruction leaves the machine
+as it was (as a fault does on silicon).
+
+Where SEMANTICS.md is silent, pyamx follows the SDM pseudo-code: TILELOADD,
+TILESTORED and TILEZERO need configured tiles (palette 1) and a register
+below 8, but not a configured operand tile (rows = 0 loads and stores
+nothing; the load still zeroes the whole tile).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .. import _memory
+from ..tilecfg import (
+    MAX_COLSB,
+    MAX_ROWS,
+    NUM_TILES,
+    TileConfig,
+    check_configured,
+    check_dot_product,
+    check_tile_index,
+    parse_tilecfg,
+)
+from . import instructions
+from .numerics import resolve
+
+
+class TileMachine:
+    """Architectural AMX state and the instructions that act on it.
+
+    ``numerics`` is a preset name (``"sdm"``, ``"straight"``, ...) or a
+    :class:`~pyamx.emulator.numerics.Numerics` object; it applies to the
+    floating-point dot products. Memory operands are numpy arrays (or
+    buffers) addressed with a byte ``offset`` and a byte ``stride`` between
+    rows, as the instruction's base and index registers would address them.
+    """
+
+    backend = "emulator"
+
+    def __init__(self, numerics="sdm"):
+        self.numerics = resolve(numerics)
+        self._config = TileConfig()
+        self._tiles = np.zeros((NUM_TILES, MAX_ROWS, MAX_COLSB), dtype=np.uint8)
+
+    # -- inspection ---------------------------------------------------------
+
+    @property
+    def config(self) -> TileConfig:
+        """The current TILECFG (palette 0 means the init state)."""
+        return self._config
+
+    def tile(self, tmm: int) -> np.ndarray:
+        """A copy of all 16 x 64 bytes of tile ``tmm``."""
+        return self._tiles[check_tile_index("tile", "tmm", tmm)].copy()
+
+    def snapshot(self):
+        """``(sttilecfg image, (8, 16, 64) uint8 copy of every tile)``, for byte-for-byte comparisons."""
+        return self._config.to_bytes(), self._tiles.copy()
+
+    # -- configuration ------------------------------------------------------
+
+    def ldtilecfg(self, cfg) -> None:
+        """LDTILECFG: load a 64-byte config (or TileConfig); #GP on an illegal one; zeroes every tile."""
+        self._config = parse_tilecfg(cfg)
+        self._tiles[:] = 0
+
+    def sttilecfg(self) -> bytes:
+        """STTILECFG: the 64-byte config image; 64 zero bytes in the init state."""
+        return self._config.to_bytes()
+
+    def tilerelease(self) -> None:
+        """TILERELEASE: back to the init state (config cleared, tiles zeroed)."""
+        self._config = TileConfig()
+        self._tiles[:] = 0
+
+    # -- data movement ------------------------------------------------------
+
+    def _row_offsets(self, mnemonic, tmm, memory, stride, offset):
+        check_configured(mnemonic, self._config)
+        tmm = check_tile_index(mnemonic, "tile", tmm)
+        rows, colsb = self._config.rows[tmm], self._config.colsb[tmm]
+        starts = _memory.row_offsets(mnemonic, memory.size, offset, stride, self._config.start_row, rows, colsb)
+        return tmm, rows, colsb, starts
+
+    def _load(self, mnemonic, tmm, buf, stride, offset) -> None:
+        memory = _memory.byte_view(mnemonic, buf, writable=False)
+        tmm, rows, colsb, starts = self._row_offsets(mnemonic, tmm, memory, stride, offset)
+        tile = self._tiles[tmm]
+        tile[rows:] = 0  # rows before start_row keep their bytes (restart semantics)
+        for row, start in zip(range(self._config.start_row, rows), starts):
+            tile[row, :colsb] = memory[start : start + colsb]
+            tile[row, colsb:] = 0
+        self._config = self._config.with_start_row(0)
+
+    def tileloadd(self, tmm: int, buf, stride: int, offset: int = 0) -> None:
+        """TILELOADD: rows start_row..rows-1 of ``colsb`` bytes from ``offset + r * stride``.
+
+        Bytes past colsb and rows past ``rows`` become zero; start_row resets to 0.
+        """
+        self._load("TILELOADD", tmm, buf, stride, offset)
+
+    def tileloaddt1(self, tmm: int, buf, stride: int, offset: int = 0) -> None:
+        """TILELOADDT1: TILELOADD with a cache hint; the same architectural effect."""
+        self._load("TILELOADDT1", tmm, buf, stride, offset)
+
+    def tilestored(self, tmm: int, buf, stride: int, offset: int = 0) -> None:
+        """TILESTORED: store rows start_row..rows-1 (``colsb`` bytes each); start_row resets to 0."""
+        memory = _memory.byte_view("TILESTORED", buf, writable=True)
+        tmm, rows, colsb, starts = self._row_offsets("TILESTORED", tmm, memory, stride, offset)
+        for row, start in zip(range(self._config.start_row, rows), starts):
+            memory[start : start + colsb] = self._tiles[tmm, row, :colsb]
+        self._config = self._config.with_start_row(0)
+
+    def tilezero(self, tmm: int) -> None:
+        """TILEZERO: all 16 x 64 bytes of the tile become zero."""
+        check_configured("TILEZERO", self._config)
+        self._tiles[check_tile_index("TILEZERO", "tdest", tmm)] = 0
+        self._config = self._config.with_start_row(0)
+
+    # -- dot products -------------------------------------------------------
+
+    def _dot(self, mnemonic, dst, src1, src2, compute, c_dtype, ab_dtype) -> None:
+        shape = check_dot_product(mnemonic, self._config, dst, src1, src2)
+        m, k, n = shape.m, shape.k, shape.n
+        c = self._tiles[dst, :m, : 4 * n].copy().view(c_dtype)
+        a = self._tiles[src1, :m, : 4 * k].copy().view(ab_dtype)
+        b = self._tiles[src2, :k, : 4 * n].copy().view(ab_dtype)
+        result = np.ascontiguousarray(compute(c, a, b)).view(np.uint8)
+        self._tiles[dst] = 0  # bytes past N*4 and rows past M are zeroed
+        self._tiles[dst, :m, : 4 * n] = result.reshape(m, 4 * n)
+        self._config = self._config.with_start_row(0)
+
+    def tdpbf16ps(self, dst: int, src1: int, src2: int) -> None:
+        """TDPBF16PS dst += src1 . src2 over bf16 pairs, fp32 accumulation (see Numerics)."""
+        self._dot("TDPBF16PS", dst, src1, src2,
+                  lambda c, a, b: instructions.tdpbf16ps(c, a, b, self.numerics), "<u4", "<u2")
+
+    def tdpfp16ps(self, dst: int, src1: int, src2: int) -> None:
+        """TDPFP16PS dst += src1 . src2 over fp16 pairs (AMX-FP16), fp32 accumulation."""
+        self._dot("TDPFP16PS", dst, src1, src2,
+                  lambda c, a, b: instructions.tdpfp16ps(c, a, b, self.numerics), "<u4", "<u2")
+
+    def _int8(self, mnemonic, dst, src1, src2) -> None:
+        self._dot(mnemonic.upper(), dst, src1, src2,
+                  lambda c, a, b: instructions.tdpb_int8(mnemonic, c, a, b), "<i4", np.uint8)
+
+    def tdpbssd(self, dst: int, src1: int, src2: int) -> None:
+        """TDPBSSD: signed x signed bytes, int32 wrap-around accumulation."""
+        self._int8("tdpbssd", dst, src1, src2)
+
+    def tdpbsud(self, dst: int, src1: int, src2: int) -> None:
+        """TDPBSUD: signed (src1) x unsigned (src2) bytes."""
+        self._int8("tdpbsud", dst, src1, src2)
+
+    def tdpbusd(self, dst: int, src1: int, src2: int) -> None:
+        """TDPBUSD: unsigned (src1) x signed (src2) bytes."""
+        self._int8("tdpbusd", dst, src1, src2)
+
+    def tdpbuud(self, dst: int, src1: int, src2: int) -> None:
+        """TDPBUUD: unsigned x unsigned bytes."""
+        self._int8("tdpbuud", dst, src1, src2)

@@ -1,0 +1,97 @@
+"""The numerics options of the emulator: one frozen object per open point.
+
+SEMANTICS.md section 3 lists what no public document decides. Each point is
+a field here; the defaults are the SDM model with the x86 rules, and real
+silicon decides which option is right (``python -m pyamx probe``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, replace
+
+STRUCTURES = ("sdm", "straight", "fused_pair", "wide")
+TININESS = ("after", "before")
+NAN_RULES = ("x86", "default", "canonical")
+
+
+@dataclass(frozen=True)
+class Numerics:
+    """How a tile dot product rounds, flushes and propagates NaNs.
+
+    structure
+        ``"sdm"`` (default): the SDM pseudo-code. Per output element two fp32
+        accumulators (even and odd bf16 lanes) start at +0, each k does one
+        fused multiply-add into each, then ``C + (even + odd)``.
+        ``"straight"``: the intrinsics guide. One accumulator starting at C;
+        per k, the even then the odd product, each one fused multiply-add.
+        ``"fused_pair"``: per k, ``acc + even*odd-pair`` summed exactly and
+        rounded once (acc starts at C).
+        ``"wide"``: C plus every product of the instruction summed exactly and
+        rounded once.
+    tininess
+        ``"after"`` (default, x86): a result is flushed to zero (FTZ) when its
+        magnitude, rounded to 24 bits with an unbounded exponent, is below
+        2**-126, so a result that rounds up to 2**-126 is kept.
+        ``"before"``: flushed whenever the exact result is below 2**-126.
+    dest_daz
+        ``True`` (default): a denormal fp32 destination element counts as a
+        zero of its sign. ``False``: it is used as is.
+    input_daz
+        ``True`` (default): a denormal bf16 input counts as a zero of its
+        sign. ``False``: it is used as is (a product then may be tiny).
+        Ignored by TDPFP16PS, whose fp16 inputs are always honoured.
+    nan
+        ``"x86"`` (default): a NaN result is the first NaN operand, quieted
+        (bit 22 set), taking operands in the order written (fma32(a, b, acc):
+        a, b, acc; add32(x, y): x, y); an invalid operation (inf*0, inf-inf)
+        gives the x86 default NaN 0xFFC00000. ``"default"``: every NaN result
+        is 0xFFC00000. ``"canonical"``: every NaN result is 0x7FC00000.
+    """
+
+    structure: str = "sdm"
+    tininess: str = "after"
+    dest_daz: bool = True
+    input_daz: bool = True
+    nan: str = "x86"
+
+    def __post_init__(self):
+        for name, allowed in (("structure", STRUCTURES), ("tininess", TININESS), ("nan", NAN_RULES)):
+            value = getattr(self, name)
+            if value not in allowed:
+                raise ValueError(f"Numerics.{name} must be one of {allowed}, got {value!r}")
+        for name in ("dest_daz", "input_daz"):
+            if not isinstance(getattr(self, name), bool):
+                raise TypeError(f"Numerics.{name} must be a bool, got {getattr(self, name)!r}")
+
+    @property
+    def name(self) -> str:
+        """The preset name this equals, or a field listing of the differences."""
+        for preset, value in PRESETS.items():
+            if value == self:
+                return preset
+        base = PRESETS["sdm"]
+        diff = [f"{f.name}={getattr(self, f.name)!r}" for f in fields(self) if getattr(self, f.name) != getattr(base, f.name)]
+        return "sdm+" + ",".join(diff)
+
+    def replace(self, **changes) -> "Numerics":
+        return replace(self, **changes)
+
+
+PRESETS = {
+    "sdm": Numerics(),
+    "straight": Numerics(structure="straight"),
+    "fused_pair": Numerics(structure="fused_pair"),
+    "wide": Numerics(structure="wide"),
+}
+
+
+def resolve(numerics) -> Numerics:
+    """Accept a preset name or a Numerics object."""
+    if isinstance(numerics, Numerics):
+        return numerics
+    if isinstance(numerics, str):
+        try:
+            return PRESETS[numerics]
+        except KeyError:
+            raise ValueError(f"unknown numerics {numerics!r}; presets are {sorted(PRESETS)}") from None
+    raise TypeError(f"numerics must be a preset name or a Numerics object, not {type(numerics).__name__}")

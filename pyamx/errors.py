@@ -1,0 +1,71 @@
+"""Exception classes of pyamx.
+
+Every fault an AMX instruction can raise on silicon (#GP, #UD, a bad memory
+operand) becomes an ``AMXFault`` subclass here, so the emulator, the native
+backend and the trap mode report the same rule violations the same way.
+Operand errors of the array-level functions are plain ``TypeError`` /
+``ValueError``, as numpy users expect.
+"""
+
+from __future__ import annotations
+
+
+class AMXError(Exception):
+    """Base class of every error pyamx raises on its own account."""
+
+
+class AMXFault(AMXError):
+    """An instruction faulted, as it would on silicon.
+
+    ``mnemonic`` is the instruction (``"TDPBF16PS"``), ``vector`` the
+    architectural exception (``"#GP"``, ``"#UD"``, ``"#PF"``) and ``rule``
+    a short sentence naming the rule, the operand and the value seen.
+    """
+
+    vector = "?"
+
+    def __init__(self, mnemonic: str, rule: str):
+        self.mnemonic = mnemonic
+        self.rule = rule
+        super().__init__(f"{mnemonic} raises {self.vector}: {rule}")
+
+
+class GeneralProtectionFault(AMXFault):
+    """#GP: an illegal tile configuration (LDTILECFG)."""
+
+    vector = "#GP"
+
+
+class InvalidOpcodeFault(AMXFault):
+    """#UD: the instruction is not valid in the current tile state."""
+
+    vector = "#UD"
+
+
+class MemoryAccessFault(AMXFault, IndexError):
+    """A tile load or store would touch bytes outside the given buffer.
+
+    On silicon this is a page fault or silent corruption; pyamx refuses it
+    before any byte moves.
+    """
+
+    vector = "#PF"
+
+
+class BackendError(AMXError):
+    """A backend was named that does not exist or cannot run here."""
+
+
+class NativeUnavailableError(BackendError):
+    """The native backend was asked for by name but cannot run here.
+
+    The message carries the detection report's reason and what to do.
+    """
+
+
+class WrongThreadError(AMXError):
+    """A native tile machine was used from a thread other than its owner.
+
+    Tile registers belong to one OS thread; using them from another thread
+    would read that thread's (unrelated) registers.
+    """

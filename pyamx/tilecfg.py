@@ -1,0 +1,188 @@
+"""The 64-byte TILECFG image and the fault rules that depend on it.
+
+Shared by every backend: the emulator enforces these rules, and the native
+backend checks them in Python *before* the instruction runs, because on
+silicon an illegal configuration is a fatal signal, not an exception.
+Layout and rules: SEMANTICS.md section 1 (palette 1).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .errors import GeneralProtectionFault, InvalidOpcodeFault
+
+NUM_TILES = 8
+MAX_ROWS = 16
+MAX_COLSB = 64
+TILE_BYTES = MAX_ROWS * MAX_COLSB
+TMUL_MAXK = 16  # CPUID.1E.0:EBX[7:0], in rows of src2
+TMUL_MAXN = 64  # CPUID.1E.0:EBX[23:8], in bytes
+TILECFG_BYTES = 64
+
+_RESERVED_RANGES = ((2, 16), (32, 48), (56, 64))
+
+
+@dataclass(frozen=True)
+class TileConfig:
+    """A decoded TILECFG. ``palette == 0`` is the init (unconfigured) state."""
+
+    palette: int = 0
+    start_row: int = 0
+    colsb: tuple = field(default=(0,) * NUM_TILES)
+    rows: tuple = field(default=(0,) * NUM_TILES)
+
+    @property
+    def configured(self) -> bool:
+        return self.palette != 0
+
+    def tile_configured(self, tmm: int) -> bool:
+        return self.configured and self.rows[tmm] != 0
+
+    def to_bytes(self) -> bytes:
+        """The image STTILECFG stores: 64 zero bytes in the init state."""
+        image = bytearray(TILECFG_BYTES)
+        if not self.configured:
+            return bytes(image)
+        image[0] = self.palette
+        image[1] = self.start_row
+        for t in range(NUM_TILES):
+            image[16 + 2 * t : 18 + 2 * t] = int(self.colsb[t]).to_bytes(2, "little")
+            image[48 + t] = self.rows[t]
+        return bytes(image)
+
+    def with_start_row(self, start_row: int) -> "TileConfig":
+        return TileConfig(self.palette, start_row, self.colsb, self.rows)
+
+    @classmethod
+    def make(cls, shapes, *, palette: int = 1, start_row: int = 0) -> "TileConfig":
+        """Build a palette-1 config from ``{tmm: (rows, colsb)}``; others unconfigured."""
+        rows = [0] * NUM_TILES
+        colsb = [0] * NUM_TILES
+        for tmm, (r, c) in dict(shapes).items():
+            rows[tmm], colsb[tmm] = int(r), int(c)
+        return cls(palette, start_row, tuple(colsb), tuple(rows))
+
+
+def as_config_bytes(cfg) -> bytes:
+    """Accept a TileConfig or any 64-byte buffer; return the 64 raw bytes."""
+    if isinstance(cfg, TileConfig):
+        return cfg.to_bytes()
+    try:
+        raw = bytes(memoryview(cfg).cast("B"))
+    except TypeError:
+        raise TypeError(
+            f"a tile config must be a TileConfig or a 64-byte buffer, not {type(cfg).__name__}"
+        ) from None
+    if len(raw) != TILECFG_BYTES:
+        raise ValueError(f"a tile config image is exactly 64 bytes, got {len(raw)}")
+    return raw
+
+
+def parse_tilecfg(cfg) -> TileConfig:
+    """Decode a 64-byte image the way LDTILECFG does, raising #GP where it would."""
+    raw = as_config_bytes(cfg)
+    palette = raw[0]
+    if palette == 0:
+        return TileConfig()
+    if palette > 1:
+        raise GeneralProtectionFault(
+            "LDTILECFG", f"palette_id (byte 0) is {palette}; only 0 and 1 exist"
+        )
+    for lo, hi in _RESERVED_RANGES:
+        for i in range(lo, hi):
+            if raw[i]:
+                raise GeneralProtectionFault(
+                    "LDTILECFG", f"reserved byte {i} is 0x{raw[i]:02x}; reserved bytes must be zero"
+                )
+    colsb = tuple(int.from_bytes(raw[16 + 2 * t : 18 + 2 * t], "little") for t in range(NUM_TILES))
+    rows = tuple(raw[48 + t] for t in range(NUM_TILES))
+    for t in range(NUM_TILES):
+        if colsb[t] > MAX_COLSB:
+            raise GeneralProtectionFault(
+                "LDTILECFG", f"tmm{t} colsb (bytes {16 + 2 * t}-{17 + 2 * t}) is {colsb[t]} > {MAX_COLSB}"
+            )
+        if rows[t] > MAX_ROWS:
+            raise GeneralProtectionFault(
+                "LDTILECFG", f"tmm{t} rows (byte {48 + t}) is {rows[t]} > {MAX_ROWS}"
+            )
+        if (rows[t] == 0) != (colsb[t] == 0):
+            raise GeneralProtectionFault(
+                "LDTILECFG",
+                f"tmm{t} has rows={rows[t]} and colsb={colsb[t]}; both must be zero or both non-zero",
+            )
+    return TileConfig(palette, raw[1], colsb, rows)
+
+
+def check_tile_index(mnemonic: str, operand: str, tmm) -> int:
+    """#UD for a register that palette 1 does not name (tmm8..tmm15 encode, but fault)."""
+    if isinstance(tmm, (bool, np.bool_)) or not isinstance(tmm, (int, np.integer)):
+        raise TypeError(f"{mnemonic} {operand}: a tile register is an int 0..7, not {tmm!r}")
+    tmm = int(tmm)
+    if not 0 <= tmm < NUM_TILES:
+        raise InvalidOpcodeFault(mnemonic, f"{operand} is tmm{tmm}; palette 1 has tmm0..tmm7")
+    return tmm
+
+
+def check_configured(mnemonic: str, cfg: TileConfig) -> None:
+    if not cfg.configured:
+        raise InvalidOpcodeFault(
+            mnemonic, "tiles are not configured (palette 0, init state); run LDTILECFG first"
+        )
+
+
+def check_tile_usable(mnemonic: str, operand: str, cfg: TileConfig, tmm) -> int:
+    """#UD unless tiles are configured and ``tmm`` is a configured tile."""
+    check_configured(mnemonic, cfg)
+    tmm = check_tile_index(mnemonic, operand, tmm)
+    if cfg.rows[tmm] == 0:
+        raise InvalidOpcodeFault(mnemonic, f"{operand} tmm{tmm} is not configured (rows=0, colsb=0)")
+    return tmm
+
+
+@dataclass(frozen=True)
+class DotShape:
+    """M x K x N of a tile dot product, K counted in dwords (pairs or quads)."""
+
+    m: int
+    k: int
+    n: int
+
+
+def check_dot_product(mnemonic: str, cfg: TileConfig, dst, src1, src2) -> DotShape:
+    """The #UD rules shared by TDPBF16PS, TDPFP16PS and TDPB[SU][SU]D (SEMANTICS.md section 2)."""
+    dst = check_tile_usable(mnemonic, "tsrcdest", cfg, dst)
+    src1 = check_tile_usable(mnemonic, "tsrc1", cfg, src1)
+    src2 = check_tile_usable(mnemonic, "tsrc2", cfg, src2)
+    if len({dst, src1, src2}) != 3:
+        raise InvalidOpcodeFault(
+            mnemonic, f"operands tmm{dst}, tmm{src1}, tmm{src2} must be three different tiles"
+        )
+    for operand, t in (("tsrcdest", dst), ("tsrc1", src1), ("tsrc2", src2)):
+        if cfg.colsb[t] % 4:
+            raise InvalidOpcodeFault(
+                mnemonic, f"{operand} tmm{t} colsb={cfg.colsb[t]} is not a multiple of 4"
+            )
+    if cfg.colsb[dst] != cfg.colsb[src2]:
+        raise InvalidOpcodeFault(
+            mnemonic,
+            f"tsrcdest tmm{dst} colsb={cfg.colsb[dst]} differs from tsrc2 tmm{src2} colsb={cfg.colsb[src2]}",
+        )
+    if cfg.colsb[src1] // 4 != cfg.rows[src2]:
+        raise InvalidOpcodeFault(
+            mnemonic,
+            f"tsrc1 tmm{src1} colsb/4={cfg.colsb[src1] // 4} differs from tsrc2 tmm{src2} rows={cfg.rows[src2]}",
+        )
+    if cfg.rows[dst] != cfg.rows[src1]:
+        raise InvalidOpcodeFault(
+            mnemonic,
+            f"tsrcdest tmm{dst} rows={cfg.rows[dst]} differs from tsrc1 tmm{src1} rows={cfg.rows[src1]}",
+        )
+    k, n = cfg.rows[src2], cfg.colsb[dst] // 4
+    if k > TMUL_MAXK:
+        raise InvalidOpcodeFault(mnemonic, f"K={k} rows of tsrc2 exceeds tmul_maxk={TMUL_MAXK}")
+    if cfg.colsb[dst] > TMUL_MAXN:
+        raise InvalidOpcodeFault(mnemonic, f"N={n} exceeds tmul_maxn={TMUL_MAXN} bytes")
+    return DotShape(cfg.rows[dst], k, n)

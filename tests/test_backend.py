@@ -1,0 +1,92 @@
+"""Backend choice: strict names, one decision per process, no silent fallback."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import pyamx
+from pyamx import _backend
+from pyamx.errors import BackendError, NativeUnavailableError
+
+NATIVE_OK, NATIVE_REASON = _backend.native_status()
+
+
+def _ops():
+    return np.zeros((1, 1), np.float32), np.zeros((1, 2), np.uint16), np.zeros((1, 2), np.uint16)
+
+
+def _python(code: str, **env) -> subprocess.CompletedProcess:
+    full_env = {k: v for k, v in os.environ.items() if k not in ("PYAMX_BACKEND", "PYAMX_TRAP_EMULATION")}
+    full_env.update(env)
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=full_env, timeout=120)
+
+
+@pytest.mark.parametrize("value", ["bogus", "", "Native", "EMULATOR", " auto"])
+def test_unknown_env_value_fails_the_import(value):
+    proc = _python("import pyamx", PYAMX_BACKEND=value)
+    assert proc.returncode != 0
+    assert "PYAMX_BACKEND" in proc.stderr and "auto, native, emulator" in proc.stderr
+
+
+def test_env_emulator_is_the_default_and_results_say_so():
+    proc = _python(
+        "import pyamx, numpy as np\n"
+        "r = pyamx.tdpbf16ps(np.zeros((1,1),np.float32), np.zeros((1,2),np.uint16), np.zeros((1,2),np.uint16))\n"
+        "print(pyamx.backend(), r.backend, pyamx.backend_reason())",
+        PYAMX_BACKEND="emulator",
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split()[:2] == ["emulator", "emulator"]
+    assert "PYAMX_BACKEND=emulator" in proc.stdout
+
+
+def test_env_native_never_falls_back():
+    code = (
+        "import pyamx, numpy as np\n"
+        "try:\n    print('backend', pyamx.backend())\n"
+        "except pyamx.NativeUnavailableError as e:\n    print('refused', e)\n"
+    )
+    proc = _python(code, PYAMX_BACKEND="native")
+    assert proc.returncode == 0, proc.stderr
+    if NATIVE_OK:
+        assert proc.stdout.startswith("backend native")
+    else:
+        assert proc.stdout.startswith("refused") and "PYAMX_BACKEND=native" in proc.stdout
+        assert "python -m pyamx info" in proc.stdout
+
+
+def test_auto_records_why():
+    proc = _python("import pyamx; print(pyamx.backend()); print(pyamx.backend_reason())", PYAMX_BACKEND="auto")
+    assert proc.returncode == 0, proc.stderr
+    chosen, reason = proc.stdout.splitlines()[:2]
+    assert chosen == ("native" if NATIVE_OK else "emulator")
+    assert reason  # "every detection stage said yes" or the detection report's reason
+    if not NATIVE_OK:
+        assert "native is not usable" in reason
+
+
+def test_per_call_backend_names_are_strict():
+    with pytest.raises(BackendError, match="must be one of auto, native, emulator"):
+        pyamx.tdpbf16ps(*_ops(), backend="gpu")
+    assert pyamx.tdpbf16ps(*_ops(), backend="emulator").backend == "emulator"
+    assert pyamx.tdpbf16ps(*_ops(), backend="auto").backend == ("native" if NATIVE_OK else "emulator")
+
+
+@pytest.mark.skipif(NATIVE_OK, reason="native is usable here; the refusal path needs a machine without it")
+def test_named_native_raises_with_the_reason_and_never_falls_back():
+    with pytest.raises(NativeUnavailableError) as info:
+        pyamx.tdpbf16ps(*_ops(), backend="native")
+    assert "backend='native'" in str(info.value) and NATIVE_REASON in str(info.value)
+    with pytest.raises(NativeUnavailableError):
+        pyamx.tile_machine(backend="native")
+
+
+def test_result_label_does_not_stick_to_derived_arrays():
+    result = pyamx.tdpbf16ps(*_ops(), backend="emulator")
+    assert isinstance(result, pyamx.AMXResult) and result.backend == "emulator"
+    assert type(result + 1) is np.ndarray and type(np.sum(result)) is not pyamx.AMXResult
