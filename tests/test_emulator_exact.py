@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import fpgen
+from pyamx import testing as gen
 import reference
 from pyamx import emulator
 from pyamx.emulator import Numerics
@@ -22,17 +22,17 @@ def _compare(name, got, want, c, a, b):
         pytest.fail(
             f"{name}: {len(bad)} elements differ; first at (m={m}, n={n}): got {int(got[m, n]):08x}, "
             f"reference {int(want[m, n]):08x}\n"
-            + "\n".join(fpgen.hexdump(label, x) for label, x in (("c", c), ("a", a), ("b", b)))
+            + "\n".join(gen.hexdump(label, x) for label, x in (("c", c), ("a", a), ("b", b)))
         )
 
 
 @pytest.mark.parametrize("structure", ["sdm", "straight", "fused_pair", "wide"])
-@pytest.mark.parametrize("cls", fpgen.CLASSES)
+@pytest.mark.parametrize("cls", gen.CLASSES)
 def test_every_input_class_matches_reference(cls, structure):
-    rng = np.random.default_rng([SEED, fpgen.CLASSES.index(cls), len(structure)])
+    rng = np.random.default_rng([SEED, gen.CLASSES.index(cls), len(structure)])
     shape_count = 10 if structure in ("sdm", "straight") else 4
-    for m, k, n in fpgen.shapes(rng, shape_count)[:: 1 if structure in ("sdm", "straight") else 2]:
-        c, a, b = fpgen.operands(rng, m, k, n, cls)
+    for m, k, n in gen.shapes(rng, shape_count)[:: 1 if structure in ("sdm", "straight") else 2]:
+        c, a, b = gen.operands(rng, m, k, n, cls)
         got = emulator.tdpbf16ps(c, a, b, numerics=structure)
         want = reference.tdpbf16ps(c, a, b, structure=structure)
         _compare(f"{structure}/{cls} M={m} K={k} N={n}", got, want, c, a, b)
@@ -50,10 +50,10 @@ def test_every_input_class_matches_reference(cls, structure):
 )
 @pytest.mark.parametrize("cls", ["denormal", "tiny", "mixed"])
 def test_numerics_options_match_reference(cls, options):
-    rng = np.random.default_rng([SEED, 7, fpgen.CLASSES.index(cls)])
+    rng = np.random.default_rng([SEED, 7, gen.CLASSES.index(cls)])
     numerics = Numerics(**options)
-    for m, k, n in fpgen.shapes(rng, 10):
-        c, a, b = fpgen.operands(rng, m, k, n, cls)
+    for m, k, n in gen.shapes(rng, 10):
+        c, a, b = gen.operands(rng, m, k, n, cls)
         got = emulator.tdpbf16ps(c, a, b, numerics=numerics)
         want = reference.tdpbf16ps(c, a, b, **options)
         _compare(f"{numerics.name}/{cls} M={m} K={k} N={n}", got, want, c, a, b)
@@ -63,9 +63,9 @@ def test_adversarial_classes_reach_their_rules():
     """The generators must actually produce flushes, round-ups to 2**-126, overflow, NaNs, -0 and cancellation."""
     rng = np.random.default_rng(SEED)
     seen = set()
-    for cls in fpgen.CLASSES:
-        for m, k, n in fpgen.shapes(rng, 8):
-            c, a, b = fpgen.operands(rng, m, k, n, cls)
+    for cls in gen.CLASSES:
+        for m, k, n in gen.shapes(rng, 8):
+            c, a, b = gen.operands(rng, m, k, n, cls)
             bits = emulator.tdpbf16ps(c, a, b).view(np.uint32)
             magnitude = bits & 0x7FFFFFFF
             if (magnitude == 0x00800000).any():

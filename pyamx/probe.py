@@ -1,0 +1,193 @@
+"""Which numerics does a backend implement? Discriminating experiments, point by point.
+
+Each point of SEMANTICS.md section 3 (and a few more a user of silicon asks
+about) gets experiments whose answers differ between the candidate options.
+The backend's bits are compared with what the emulator predicts under each
+candidate; the candidates that reproduce every experiment of a point are
+its verdict. Finally the complete option set built from the verdicts is run
+on every experiment, so "matches bit for bit" is a claim about all of them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from . import _backend, emulator
+from .emulator.numerics import NAN_RULES, STRUCTURES, TININESS, Numerics, resolve
+from .testing import operands
+
+
+@dataclass
+class Experiment:
+    name: str
+    c: np.ndarray  # uint32 bits
+    a: np.ndarray  # uint16 bf16 bits
+    b: np.ndarray  # uint16 bf16 bits, pair-interleaved
+
+
+def _one(name, c, a_pairs, b_pairs) -> Experiment:
+    """One output element: c bits, A as a row of (even, odd) pairs per k, B as one row per k."""
+    return Experiment(
+        name,
+        np.array([[c]], np.uint32),
+        np.array([[x for pair in a_pairs for x in pair]], np.uint16),
+        np.array([list(pair) for pair in b_pairs], np.uint16),
+    )
+
+
+def _random(name: str, seed: int, cls: str) -> Experiment:
+    c, a, b = operands(np.random.default_rng(seed), 16, 16, 16, cls)
+    return Experiment(name, c, a, b)
+
+
+ONE = 0x3F80
+
+EXPERIMENTS = {
+    "structure": [
+        _one("P1: C=1, k0 products (2^-24, 2^-24)", 0x3F800000, [(0x3980, 0x3980)], [(0x3980, 0x3980)]),
+        _one("P2: C=0, k0 (1, 2^-24), k1 (0, 2^-24)", 0, [(ONE, 0x3380), (0, 0x3380)], [(ONE, ONE), (ONE, ONE)]),
+        _one("P3: C=2^-24, k0 (1, 2^-25)", 0x33800000, [(ONE, 0x3300)], [(ONE, ONE)]),
+        _random("random normal 16x16x16", 11, "normal"),
+        _random("random ties 16x16x16", 12, "ties"),
+        _random("random cancellation 16x16x16", 13, "cancel"),
+    ],
+    "zero_signs": [
+        _one("P7: C=-0, all products -0", 0x80000000, [(0x8000, 0x8000)], [(ONE, ONE)]),
+        _one("C=-0, products (+0, -0)", 0x80000000, [(0x0000, 0x8000)], [(ONE, ONE)]),
+        _one("C=+0, x - x", 0, [(ONE, ONE)], [(ONE, 0xBF80)]),
+        _random("random zeros 16x16x16", 14, "zeros"),
+    ],
+    "tininess": [
+        # even lane: 2^-126 + 2^-149 - 1.25*2^-149 = 2^-126 * (1 - 2^-25), a tie that rounds up to 2^-126
+        _one("rounds up to 2^-126", 0, [(0x2000, 0), (0x1A00, 0), (0x9A20, 0)], [(0x2000, 0), (0x1A80, 0), (0x1A80, 0)]),
+        _random("random results near 2^-126", 15, "tiny"),
+    ],
+    "dest_daz": [
+        _one("C=-2^-127 (denormal) + 2^-125", 0x80400000, [(0x2000, 0)], [(0x2080, 0)]),
+        _one("C=largest denormal + 2^-126", 0x007FFFFF, [(0x2000, 0)], [(0x2000, 0)]),
+    ],
+    "input_daz": [
+        _one("A=2^-127 (bf16 denormal) * 2^10", 0, [(0x0040, 0)], [(0x4480, 0)]),
+        _one("B=-(2^-133) (bf16 denormal) * 2^20", 0, [(0x4980, 0)], [(0x8001, 0)]),
+    ],
+    "products": [
+        # k0 even: -2^127; k1 even: 2^64 * 2^64 = 2^128: exact product gives 2^127, a rounded one +inf
+        _one("product 2^128 out of fp32 range", 0, [(0xFF00, 0), (0x5F80, 0)], [(ONE, 0), (0x5F80, 0)]),
+        # 2^-70 * 2^-70 = 2^-140 below fp32's range, added to 2^-100: kept exactly only inside the fma
+        _one("product 2^-140 under fp32 range", 0x0D800000, [(0x1C80, 0)], [(0x1C80, 0)]),
+    ],
+    "nan": [
+        _one("sNaN A even, qNaN B even", 0, [(0x7F81, 0)], [(0xFFC2, 0)]),
+        _one("qNaN B even, sNaN A odd", 0, [(ONE, 0x7F83)], [(0x7FC4, ONE)]),
+        _one("NaN C and NaN product", 0xFFC12345, [(0x7FC5, 0)], [(ONE, 0)]),
+        _one("inf * 0", 0, [(0x7F80, 0)], [(0x0000, 0)]),
+        _one("inf - inf across lanes", 0, [(0x7F80, 0xFF80)], [(ONE, ONE)]),
+        _random("random NaNs 16x16x16", 16, "nans"),
+    ],
+}
+
+# Candidate options of each point, as changes to the base Numerics.
+CANDIDATES = {
+    "structure": {s: dict(structure=s) for s in STRUCTURES},
+    "zero_signs": {s: dict(structure=s) for s in STRUCTURES},
+    "tininess": {t: dict(tininess=t) for t in TININESS},
+    "dest_daz": {d: dict(dest_daz=d) for d in (True, False)},
+    "input_daz": {d: dict(input_daz=d) for d in (True, False)},
+    "products": {"exact": {}},  # the emulator always keeps products exact (fused)
+    "nan": {n: dict(nan=n) for n in NAN_RULES},
+}
+
+
+_SETTLES = ("structure", "dest_daz", "input_daz", "tininess", "nan")  # points that are Numerics fields
+
+
+@dataclass
+class PointResult:
+    point: str
+    matches: list  # candidate values that reproduce every experiment
+    verdict: object  # the single match, or None
+    observations: list = field(default_factory=list)  # (experiment, backend bits, {candidate: predicted bits})
+
+
+def _runner(backend: str, numerics):
+    if backend == "emulator":
+        model = resolve("sdm" if numerics is None else numerics)
+        return lambda e: emulator.tdpbf16ps(e.c, e.a, e.b, numerics=model).view(np.uint32)
+    if numerics not in (None, "sdm"):
+        raise ValueError("--numerics selects an emulator model; it cannot apply to the native backend")
+    from . import _ops
+
+    return lambda e: _ops.tdpbf16ps(e.c, e.a, e.b, backend=backend).view(np.uint32)
+
+
+def _predict(base: Numerics, changes: dict, experiment: Experiment) -> np.ndarray:
+    return emulator.tdpbf16ps(experiment.c, experiment.a, experiment.b, numerics=base.replace(**changes)).view(np.uint32)
+
+
+def probe(backend: str = "emulator", numerics=None) -> dict:
+    """Run every experiment on ``backend`` and return the verdicts (see module docstring)."""
+    chosen = _backend.resolve(backend)
+    run = _runner(chosen, numerics)
+    observed = {p: [run(e) for e in exps] for p, exps in EXPERIMENTS.items()}
+    results = {}
+    base = Numerics()
+    # Points are settled in an order where each one's experiments depend only on points
+    # already settled; every verdict found so far shapes the predictions of the next point.
+    for point in ("structure", "zero_signs", "dest_daz", "input_daz", "tininess", "products", "nan"):
+        result = PointResult(point, [], None)
+        for value, changes in CANDIDATES[point].items():
+            predictions = [_predict(base, changes, e) for e in EXPERIMENTS[point]]
+            if all(np.array_equal(p, o) for p, o in zip(predictions, observed[point])):
+                result.matches.append(value)
+        for e, o in zip(EXPERIMENTS[point], observed[point]):
+            if o.size == 1:
+                result.observations.append(
+                    (e.name, int(o.flat[0]), {str(v): int(_predict(base, ch, e).flat[0]) for v, ch in CANDIDATES[point].items()})
+                )
+        result.verdict = result.matches[0] if len(result.matches) == 1 else None
+        if result.verdict is not None and point in _SETTLES:
+            base = base.replace(**CANDIDATES[point][result.verdict])
+        results[point] = result
+
+    complete = None
+    verdicts = {p: results[p].verdict for p in ("structure", "tininess", "dest_daz", "input_daz", "nan")}
+    if all(v is not None for v in verdicts.values()) and results["products"].verdict is not None:
+        model = Numerics(**verdicts)
+        if all(
+            np.array_equal(_predict(model, {}, e), o)
+            for p, exps in EXPERIMENTS.items()
+            for e, o in zip(exps, observed[p])
+        ):
+            complete = model.name
+    label = chosen if chosen == "emulator" else f"native ({_backend.native_mode()})"
+    return {
+        "backend": label,
+        "numerics_requested": None if numerics is None else resolve(numerics).name,
+        **{p: r.verdict for p, r in results.items()},
+        "candidates": {p: r.matches for p, r in results.items()},
+        "complete_match": complete,
+        "observations": {p: r.observations for p, r in results.items()},
+    }
+
+
+def format_report(report: dict) -> str:
+    lines = [f"pyamx probe on backend: {report['backend']}"]
+    if report["numerics_requested"]:
+        lines[0] += f" (emulator numerics {report['numerics_requested']})"
+    for point, matches in report["candidates"].items():  # in the order they were settled
+        verdict = report[point]
+        text = repr(verdict) if verdict is not None else (
+            f"ambiguous, any of {matches}" if matches else "no emulator option reproduces it"
+        )
+        lines.append(f"  {point:11s}: {text}")
+        for name, got, predicted in report["observations"][point]:
+            guesses = ", ".join(f"{v}={bits:08x}" for v, bits in predicted.items())
+            lines.append(f"      {name}: observed {got:08x}; predicted {guesses}")
+    complete = report["complete_match"]
+    lines.append(
+        f"  complete option set matching bit for bit on every experiment: {complete}"
+        if complete else "  no complete emulator option set matches every experiment"
+    )
+    return "\n".join(lines)

@@ -1,0 +1,278 @@
+"""Golden vectors: record a backend's answers to seeded cases, replay them anywhere.
+
+A vector file is one JSON document: a format tag, the provenance of the
+recording (backend, whether that was silicon, CPU, microcode, kernel, pyamx
+version, date) and the cases, each with its instruction, operands and
+output as little-endian hex. Recordings made on the emulator or the trap
+mode say so in ``provenance.silicon = false`` and every replay prints it,
+so they are never mistaken for silicon.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import platform
+import sys
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import _backend, _ops, emulator
+from ._version import __version__
+from .errors import AMXError
+from .probe import EXPERIMENTS
+from .testing import CLASSES, operands, shapes
+
+FORMAT = "pyamx-vectors"
+VERSION = 1
+
+# instruction -> (dtype of c, dtype of a and b, lanes per dword)
+INSTRUCTIONS = {
+    "tdpbf16ps": ("<u4", "<u2", 2),
+    "tdpfp16ps": ("<u4", "<u2", 2),
+    "tdpbssd": ("<i4", "u1", 4),
+    "tdpbsud": ("<i4", "u1", 4),
+    "tdpbusd": ("<i4", "u1", 4),
+    "tdpbuud": ("<i4", "u1", 4),
+}
+_CALL_DTYPES = {"tdpbf16ps": (np.uint32, np.uint16), "tdpfp16ps": (np.uint32, np.float16)}
+
+
+class VectorFileError(AMXError, ValueError):
+    """A vector file that cannot be read: the message names the file and the problem."""
+
+    def __init__(self, path, problem: str):
+        super().__init__(f"{path}: {problem}")
+
+
+@dataclass
+class Case:
+    instruction: str
+    label: str
+    c: np.ndarray
+    a: np.ndarray
+    b: np.ndarray
+    out: np.ndarray | None = None
+
+
+def _cpu_provenance() -> dict:
+    info = {"machine": platform.machine()}
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            text = f.read().split("\n\n", 1)[0]
+    except OSError:
+        return info
+    wanted = {"vendor_id": "vendor", "cpu family": "family", "model": "model", "stepping": "stepping",
+              "microcode": "microcode", "model name": "model_name"}
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() in wanted:
+            info[wanted[key.strip()]] = value.strip()
+    return info
+
+
+def provenance(backend: str, seed: int) -> dict:
+    mode = _backend.native_mode() if backend == "native" else None
+    return {
+        "backend": backend,
+        "native_mode": mode,
+        "silicon": backend == "native" and mode == "silicon",
+        "numerics": "sdm" if backend == "emulator" else None,
+        "cpu": _cpu_provenance(),
+        "kernel": platform.release(),
+        "os": platform.system(),
+        "pyamx": __version__,
+        "python": sys.version.split()[0],
+        "numpy": np.__version__,
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "seed": seed,
+    }
+
+
+def generate(seed: int, per_class: int = 4, instructions=tuple(INSTRUCTIONS)) -> list:
+    """The seeded cases: every adversarial class at the shape edges and random shapes, plus the probes."""
+    rng = np.random.default_rng(seed)
+    cases = []
+    if "tdpbf16ps" in instructions:
+        for index, cls in enumerate(CLASSES):
+            every = shapes(rng, 8 + per_class)  # the 8 edge shapes first, then random ones
+            for m, k, n in every[index % 2 : 8 : 2] + every[8:]:
+                c, a, b = operands(rng, m, k, n, cls)
+                cases.append(Case("tdpbf16ps", f"{cls} {m}x{k}x{n}", c, a, b))
+        for point, experiments in EXPERIMENTS.items():
+            cases += [Case("tdpbf16ps", f"probe {point}: {e.name}", e.c, e.a, e.b) for e in experiments]
+    fp16_specials = np.array([0x0001, 0x03FF, 0x8001, 0x7C00, 0xFC00, 0x7C01, 0x7E05, 0x0000, 0x8000, 0x7BFF], np.uint16)
+    for m, k, n in shapes(rng, 10):
+        if "tdpfp16ps" in instructions:
+            a = rng.integers(0, 2**16, (m, 2 * k), dtype=np.uint16)
+            b = rng.integers(0, 2**16, (k, 2 * n), dtype=np.uint16)
+            a = np.where(rng.random(a.shape) < 0.2, rng.choice(fp16_specials, a.shape), a)
+            b = np.where(rng.random(b.shape) < 0.2, rng.choice(fp16_specials, b.shape), b)
+            c = rng.integers(0, 2**32, (m, n), dtype=np.uint64).astype(np.uint32)
+            cases.append(Case("tdpfp16ps", f"random bits {m}x{k}x{n}", c, a, b))
+        for mnemonic in ("tdpbssd", "tdpbsud", "tdpbusd", "tdpbuud"):
+            if mnemonic in instructions:
+                a = rng.integers(0, 256, (m, 4 * k), dtype=np.uint8)
+                b = rng.integers(0, 256, (k, 4 * n), dtype=np.uint8)
+                c = rng.integers(-(2**31), 2**31, (m, n), dtype=np.int64).astype(np.int32)
+                cases.append(Case(mnemonic, f"random bytes {m}x{k}x{n}", c, a, b))
+    return cases
+
+
+def run_case(case: Case, backend: str) -> np.ndarray:
+    """The backend's output bits for one case (uint32 for fp32 results, int32 for int8 ones)."""
+    c_dtype, ab_dtype = _CALL_DTYPES.get(case.instruction, (np.int32, np.uint8))
+    fn = getattr(_ops, case.instruction)
+    result = fn(case.c.view(c_dtype), case.a.view(ab_dtype), case.b.view(ab_dtype), backend=backend)
+    return np.asarray(result).view(np.dtype(INSTRUCTIONS[case.instruction][0]))
+
+
+def _supported(backend: str) -> tuple:
+    """Instructions the backend can run: the emulator all; native those its build and CPU have."""
+    if backend == "emulator":
+        return tuple(INSTRUCTIONS)
+    from . import native
+
+    supported = getattr(native, "supported_instructions", None)
+    return tuple(supported()) if supported else ("tdpbf16ps",)
+
+
+def record(path, backend: str = "emulator", seed: int = 2026, per_class: int = 4) -> dict:
+    """Run the seeded cases on ``backend`` and write the vector file; returns its provenance."""
+    chosen = _backend.resolve(backend)
+    cases = generate(seed, per_class, _supported(chosen))
+    for case in cases:
+        case.out = run_case(case, chosen)
+    document = {
+        "format": FORMAT,
+        "version": VERSION,
+        "provenance": provenance(chosen, seed),
+        "cases": [
+            {
+                "instruction": case.instruction,
+                "label": case.label,
+                "shape": [int(case.c.shape[0]), int(case.a.shape[1] // INSTRUCTIONS[case.instruction][2]),
+                          int(case.c.shape[1])],
+                **{name: _hex(getattr(case, name), dtype) for name, dtype in
+                   zip(("c", "a", "b", "out"), _dtypes(case.instruction))},
+            }
+            for case in cases
+        ],
+    }
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(document, f, indent=1)
+        f.write("\n")
+    return document["provenance"]
+
+
+def _dtypes(instruction):
+    c_dtype, ab_dtype, _ = INSTRUCTIONS[instruction]
+    return c_dtype, ab_dtype, ab_dtype, c_dtype
+
+
+def _hex(array: np.ndarray, dtype: str) -> str:
+    return np.ascontiguousarray(array).astype(dtype, copy=False).tobytes().hex()
+
+
+def load(path) -> tuple:
+    """``(provenance, cases)`` from a vector file, or VectorFileError naming the problem."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            document = json.load(f)
+    except OSError as exc:
+        raise VectorFileError(path, f"cannot be read ({exc.strerror or exc})") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise VectorFileError(path, f"is not a complete JSON document (truncated or corrupt: {exc})") from None
+    if not isinstance(document, dict) or document.get("format") != FORMAT:
+        raise VectorFileError(path, f"is not a pyamx vector file (no \"format\": \"{FORMAT}\")")
+    if document.get("version") != VERSION:
+        raise VectorFileError(path, f"has format version {document.get('version')!r}; this pyamx reads {VERSION}")
+    if not isinstance(document.get("provenance"), dict) or not isinstance(document.get("cases"), list):
+        raise VectorFileError(path, "lacks its \"provenance\" object or its \"cases\" list")
+    cases = [_parse_case(path, i, raw) for i, raw in enumerate(document["cases"])]
+    return document["provenance"], cases
+
+
+def _parse_case(path, index: int, raw) -> Case:
+    where = f"case {index}"
+    if not isinstance(raw, dict):
+        raise VectorFileError(path, f"{where} is not an object")
+    instruction = raw.get("instruction")
+    if instruction not in INSTRUCTIONS:
+        raise VectorFileError(path, f"{where} names an unknown instruction {instruction!r}")
+    shape = raw.get("shape")
+    if not (isinstance(shape, list) and len(shape) == 3 and all(isinstance(x, int) and 1 <= x <= 16 for x in shape)):
+        raise VectorFileError(path, f"{where} has a bad shape {shape!r} (three ints 1..16: M, K, N)")
+    m, k, n = shape
+    lanes = INSTRUCTIONS[instruction][2]
+    expected = {"c": (m, n), "a": (m, lanes * k), "b": (k, lanes * n), "out": (m, n)}
+    arrays = {}
+    for (name, dims), dtype in zip(expected.items(), _dtypes(instruction)):
+        text = raw.get(name)
+        try:
+            data = bytes.fromhex(text)
+        except (TypeError, ValueError):
+            raise VectorFileError(path, f"{where} field {name!r} is not a hex string") from None
+        size = dims[0] * dims[1] * np.dtype(dtype).itemsize
+        if len(data) != size:
+            raise VectorFileError(
+                path, f"{where} field {name!r} holds {len(data)} bytes; shape {m}x{k}x{n} needs {size}"
+            )
+        arrays[name] = np.frombuffer(data, dtype=dtype).reshape(dims)
+    return Case(instruction, str(raw.get("label", where)), arrays["c"], arrays["a"], arrays["b"], arrays["out"])
+
+
+@dataclass
+class ReplayResult:
+    provenance: dict
+    total: int
+    mismatches: list  # (index, case, got)
+    skipped: dict  # instruction -> count the backend cannot run
+
+
+def replay(path, backend: str = "emulator") -> ReplayResult:
+    """Run every case of a vector file on ``backend`` and compare the output bits."""
+    chosen = _backend.resolve(backend)
+    prov, cases = load(path)
+    supported = _supported(chosen)
+    mismatches, skipped = [], {}
+    for index, case in enumerate(cases):
+        if case.instruction not in supported:
+            skipped[case.instruction] = skipped.get(case.instruction, 0) + 1
+            continue
+        got = run_case(case, chosen)
+        if not np.array_equal(got.view(case.out.dtype), case.out):
+            mismatches.append((index, case, got))
+    return ReplayResult(prov, len(cases), mismatches, skipped)
+
+
+def describe_provenance(prov: dict) -> str:
+    cpu = prov.get("cpu", {})
+    where = "SILICON" if prov.get("silicon") else (
+        "the trap-and-emulate mode (NOT silicon)" if prov.get("native_mode") == "trap" else
+        f"the {prov.get('backend')} backend (NOT silicon)"
+    )
+    return (
+        f"recorded on {where}; CPU {cpu.get('vendor', '?')} family {cpu.get('family', '?')} model "
+        f"{cpu.get('model', '?')} stepping {cpu.get('stepping', '?')} microcode {cpu.get('microcode', '?')}; "
+        f"kernel {prov.get('kernel', '?')}; pyamx {prov.get('pyamx', '?')}; {prov.get('date', '?')}"
+    )
+
+
+def format_replay(path, result: ReplayResult, backend: str, show: int = 5) -> str:
+    ran = result.total - sum(result.skipped.values())
+    lines = [f"{path}: {describe_provenance(result.provenance)}",
+             f"replayed on {backend}: {ran} cases, {ran - len(result.mismatches)} match, {len(result.mismatches)} differ"]
+    for instruction, count in result.skipped.items():
+        lines.append(f"  skipped {count} {instruction} cases: this backend cannot run {instruction}")
+    for index, case, got in result.mismatches[:show]:
+        bad = np.argwhere(got.view(case.out.dtype) != case.out)
+        m, n = (int(x) for x in bad[0])
+        lines.append(
+            f"  case {index} ({case.instruction}, {case.label}): {len(bad)} elements differ; first (m={m}, n={n}): "
+            f"recorded {int(case.out.view('<u4')[m, n]):08x}, got {int(got.view('<u4')[m, n]):08x}"
+        )
+        lines.append(f"    c = {case.c.tobytes().hex()}\n    a = {case.a.tobytes().hex()}\n    b = {case.b.tobytes().hex()}")
+    return "\n".join(lines)
+

@@ -1,0 +1,52 @@
+"""The numerics probe names every emulator model back, point by point."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from pyamx import probe
+from pyamx.emulator import PRESETS, Numerics
+
+
+@pytest.mark.parametrize("model", sorted(PRESETS))
+def test_probe_names_each_preset_back(model):
+    report = probe.probe("emulator", model)
+    assert report["structure"] == PRESETS[model].structure
+    assert report["complete_match"] == model
+    assert report["candidates"]["structure"] == [PRESETS[model].structure]
+
+
+VARIATIONS = [
+    {}, dict(tininess="before"), dict(dest_daz=False), dict(input_daz=False), dict(nan="default"),
+    dict(nan="canonical"), dict(tininess="before", dest_daz=False, input_daz=False, nan="canonical"),
+]
+
+
+@pytest.mark.parametrize(
+    "options",
+    [dict(structure=s, **v) for s, v in itertools.product(("sdm", "straight", "fused_pair", "wide"), VARIATIONS)],
+    ids=lambda o: "-".join(str(v) for v in o.values()),
+)
+def test_probe_settles_every_point_for_every_option_set(options):
+    model = Numerics(**options)
+    options = {**Numerics().__dict__, **options}
+    report = probe.probe("emulator", model)
+    for point, value in options.items():
+        assert report[point] == value, f"{point}: probe says {report[point]!r}, model has {value!r}"
+    assert report["products"] == "exact"
+    assert report["complete_match"] == model.name
+
+
+def test_report_text_lists_every_point_and_the_observed_bits():
+    text = probe.format_report(probe.probe("emulator", "straight"))
+    for point in ("structure", "zero_signs", "tininess", "dest_daz", "input_daz", "products", "nan"):
+        assert point in text
+    assert "P1: C=1" in text and "observed 3f800000" in text
+    assert "complete option set matching bit for bit on every experiment: straight" in text
+
+
+def test_numerics_cannot_be_applied_to_native():
+    with pytest.raises(ValueError, match="emulator model"):
+        probe._runner("native", "straight")

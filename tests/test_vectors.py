@@ -1,0 +1,107 @@
+"""Golden vectors: record/replay round trips, damaged files, and the committed vector files."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import reference
+from pyamx import vectors
+from pyamx.vectors import VectorFileError
+
+DATA = Path(__file__).parent / "data"
+VECTOR_FILES = sorted(DATA.glob("*.json"))
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory):
+    path = tmp_path_factory.mktemp("vectors") / "emulator.json"
+    prov = vectors.record(path, backend="emulator", seed=7, per_class=2)
+    return path, prov
+
+
+def test_emulator_recording_says_it_is_not_silicon(recorded):
+    path, prov = recorded
+    assert prov["backend"] == "emulator" and prov["silicon"] is False
+    for key in ("cpu", "kernel", "pyamx", "date", "seed"):
+        assert key in prov
+    result = vectors.replay(path, backend="emulator")
+    text = vectors.format_replay(path, result, "emulator")
+    assert "NOT silicon" in text
+    assert result.total > 100 and not result.mismatches
+    instructions = {case.instruction for case in vectors.load(path)[1]}
+    assert instructions == set(vectors.INSTRUCTIONS)
+
+
+def test_replay_reports_a_changed_output(recorded, tmp_path):
+    path, _ = recorded
+    document = json.loads(path.read_text())
+    victim = document["cases"][3]
+    out = bytearray(bytes.fromhex(victim["out"]))
+    out[0] ^= 1
+    victim["out"] = out.hex()
+    tampered = tmp_path / "tampered.json"
+    tampered.write_text(json.dumps(document))
+    result = vectors.replay(tampered, backend="emulator")
+    assert [index for index, _, _ in result.mismatches] == [3]
+    text = vectors.format_replay(tampered, result, "emulator")
+    assert "1 differ" in text and "case 3" in text and "a = " in text
+
+
+@pytest.mark.parametrize(
+    "damage, words",
+    [
+        (lambda text: text[: len(text) // 2], "truncated or corrupt"),
+        (lambda text: "", "truncated or corrupt"),
+        (lambda text: text.replace('"pyamx-vectors"', '"other"'), "not a pyamx vector file"),
+        (lambda text: text.replace('"version": 1', '"version": 9'), "format version 9"),
+        (lambda text: text.replace('"instruction": "tdpbf16ps"', '"instruction": "tdpxyz"', 1), "unknown instruction 'tdpxyz'"),
+        (lambda text: text.replace('"c": "', '"c": "zz', 1), "'c' is not a hex string"),
+        (lambda text: text.replace('"out": "', '"out": "00', 1), "'out' holds"),
+        (lambda text: text.replace('"cases": [', '"cases": [7, ', 1), "case 0 is not an object"),
+    ],
+)
+def test_damaged_files_name_the_file_and_the_problem(recorded, tmp_path, damage, words):
+    path, _ = recorded
+    broken = tmp_path / "broken.json"
+    broken.write_text(damage(path.read_text()))
+    with pytest.raises(VectorFileError, match=words) as info:
+        vectors.load(broken)
+    assert str(broken) in str(info.value)
+
+
+def test_missing_file_is_a_clear_error(tmp_path):
+    with pytest.raises(VectorFileError, match="cannot be read"):
+        vectors.load(tmp_path / "absent.json")
+
+
+def test_committed_vector_files_exist():
+    assert VECTOR_FILES, "tests/data holds no vector file"
+
+
+@pytest.mark.parametrize("path", VECTOR_FILES, ids=lambda p: p.name)
+def test_committed_vectors_replay_on_the_emulator(path):
+    """Every vector file, silicon recordings included, must replay bit for bit on the emulator."""
+    result = vectors.replay(path, backend="emulator")
+    assert not result.mismatches, vectors.format_replay(path, result, "emulator")
+
+
+@pytest.mark.parametrize("path", VECTOR_FILES, ids=lambda p: p.name)
+def test_committed_vectors_agree_with_the_independent_reference(path):
+    """The recorded outputs are not just the emulator's word: the Fraction reference gives them too."""
+    _, cases = vectors.load(path)
+    for index, case in enumerate(cases):
+        if case.instruction == "tdpbf16ps":
+            want = reference.tdpbf16ps(case.c.astype(np.uint32), case.a, case.b)
+        elif case.instruction == "tdpfp16ps":
+            want = reference.tdpfp16ps(case.c.astype(np.uint32), case.a, case.b)
+        else:
+            signed = {"tdpbssd": (1, 1), "tdpbsud": (1, 0), "tdpbusd": (0, 1), "tdpbuud": (0, 0)}
+            want = reference.tdpb_int8(*map(bool, signed[case.instruction]), case.c, case.a, case.b)
+        got = case.out.view("<u4") if case.out.dtype.kind == "u" else case.out
+        assert np.array_equal(np.array(want, dtype=np.int64) & 0xFFFFFFFF, got.astype(np.int64) & 0xFFFFFFFF), (
+            f"{path.name} case {index} ({case.label}) disagrees with the reference"
+        )
