@@ -33,13 +33,13 @@ REQUESTED = _requested_from_env()  # an unknown value fails the import, before a
 _decision = None  # (backend, reason), decided on first use
 
 
-def native_status():
-    """``(usable, reason)`` of the native backend, from the detection report (cached there)."""
+def native_status(family: str = "bf16"):
+    """``(usable, reason)`` of the native ``family`` kernels (bf16, int8, fp16), from the cached report."""
     try:
         from . import native
     except ImportError as exc:  # the extension was not built on this install
         return False, f"the native module is not available: {exc}"
-    return native.available()
+    return native.available(family)
 
 
 def native_mode():
@@ -59,7 +59,7 @@ def _decide():
         else:
             usable, reason = native_status()
             if usable:
-                _decision = ("native", "every detection stage said yes")
+                _decision = ("native", f"native is usable: {reason}")
             elif REQUESTED == "native":
                 _decision = (None, reason)
             else:
@@ -88,15 +88,22 @@ def default_reason() -> str:
     return _decide()[1]
 
 
-def resolve(backend) -> str:
-    """The backend a call runs on: ``None`` means the process default."""
+def resolve(backend, family: str = "bf16") -> str:
+    """The backend a call of the ``family`` kernels runs on: ``None`` means the process default.
+
+    ``auto`` decides per family (a Sapphire Rapids has AMX-BF16 but not
+    AMX-FP16, so its fp16 calls run on the emulator and say so); a backend
+    named by the call or by PYAMX_BACKEND is used or the call fails.
+    """
     if backend is None:
-        return default_backend()
-    choice = parse_choice(backend, "backend")
-    if choice == "auto":
-        return "native" if native_status()[0] else "emulator"
-    if choice == "native":
-        usable, reason = native_status()
-        if not usable:
-            raise _unavailable(reason, "backend='native'")
-    return choice
+        choice, source = REQUESTED, f"{ENV_VAR}=native"
+        if choice == "native":
+            default_backend()  # the process-wide refusal comes first
+    else:
+        choice, source = parse_choice(backend, "backend"), "backend='native'"
+    if choice == "emulator":
+        return "emulator"
+    usable, reason = native_status(family)
+    if choice == "native" and not usable:
+        raise _unavailable(reason, source)
+    return "native" if usable else "emulator"

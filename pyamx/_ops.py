@@ -8,8 +8,11 @@ from . import _backend, emulator
 from ._result import AMXResult, label
 
 
+_FAMILY = {"tdpbf16ps": "bf16", "tdpfp16ps": "fp16"}
+
+
 def _run(fn, operands, backend, emulate, c_view):
-    chosen = _backend.resolve(backend)
+    chosen = _backend.resolve(backend, _FAMILY.get(fn, "int8"))
     if chosen == "emulator":
         return label(emulate(operands).view(c_view), "emulator")
     from . import native

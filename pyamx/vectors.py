@@ -134,8 +134,7 @@ def _supported(backend: str) -> tuple:
         return tuple(INSTRUCTIONS)
     from . import native
 
-    supported = getattr(native, "supported_instructions", None)
-    return tuple(supported()) if supported else ("tdpbf16ps",)
+    return tuple(i for i in INSTRUCTIONS if native.available(native.OPS[i][1])[0])
 
 
 def record(path, backend: str = "emulator", seed: int = 2026, per_class: int = 4) -> dict:

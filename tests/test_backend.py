@@ -21,7 +21,8 @@ def _ops():
 
 
 def _python(code: str, **env) -> subprocess.CompletedProcess:
-    full_env = {k: v for k, v in os.environ.items() if k not in ("PYAMX_BACKEND", "PYAMX_TRAP_EMULATION")}
+    # PYAMX_TRAP_EMULATION stays: the child must see native as this process does.
+    full_env = {k: v for k, v in os.environ.items() if k != "PYAMX_BACKEND"}
     full_env.update(env)
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=full_env, timeout=120)
 

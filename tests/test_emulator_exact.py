@@ -7,6 +7,7 @@ import pytest
 
 from pyamx import testing as gen
 import reference
+import pyamx
 from pyamx import emulator
 from pyamx.emulator import Numerics
 
@@ -36,6 +37,17 @@ def test_every_input_class_matches_reference(cls, structure):
         got = emulator.tdpbf16ps(c, a, b, numerics=structure)
         want = reference.tdpbf16ps(c, a, b, structure=structure)
         _compare(f"{structure}/{cls} M={m} K={k} N={n}", got, want, c, a, b)
+
+
+@pytest.mark.parametrize("cls", gen.CLASSES)
+def test_default_backend_matches_reference(cls):
+    """pyamx.tdpbf16ps on the process default backend: under PYAMX_BACKEND=native this holds
+    silicon (or the trap mode) directly against the independent reference."""
+    rng = np.random.default_rng([SEED, 99, gen.CLASSES.index(cls)])
+    for m, k, n in gen.shapes(rng, 10):
+        c, a, b = gen.operands(rng, m, k, n, cls)
+        got = pyamx.tdpbf16ps(c, a, b)
+        _compare(f"backend {got.backend}/{cls} M={m} K={k} N={n}", got, reference.tdpbf16ps(c, a, b), c, a, b)
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,159 @@
+"""Build the private C extension ``pyamx._native`` with cffi (API mode, out of line).
+
+``python build.py`` builds it in place (``pyamx/_native*.so``) for
+development; ``pip install .`` builds it through setup.py's
+``cffi_modules=["build.py:ffibuilder"]``.
+
+The C API is declared once, in csrc/pyamx.h, and fed whole to cdef(); every
+csrc/*.c file is compiled, so a new source file joins by existing. Whether
+the AMX kernels are compiled in is decided here by test-compiling the AMX
+target attributes and intrinsics with the compiler that will build the
+module: GCC >= 11 and clang >= 12 on x86-64 pass; anything else builds the
+module without kernels (detection still works and says so). Building never
+needs AMX hardware.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+from cffi import FFI
+
+HERE = Path(__file__).resolve().parent
+CSRC = HERE / "csrc"
+MODULE = "pyamx._native"
+
+# Forces a build without kernels, to exercise that configuration on any machine.
+DISABLE_ENV = "PYAMX_DISABLE_AMX_KERNELS"
+
+_AMX_TEST_SOURCE = r"""
+#include <immintrin.h>
+#if !defined(__x86_64__) || !defined(__linux__)
+#error "AMX kernels are built for x86-64 Linux only"
+#endif
+__attribute__((target("amx-tile,amx-bf16"))) void pyamx_probe_bf16(void *p, long s)
+{ _tile_loadd(1, p, s); _tile_dpbf16ps(0, 1, 2); _tile_stored(0, p, s); _tile_release(); }
+__attribute__((target("amx-tile,amx-int8"))) void pyamx_probe_int8(void)
+{ _tile_dpbssd(0, 1, 2); _tile_dpbuud(3, 4, 5); }
+__attribute__((target("amx-tile"))) void pyamx_probe_cfg(void *p)
+{ _tile_loadconfig(p); _tile_storeconfig(p); _tile_stream_loadd(0, p, 64); _tile_zero(0); }
+"""
+
+
+def read_version() -> str:
+    """The package version, from pyamx/_version.py (the single source)."""
+    text = (HERE / "pyamx" / "_version.py").read_text(encoding="utf-8")
+    match = re.search(r"""^__version__\s*=\s*["']([^"']+)["']""", text, re.M)
+    if not match:
+        raise RuntimeError("pyamx/_version.py does not define __version__")
+    return match.group(1)
+
+
+def cdef_text(header: Path = CSRC / "pyamx.h") -> str:
+    """The header without preprocessor lines: what cffi's cdef() can parse."""
+    lines = header.read_text(encoding="utf-8").splitlines()
+    return "\n".join(line for line in lines if not line.lstrip().startswith("#"))
+
+
+def c_sources() -> list[str]:
+    """Every csrc/*.c file, sorted, relative to this directory when possible.
+
+    setuptools wants relative source paths; cffi's in-place compile runs in
+    its own temporary directory and needs absolute ones, so main() asks for
+    those.
+    """
+    return [str(p.relative_to(HERE)) for p in sorted(CSRC.glob("*.c"))]
+
+
+def _new_compiler():
+    import setuptools  # noqa: F401  (installs setuptools' distutils)
+    from distutils.ccompiler import new_compiler
+    from distutils.sysconfig import customize_compiler
+
+    compiler = new_compiler()
+    customize_compiler(compiler)
+    return compiler
+
+
+def amx_kernels_supported() -> tuple[bool, str]:
+    """Test-compile the AMX intrinsics; ``(supported, why)``."""
+    if os.environ.get(DISABLE_ENV) == "1":
+        return False, f"{DISABLE_ENV}=1"
+    tmp = tempfile.mkdtemp(prefix="pyamx-amx-test-")
+    try:
+        src = Path(tmp) / "amx_test.c"
+        src.write_text(_AMX_TEST_SOURCE, encoding="utf-8")
+        compiler = _new_compiler()
+        # The compiler's diagnostics are expected on old toolchains; keep the
+        # build log readable by collecting them instead of printing.
+        with open(Path(tmp) / "log", "w") as log:
+            stdout, stderr = os.dup(1), os.dup(2)
+            try:
+                os.dup2(log.fileno(), 1)
+                os.dup2(log.fileno(), 2)
+                compiler.compile([str(src)], output_dir=tmp)
+            finally:
+                os.dup2(stdout, 1)
+                os.dup2(stderr, 2)
+                os.close(stdout)
+                os.close(stderr)
+        return True, "the compiler accepts the AMX target attributes and intrinsics"
+    except Exception as exc:  # any failure means: build without kernels
+        log_path = Path(tmp) / "log"
+        detail = log_path.read_text(errors="replace").strip().splitlines()[:3] if log_path.exists() else []
+        return False, f"test compile failed ({type(exc).__name__}): {' | '.join(detail) or exc}"
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def make_ffibuilder(absolute_paths: bool = False) -> FFI:
+    """The cffi builder of ``pyamx._native``; prints whether the kernels are in."""
+    version = read_version()
+    have_amx, why = amx_kernels_supported()
+    state = "WITH" if have_amx else "WITHOUT"
+    print(f"pyamx build: compiling pyamx._native {version} {state} the AMX kernels ({why})", file=sys.stderr)
+    macros = [("PYAMX_VERSION", f'"{version}"')]
+    if have_amx:
+        macros.append(("PYAMX_HAVE_AMX", "1"))
+    sources = c_sources()
+    include = "csrc"
+    if absolute_paths:
+        sources = [str(HERE / s) for s in sources]
+        include = str(CSRC)
+    builder = FFI()
+    builder.cdef(cdef_text())
+    builder.set_source(
+        MODULE,
+        '#include "pyamx.h"\n',
+        sources=sources,
+        include_dirs=[include],
+        define_macros=macros,
+        extra_compile_args=["-O2", "-std=gnu11"] if os.name != "nt" else [],
+    )
+    return builder
+
+
+def main() -> None:
+    """Build in place: the module lands in pyamx/, the intermediates in build/."""
+    builder = make_ffibuilder(absolute_paths=True)
+    tmpdir = HERE / "build" / "cffi"
+    tmpdir.mkdir(parents=True, exist_ok=True)
+    built = Path(builder.compile(tmpdir=str(tmpdir), verbose=False))
+    target = HERE / "pyamx" / built.name
+    for stale in (HERE / "pyamx").glob("_native*.so"):
+        stale.unlink()
+    shutil.copy2(built, target)
+    print(f"pyamx build: wrote {target.relative_to(HERE)}", file=sys.stderr)
+
+
+# cffi_modules=["build.py:ffibuilder"] calls this when it is not an FFI, so
+# importing this file (tests do) compiles nothing.
+ffibuilder = make_ffibuilder
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,207 @@
+/* Build facts and the raw values of AMX detection.
+ *
+ * Compiled for baseline x86-64: nothing here executes a tile instruction in
+ * this process. The judgement of the raw values lives in pyamx/detect.py
+ * (pure, tested with recorded values); this file only reads registers and
+ * asks the kernel, and owns the flag that lets the kernels run.
+ */
+#include "pyamx.h"
+#include "internal.h"
+
+#include <errno.h>
+
+#if PYAMX_X86_64_LINUX
+#include <cpuid.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#endif
+
+#ifndef PYAMX_VERSION
+#define PYAMX_VERSION "unknown"
+#endif
+
+/* The trap mode (csrc/trap.c) is written separately and may be absent from
+ * a build; weak references let this file link either way. */
+int pyamx_trap_active(void);
+int pyamx_trap_grant_permission(void);
+#if defined(__GNUC__) && !defined(_WIN32)
+#pragma weak pyamx_trap_active
+#pragma weak pyamx_trap_grant_permission
+#define PYAMX_TRAP_LINKED (pyamx_trap_active != 0 && pyamx_trap_grant_permission != 0)
+#else
+#define PYAMX_TRAP_LINKED 0
+#endif
+
+#define XFEATURE_XTILEDATA 18
+#define ARCH_GET_XCOMP_SUPP 0x1021
+#define ARCH_GET_XCOMP_PERM 0x1022
+#define ARCH_REQ_XCOMP_PERM 0x1023
+
+/* 0: nothing granted; 1: the kernel granted permission but no tile
+ * instruction has been seen to work yet; 2: kernels may run. Written only
+ * by the permission request and the child probe, read by every kernel. */
+static volatile int g_native_state = 0;
+
+int pyamx_internal_ready(void) { return g_native_state == 2; }
+
+const char *pyamx_build_version(void) { return PYAMX_VERSION; }
+
+const char *pyamx_build_compiler(void)
+{
+#if defined(__clang__)
+    return "clang " __clang_version__;
+#elif defined(__GNUC__)
+    return "gcc " __VERSION__;
+#elif defined(_MSC_VER)
+    return "msvc";
+#else
+    return "unknown";
+#endif
+}
+
+int pyamx_build_kernels(void)
+{
+#if PYAMX_HAVE_AMX
+    return PYAMX_KERNEL_BF16 | PYAMX_KERNEL_INT8 | PYAMX_KERNEL_FP16;
+#else
+    return 0;
+#endif
+}
+
+int pyamx_build_x86_64_linux(void) { return PYAMX_X86_64_LINUX; }
+
+int pyamx_trap_linked(void) { return PYAMX_TRAP_LINKED ? 1 : 0; }
+
+int pyamx_native_ready(void) { return pyamx_internal_ready(); }
+
+int pyamx_cpuid(uint32_t leaf, uint32_t subleaf, uint32_t *out4)
+{
+#if PYAMX_X86_64_LINUX
+    unsigned int a, b, c, d;
+    /* __get_cpuid_count refuses leaves above the maximum, which would
+     * otherwise return the data of the highest leaf on Intel. */
+    if (!__get_cpuid_count(leaf, subleaf, &a, &b, &c, &d)) {
+        out4[0] = out4[1] = out4[2] = out4[3] = 0;
+        return PYAMX_E_ARG;
+    }
+    out4[0] = a; out4[1] = b; out4[2] = c; out4[3] = d;
+    return PYAMX_OK;
+#else
+    (void)leaf; (void)subleaf;
+    out4[0] = out4[1] = out4[2] = out4[3] = 0;
+    return PYAMX_E_UNSUPPORTED;
+#endif
+}
+
+int pyamx_xgetbv0(uint64_t *out)
+{
+#if PYAMX_X86_64_LINUX
+    unsigned int a, b, c, d;
+    /* XGETBV is #UD unless the OS set CR4.OSXSAVE: check before executing. */
+    if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & (1u << 27))) {
+        *out = 0;
+        return PYAMX_E_ARG;
+    }
+    uint32_t lo, hi;
+    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    *out = ((uint64_t)hi << 32) | lo;
+    return PYAMX_OK;
+#else
+    *out = 0;
+    return PYAMX_E_UNSUPPORTED;
+#endif
+}
+
+/* Returns 0 or the errno of ARCH_GET_XCOMP_SUPP / ARCH_GET_XCOMP_PERM. */
+int pyamx_arch_prctl_get(int code, uint64_t *out)
+{
+    *out = 0;
+#if PYAMX_X86_64_LINUX
+    if (code != ARCH_GET_XCOMP_SUPP && code != ARCH_GET_XCOMP_PERM)
+        return EINVAL;
+    unsigned long value = 0;
+    if (syscall(SYS_arch_prctl, code, &value) != 0)
+        return errno;
+    *out = value;
+    return 0;
+#else
+    (void)code;
+    return PYAMX_E_UNSUPPORTED;
+#endif
+}
+
+/* Returns 0 or the errno of ARCH_REQ_XCOMP_PERM (or of the trap mode's
+ * emulated grant, when the trap mode is active). */
+int pyamx_request_permission(void)
+{
+#if PYAMX_X86_64_LINUX
+    if (PYAMX_TRAP_LINKED && pyamx_trap_active()) {
+        /* No tile instruction reaches silicon in trap mode, so the grant
+         * is final: there is nothing for a child probe to prove. */
+        int err = pyamx_trap_grant_permission();
+        if (err == 0)
+            g_native_state = 2;
+        return err;
+    }
+    if (syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, (unsigned long)XFEATURE_XTILEDATA) != 0)
+        return errno;
+    if (g_native_state == 0)
+        g_native_state = 1;
+    return 0;
+#else
+    return PYAMX_E_UNSUPPORTED;
+#endif
+}
+
+/* Fork a child that runs LDTILECFG + TILEZERO + TILERELEASE, wait for it and
+ * hand back its wait status. Returns 0, an errno (fork/waitpid), or
+ * PYAMX_E_NOT_READY when permission was not granted first: the child would
+ * die for that reason alone and prove nothing. A clean exit marks the
+ * kernels usable in this process. */
+int pyamx_probe_child(int *wait_status)
+{
+    *wait_status = 0;
+#if PYAMX_X86_64_LINUX
+    if (g_native_state == 0)
+        return PYAMX_E_NOT_READY;
+    pid_t pid = fork();
+    if (pid < 0)
+        return errno;
+    if (pid == 0) {
+        /* Only async-signal-safe calls here: the parent may have threads.
+         * Default dispositions, so an inherited handler (faulthandler under
+         * pytest) cannot turn the verdict into a traceback; no core file;
+         * a watchdog in case a hypervisor hangs instead of faulting. */
+        struct sigaction dfl;
+        dfl.sa_handler = SIG_DFL;
+        dfl.sa_flags = 0;
+        sigemptyset(&dfl.sa_mask);
+        sigaction(SIGILL, &dfl, 0);
+        sigaction(SIGSEGV, &dfl, 0);
+        sigaction(SIGBUS, &dfl, 0);
+        sigaction(SIGALRM, &dfl, 0);
+        struct rlimit nocore = {0, 0};
+        setrlimit(RLIMIT_CORE, &nocore);
+        alarm(10);
+        pyamx_internal_probe_tile_instruction();
+        _exit(0);
+    }
+    int status = 0;
+    for (;;) {
+        pid_t r = waitpid(pid, &status, 0);
+        if (r == pid)
+            break;
+        if (r < 0 && errno != EINTR)
+            return errno;
+    }
+    *wait_status = status;
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 0)
+        g_native_state = 2;
+    return 0;
+#else
+    return PYAMX_E_UNSUPPORTED;
+#endif
+}

@@ -1,0 +1,380 @@
+/* The AMX kernels: one-shot dot products and the step-by-step tile machine.
+ *
+ * Every function that executes a tile instruction carries its own
+ * target("amx-...") attribute, so the rest of the module stays baseline
+ * x86-64. Nothing runs unless detection said yes (pyamx_internal_ready()).
+ *
+ * The Python layer (pyamx/native.py) validates every operand against the
+ * shared fault rules first; the checks repeated here are the cheap ones that
+ * stand between a bad call and a fatal #UD/#GP (SIGILL/SIGSEGV), since this
+ * module can be called directly.
+ */
+#include "pyamx.h"
+#include "internal.h"
+
+#include <string.h>
+
+#if PYAMX_X86_64_LINUX
+/* Raw encodings rather than mnemonics: the probe must exist in every
+ * x86-64 build, whatever the assembler knows, because it is how detection
+ * catches a hypervisor that advertises AMX without delivering it. */
+void pyamx_internal_probe_tile_instruction(void)
+{
+    static const uint8_t cfg[64] __attribute__((aligned(64))) = {[0] = 1, [16] = 4, [48] = 1};
+    __asm__ volatile(
+        ".byte 0xc4, 0xe2, 0x78, 0x49, 0x00\n\t" /* LDTILECFG (%rax) */
+        ".byte 0xc4, 0xe2, 0x7b, 0x49, 0xc0\n\t" /* TILEZERO tmm0 */
+        ".byte 0xc4, 0xe2, 0x78, 0x49, 0xc0\n\t" /* TILERELEASE */
+        :
+        : "a"(cfg)
+        : "memory");
+}
+#else
+void pyamx_internal_probe_tile_instruction(void) {}
+#endif
+
+/* The LDTILECFG #GP rules (SEMANTICS.md section 1), repeated in C because a
+ * #GP here is a SIGSEGV that kills the interpreter. */
+static int cfg_legal(const uint8_t *cfg)
+{
+    if (cfg[0] == 0)
+        return 1;
+    if (cfg[0] != 1)
+        return 0;
+    for (int i = 2; i < 16; i++)
+        if (cfg[i]) return 0;
+    for (int i = 32; i < 48; i++)
+        if (cfg[i]) return 0;
+    for (int i = 56; i < 64; i++)
+        if (cfg[i]) return 0;
+    for (int t = 0; t < 8; t++) {
+        unsigned colsb = cfg[16 + 2 * t] | (cfg[17 + 2 * t] << 8);
+        unsigned rows = cfg[48 + t];
+        if (colsb > 64 || rows > 16 || ((colsb == 0) != (rows == 0)))
+            return 0;
+    }
+    return 1;
+}
+
+static int distinct_tiles(int dst, int src1, int src2)
+{
+    return dst >= 0 && dst < 8 && src1 >= 0 && src1 < 8 && src2 >= 0 && src2 < 8 &&
+           dst != src1 && dst != src2 && src1 != src2;
+}
+
+#if PYAMX_HAVE_AMX
+#include <immintrin.h>
+
+#define AMX_TILE __attribute__((target("amx-tile")))
+#define AMX_BF16 __attribute__((target("amx-tile,amx-bf16")))
+#define AMX_INT8 __attribute__((target("amx-tile,amx-int8")))
+
+/* The tile intrinsics are asm statements that do not tell the compiler they
+ * touch memory; a barrier keeps C accesses to tile buffers on their side. */
+#define BARRIER() __asm__ volatile("" ::: "memory")
+
+#define EACH_TILE(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7)
+
+/* A dot product on any register triple as raw bytes: the register numbers
+ * are immediates, and GAS rejects the (unreachable, #UD) cases of equal
+ * registers that a generated switch must still spell out. Encoding:
+ * VEX.128.<pp>.0F38.W0 <opc> /r, ModRM 11:dst:src1, VEX.vvvv = ~src2;
+ * pp 0 = NP, 1 = 66, 2 = F3, 3 = F2. Checked against GAS's own encoding of
+ * TDPBF16PS/TDPBxxD with objdump. */
+#define DP_BYTES(pp, opc, d, s1, s2)                                        \
+    __asm__ volatile(".byte 0xc4, 0xe2, %c0, " #opc ", %c1"                 \
+                     :                                                      \
+                     : "i"(((~(s2) & 15) << 3) | (pp)), "i"(0xc0 | ((d) << 3) | (s1)))
+
+#define DP_CASE(pp, opc, d, s1, s2) case (d) * 64 + (s1) * 8 + (s2): DP_BYTES(pp, opc, d, s1, s2); break;
+#define DP_S2(pp, opc, d, s1)                                                                  \
+    DP_CASE(pp, opc, d, s1, 0) DP_CASE(pp, opc, d, s1, 1) DP_CASE(pp, opc, d, s1, 2)           \
+    DP_CASE(pp, opc, d, s1, 3) DP_CASE(pp, opc, d, s1, 4) DP_CASE(pp, opc, d, s1, 5)           \
+    DP_CASE(pp, opc, d, s1, 6) DP_CASE(pp, opc, d, s1, 7)
+#define DP_S1(pp, opc, d)                                                                      \
+    DP_S2(pp, opc, d, 0) DP_S2(pp, opc, d, 1) DP_S2(pp, opc, d, 2) DP_S2(pp, opc, d, 3)        \
+    DP_S2(pp, opc, d, 4) DP_S2(pp, opc, d, 5) DP_S2(pp, opc, d, 6) DP_S2(pp, opc, d, 7)
+#define DP_SWITCH(index, pp, opc)                                                              \
+    switch (index) {                                                                           \
+        DP_S1(pp, opc, 0) DP_S1(pp, opc, 1) DP_S1(pp, opc, 2) DP_S1(pp, opc, 3)                \
+        DP_S1(pp, opc, 4) DP_S1(pp, opc, 5) DP_S1(pp, opc, 6) DP_S1(pp, opc, 7)                \
+        default: return PYAMX_E_ARG;                                                           \
+    }
+
+/* ---- saving and restoring the thread's tile state ---- */
+
+typedef struct {
+    uint8_t cfg[64] __attribute__((aligned(64)));
+    uint8_t tiles[8][16][64] __attribute__((aligned(64)));
+} tile_state;
+
+static inline int cfg_rows(const uint8_t *cfg, int t) { return cfg[48 + t]; }
+
+AMX_TILE static void store_tile(int t, void *dst, long stride)
+{
+#define STORE_CASE(n) case n: _tile_stored(n, dst, stride); break;
+    switch (t) { EACH_TILE(STORE_CASE) default: break; }
+#undef STORE_CASE
+    BARRIER();
+}
+
+AMX_TILE static void load_tile(int t, const void *src, long stride, int t1)
+{
+    BARRIER();
+#define LOAD_CASE(n) case n: _tile_loadd(n, src, stride); break;
+#define LOADT1_CASE(n) case n: _tile_stream_loadd(n, src, stride); break;
+    if (t1) {
+        switch (t) { EACH_TILE(LOADT1_CASE) default: break; }
+    } else {
+        switch (t) { EACH_TILE(LOAD_CASE) default: break; }
+    }
+#undef LOAD_CASE
+#undef LOADT1_CASE
+}
+
+/* Whatever this thread configured (a NativeMachine, or other code) is kept:
+ * the config and every configured tile, stored with stride 64. A pending
+ * start_row cannot be kept (the first store would consume it, and only
+ * LDTILECFG, which zeroes the tiles, can set it again), so that is refused
+ * before anything changes. */
+AMX_TILE static int save_state(tile_state *s)
+{
+    _tile_storeconfig(s->cfg);
+    BARRIER();
+    if (s->cfg[0] == 0)
+        return PYAMX_OK;
+    if (s->cfg[1] != 0)
+        return PYAMX_E_START_ROW;
+    for (int t = 0; t < 8; t++)
+        if (cfg_rows(s->cfg, t))
+            store_tile(t, s->tiles[t], 64);
+    return PYAMX_OK;
+}
+
+AMX_TILE static void restore_state(const tile_state *s)
+{
+    if (s->cfg[0] == 0) {
+        _tile_release();
+        return;
+    }
+    BARRIER();
+    _tile_loadconfig(s->cfg);
+    for (int t = 0; t < 8; t++)
+        if (cfg_rows(s->cfg, t))
+            load_tile(t, s->tiles[t], 64, 0);
+}
+
+/* ---- one-shot dot products: tmm0 (C) += tmm1 (A) . tmm2 (B) ---- */
+
+AMX_TILE static void oneshot_setup(const uint32_t *c, const void *a, const void *b, int m, int k, int n)
+{
+    uint8_t cfg[64] __attribute__((aligned(64)));
+    memset(cfg, 0, sizeof cfg);
+    cfg[0] = 1;
+    cfg[16] = (uint8_t)(4 * n); cfg[48] = (uint8_t)m; /* tmm0: C, M x N dwords */
+    cfg[18] = (uint8_t)(4 * k); cfg[49] = (uint8_t)m; /* tmm1: A, M x K dwords */
+    cfg[20] = (uint8_t)(4 * n); cfg[50] = (uint8_t)k; /* tmm2: B, K x N dwords */
+    BARRIER();
+    _tile_loadconfig(cfg);
+    load_tile(0, c, 4L * n, 0);
+    load_tile(1, a, 4L * k, 0);
+    load_tile(2, b, 4L * n, 0);
+}
+
+AMX_BF16 static void oneshot_bf16(uint32_t *c, const void *a, const void *b, int m, int k, int n)
+{
+    oneshot_setup(c, a, b, m, k, n);
+    _tile_dpbf16ps(0, 1, 2);
+    store_tile(0, c, 4L * n);
+}
+
+AMX_TILE static void oneshot_fp16(uint32_t *c, const void *a, const void *b, int m, int k, int n)
+{
+    oneshot_setup(c, a, b, m, k, n);
+    DP_BYTES(3, 0x5c, 0, 1, 2); /* TDPFP16PS tmm0, tmm1, tmm2: GCC 12 has no -mamx-fp16 */
+    store_tile(0, c, 4L * n);
+}
+
+AMX_INT8 static void oneshot_int8(int op, uint32_t *c, const void *a, const void *b, int m, int k, int n)
+{
+    oneshot_setup(c, a, b, m, k, n);
+    switch (op) {
+    case PYAMX_OP_TDPBSSD: _tile_dpbssd(0, 1, 2); break;
+    case PYAMX_OP_TDPBSUD: _tile_dpbsud(0, 1, 2); break;
+    case PYAMX_OP_TDPBUSD: _tile_dpbusd(0, 1, 2); break;
+    default: _tile_dpbuud(0, 1, 2); break;
+    }
+    store_tile(0, c, 4L * n);
+}
+
+int pyamx_dp_oneshot(int op, uint32_t *c, const void *a, const void *b, int m, int k, int n)
+{
+    if (!pyamx_internal_ready())
+        return PYAMX_E_NOT_READY;
+    if (op < PYAMX_OP_TDPBF16PS || op > PYAMX_OP_TDPBUUD || m < 1 || m > 16 || k < 1 || k > 16 ||
+        n < 1 || n > 16)
+        return PYAMX_E_ARG;
+    tile_state saved;
+    int rc = save_state(&saved);
+    if (rc != PYAMX_OK)
+        return rc;
+    if (op == PYAMX_OP_TDPBF16PS)
+        oneshot_bf16(c, a, b, m, k, n);
+    else if (op == PYAMX_OP_TDPFP16PS)
+        oneshot_fp16(c, a, b, m, k, n);
+    else
+        oneshot_int8(op, c, a, b, m, k, n);
+    restore_state(&saved);
+    return PYAMX_OK;
+}
+
+/* ---- the tile machine, one instruction per call ---- */
+
+AMX_TILE int pyamx_ldtilecfg(const uint8_t *cfg64)
+{
+    if (!pyamx_internal_ready())
+        return PYAMX_E_NOT_READY;
+    if (!cfg_legal(cfg64))
+        return PYAMX_E_ARG;
+    uint8_t cfg[64] __attribute__((aligned(64)));
+    memcpy(cfg, cfg64, 64);
+    BARRIER();
+    _tile_loadconfig(cfg);
+    return PYAMX_OK;
+}
+
+AMX_TILE int pyamx_sttilecfg(uint8_t *cfg64)
+{
+    if (!pyamx_internal_ready())
+        return PYAMX_E_NOT_READY;
+    uint8_t cfg[64] __attribute__((aligned(64)));
+    _tile_storeconfig(cfg);
+    BARRIER();
+    memcpy(cfg64, cfg, 64);
+    return PYAMX_OK;
+}
+
+AMX_TILE int pyamx_tileloadd(int tmm, const uint8_t *base, int64_t stride, int t1)
+{
+    if (!pyamx_internal_ready())
+        return PYAMX_E_NOT_READY;
+    if (tmm < 0 || tmm > 7)
+        return PYAMX_E_ARG;
+    load_tile(tmm, base, (long)stride, t1);
+    return PYAMX_OK;
+}
+
+AMX_TILE int pyamx_tilestored(int tmm, uint8_t *base, int64_t stride)
+{
+    if (!pyamx_internal_ready())
+        return PYAMX_E_NOT_READY;
+    if (tmm < 0 || tmm > 7)
+        return PYAMX_E_ARG;
+    store_tile(tmm, base, (long)stride);
+    return PYAMX_OK;
+}
+
+AMX_TILE int pyamx_tilezero(int tmm)
+{
+    if (!pyamx_internal_ready())
+        return PYAMX_E_NOT_READY;
+#define ZERO_CASE(n) case n: _tile_zero(n); break;
+    switch (tmm) { EACH_TILE(ZERO_CASE) default: return PYAMX_E_ARG; }
+#undef ZERO_CASE
+    return PYAMX_OK;
+}
+
+AMX_TILE int pyamx_tilerelease(void)
+{
+    if (!pyamx_internal_ready())
+        return PYAMX_E_NOT_READY;
+    _tile_release();
+    return PYAMX_OK;
+}
+
+AMX_BF16 static int tdp_bf16(int index) { DP_SWITCH(index, 2, 0x5c) return PYAMX_OK; }
+AMX_TILE static int tdp_fp16(int index) { DP_SWITCH(index, 3, 0x5c) return PYAMX_OK; }
+AMX_INT8 static int tdp_ssd(int index) { DP_SWITCH(index, 3, 0x5e) return PYAMX_OK; }
+AMX_INT8 static int tdp_sud(int index) { DP_SWITCH(index, 2, 0x5e) return PYAMX_OK; }
+AMX_INT8 static int tdp_usd(int index) { DP_SWITCH(index, 1, 0x5e) return PYAMX_OK; }
+AMX_INT8 static int tdp_uud(int index) { DP_SWITCH(index, 0, 0x5e) return PYAMX_OK; }
+
+int pyamx_tdp(int op, int dst, int src1, int src2)
+{
+    if (!pyamx_internal_ready())
+        return PYAMX_E_NOT_READY;
+    if (!distinct_tiles(dst, src1, src2))
+        return PYAMX_E_ARG;
+    int index = dst * 64 + src1 * 8 + src2;
+    switch (op) {
+    case PYAMX_OP_TDPBF16PS: return tdp_bf16(index);
+    case PYAMX_OP_TDPFP16PS: return tdp_fp16(index);
+    case PYAMX_OP_TDPBSSD: return tdp_ssd(index);
+    case PYAMX_OP_TDPBSUD: return tdp_sud(index);
+    case PYAMX_OP_TDPBUSD: return tdp_usd(index);
+    case PYAMX_OP_TDPBUUD: return tdp_uud(index);
+    default: return PYAMX_E_ARG;
+    }
+}
+
+int pyamx_save_tiles(uint8_t *cfg64, uint8_t *tiles8192)
+{
+    if (!pyamx_internal_ready())
+        return PYAMX_E_NOT_READY;
+    tile_state s;
+    memset(s.tiles, 0, sizeof s.tiles);
+    int rc = save_state(&s);
+    if (rc != PYAMX_OK)
+        return rc;
+    memcpy(cfg64, s.cfg, 64);
+    memcpy(tiles8192, s.tiles, sizeof s.tiles);
+    return PYAMX_OK;
+}
+
+int pyamx_restore_tiles(const uint8_t *cfg64, const uint8_t *tiles8192)
+{
+    if (!pyamx_internal_ready())
+        return PYAMX_E_NOT_READY;
+    if (!cfg_legal(cfg64) || cfg64[1] != 0)
+        return PYAMX_E_ARG;
+    tile_state s;
+    memcpy(s.cfg, cfg64, 64);
+    memcpy(s.tiles, tiles8192, sizeof s.tiles);
+    restore_state(&s);
+    return PYAMX_OK;
+}
+
+#else /* !PYAMX_HAVE_AMX: the module installs without kernels */
+
+int pyamx_dp_oneshot(int op, uint32_t *c, const void *a, const void *b, int m, int k, int n)
+{
+    (void)op; (void)c; (void)a; (void)b; (void)m; (void)k; (void)n;
+    return PYAMX_E_NO_KERNEL;
+}
+int pyamx_ldtilecfg(const uint8_t *cfg64) { (void)cfg64; (void)cfg_legal; return PYAMX_E_NO_KERNEL; }
+int pyamx_sttilecfg(uint8_t *cfg64) { (void)cfg64; return PYAMX_E_NO_KERNEL; }
+int pyamx_tileloadd(int tmm, const uint8_t *base, int64_t stride, int t1)
+{
+    (void)tmm; (void)base; (void)stride; (void)t1;
+    return PYAMX_E_NO_KERNEL;
+}
+int pyamx_tilestored(int tmm, uint8_t *base, int64_t stride)
+{
+    (void)tmm; (void)base; (void)stride;
+    return PYAMX_E_NO_KERNEL;
+}
+int pyamx_tilezero(int tmm) { (void)tmm; return PYAMX_E_NO_KERNEL; }
+int pyamx_tilerelease(void) { return PYAMX_E_NO_KERNEL; }
+int pyamx_tdp(int op, int dst, int src1, int src2)
+{
+    (void)op; (void)distinct_tiles(dst, src1, src2);
+    return PYAMX_E_NO_KERNEL;
+}
+int pyamx_save_tiles(uint8_t *cfg64, uint8_t *tiles8192) { (void)cfg64; (void)tiles8192; return PYAMX_E_NO_KERNEL; }
+int pyamx_restore_tiles(const uint8_t *cfg64, const uint8_t *tiles8192)
+{
+    (void)cfg64; (void)tiles8192;
+    return PYAMX_E_NO_KERNEL;
+}
+
+#endif

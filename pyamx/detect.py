@@ -1,0 +1,699 @@
+"""Is AMX usable in this process? Every stage, its raw value and its verdict.
+
+Two halves:
+
+* pure functions over raw values (CPUID register tuples, the XCR0 integer,
+  errno numbers, a child's wait status) that decode and judge them; they are
+  tested with values recorded on real and virtual machines;
+* the live part (:func:`collect` and :func:`report`), which asks the C module
+  for those raw values one stage at a time, never goes past a failed stage
+  into anything with side effects, and is decided once per process.
+
+The stages follow SEMANTICS.md section 5: CPUID feature bits and palette,
+OSXSAVE and XCR0, the kernel's XCOMP_SUPP, the permission request, the
+granted permission, and finally a forked child that executes one tile
+instruction, so a hypervisor that advertises AMX without delivering it kills
+the child, never this process.
+"""
+
+from __future__ import annotations
+
+import errno as _errno
+import os
+import platform
+import signal
+import sys
+import threading
+from dataclasses import dataclass, field, replace
+from types import MappingProxyType
+from typing import Mapping, NamedTuple, Optional, Tuple
+
+# -- constants of the hardware and kernel interfaces --------------------------
+
+BIT_AMX_BF16 = 22  # CPUID.(7,0):EDX
+BIT_AMX_TILE = 24  # CPUID.(7,0):EDX
+BIT_AMX_INT8 = 25  # CPUID.(7,0):EDX
+BIT_AMX_FP16 = 21  # CPUID.(7,1):EAX
+BIT_OSXSAVE = 27  # CPUID.1:ECX
+XFEATURE_XTILECFG = 17
+XFEATURE_XTILEDATA = 18
+ARCH_GET_XCOMP_SUPP = 0x1021
+ARCH_GET_XCOMP_PERM = 0x1022
+ARCH_REQ_XCOMP_PERM = 0x1023
+
+#: the (leaf, sub-leaf) pairs detection reads
+CPUID_LEAVES = ((0, 0), (1, 0), (7, 0), (7, 1), (0x1D, 0), (0x1D, 1), (0x1E, 0))
+
+#: what pyamx's tile model (SEMANTICS.md section 1) assumes of palette 1
+PALETTE1 = MappingProxyType(
+    {"total_tile_bytes": 8192, "bytes_per_tile": 1024, "bytes_per_row": 64, "max_names": 8, "max_rows": 16}
+)
+TMUL = MappingProxyType({"tmul_maxk": 16, "tmul_maxn": 64})
+
+#: Intel family-6 models that have AMX on silicon; a zero AMX-TILE bit on one
+#: of them means something between the program and the CPU hides it.
+AMX_MODELS = MappingProxyType(
+    {143: "Sapphire Rapids", 207: "Emerald Rapids", 173: "Granite Rapids", 174: "Granite Rapids-D"}
+)
+
+#: C status codes (csrc/pyamx.h, enum pyamx_status)
+E_NOT_READY, E_NO_KERNEL, E_ARG, E_START_ROW, E_UNSUPPORTED = -1, -2, -3, -4, -5
+
+KERNEL_BITS = MappingProxyType({"bf16": 1, "int8": 2, "fp16": 4})
+KERNEL_FEATURE = MappingProxyType({"bf16": "amx_bf16", "int8": "amx_int8", "fp16": "amx_fp16"})
+
+TRAP_ENV = "PYAMX_TRAP_EMULATION"
+
+FAULTHANDLER_FIXED = {(3, 9): (3, 9, 12), (3, 10): (3, 10, 4)}  # 3.11+ fixed from the start
+
+# -- raw values ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class BuildFacts:
+    """What the C module says about itself."""
+
+    version: str
+    compiler: str
+    kernels: frozenset  # families compiled in: {"bf16", "int8", "fp16"}
+    x86_64_linux: bool
+    trap_linked: bool = False
+
+
+@dataclass(frozen=True)
+class TrapFacts:
+    """The trap-and-emulate mode, consulted only when silicon said no."""
+
+    available: bool  # pyamx.trap could be imported
+    requested: bool = False
+    error: Optional[str] = None  # why requested() / enable() / the grant failed
+    active: bool = False
+    kernels: Optional[frozenset] = None  # families the trap emulates; None = all built ones
+
+
+@dataclass(frozen=True)
+class RawFacts:
+    """Every raw value detection looks at; ``None`` means "not read" (an earlier stage failed)."""
+
+    system: str
+    machine: str
+    python: Tuple[int, int, int]
+    build: Optional[BuildFacts] = None
+    build_error: Optional[str] = None
+    cpuid: Optional[Mapping] = None  # {(leaf, subleaf): (eax, ebx, ecx, edx)}
+    xcr0: Optional[int] = None
+    xcomp_supp: Optional[Tuple[int, int]] = None  # (errno, value)
+    perm_request: Optional[int] = None  # errno, 0 = granted
+    xcomp_perm: Optional[Tuple[int, int]] = None  # (errno, value)
+    child: Optional[Tuple[int, int]] = None  # (errno or C status, wait status)
+    trap: Optional[TrapFacts] = None
+
+
+class Stage(NamedTuple):
+    """One detection stage: ``ok`` is True/False, or None for information and stages not run."""
+
+    name: str
+    value: str
+    ok: Optional[bool]
+
+
+@dataclass(frozen=True)
+class Report:
+    """The verdict: frozen, one per process from :func:`report`."""
+
+    amx_usable: bool
+    reason: str  # "ok", or the first failing stage and its remedy
+    mode: Optional[str]  # "silicon", "trap" or None
+    stages: Tuple[Stage, ...]
+    kernels: frozenset  # families native can run: subset of {"bf16", "int8", "fp16"}
+    cpu: Mapping = field(default_factory=lambda: MappingProxyType({}))
+    build: Mapping = field(default_factory=lambda: MappingProxyType({}))
+    warning: Optional[str] = None  # loud text when native means trapped, not silicon
+
+    def as_dict(self) -> dict:
+        """A JSON-ready dict of everything in the report."""
+        return {
+            "amx_usable": self.amx_usable,
+            "reason": self.reason,
+            "mode": self.mode,
+            "kernels": sorted(self.kernels),
+            "warning": self.warning,
+            "cpu": dict(self.cpu),
+            "build": dict(self.build),
+            "stages": [{"name": s.name, "value": s.value, "ok": s.ok} for s in self.stages],
+        }
+
+
+# -- pure decoders ---------------------------------------------------------------
+
+
+def bit(value: int, n: int) -> bool:
+    return bool((value >> n) & 1)
+
+
+def decode_vendor(leaf0: Tuple[int, int, int, int]) -> str:
+    """The 12-character vendor string of CPUID leaf 0 (EBX, EDX, ECX order)."""
+    _, ebx, ecx, edx = leaf0
+    return b"".join(r.to_bytes(4, "little") for r in (ebx, edx, ecx)).decode("ascii", "replace")
+
+
+def decode_signature(eax: int) -> Tuple[int, int, int]:
+    """(family, model, stepping) from CPUID.1:EAX with the extended fields applied."""
+    stepping = eax & 0xF
+    base_family = (eax >> 8) & 0xF
+    family, model = base_family, (eax >> 4) & 0xF
+    if base_family == 0xF:
+        family += (eax >> 20) & 0xFF
+    if base_family in (6, 0xF):
+        model += ((eax >> 16) & 0xF) << 4
+    return family, model, stepping
+
+
+def decode_features(cpuid: Mapping) -> dict:
+    """AMX and XSAVE feature bits from the CPUID leaves (missing leaves read as zero)."""
+    zero = (0, 0, 0, 0)
+    max_leaf = cpuid.get((0, 0), zero)[0]
+    l1 = cpuid.get((1, 0), zero)
+    l70 = cpuid.get((7, 0), zero) if max_leaf >= 7 else zero
+    l71 = cpuid.get((7, 1), zero) if max_leaf >= 7 and l70[0] >= 1 else zero
+    return {
+        "max_leaf": max_leaf,
+        "amx_tile": bit(l70[3], BIT_AMX_TILE),
+        "amx_bf16": bit(l70[3], BIT_AMX_BF16),
+        "amx_int8": bit(l70[3], BIT_AMX_INT8),
+        "amx_fp16": bit(l71[0], BIT_AMX_FP16),
+        "osxsave": bit(l1[2], BIT_OSXSAVE),
+    }
+
+
+def decode_palette(cpuid: Mapping) -> Optional[dict]:
+    """Palette 1 and TMUL limits from leaves 0x1D/0x1E, or None when the CPU has no leaf 0x1D."""
+    zero = (0, 0, 0, 0)
+    if cpuid.get((0, 0), zero)[0] < 0x1D:
+        return None
+    max_palette = cpuid.get((0x1D, 0), zero)[0]
+    a, b, c, _ = cpuid.get((0x1D, 1), zero)
+    out = {
+        "max_palette": max_palette,
+        "total_tile_bytes": a & 0xFFFF,
+        "bytes_per_tile": a >> 16,
+        "bytes_per_row": b & 0xFFFF,
+        "max_names": b >> 16,
+        "max_rows": c & 0xFFFF,
+    }
+    if cpuid.get((0, 0), zero)[0] >= 0x1E:
+        tb = cpuid.get((0x1E, 0), zero)[1]
+        out.update(tmul_maxk=tb & 0xFF, tmul_maxn=(tb >> 8) & 0xFFFF)
+    return out
+
+
+def errno_name(err: int) -> str:
+    """``"ENOSPC"`` for 28 on Linux; C status codes and unknown numbers get a readable name."""
+    if err == 0:
+        return "OK"
+    if err == E_UNSUPPORTED:
+        return "UNSUPPORTED (not x86-64 Linux)"
+    if err == E_NOT_READY:
+        return "NOT_READY"
+    return _errno.errorcode.get(err, f"errno {err}")
+
+
+def faulthandler_fixed(python: Tuple[int, int, int]) -> bool:
+    """Whether this CPython's faulthandler sizes its sigaltstack for AMX (3.9.12, 3.10.4, 3.11+)."""
+    python = tuple(python[:3])
+    if python[:2] >= (3, 11):
+        return True
+    fixed = FAULTHANDLER_FIXED.get(python[:2])
+    return fixed is not None and python >= fixed
+
+
+def permission_remedy(err: int, python: Tuple[int, int, int] = (3, 11, 0)) -> str:
+    """Why ARCH_REQ_XCOMP_PERM failed with ``err`` and what to do about it."""
+    if err == _errno.ENOSPC:
+        where = ".".join(map(str, python[:3]))
+        old = (
+            f"this CPython {where} predates the fix (3.9.12 / 3.10.4 / 3.11), so its faulthandler "
+            "(enabled by pytest, -X faulthandler, PYTHONFAULTHANDLER) installs a too-small one"
+            if not faulthandler_fixed(python)
+            else f"this CPython {where} sizes faulthandler's stack correctly, so another library installed a small one"
+        )
+        return (
+            "ENOSPC: a thread's sigaltstack is too small for the AMX signal frame (about 11 KiB); "
+            f"{old}. Fix: upgrade CPython, or run pytest with -p no:faulthandler, or request the "
+            "permission (import pyamx and call pyamx.detect.report()) before faulthandler is enabled"
+        )
+    if err == _errno.EINVAL:
+        return (
+            "EINVAL: the kernel does not know XTILEDATA: Linux older than 5.16, or a sandbox "
+            "(gVisor) that implements arch_prctl without AMX. Fix: run on Linux >= 5.16, outside gVisor"
+        )
+    if err == _errno.EOPNOTSUPP:
+        return (
+            "EOPNOTSUPP: the kernel does not support AMX state on this CPU (XTILEDATA missing from "
+            "its supported features: the CPU lacks AMX, a hypervisor hides it, or AMX was disabled at boot)"
+        )
+    if err == _errno.EPERM:
+        return (
+            "EPERM: arch_prctl is forbidden here (a seccomp profile or security module, e.g. an old "
+            "container runtime's default profile). Fix: allow arch_prctl in the container's seccomp profile"
+        )
+    if err == _errno.EBUSY:
+        return (
+            "EBUSY: the kernel refused to change this process's XSTATE permission at this point "
+            "(it is locked once in use). Fix: request it early, before other threads start, e.g. "
+            "import pyamx and call pyamx.detect.report() at start-up"
+        )
+    if err == _errno.ENOSYS:
+        return "ENOSYS: this kernel (or sandbox) has no arch_prctl AMX interface; Linux >= 5.16 is needed"
+    if err == E_UNSUPPORTED:
+        return "arch_prctl exists on x86-64 Linux only"
+    return f"{errno_name(err)}: unexpected error from arch_prctl(ARCH_REQ_XCOMP_PERM, 18)"
+
+
+def child_verdict(err: int, status: int) -> Tuple[bool, str]:
+    """Judge the forked child that ran one tile instruction: ``(ok, text)``."""
+    if err == E_NOT_READY:
+        return False, "not run: the permission was not granted first"
+    if err == E_UNSUPPORTED:
+        return False, "not run: x86-64 Linux only"
+    if err != 0:
+        return False, f"could not fork/wait for the probe child: {errno_name(err)}"
+    if os.WIFEXITED(status):
+        code = os.WEXITSTATUS(status)
+        if code == 0:
+            return True, "LDTILECFG+TILEZERO+TILERELEASE ran in a child, which exited 0"
+        return False, f"the probe child exited with status {code}"
+    if os.WIFSIGNALED(status):
+        sig = os.WTERMSIG(status)
+        try:
+            name = signal.Signals(sig).name
+        except ValueError:
+            name = f"signal {sig}"
+        why = {
+            signal.SIGILL: "the CPU or hypervisor advertises AMX but does not deliver it (#UD on the "
+            "first tile instruction), or the permission is not in effect",
+            signal.SIGSEGV: "LDTILECFG raised #GP: the hypervisor reports palette 1 but rejects it",
+            signal.SIGALRM: "the tile instructions hung for 10 s",
+        }.get(sig, "unexpected signal")
+        return False, f"the probe child was killed by {name}: {why}"
+    return False, f"the probe child ended with wait status 0x{status:x}"
+
+
+# -- the judgement ---------------------------------------------------------------
+
+
+def _yes(flag: bool) -> str:
+    return "yes" if flag else "no"
+
+
+class _Stages:
+    """Accumulates stages and remembers the first failure's reason."""
+
+    def __init__(self):
+        self.items = []
+        self.reason = None
+
+    def add(self, name: str, value: str, ok: Optional[bool], remedy: str = "") -> Optional[bool]:
+        self.items.append(Stage(name, value, ok))
+        if ok is False and self.reason is None:
+            self.reason = f"{name}: {remedy or value}"
+        return ok
+
+    def skip(self, *names: str) -> None:
+        for name in names:
+            self.items.append(Stage(name, "not checked (an earlier stage failed)", None))
+
+    @property
+    def failed(self) -> bool:
+        return self.reason is not None
+
+
+SILICON_STAGES_AFTER_CPUID = (
+    "AMX-TILE (CPUID.7.0:EDX[24])",
+    "AMX-BF16 (CPUID.7.0:EDX[22])",
+    "AMX-INT8 (CPUID.7.0:EDX[25])",
+    "AMX-FP16 (CPUID.7.1:EAX[21])",
+    "palette 1 (CPUID.1D/1E)",
+    "OSXSAVE (CPUID.1:ECX[27])",
+    "XCR0 XTILECFG/XTILEDATA (bits 17, 18)",
+    "kernel support (ARCH_GET_XCOMP_SUPP)",
+    "permission request (ARCH_REQ_XCOMP_PERM, 18)",
+    "permission granted (ARCH_GET_XCOMP_PERM)",
+    "tile instruction in a forked child",
+)
+
+
+def _cpu_info(cpuid: Mapping) -> dict:
+    zero = (0, 0, 0, 0)
+    family, model, stepping = decode_signature(cpuid.get((1, 0), zero)[0])
+    vendor = decode_vendor(cpuid.get((0, 0), zero))
+    info = {"vendor": vendor, "family": family, "model": model, "stepping": stepping}
+    if vendor == "GenuineIntel" and family == 6 and model in AMX_MODELS:
+        info["codename"] = AMX_MODELS[model]
+    return info
+
+
+def _hidden_hint(cpu: Mapping) -> str:
+    codename = cpu.get("codename")
+    if codename:
+        return (
+            f" This CPU (family {cpu['family']} model {cpu['model']}, {codename}) has AMX on silicon, "
+            "so a hypervisor or sandbox is hiding it (some VMs, e.g. Firecracker-style ones, mask AMX)"
+        )
+    return " AMX needs an Intel Xeon of the Sapphire Rapids generation or later"
+
+
+def _silicon_stages(raw: RawFacts, st: _Stages, cpu: dict) -> Tuple[set, dict]:
+    """CPUID through the child probe; returns (CPU kernel families, feature dict)."""
+    names = iter(SILICON_STAGES_AFTER_CPUID)
+    feats = decode_features(raw.cpuid)
+    cpu_families = {fam for fam, feat in KERNEL_FEATURE.items() if feats[feat]}
+
+    name = next(names)
+    st.add(name, _yes(feats["amx_tile"]), feats["amx_tile"],
+           "the CPU does not report AMX (CPUID.(7,0):EDX bit 24 is 0)." + _hidden_hint(cpu))
+    for fam in ("bf16", "int8", "fp16"):
+        st.add(next(names), _yes(feats[KERNEL_FEATURE[fam]]), None)
+
+    name = next(names)
+    pal = decode_palette(raw.cpuid)
+    if not feats["amx_tile"]:
+        st.skip(name)
+    elif pal is None:
+        st.add(name, f"CPUID max leaf 0x{feats['max_leaf']:x} < 0x1D", False,
+               "the CPU reports AMX-TILE but no tile palette leaf 0x1D (a hypervisor's incomplete CPUID)")
+    else:
+        value = (
+            f"max palette {pal['max_palette']}; {pal['max_names']} tiles x {pal['max_rows']} rows x "
+            f"{pal['bytes_per_row']} B ({pal['bytes_per_tile']} B/tile, {pal['total_tile_bytes']} B total); "
+            f"tmul_maxk {pal.get('tmul_maxk', '?')}, tmul_maxn {pal.get('tmul_maxn', '?')} B"
+        )
+        expected = dict(PALETTE1, **TMUL)
+        wrong = [k for k, v in expected.items() if pal.get(k) != v]
+        if pal["max_palette"] < 1:
+            st.add(name, value, False, "the CPU reports palette 0 only (some VMs do): no tiles to configure")
+        elif wrong:
+            st.add(name, value, False,
+                   f"palette 1 differs from the 8 x 16 x 64-byte tiles pyamx models ({', '.join(wrong)})")
+        else:
+            st.add(name, value, True)
+
+    name = next(names)
+    st.add(name, _yes(feats["osxsave"]), feats["osxsave"],
+           "the OS has not enabled XSAVE (CR4.OSXSAVE): XCR0 cannot be read and AMX state cannot be enabled")
+
+    name = next(names)
+    if raw.xcr0 is None:
+        st.skip(name)
+    else:
+        cfg, data = bit(raw.xcr0, XFEATURE_XTILECFG), bit(raw.xcr0, XFEATURE_XTILEDATA)
+        st.add(name, f"XCR0=0x{raw.xcr0:x} (17: {_yes(cfg)}, 18: {_yes(data)})", cfg and data,
+               f"XCR0=0x{raw.xcr0:x} lacks bits 17/18: the OS has not enabled AMX state. The kernel is "
+               "older than 5.16, or a hypervisor sets the CPUID bits without the XSAVE state (a VM that "
+               "advertises AMX it cannot deliver)")
+
+    name = next(names)
+    if raw.xcomp_supp is None:
+        st.skip(name)
+    else:
+        err, value = raw.xcomp_supp
+        if err:
+            st.add(name, errno_name(err), False,
+                   f"arch_prctl(ARCH_GET_XCOMP_SUPP) failed with {errno_name(err)}: Linux >= 5.16 is needed")
+        else:
+            has = bit(value, XFEATURE_XTILEDATA)
+            st.add(name, f"0x{value:x} (bit 18: {_yes(has)})", has,
+                   "the kernel does not list XTILEDATA among its supported XSTATE features: "
+                   "Linux older than 5.16, or AMX disabled by the kernel or hypervisor")
+
+    name = next(names)
+    if raw.perm_request is None:
+        st.skip(name)
+    else:
+        err = raw.perm_request
+        st.add(name, "granted" if err == 0 else errno_name(err), err == 0, permission_remedy(err, raw.python))
+
+    name = next(names)
+    if raw.xcomp_perm is None:
+        st.skip(name)
+    else:
+        err, value = raw.xcomp_perm
+        both = not err and bit(value, XFEATURE_XTILECFG) and bit(value, XFEATURE_XTILEDATA)
+        st.add(name, errno_name(err) if err else f"0x{value:x}", both,
+               "the permission request returned success but ARCH_GET_XCOMP_PERM does not show bits 17 and 18")
+
+    name = next(names)
+    if raw.child is None:
+        st.skip(name)
+    else:
+        ok, text = child_verdict(*raw.child)
+        st.add(name, text, ok)
+    return cpu_families, feats
+
+
+def _trap_stage(raw: RawFacts, st: _Stages, silicon_reason: str) -> bool:
+    """Adds the trap-mode stage; True when native runs trapped."""
+    name = "trap-and-emulate mode (PYAMX_TRAP_EMULATION)"
+    trap = raw.trap
+    if trap is None:
+        return False
+    if not trap.available:
+        st.add(name, "unavailable: " + (trap.error or "pyamx.trap is not installed"), None)
+        return False
+    if not trap.requested:
+        st.add(name, f"not requested (set {TRAP_ENV}=1 to run the native code through the SIGILL emulator)", None)
+        return False
+    if trap.error or not trap.active:
+        st.add(name, f"requested but failed: {trap.error or 'not active'}", None)
+        return False
+    st.add(name, "ACTIVE: native code runs, but every tile instruction is TRAPPED and EMULATED, "
+           f"not executed by AMX silicon (silicon: {silicon_reason})", True)
+    return True
+
+
+def evaluate(raw: RawFacts) -> Report:
+    """Judge the raw values (pure): every stage with its verdict, the first failure, the kernels."""
+    st = _Stages()
+    x86 = raw.machine.lower() in ("x86_64", "amd64")
+    st.add("platform", f"{raw.system} {raw.machine}", x86 and raw.system == "Linux",
+           "AMX is an x86-64 feature" if not x86 else
+           f"the native backend runs on Linux (arch_prctl permission); this is {raw.system}")
+
+    build = raw.build
+    build_info = {}
+    if build is None:
+        st.add("native module (pyamx._native)", raw.build_error or "not built", False,
+               raw.build_error or "the C extension is not built: run `pip install .` or `python build.py`")
+    else:
+        kernels_text = ", ".join(sorted(build.kernels)) or "none"
+        build_info = {"version": build.version, "compiler": build.compiler, "kernels": sorted(build.kernels),
+                      "trap_linked": build.trap_linked}
+        st.add("native module (pyamx._native)", f"{build.version}, {build.compiler}, kernels: {kernels_text}", True)
+
+    cpu = {}
+    families = set()
+    feats = {}
+    if raw.cpuid is None:
+        st.skip("cpu", *SILICON_STAGES_AFTER_CPUID)
+    else:
+        cpu = _cpu_info(raw.cpuid)
+        desc = f"{cpu['vendor']} family {cpu['family']} model {cpu['model']} stepping {cpu['stepping']}"
+        if "codename" in cpu:
+            desc += f" ({cpu['codename']})"
+        st.add("cpu", desc, None)
+        families, feats = _silicon_stages(raw, st, cpu)
+        cpu.update(feats)
+
+    built = set(build.kernels) if build else set()
+    silicon_ok = not st.failed
+    kernels = built & families
+    if silicon_ok:
+        if not built:
+            st.add("kernels", "none in this build", False,
+                   f"this build of pyamx has no AMX kernels (compiled with {build.compiler if build else '?'}, "
+                   "which failed the AMX test compile): rebuild with GCC >= 11 or clang >= 12 on x86-64")
+        else:
+            st.add("kernels", ", ".join(sorted(kernels)) or "none", bool(kernels),
+                   "the CPU supports none of the kernel families this build has")
+
+    silicon_reason = st.reason or "ok"
+    mode = "silicon" if not st.failed else None
+    warning = None
+    if mode is None and raw.trap is not None and _trap_stage(raw, st, silicon_reason):
+        mode = "trap"
+        kernels = built if raw.trap.kernels is None else built & set(raw.trap.kernels)
+        warning = (
+            "TRAP MODE: 'native' does NOT mean AMX silicon here. Every tile instruction raises SIGILL "
+            "and is emulated by pyamx's trap handler; results prove the native code path, not the hardware."
+        )
+        if not kernels:
+            mode, warning = None, None
+            silicon_reason += "; the trap mode is active but this build has no AMX kernels to run"
+
+    usable = mode is not None
+    if mode == "silicon":
+        reason = "ok"
+    elif mode == "trap":
+        reason = "ok (TRAP MODE: native runs through the SIGILL emulator, not AMX silicon; silicon: " + silicon_reason + ")"
+    else:
+        reason = silicon_reason
+    return Report(
+        amx_usable=usable,
+        reason=reason,
+        mode=mode,
+        stages=tuple(st.items),
+        kernels=frozenset(kernels if usable else ()),
+        cpu=MappingProxyType(cpu),
+        build=MappingProxyType(build_info),
+        warning=warning,
+    )
+
+
+def gate_passed(raw: RawFacts) -> bool:
+    """Whether every stage judged so far said yes, so the next side-effecting stage may run (pure)."""
+    rep = evaluate(replace(raw, trap=None))
+    return not any(s.ok is False for s in rep.stages if s.name != "kernels")
+
+
+# -- the live part ----------------------------------------------------------------
+
+
+def read_build(lib, ffi) -> BuildFacts:
+    """The build facts the C module reports."""
+    bits = lib.pyamx_build_kernels()
+    return BuildFacts(
+        version=ffi.string(lib.pyamx_build_version()).decode(),
+        compiler=ffi.string(lib.pyamx_build_compiler()).decode(),
+        kernels=frozenset(name for name, b in KERNEL_BITS.items() if bits & b),
+        x86_64_linux=bool(lib.pyamx_build_x86_64_linux()),
+        trap_linked=bool(lib.pyamx_trap_linked()),
+    )
+
+
+def _read_cpuid(lib, ffi) -> dict:
+    out = ffi.new("uint32_t[4]")
+    leaves = {}
+    for leaf, sub in CPUID_LEAVES:
+        if lib.pyamx_cpuid(leaf, sub, out) == 0:
+            leaves[(leaf, sub)] = tuple(int(x) for x in out)
+    return leaves
+
+
+def _read_u64(ffi, fn, *args) -> Tuple[int, int]:
+    value = ffi.new("uint64_t *")
+    rc = fn(*args, value)
+    return int(rc), int(value[0])
+
+
+def _trap_facts(lib, built: frozenset) -> TrapFacts:
+    """Consult pyamx.trap (written separately; tolerated when absent) and enable it if requested."""
+    try:
+        from . import trap
+    except ImportError as exc:
+        return TrapFacts(available=False, error=f"pyamx.trap cannot be imported ({exc})")
+    try:
+        requested = bool(trap.requested())
+    except Exception as exc:  # a strict env parser refusing a value
+        return TrapFacts(available=True, requested=False, error=f"{type(exc).__name__}: {exc}")
+    if not requested:
+        return TrapFacts(available=True, requested=False)
+    try:
+        trap.enable()
+    except Exception as exc:
+        return TrapFacts(available=True, requested=True, error=f"{type(exc).__name__}: {exc}")
+    err = lib.pyamx_request_permission()  # in trap mode the C side asks the trap for its grant
+    if err != 0:
+        return TrapFacts(available=True, requested=True,
+                         error=f"the trap mode's emulated permission failed: {errno_name(err)}")
+    active = bool(trap.active()) and bool(lib.pyamx_native_ready())
+    supported = getattr(trap, "supported_kernels", None)
+    kernels = frozenset(supported()) if callable(supported) else None
+    return TrapFacts(available=True, requested=True, active=active,
+                     error=None if active else "the trap mode did not become active", kernels=kernels)
+
+
+def collect() -> RawFacts:
+    """Read every raw value from this process, stage by stage (side effects: permission, fork).
+
+    Not cached: use :func:`report`. The permission request runs only after
+    every earlier stage said yes, the forked child only after the permission
+    was granted and confirmed, and the trap mode is consulted only when
+    silicon said no.
+    """
+    raw = RawFacts(system=platform.system(), machine=platform.machine(), python=tuple(sys.version_info[:3]))
+    from . import _nativelib
+
+    try:
+        ffi, lib = _nativelib.load()
+    except ImportError as exc:
+        return replace(raw, build_error=str(exc))
+    raw = replace(raw, build=read_build(lib, ffi))
+    if raw.build.x86_64_linux:
+        raw = replace(raw, cpuid=_read_cpuid(lib, ffi))
+        if decode_features(raw.cpuid)["osxsave"]:
+            rc, xcr0 = _read_u64(ffi, lib.pyamx_xgetbv0)
+            raw = replace(raw, xcr0=xcr0 if rc == 0 else None)
+        raw = replace(raw, xcomp_supp=_read_u64(ffi, lib.pyamx_arch_prctl_get, ARCH_GET_XCOMP_SUPP))
+        if gate_passed(raw):
+            raw = replace(raw, perm_request=int(lib.pyamx_request_permission()))
+        if raw.perm_request is not None and gate_passed(raw):
+            raw = replace(raw, xcomp_perm=_read_u64(ffi, lib.pyamx_arch_prctl_get, ARCH_GET_XCOMP_PERM))
+        if raw.xcomp_perm is not None and gate_passed(raw):
+            status = ffi.new("int *")
+            err = lib.pyamx_probe_child(status)
+            raw = replace(raw, child=(int(err), int(status[0])))
+    if evaluate(raw).mode is None:
+        raw = replace(raw, trap=_trap_facts(lib, raw.build.kernels))
+    return raw
+
+
+_lock = threading.Lock()
+_cached: Optional[Report] = None
+
+
+def report() -> Report:
+    """The detection report of this process: collected and judged once, then cached.
+
+    ``amx_usable``, ``reason`` ("ok" or the first failing stage with its
+    remedy), ``mode`` ("silicon", "trap" or None), ``stages`` (ordered
+    ``Stage(name, value, ok)`` tuples), ``kernels`` (frozenset of "bf16",
+    "int8", "fp16" that native can run). Never raises for a missing feature
+    and never runs a tile instruction in this process.
+    """
+    global _cached
+    with _lock:
+        if _cached is None:
+            _cached = evaluate(collect())
+        return _cached
+
+
+def format_report(rep: Report) -> str:
+    """The report as readable text, one stage per line (pure)."""
+    mark = {True: "ok  ", False: "FAIL", None: "    "}
+    lines = []
+    if rep.warning:
+        bar = "!" * 78
+        lines += [bar, rep.warning, bar]
+    lines.append(f"AMX usable: {_yes(rep.amx_usable)}   mode: {rep.mode or '-'}   "
+                 f"kernels: {', '.join(sorted(rep.kernels)) or 'none'}")
+    lines.append(f"reason: {rep.reason}")
+    lines.append("stages:")
+    width = max((len(s.name) for s in rep.stages), default=0)
+    for s in rep.stages:
+        lines.append(f"  [{mark[s.ok]}] {s.name.ljust(width)}  {s.value}")
+    return "\n".join(lines)
+
+
+def cpu_features() -> dict:
+    """Every detection stage and fact as a plain dict (what :func:`report` found)."""
+    rep = report()
+    out = rep.as_dict()
+    out.update({k: v for k, v in rep.cpu.items()})
+    out["compiler"] = rep.build.get("compiler")
+    out["build_kernels"] = list(rep.build.get("kernels", []))
+    return out
+
+
+def show_runtime() -> None:
+    """Print the detection report: every stage, the kernels, the compiler and the verdict."""
+    print(format_report(report()))

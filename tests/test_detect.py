@@ -1,0 +1,354 @@
+"""Detection: the pure judgement on recorded values, and the live report on this machine.
+
+The recorded machines carry the fields detection reads as those CPUs report
+them: the AMX bits (SDM Vol. 2, CPUID), the signatures (Sapphire Rapids
+0x806F8, Granite Rapids 0xA06D1, an AMD EPYC Genoa 0xA10F11), the palette
+leaves (8 tiles x 16 rows x 64 bytes, tmul_maxk 16, tmul_maxn 64) and Linux's
+XCR0 with AMX enabled (0x602E7). Other bits of those registers are
+representative, not a verbatim dump.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import signal
+import subprocess
+import sys
+from dataclasses import replace
+
+import pytest
+
+from pyamx import detect
+from pyamx.detect import BuildFacts, RawFacts, TrapFacts, evaluate
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+INTEL = (0x756E6547, 0x6C65746E, 0x49656E69)  # "Genu", "ntel", "ineI" as EBX, ECX, EDX
+AMD = (0x68747541, 0x444D4163, 0x69746E65)  # "Auth", "cAMD", "enti"
+
+
+def leaf0(max_leaf, vendor):
+    ebx, ecx, edx = vendor
+    return (max_leaf, ebx, ecx, edx)
+
+
+AMX_EDX = (1 << 22) | (1 << 24) | (1 << 25)
+PALETTE_LEAVES = {
+    (0x1D, 0): (1, 0, 0, 0),
+    (0x1D, 1): (0x04002000, 0x00080040, 0x00000010, 0),
+    (0x1E, 0): (0, 0x00004010, 0, 0),
+}
+
+SAPPHIRE_RAPIDS = {
+    (0, 0): leaf0(0x20, INTEL),
+    (1, 0): (0x000806F8, 0x00800800, 0x7FFEFBFF, 0xBFEBFBFF),
+    (7, 0): (0x00000002, 0xF3BFBFFB, 0x1BC05FFE, 0xFFD04432 | AMX_EDX),
+    (7, 1): (0x00001C30, 0, 0, 0),
+    **PALETTE_LEAVES,
+}
+GRANITE_RAPIDS = {
+    **SAPPHIRE_RAPIDS,
+    (1, 0): (0x000A06D1, 0x00800800, 0x7FFEFBFF, 0xBFEBFBFF),
+    (7, 1): (0x00201C30, 0, 0, 0),  # bit 21: AMX-FP16
+}
+AMD_EPYC = {
+    (0, 0): leaf0(0x10, AMD),
+    (1, 0): (0x00A10F11, 0x00800800, 0x7EFAB203, 0x178BFBFF),
+    (7, 0): (0x00000001, 0xF1BF97A9, 0x00405FCE, 0x10000010),
+    (7, 1): (0x00000020, 0, 0, 0),
+}
+
+XCR0_AMX = 0x602E7
+XCR0_NO_AMX = 0x2E7
+BUILD = BuildFacts(version="0.1.0", compiler="gcc 12.2.0", kernels=frozenset({"bf16", "int8", "fp16"}),
+                   x86_64_linux=True)
+
+
+def machine(cpuid, xcr0=XCR0_AMX, supp=XCR0_AMX, perm_request=0, perm=XCR0_AMX, child=(0, 0),
+            build=BUILD, python=(3, 11, 7), trap=None) -> RawFacts:
+    return RawFacts(system="Linux", machine="x86_64", python=python, build=build, cpuid=cpuid, xcr0=xcr0,
+                    xcomp_supp=(0, supp), perm_request=perm_request, xcomp_perm=(0, perm), child=child, trap=trap)
+
+
+def stage(rep, prefix):
+    return next(s for s in rep.stages if s.name.startswith(prefix))
+
+
+# -- decoders ---------------------------------------------------------------------------
+
+
+def test_signatures_decode_with_extended_fields():
+    assert detect.decode_signature(0x000806F8) == (6, 143, 8)
+    assert detect.decode_signature(0x000A06D1) == (6, 173, 1)
+    assert detect.decode_signature(0x000C06F2) == (6, 207, 2)
+    assert detect.decode_signature(0x00A10F11) == (25, 17, 1)
+
+
+def test_vendor_strings():
+    assert detect.decode_vendor(SAPPHIRE_RAPIDS[(0, 0)]) == "GenuineIntel"
+    assert detect.decode_vendor(AMD_EPYC[(0, 0)]) == "AuthenticAMD"
+
+
+def test_palette_and_tmul_limits():
+    pal = detect.decode_palette(SAPPHIRE_RAPIDS)
+    assert pal == {"max_palette": 1, "total_tile_bytes": 8192, "bytes_per_tile": 1024, "bytes_per_row": 64,
+                   "max_names": 8, "max_rows": 16, "tmul_maxk": 16, "tmul_maxn": 64}
+    assert detect.decode_palette(AMD_EPYC) is None
+
+
+# -- whole machines -----------------------------------------------------------------------
+
+
+def test_sapphire_rapids_is_usable_without_fp16():
+    rep = evaluate(machine(SAPPHIRE_RAPIDS))
+    assert rep.amx_usable and rep.reason == "ok" and rep.mode == "silicon"
+    assert rep.kernels == {"bf16", "int8"}
+    assert rep.cpu["model"] == 143 and rep.cpu["codename"] == "Sapphire Rapids"
+    assert all(s.ok is not False for s in rep.stages)
+    assert [s.name for s in rep.stages][:3] == ["platform", "native module (pyamx._native)", "cpu"]
+    assert stage(rep, "AMX-FP16").value == "no"
+    assert "exited 0" in stage(rep, "tile instruction").value
+
+
+def test_granite_rapids_has_fp16():
+    rep = evaluate(machine(GRANITE_RAPIDS))
+    assert rep.amx_usable and rep.kernels == {"bf16", "int8", "fp16"}
+    assert rep.cpu["model"] == 173 and stage(rep, "AMX-FP16").value == "yes"
+
+
+def test_amd_epyc_without_amx():
+    raw = machine(AMD_EPYC, xcr0=XCR0_NO_AMX, supp=XCR0_NO_AMX, perm_request=None, perm=None, child=None)
+    raw = replace(raw, xcomp_perm=None)
+    rep = evaluate(raw)
+    assert not rep.amx_usable and rep.mode is None and rep.kernels == frozenset()
+    assert rep.reason.startswith("AMX-TILE")
+    assert "Sapphire Rapids generation" in rep.reason
+    assert rep.cpu["vendor"] == "AuthenticAMD" and rep.cpu["family"] == 25
+    assert stage(rep, "permission request").ok is None  # never attempted
+    assert not detect.gate_passed(raw)
+
+
+def test_vm_with_cpuid_bits_but_no_xcr0_state():
+    raw = replace(machine(SAPPHIRE_RAPIDS, xcr0=XCR0_NO_AMX, supp=XCR0_NO_AMX), perm_request=None,
+                  xcomp_perm=None, child=None)
+    rep = evaluate(raw)
+    assert not rep.amx_usable
+    assert rep.reason.startswith("XCR0")
+    assert "0x2e7" in rep.reason and "advertises AMX" in rep.reason
+    assert stage(rep, "AMX-TILE").ok is True
+    assert not detect.gate_passed(raw)
+
+
+def test_hidden_amx_on_an_amx_model_says_a_hypervisor_hides_it():
+    emerald = {**SAPPHIRE_RAPIDS, (1, 0): (0x000C06F2, 0, 0x7FFEFBFF, 0),
+               (7, 0): (2, 0, 0, 0xFFD04432 & ~AMX_EDX)}
+    rep = evaluate(replace(machine(emerald, xcr0=0xE7, supp=0xE7), perm_request=None, xcomp_perm=None, child=None))
+    assert "Emerald Rapids" in rep.reason and "hiding" in rep.reason
+
+
+def test_palette_zero_vm_fails_the_palette_stage():
+    cpuid = {**SAPPHIRE_RAPIDS, (0x1D, 0): (0, 0, 0, 0)}
+    rep = evaluate(machine(cpuid))
+    assert rep.reason.startswith("palette 1") and "palette 0" in rep.reason
+
+
+def test_gate_opens_only_when_every_stage_before_said_yes():
+    raw = replace(machine(SAPPHIRE_RAPIDS), perm_request=None, xcomp_perm=None, child=None)
+    assert detect.gate_passed(raw)
+    assert not detect.gate_passed(replace(raw, perm_request=errno.EPERM))
+
+
+@pytest.mark.parametrize("err, words", [
+    (errno.ENOSPC, ["ENOSPC", "sigaltstack", "faulthandler", "-p no:faulthandler"]),
+    (errno.EINVAL, ["EINVAL", "5.16", "gVisor"]),
+    (errno.EOPNOTSUPP, ["EOPNOTSUPP", "hypervisor"]),
+    (errno.EPERM, ["EPERM", "seccomp"]),
+    (errno.EBUSY, ["EBUSY", "early"]),
+])
+def test_each_permission_errno_names_itself_and_a_remedy(err, words):
+    rep = evaluate(replace(machine(SAPPHIRE_RAPIDS, perm_request=err), xcomp_perm=None, child=None))
+    assert not rep.amx_usable
+    assert rep.reason.startswith("permission request")
+    for word in words:
+        assert word in rep.reason, (word, rep.reason)
+    assert stage(rep, "permission request").value == errno.errorcode[err]
+    assert stage(rep, "tile instruction").ok is None
+
+
+def test_enospc_remedy_depends_on_the_python_version():
+    old = detect.permission_remedy(errno.ENOSPC, (3, 10, 3))
+    assert "3.10.3 predates the fix" in old
+    assert "predates" not in detect.permission_remedy(errno.ENOSPC, (3, 10, 4))
+    assert "predates" not in detect.permission_remedy(errno.ENOSPC, (3, 11, 0))
+    assert detect.faulthandler_fixed((3, 9, 12)) and not detect.faulthandler_fixed((3, 9, 11))
+
+
+def test_permission_that_does_not_show_up_fails():
+    rep = evaluate(replace(machine(SAPPHIRE_RAPIDS, perm=XCR0_NO_AMX), child=None))
+    assert rep.reason.startswith("permission granted")
+
+
+@pytest.mark.parametrize("sig, word", [(signal.SIGILL, "SIGILL"), (signal.SIGSEGV, "SIGSEGV")])
+def test_child_killed_by_a_signal_is_caught(sig, word):
+    rep = evaluate(machine(SAPPHIRE_RAPIDS, child=(0, int(sig))))  # wait status of a signal death
+    assert not rep.amx_usable
+    assert rep.reason.startswith("tile instruction in a forked child") and word in rep.reason
+
+
+def test_child_verdicts():
+    assert detect.child_verdict(0, 0)[0]
+    assert not detect.child_verdict(0, 3 << 8)[0]  # exit status 3
+    assert "not run" in detect.child_verdict(detect.E_NOT_READY, 0)[1]
+    assert "ECHILD" in detect.child_verdict(errno.ECHILD, 0)[1]
+
+
+def test_build_without_kernels():
+    rep = evaluate(machine(SAPPHIRE_RAPIDS, build=replace(BUILD, kernels=frozenset())))
+    assert not rep.amx_usable and rep.reason.startswith("kernels")
+    assert "GCC >= 11" in rep.reason
+
+
+def test_missing_or_stale_module():
+    raw = RawFacts(system="Linux", machine="x86_64", python=(3, 11, 7), build_error="pyamx._native was built "
+                   "for pyamx 0.0.9 but this is pyamx 0.1.0 (a stale build): rebuild it with `pip install .`")
+    rep = evaluate(raw)
+    assert not rep.amx_usable and "stale build" in rep.reason
+
+
+def test_other_architecture():
+    rep = evaluate(RawFacts(system="Linux", machine="aarch64", python=(3, 11, 7), build_error="not built"))
+    assert rep.reason.startswith("platform") and "x86-64" in rep.reason
+
+
+# -- trap mode ------------------------------------------------------------------------------
+
+NO_AMX_HERE = replace(machine(AMD_EPYC, xcr0=XCR0_NO_AMX, supp=XCR0_NO_AMX), perm_request=None,
+                      xcomp_perm=None, child=None)
+
+
+def test_trap_mode_makes_native_usable_and_says_so_loudly():
+    rep = evaluate(replace(NO_AMX_HERE, trap=TrapFacts(available=True, requested=True, active=True)))
+    assert rep.amx_usable and rep.mode == "trap"
+    assert rep.kernels == BUILD.kernels
+    assert "TRAP MODE" in rep.reason and "TRAP MODE" in rep.warning and "NOT" in rep.warning
+    assert stage(rep, "trap-and-emulate").ok is True
+    assert "TRAP MODE" in detect.format_report(rep).splitlines()[1]
+
+
+def test_trap_mode_absent_or_failing_keeps_the_silicon_reason():
+    for trap, word in [
+        (TrapFacts(available=False, error="pyamx.trap cannot be imported"), "unavailable"),
+        (TrapFacts(available=True, requested=False), "not requested"),
+        (TrapFacts(available=True, requested=True, error="BackendError: refused"), "failed"),
+    ]:
+        rep = evaluate(replace(NO_AMX_HERE, trap=trap))
+        assert not rep.amx_usable and rep.reason.startswith("AMX-TILE")
+        assert word in stage(rep, "trap-and-emulate").value
+
+
+def test_trap_mode_without_kernels_is_not_usable():
+    rep = evaluate(replace(NO_AMX_HERE, build=replace(BUILD, kernels=frozenset()),
+                           trap=TrapFacts(available=True, requested=True, active=True)))
+    assert not rep.amx_usable and "no AMX kernels" in rep.reason
+
+
+# -- the live report on this machine ------------------------------------------------------------
+
+
+def test_live_report_is_cached_and_frozen():
+    rep = detect.report()
+    assert rep is detect.report()
+    with pytest.raises(Exception):
+        rep.amx_usable = True
+    assert isinstance(rep.reason, str) and rep.reason
+    assert rep.mode in ("silicon", "trap", None)
+    assert rep.kernels <= {"bf16", "int8", "fp16"}
+    assert all(len(s) == 3 for s in rep.stages)
+    json.dumps(rep.as_dict())
+
+
+def test_live_report_explains_missing_amx():
+    rep = detect.report()
+    if rep.mode == "silicon":
+        pytest.skip("AMX is usable on this machine")
+    if rep.cpu.get("amx_tile") is False:
+        assert rep.stages[[s.name for s in rep.stages].index("AMX-TILE (CPUID.7.0:EDX[24])")].ok is False
+        silicon = rep.reason if rep.mode is None else rep.reason.split("silicon: ", 1)[1]
+        assert silicon.startswith("AMX-TILE") and "CPUID" in silicon
+    else:
+        assert rep.mode == "trap" or not rep.amx_usable
+
+
+def test_cpu_features_and_show_runtime(capsys):
+    feats = detect.cpu_features()
+    for key in ("amx_usable", "reason", "mode", "stages", "kernels", "compiler"):
+        assert key in feats
+    detect.show_runtime()
+    out = capsys.readouterr().out
+    assert "AMX usable:" in out and "reason:" in out and "platform" in out
+
+
+def _run(args, **env):
+    full = {k: v for k, v in os.environ.items() if k not in ("PYAMX_BACKEND", "PYAMX_TRAP_EMULATION")}
+    full.update(env)
+    full["PYTHONPATH"] = ROOT + os.pathsep + full.get("PYTHONPATH", "")
+    return subprocess.run([sys.executable, *args], capture_output=True, text=True, env=full, timeout=120, cwd=ROOT)
+
+
+def test_cli_info_text():
+    proc = _run(["-m", "pyamx", "info"])
+    assert proc.returncode == 0, proc.stderr
+    assert "AMX usable:" in proc.stdout and "backend:" in proc.stdout
+
+
+def test_cli_info_json():
+    proc = _run(["-m", "pyamx", "info", "--json"])
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    for key in ("backend", "amx_usable", "reason", "mode", "stages", "kernels", "version"):
+        assert key in data
+    assert data["backend"] in ("native", "emulator")
+    assert (data["backend"] == "native") == data["amx_usable"]
+
+
+def test_cli_registry_takes_new_subcommands():
+    from pyamx import cli
+
+    assert "info" in cli.COMMANDS
+    with pytest.raises(ValueError):
+        cli.subcommand("info", "again")(lambda args: 0)
+
+
+def test_native_requested_where_absent_raises_with_the_reason():
+    code = (
+        "import numpy as np, pyamx\n"
+        "from pyamx import detect\n"
+        "rep = detect.report()\n"
+        "if rep.amx_usable: print('USABLE'); raise SystemExit(0)\n"
+        "try:\n"
+        "    pyamx.tdpbf16ps(np.zeros((1,1), np.float32), np.zeros((1,2), np.uint16), np.zeros((1,2), np.uint16), backend='native')\n"
+        "except pyamx.NativeUnavailableError as exc:\n"
+        "    assert rep.reason in str(exc), (rep.reason, str(exc))\n"
+        "    print('RAISED')\n"
+        "from pyamx import native\n"
+        "try:\n"
+        "    native.NativeMachine()\n"
+        "except pyamx.NativeUnavailableError as exc:\n"
+        "    assert rep.reason in str(exc)\n"
+        "    print('RAISED')\n"
+    )
+    proc = _run(["-c", code])
+    assert proc.returncode == 0, proc.stderr
+    if "USABLE" in proc.stdout:
+        pytest.skip("native is usable on this machine")
+    assert proc.stdout.split() == ["RAISED", "RAISED"]
+
+
+def test_detection_never_kills_the_process():
+    """Detection in a fresh interpreter, twice, with faulthandler on as under pytest: exits 0."""
+    proc = _run(["-X", "faulthandler", "-c",
+                 "from pyamx import detect; a = detect.report(); b = detect.report(); assert a is b; print('alive')"])
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "alive"

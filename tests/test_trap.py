@@ -1,0 +1,962 @@
+"""The trap-and-emulate mode (csrc/trap.c, pyamx/trap.py), end to end.
+
+Real AMX instructions compiled into the extension (csrc/trap_selftest.c)
+run under the SIGILL handler in this very pytest process -- whose
+faulthandler was enabled before the handler, so chaining is exercised --
+and their results are compared with a small independent model written
+here (exact rational arithmetic, not pyamx's emulator). The fatal cases
+run in subprocesses and must die with the signal silicon would raise.
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import os
+import platform
+import random
+import resource
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from fractions import Fraction
+
+import numpy as np
+import pytest
+
+from pyamx.errors import BackendError
+
+native = pytest.importorskip("pyamx._native", reason="the C extension is not built (python build.py)")
+lib, ffi = native.lib, native.ffi
+if not hasattr(lib, "pyamx_trap_install"):
+    pytest.skip("this build has no trap mode", allow_module_level=True)
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _why_not():
+    if not lib.pyamx_trap_supported() or platform.machine().lower() not in ("x86_64", "amd64"):
+        return "the trap mode needs x86-64 Linux"
+    if lib.pyamx_trap_cpu_has_amx():
+        return "this CPU has usable AMX: the trap mode is refused here by design"
+    return None
+
+
+WHY_NOT = _why_not()
+needs_trap = pytest.mark.skipif(WHY_NOT is not None, reason=WHY_NOT or "")
+
+OP = {n: getattr(lib, f"PYAMX_TRAP_OP_{n}") for n in
+      ("LDTILECFG", "STTILECFG", "TILERELEASE", "TILEZERO", "TILELOADD", "TILESTORED",
+       "TDPBF16PS", "TDPFP16PS", "TDPBSSD", "TDPBSUD", "TDPBUSD", "TDPBUUD")}
+
+
+# ---------------------------------------------------------------------------------------------
+# pyamx.trap: the switch
+
+
+@pytest.mark.parametrize("value,expected", [(None, False), ("0", False), ("1", True)])
+def test_requested_values(monkeypatch, value, expected):
+    from pyamx import trap
+
+    if value is None:
+        monkeypatch.delenv(trap.ENV_VAR, raising=False)
+    else:
+        monkeypatch.setenv(trap.ENV_VAR, value)
+    assert trap.requested() is expected
+
+
+@pytest.mark.parametrize("value", ["", "yes", "true", "on", " 1", "1 ", "2", "01"])
+def test_requested_is_strict(monkeypatch, value):
+    from pyamx import trap
+
+    monkeypatch.setenv(trap.ENV_VAR, value)
+    with pytest.raises(BackendError) as exc:
+        trap.requested()
+    msg = str(exc.value)
+    assert "PYAMX_TRAP_EMULATION" in msg and "'1'" in msg and "'0'" in msg and repr(value) in msg
+
+
+class _FakeLib:
+    def __init__(self, bits):
+        self.bits = bits
+        self.installed = False
+
+    def pyamx_trap_supported(self):
+        return 1
+
+    def pyamx_trap_cpu_amx_bits(self):
+        return self.bits
+
+    def pyamx_trap_install(self):
+        self.installed = True
+        return 0
+
+    def pyamx_trap_active(self):
+        return int(self.installed)
+
+
+def test_enable_refuses_a_cpu_with_amx(monkeypatch):
+    from pyamx import trap
+
+    fake = _FakeLib(bits=7)
+    monkeypatch.setattr(trap, "_lib", lambda: fake)
+    monkeypatch.setattr(trap.platform, "machine", lambda: "x86_64")
+    monkeypatch.setattr(trap.sys, "platform", "linux")
+    with pytest.raises(BackendError, match="usable AMX"):
+        trap.enable()
+    assert not fake.installed
+    # CPUID says AMX but the OS did not enable the tile state: not usable, so allowed.
+    fake = _FakeLib(bits=3)
+    monkeypatch.setattr(trap, "_lib", lambda: fake)
+    trap.enable()
+    assert fake.installed
+
+
+def test_enable_refuses_other_platforms(monkeypatch):
+    from pyamx import trap
+
+    monkeypatch.setattr(trap.platform, "machine", lambda: "aarch64")
+    with pytest.raises(BackendError, match="x86-64 Linux"):
+        trap.enable()
+
+
+def test_enable_refuses_without_the_extension(monkeypatch):
+    from pyamx import trap
+
+    try:
+        from pyamx import _nativelib
+    except ModuleNotFoundError:
+        pytest.skip("no pyamx._nativelib to make fail")
+
+    def boom():
+        raise ImportError("no module named pyamx._native")
+
+    monkeypatch.setattr(_nativelib, "load", boom)
+    monkeypatch.setattr(trap.platform, "machine", lambda: "x86_64")
+    monkeypatch.setattr(trap.sys, "platform", "linux")
+    with pytest.raises(BackendError, match="needs the C extension"):
+        trap.enable()
+    assert trap.active() is False
+
+
+# ---------------------------------------------------------------------------------------------
+# Subprocess helper for everything that installs a handler for good or dies
+
+
+def run_py(code: str, env_extra=None, timeout=60):
+    env = dict(os.environ)
+    env.pop("PYAMX_TRAP_EMULATION", None)
+    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
+    env.update(env_extra or {})
+    prelude = "from pyamx._native import lib, ffi\nimport numpy as np\n" + CFG_HELPERS
+    return subprocess.run(
+        [sys.executable, "-c", prelude + textwrap.dedent(code)],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout,
+        preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_CORE, (0, 0)),
+    )
+
+
+CFG_HELPERS = '''
+def make_cfg(shapes, palette=1, start_row=0):
+    c = np.zeros(64, np.uint8)
+    c[0] = palette
+    c[1] = start_row
+    for t, (rows, colsb) in shapes.items():
+        c[16 + 2 * t] = colsb & 0xFF
+        c[17 + 2 * t] = colsb >> 8
+        c[48 + t] = rows
+    return c
+
+def u8p(a):
+    return ffi.cast("uint8_t *", a.ctypes.data)
+
+def vp(a):
+    return ffi.cast("void *", a.ctypes.data)
+'''
+exec(CFG_HELPERS)  # the same helpers in this process
+
+
+def dies_with(res, sig):
+    return res.returncode == -sig
+
+
+@needs_trap
+def test_never_enabled_by_default():
+    res = run_py("""
+        import pyamx, pyamx.trap
+        print(pyamx.trap.requested(), pyamx.trap.active(), lib.pyamx_trap_installed())
+    """)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.split() == ["False", "False", "0"]
+
+
+@needs_trap
+def test_enable_through_the_module():
+    res = run_py("""
+        from pyamx import trap
+        assert trap.requested()
+        trap.enable()
+        trap.enable()  # idempotent
+        assert trap.active()
+        trap.grant_permission()
+        lib.pyamx_trap_selftest_ldtilecfg(u8p(make_cfg({0: (2, 8)})))
+        out = np.zeros(64, np.uint8)
+        lib.pyamx_trap_selftest_sttilecfg(u8p(out))
+        print(trap.trapped_count(), sorted(trap.op_counts().items()), out[0], out[16], out[48])
+    """, env_extra={"PYAMX_TRAP_EMULATION": "1"})
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.split(None, 1)[0] == "2"
+    assert "('LDTILECFG', 1), ('STTILECFG', 1)" in res.stdout
+    assert res.stdout.split()[-3:] == ["1", "8", "2"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Fatal cases: the signal silicon raises
+
+
+@needs_trap
+def test_tile_instruction_before_permission_dies_with_sigill():
+    res = run_py("""
+        assert lib.pyamx_trap_install() == 0
+        lib.pyamx_trap_selftest_ldtilecfg(u8p(make_cfg({0: (1, 4)})))
+        print("survived")
+    """)
+    assert dies_with(res, signal.SIGILL), (res.returncode, res.stderr)
+    assert "survived" not in res.stdout
+    assert "no AMX permission" in res.stderr
+
+
+@needs_trap
+def test_permission_reaches_faulthandler_too():
+    res = run_py("""
+        import faulthandler; faulthandler.enable()
+        assert lib.pyamx_trap_install() == 0
+        lib.pyamx_trap_selftest_tilezero(0)
+    """)
+    assert dies_with(res, signal.SIGILL)
+    assert "Fatal Python error: Illegal instruction" in res.stderr
+
+
+BAD_CFGS = {
+    "palette 2": "make_cfg({0: (1, 4)}, palette=2)",
+    "reserved byte 5": "(lambda c: (c.__setitem__(5, 1), c)[1])(make_cfg({0: (1, 4)}))",
+    "reserved byte 40": "(lambda c: (c.__setitem__(40, 7), c)[1])(make_cfg({0: (1, 4)}))",
+    "reserved byte 60": "(lambda c: (c.__setitem__(60, 1), c)[1])(make_cfg({0: (1, 4)}))",
+    "colsb 65": "make_cfg({3: (1, 65)})",
+    "colsb 0x100": "make_cfg({3: (1, 256)})",
+    "rows 17": "make_cfg({7: (17, 4)})",
+    "rows without colsb": "make_cfg({2: (4, 0)})",
+    "colsb without rows": "make_cfg({2: (0, 4)})",
+}
+
+
+@needs_trap
+@pytest.mark.parametrize("what", list(BAD_CFGS))
+def test_illegal_ldtilecfg_is_sigsegv(what):
+    res = run_py(f"""
+        assert lib.pyamx_trap_install() == 0 and lib.pyamx_trap_grant_permission() == 0
+        lib.pyamx_trap_selftest_ldtilecfg(u8p({BAD_CFGS[what]}))
+        print("survived")
+    """)
+    assert dies_with(res, signal.SIGSEGV), (res.returncode, res.stderr)
+    assert "#GP" in res.stderr and "survived" not in res.stdout
+
+
+@needs_trap
+def test_illegal_ldtilecfg_reaches_faulthandler_as_segfault():
+    res = run_py("""
+        import faulthandler; faulthandler.enable()
+        assert lib.pyamx_trap_install() == 0 and lib.pyamx_trap_grant_permission() == 0
+        lib.pyamx_trap_selftest_ldtilecfg(u8p(make_cfg({0: (1, 4)}, palette=9)))
+    """)
+    assert dies_with(res, signal.SIGSEGV)
+    assert "Fatal Python error: Segmentation fault" in res.stderr
+
+
+@needs_trap
+def test_tile_load_from_unmapped_memory_is_sigsegv():
+    res = run_py("""
+        assert lib.pyamx_trap_install() == 0 and lib.pyamx_trap_grant_permission() == 0
+        out = np.zeros(1024, np.uint8)
+        lib.pyamx_trap_selftest_addressing(0, u8p(make_cfg({3: (2, 8)})), ffi.cast("void *", 16), 64, vp(out))
+        print("survived")
+    """)
+    assert dies_with(res, signal.SIGSEGV), (res.returncode, res.stderr)
+    assert "survived" not in res.stdout
+
+
+UD_SNIPPETS = {
+    "tilezero before any LDTILECFG": "lib.pyamx_trap_selftest_tilezero(1)",
+    "tilezero after palette 0": """
+        lib.pyamx_trap_selftest_ldtilecfg(u8p(make_cfg({}, palette=0)))
+        lib.pyamx_trap_selftest_tilezero(1)""",
+    "operands not distinct": """
+        lib.pyamx_trap_selftest_ldtilecfg(u8p(make_cfg({0: (2, 8), 1: (2, 8)})))
+        lib.pyamx_trap_selftest_dp_same()""",
+    "unconfigured operand tile (tmm2)": """
+        a = np.zeros(256, np.uint8)
+        lib.pyamx_trap_selftest_dot(lib.PYAMX_TRAP_OP_TDPBF16PS, u8p(make_cfg({0: (2, 8), 1: (2, 8)})),
+                                    vp(a), 64, vp(a), 64, vp(a), 64)""",
+    "tsrc1 colsb/4 != tsrc2 rows": """
+        a = np.zeros(1024, np.uint8)
+        lib.pyamx_trap_selftest_dot(lib.PYAMX_TRAP_OP_TDPBSSD, u8p(make_cfg({0: (2, 8), 1: (2, 8), 2: (3, 8)})),
+                                    vp(a), 64, vp(a), 64, vp(a), 64)""",
+    "dest colsb != tsrc2 colsb": """
+        a = np.zeros(1024, np.uint8)
+        lib.pyamx_trap_selftest_dot(lib.PYAMX_TRAP_OP_TDPBF16PS, u8p(make_cfg({0: (2, 8), 1: (2, 8), 2: (2, 12)})),
+                                    vp(a), 64, vp(a), 64, vp(a), 64)""",
+    "dest rows != tsrc1 rows": """
+        a = np.zeros(1024, np.uint8)
+        lib.pyamx_trap_selftest_dot(lib.PYAMX_TRAP_OP_TDPFP16PS, u8p(make_cfg({0: (3, 8), 1: (2, 8), 2: (2, 8)})),
+                                    vp(a), 64, vp(a), 64, vp(a), 64)""",
+    "colsb not a multiple of 4": """
+        a = np.zeros(1024, np.uint8)
+        lib.pyamx_trap_selftest_dot(lib.PYAMX_TRAP_OP_TDPBUUD, u8p(make_cfg({0: (2, 6), 1: (2, 8), 2: (2, 6)})),
+                                    vp(a), 64, vp(a), 64, vp(a), 64)""",
+}
+
+
+@needs_trap
+@pytest.mark.parametrize("what", list(UD_SNIPPETS))
+def test_ud_cases_die_with_sigill(what):
+    res = run_py("assert lib.pyamx_trap_install() == 0 and lib.pyamx_trap_grant_permission() == 0\n"
+                 + textwrap.dedent(UD_SNIPPETS[what]).strip() + "\nprint('survived')\n")
+    assert dies_with(res, signal.SIGILL), (res.returncode, res.stderr)
+    assert "#UD" in res.stderr and "survived" not in res.stdout
+
+
+@needs_trap
+def test_load_and_store_of_an_unconfigured_tile_are_legal():
+    """AMX-E3 checks TILES_CONFIGURED and the register number only, as the emulator does."""
+    res = run_py("assert lib.pyamx_trap_install() == 0 and lib.pyamx_trap_grant_permission() == 0\n"
+                 "a = np.zeros(1024, np.uint8)\n"
+                 "lib.pyamx_trap_selftest_addressing(0, u8p(make_cfg({0: (2, 8)})), vp(a), 64, vp(a))\n"
+                 "print('survived')\n")
+    assert res.returncode == 0 and "survived" in res.stdout, (res.returncode, res.stderr)
+
+
+@needs_trap
+def test_genuine_illegal_instruction_reaches_faulthandler():
+    res = run_py("""
+        import faulthandler; faulthandler.enable()
+        assert lib.pyamx_trap_install() == 0 and lib.pyamx_trap_grant_permission() == 0
+        lib.pyamx_trap_selftest_ud2()
+    """)
+    assert dies_with(res, signal.SIGILL)
+    assert res.stderr.count("Fatal Python error: Illegal instruction") == 1
+    assert "pyamx trap emulation" not in res.stderr  # not an AMX instruction: not ours to explain
+
+
+@needs_trap
+def test_genuine_illegal_instruction_without_faulthandler():
+    res = run_py("""
+        assert lib.pyamx_trap_install() == 0
+        lib.pyamx_trap_selftest_ud2()
+    """)
+    assert dies_with(res, signal.SIGILL)
+
+
+@needs_trap
+def test_faulthandler_reenabled_after_install():
+    # faulthandler.disable() restores what it replaced (not this handler);
+    # ensure_installed() notices and reinstalls, chaining to the new faulthandler.
+    res = run_py("""
+        import faulthandler; faulthandler.enable()
+        assert lib.pyamx_trap_install() == 0 and lib.pyamx_trap_grant_permission() == 0
+        faulthandler.disable(); faulthandler.enable()
+        assert lib.pyamx_trap_active() == 0
+        assert lib.pyamx_trap_ensure_installed() == 1
+        assert lib.pyamx_trap_ensure_installed() == 0 and lib.pyamx_trap_active() == 1
+        lib.pyamx_trap_selftest_ldtilecfg(u8p(make_cfg({0: (1, 4)})))
+        print("emulated", lib.pyamx_trap_count(), flush=True)
+        lib.pyamx_trap_selftest_ud2()
+    """)
+    assert "emulated 1" in res.stdout, res.stderr
+    assert dies_with(res, signal.SIGILL)
+    assert res.stderr.count("Fatal Python error: Illegal instruction") == 1
+
+
+@needs_trap
+def test_faulthandler_installed_on_top_then_reinstalled_does_not_loop():
+    # faulthandler's "previous" is this handler and this handler's previous is
+    # faulthandler: the re-raise must end in the default action, not a loop.
+    res = run_py("""
+        assert lib.pyamx_trap_install() == 0
+        import faulthandler; faulthandler.enable()
+        assert lib.pyamx_trap_ensure_installed() == 1
+        lib.pyamx_trap_selftest_ud2()
+    """, timeout=30)
+    assert dies_with(res, signal.SIGILL)
+    assert res.stderr.count("Fatal Python error: Illegal instruction") == 1
+
+
+@needs_trap
+def test_previous_handler_that_returns_does_not_hang():
+    # Python's own C-level handler only sets a flag and returns; silicon would
+    # re-fault forever, the trap mode takes the default action instead.
+    res = run_py("""
+        import signal
+        signal.signal(signal.SIGILL, lambda *a: None)
+        assert lib.pyamx_trap_install() == 0
+        lib.pyamx_trap_selftest_ud2()
+    """, timeout=30)
+    assert dies_with(res, signal.SIGILL)
+
+
+@needs_trap
+def test_sent_sigill_is_not_decoded():
+    res = run_py("""
+        import os, signal
+        assert lib.pyamx_trap_install() == 0 and lib.pyamx_trap_grant_permission() == 0
+        os.kill(os.getpid(), signal.SIGILL)
+        import time; time.sleep(1)
+        print("survived")
+    """)
+    assert dies_with(res, signal.SIGILL) and "survived" not in res.stdout
+
+
+@needs_trap
+def test_fork_keeps_the_forking_threads_tile_state():
+    res = run_py("""
+        import os
+        assert lib.pyamx_trap_install() == 0 and lib.pyamx_trap_grant_permission() == 0
+        lib.pyamx_trap_thread_prepare()
+        cfg = make_cfg({1: (3, 12), 6: (16, 64)})
+        lib.pyamx_trap_selftest_ldtilecfg(u8p(cfg))
+        pid = os.fork()
+        if pid == 0:
+            out = np.zeros(64, np.uint8)
+            lib.pyamx_trap_selftest_sttilecfg(u8p(out))   # permission inherited, state too
+            os._exit(0 if (out == cfg).all() and lib.pyamx_trap_slots_in_use() == 1 else 3)
+        _, status = os.waitpid(pid, 0)
+        print("child", os.waitstatus_to_exitcode(status))
+    """)
+    assert res.returncode == 0, res.stderr
+    assert "child 0" in res.stdout
+
+
+# ---------------------------------------------------------------------------------------------
+# End to end in this process (pytest's faulthandler was enabled before the handler)
+
+
+@pytest.fixture(scope="module")
+def trapped():
+    if WHY_NOT:
+        pytest.skip(WHY_NOT)
+    # Under PYAMX_TRAP_EMULATION=1 detection may have installed the mode already;
+    # then it stays installed for the tests that follow.
+    was_installed = lib.pyamx_trap_installed()
+    assert lib.pyamx_trap_install() == 0
+    assert lib.pyamx_trap_grant_permission() == 0
+    assert lib.pyamx_trap_active() == 1
+    lib.pyamx_trap_thread_prepare()
+    yield
+    lib.pyamx_trap_selftest_release()
+    if not was_installed:
+        lib.pyamx_trap_uninstall()
+
+
+def thread_state():
+    cfg = np.zeros(64, np.uint8)
+    tiles = np.zeros((8, 16, 64), np.uint8)
+    lib.pyamx_trap_thread_state(u8p(cfg), u8p(tiles))
+    return cfg, tiles
+
+
+def test_installed_over_pytests_faulthandler(trapped):
+    if not faulthandler.is_enabled():
+        pytest.skip("pytest ran without its faulthandler plugin")
+    # The handler sits on top of faulthandler's and stays there.
+    assert lib.pyamx_trap_active() == 1
+    assert lib.pyamx_trap_ensure_installed() == 0
+
+
+def test_config_roundtrip_and_counts(trapped):
+    lib.pyamx_trap_reset_counts()
+    cfg = make_cfg({0: (16, 64), 3: (5, 12), 7: (1, 1)}, start_row=4)
+    lib.pyamx_trap_selftest_ldtilecfg(u8p(cfg))
+    out = np.full(64, 0xAA, np.uint8)
+    lib.pyamx_trap_selftest_sttilecfg(u8p(out))
+    assert (out == cfg).all()
+    state_cfg, tiles = thread_state()
+    assert (state_cfg == cfg).all() and not tiles.any()
+    lib.pyamx_trap_selftest_release()
+    lib.pyamx_trap_selftest_sttilecfg(u8p(out))
+    assert not out.any()  # init state stores 64 zero bytes
+    assert lib.pyamx_trap_count() == 4
+    assert lib.pyamx_trap_op_count(OP["LDTILECFG"]) == 1
+    assert lib.pyamx_trap_op_count(OP["STTILECFG"]) == 2
+    assert lib.pyamx_trap_op_count(OP["TILERELEASE"]) == 1
+
+
+def test_config_through_rip_relative_and_stack_operands(trapped):
+    cfg = make_cfg({2: (7, 28), 5: (16, 64)})
+    out = np.zeros(64, np.uint8)
+    lib.pyamx_trap_selftest_cfg_riprel(u8p(cfg), u8p(out))
+    assert (out == cfg).all()
+    cfg2 = make_cfg({1: (3, 4)}, start_row=2)
+    lib.pyamx_trap_selftest_hold(u8p(cfg2), 0, u8p(out))
+    assert (out == cfg2).all()
+
+
+def test_palette_zero_is_the_init_state(trapped):
+    lib.pyamx_trap_selftest_ldtilecfg(u8p(make_cfg({0: (4, 16)})))
+    junk = make_cfg({0: (4, 16)}, palette=0)
+    junk[5] = 0x55  # ignored with palette 0
+    lib.pyamx_trap_selftest_ldtilecfg(u8p(junk))
+    cfg, tiles = thread_state()
+    assert not cfg.any() and not tiles.any()
+
+
+@pytest.mark.parametrize("form", range(6))
+@pytest.mark.parametrize("rows,colsb", [(16, 64), (5, 12), (1, 1), (9, 33)])
+def test_load_store_addressing_forms(trapped, form, rows, colsb):
+    rng = np.random.default_rng(form * 100 + rows)
+    stride = 128
+    src = rng.integers(0, 256, 16 * stride + 64, dtype=np.uint8)
+    dst = np.full(16 * stride + 64, 0xEE, np.uint8)
+    cfg = make_cfg({t: (rows, colsb) for t in range(8)})
+    assert lib.pyamx_trap_selftest_addressing(form, u8p(cfg), vp(src), stride, vp(dst)) == 0
+    for r in range(16):
+        got = dst[r * stride: r * stride + 64]
+        if r < rows:
+            want_row = 0 if form == 4 else r  # form 4 has no index register: stride 0
+            assert (got[:colsb] == src[want_row * stride: want_row * stride + colsb]).all(), r
+            assert (got[colsb:] == 0xEE).all()
+        else:
+            assert (got == 0xEE).all()
+
+
+def test_negative_stride(trapped):
+    src = np.arange(16 * 64, dtype=np.uint32).astype(np.uint8)
+    dst = np.zeros(16 * 64, np.uint8)
+    cfg = make_cfg({3: (4, 64)})
+    last = ffi.cast("uint8_t *", src.ctypes.data) + 3 * 64
+    dst_last = ffi.cast("uint8_t *", dst.ctypes.data) + 3 * 64
+    assert lib.pyamx_trap_selftest_addressing(0, u8p(cfg), last, -64, dst_last) == 0
+    assert (dst[:256] == src[:256]).all()
+
+
+def test_start_row_restarts_a_load_and_is_reset(trapped):
+    src = np.arange(1, 16 * 64 + 1, dtype=np.uint32).astype(np.uint8) | 1
+    dst = np.zeros(16 * 64, np.uint8)
+    cfg = make_cfg({3: (6, 64)}, start_row=2)
+    lib.pyamx_trap_selftest_addressing(0, u8p(cfg), vp(src), 64, vp(dst))
+    assert not dst[:128].any()  # rows 0-1 skipped by the load, zero from LDTILECFG
+    assert (dst[128:384] == src[128:384]).all()
+
+
+def test_tilezero(trapped):
+    src = np.full(1024, 7, np.uint8)
+    cfg = make_cfg({t: (16, 64) for t in range(8)})
+    lib.pyamx_trap_selftest_ldtilecfg(u8p(cfg))
+    lib.pyamx_trap_selftest_tilezero(6)
+    _, tiles = thread_state()
+    assert not tiles.any()
+    del src
+    lib.pyamx_trap_selftest_release()
+
+
+# ---- an independent model of the default numerics (SEMANTICS.md sections 2-4) ----
+
+QNAN_BIT = 0x00400000
+DEFAULT_NAN = 0xFFC00000
+SIGN = 0x80000000
+
+
+def _daz(b):
+    return b & SIGN if (b & 0x7F800000) == 0 else b
+
+
+def _is_nan(b):
+    return (b & 0x7FFFFFFF) > 0x7F800000
+
+
+def _is_inf(b):
+    return (b & 0x7FFFFFFF) == 0x7F800000
+
+
+def _value(b):
+    e, m = (b >> 23) & 0xFF, b & 0x7FFFFF
+    if e == 0:
+        return Fraction(0)
+    v = Fraction(m | 1 << 23, 1 << 23) * Fraction(2) ** (e - 127)
+    return -v if b & SIGN else v
+
+
+def _round32(x: Fraction) -> int:
+    """Round a non-zero exact value to fp32: RNE, overflow to inf, FTZ with tininess after rounding."""
+    sign = SIGN if x < 0 else 0
+    a = abs(x)
+    e = a.numerator.bit_length() - a.denominator.bit_length()
+    while a < Fraction(2) ** e:
+        e -= 1
+    while a >= Fraction(2) ** (e + 1):
+        e += 1
+    q = a / Fraction(2) ** (e - 23)
+    n = q.numerator // q.denominator
+    rest = q - n
+    if rest > Fraction(1, 2) or (rest == Fraction(1, 2) and n & 1):
+        n += 1
+    if n == 1 << 24:
+        n, e = n >> 1, e + 1
+    if e > 127:
+        return sign | 0x7F800000
+    if e < -126:
+        return sign
+    return sign | (e + 127) << 23 | (n - (1 << 23))
+
+
+def m_fma32(a, b, c):
+    a, b, c = _daz(a), _daz(b), _daz(c)
+    for v in (a, b, c):
+        if _is_nan(v):
+            return v | QNAN_BIT
+    psign = (a ^ b) & SIGN
+    if _is_inf(a) or _is_inf(b):
+        if (a & 0x7FFFFFFF) == 0 or (b & 0x7FFFFFFF) == 0:
+            return DEFAULT_NAN
+        if _is_inf(c) and (c & SIGN) != psign:
+            return DEFAULT_NAN
+        return psign | 0x7F800000
+    if _is_inf(c):
+        return c
+    p, cv = _value(a) * _value(b), _value(c)
+    x = p + cv
+    if x == 0:
+        if p == 0 and cv == 0:
+            return psign if psign == (c & SIGN) else 0
+        return 0
+    return _round32(x)
+
+
+def m_add32_direct(x, y):
+    x, y = _daz(x), _daz(y)
+    for v in (x, y):
+        if _is_nan(v):
+            return v | QNAN_BIT
+    if _is_inf(x) or _is_inf(y):
+        if _is_inf(x) and _is_inf(y) and (x ^ y) & SIGN:
+            return DEFAULT_NAN
+        return x if _is_inf(x) else y
+    xv, yv = _value(x), _value(y)
+    s = xv + yv
+    if s == 0:
+        if xv == 0 and yv == 0:
+            return x & SIGN if (x & SIGN) == (y & SIGN) else 0
+        return 0
+    return _round32(s)
+
+
+def f16_to_f32(h):
+    s = (h & 0x8000) << 16
+    e, m = (h >> 10) & 0x1F, h & 0x3FF
+    if e == 0x1F:
+        return s | 0x7F800000 | m << 13
+    if e == 0:
+        return s if m == 0 else s | _round32(Fraction(m, 1 << 24))
+    return s | (e + 112) << 23 | m << 13
+
+
+def model_float_dot(a_words, b_words, c_bits, fp16):
+    """SDM even/odd model. a_words: M x K uint32, b_words: K x N uint32, c_bits: M x N uint32."""
+    widen = (lambda h: f16_to_f32(h)) if fp16 else (lambda h: h << 16)
+    M, K = a_words.shape
+    N = b_words.shape[1]
+    out = np.zeros((M, N), np.uint32)
+    for m in range(M):
+        even, odd = [0] * N, [0] * N
+        for k in range(K):
+            a0, a1 = widen(int(a_words[m, k]) & 0xFFFF), widen(int(a_words[m, k]) >> 16)
+            for n in range(N):
+                w = int(b_words[k, n])
+                even[n] = m_fma32(a0, widen(w & 0xFFFF), even[n])
+                odd[n] = m_fma32(a1, widen(w >> 16), odd[n])
+        for n in range(N):
+            out[m, n] = m_add32_direct(int(c_bits[m, n]), m_add32_direct(even[n], odd[n]))
+    return out
+
+
+FP_CASES = [
+    # (a, b, c, expected) fp32 bits, straight from SEMANTICS.md
+    (0x7FA00001, 0x7FC00002, 0x7F800003, 0x7FE00001),  # first NaN (a), quieted
+    (0x3F800000, 0xFF900000, 0x7FC00000, 0xFFD00000),  # b before acc
+    (0x3F800000, 0x3F800000, 0x7F800001, 0x7FC00001),  # sNaN acc quieted
+    (0x7F800000, 0x00000000, 0x3F800000, DEFAULT_NAN),  # inf * 0
+    (0x7F800000, 0x00000001, 0x3F800000, DEFAULT_NAN),  # inf * denormal = inf * 0 under DAZ
+    (0x7F800000, 0x3F800000, 0xFF800000, DEFAULT_NAN),  # inf - inf
+    (0x7F800000, 0x00000000, 0x7FC00005, 0x7FC00005),  # a NaN beats the invalid product
+    (0x00000001, 0x3F800000, 0x80000000, 0x00000000),  # DAZ: (+0 * 1) + -0 = +0
+    (0x80800000, 0x3F000000, 0x00000000, 0x80000000),  # FTZ: -2^-127 flushes to -0
+    (0x00800000, 0x3F000000, 0x00000000, 0x00000000),  # FTZ, exact denormal result too
+    (0x7F7FFFFF, 0x40000000, 0x00000000, 0x7F800000),  # overflow -> inf
+    (0x3F800000, 0x3F800000, 0xBF800000, 0x00000000),  # x + (-x) = +0
+    (0x80000000, 0x3F800000, 0x80000000, 0x80000000),  # -0 + -0 = -0
+]
+# Tininess after rounding: (2^25 - 1) * 2^-151 rounds to 2^-126 and is kept.
+_A = _round32(Fraction(18631) * Fraction(2) ** -75)
+_B = _round32(Fraction(1801) * Fraction(2) ** -76)
+FP_CASES.append((_A, _B, 0, 0x00800000))
+# One step further down is tiny after rounding too: flushed.
+FP_CASES.append((_round32(Fraction(18631) * Fraction(2) ** -76), _B, 0, 0))
+
+
+@needs_trap
+@pytest.mark.parametrize("a,b,c,expected", FP_CASES)
+def test_fma32_cases(a, b, c, expected):
+    assert lib.pyamx_trap_fma32(a, b, c) == expected
+    assert m_fma32(a, b, c) == expected  # the model agrees with the document too
+
+
+@needs_trap
+def test_add32_cases():
+    cases = [
+        (0x7FA00000, 0xFFC00001, 0x7FE00000),
+        (0x3F800000, 0xFF800001, 0xFFC00001),
+        (0x7F800000, 0xFF800000, DEFAULT_NAN),
+        (0x00000001, 0x80000000, 0x00000000),  # DAZ: +0 + -0
+        (0x80000001, 0x80000000, 0x80000000),  # -0 + -0
+        (0x3F800000, 0x33800000, 0x3F800000),  # 1 + 2^-24: tie to even
+        (0x3F800001, 0x33800000, 0x3F800002),  # tie to even, upward
+    ]
+    for x, y, want in cases:
+        assert lib.pyamx_trap_add32(x, y) == want, (hex(x), hex(y))
+        assert m_add32_direct(x, y) == want
+
+
+@needs_trap
+def test_fma32_random_against_model():
+    rng = random.Random(1234)
+    for _ in range(3000):
+        vals = []
+        for _ in range(3):
+            kind = rng.random()
+            if kind < 0.6:
+                v = rng.getrandbits(32)
+            elif kind < 0.8:
+                v = rng.choice([0, SIGN, 0x7F800000, 0xFF800000, 0x7FC00000, 0x7F800001, 1, 0x807FFFFF])
+            else:
+                v = (rng.getrandbits(1) << 31) | rng.randint(1, 30) << 23 | rng.getrandbits(23)
+            vals.append(v)
+        assert lib.pyamx_trap_fma32(*vals) == m_fma32(*vals), [hex(v) for v in vals]
+        assert lib.pyamx_trap_add32(vals[0], vals[1]) == m_add32_direct(vals[0], vals[1])
+
+
+def test_f16_widening():
+    for h in list(range(0, 0x10000, 97)) + [0x0001, 0x03FF, 0x7C00, 0xFC00, 0x7C01, 0x7E00, 0x8001, 0xFBFF]:
+        assert lib.pyamx_trap_f16_to_f32(h) == f16_to_f32(h), hex(h)
+        if (h & 0x7C00) != 0x7C00:
+            assert np.uint32(lib.pyamx_trap_f16_to_f32(h)).view(np.float32) == np.uint16(h).view(np.float16)
+
+
+# ---- the dot products, through real instructions ----
+
+
+def run_dot(op, a_words, b_words, c_words, count=True):
+    """a: M x K dwords, b: K x N dwords, c: M x N dwords; returns the new c."""
+    M, K = a_words.shape
+    N = b_words.shape[1]
+    cfg = make_cfg({0: (M, 4 * N), 1: (M, 4 * K), 2: (K, 4 * N)})
+    a = np.ascontiguousarray(a_words, np.uint32)
+    b = np.ascontiguousarray(b_words, np.uint32)
+    c = np.array(c_words, np.uint32, copy=True, order="C")
+    before = lib.pyamx_trap_op_count(op)
+    rc = lib.pyamx_trap_selftest_dot(op, u8p(cfg), vp(a), a.strides[0], vp(b), b.strides[0], vp(c), c.strides[0])
+    assert rc == 0
+    if count:  # process-wide counter: only exact when one thread traps
+        assert lib.pyamx_trap_op_count(op) == before + 1
+    return c
+
+
+def _bf16_pair(hi, lo):
+    return (hi << 16) | lo
+
+
+def test_semantics_probes(trapped):
+    one, tiny = 0x3F80, 0x3380  # bf16 1.0 and 2^-24
+    # P1: C = 1.0; k0 products (2^-24, 2^-24)
+    c = run_dot(OP["TDPBF16PS"], np.array([[_bf16_pair(0x3980, 0x3980)]]),
+                np.array([[_bf16_pair(0x3980, 0x3980)]]), np.array([[0x3F800000]]))
+    assert c[0, 0] == 0x3F800001
+    # P2: C = 0; k0 products (1, 2^-24), k1 (0, 2^-24)
+    c = run_dot(OP["TDPBF16PS"], np.array([[_bf16_pair(tiny, one), _bf16_pair(tiny, 0)]]),
+                np.array([[_bf16_pair(one, one)], [_bf16_pair(one, one)]]), np.array([[0]]))
+    assert c[0, 0] == 0x3F800001
+    # P7: C = -0; all products -0
+    c = run_dot(OP["TDPBF16PS"], np.array([[_bf16_pair(0x8000, 0x8000)]]),
+                np.array([[_bf16_pair(one, one)]]), np.array([[0x80000000]]))
+    assert c[0, 0] == 0x00000000
+
+
+def _random_halves(rng, shape, specials, fp16):
+    out = np.zeros(shape, np.uint32)
+    flat = out.reshape(-1)
+    for i in range(flat.size):
+        halves = []
+        for _ in range(2):
+            r = rng.random()
+            if r < 0.55:  # ordinary: exponent near 1.0
+                e = rng.randint(12, 18) if fp16 else rng.randint(118, 136)
+                h = (rng.getrandbits(1) << 15) | (e << (10 if fp16 else 7)) | rng.getrandbits(10 if fp16 else 7)
+            elif r < 0.75:  # anything finite, denormals and huge values included
+                while True:
+                    h = rng.getrandbits(16)
+                    if (h & (0x7C00 if fp16 else 0x7F80)) != (0x7C00 if fp16 else 0x7F80):
+                        break
+            elif r < 0.85:
+                h = rng.choice([0, 0x8000, 1, 0x8001])
+            elif specials:
+                h = rng.choice([0x7C00, 0xFC00, 0x7E01, 0x7D00, 0xFE42] if fp16 else
+                               [0x7F80, 0xFF80, 0x7FC1, 0x7F81, 0xFFA5])
+            else:
+                h = rng.getrandbits(16) & (0x3BFF if fp16 else 0x3F7F)
+            halves.append(h)
+        flat[i] = _bf16_pair(halves[1], halves[0])
+    return out
+
+
+def _random_c(rng, shape, specials):
+    out = np.zeros(shape, np.uint32)
+    flat = out.reshape(-1)
+    for i in range(flat.size):
+        r = rng.random()
+        if r < 0.6:
+            flat[i] = (rng.getrandbits(1) << 31) | rng.randint(110, 140) << 23 | rng.getrandbits(23)
+        elif r < 0.8 or not specials:
+            flat[i] = rng.choice([0, SIGN, 1, 0x807FFFFF, 0x7F7FFFFF])
+        else:
+            flat[i] = rng.choice([0x7F800000, 0xFF800000, 0x7FC00000, 0x7F812345, 0xFFC0BEEF])
+    return out
+
+
+@pytest.mark.parametrize("fp16", [False, True], ids=["TDPBF16PS", "TDPFP16PS"])
+@pytest.mark.parametrize("specials", [False, True], ids=["finite", "inf-nan"])
+@pytest.mark.parametrize("shape", [(1, 1, 1), (3, 5, 7), (16, 16, 16), (16, 2, 9)])
+def test_float_dot_against_model(trapped, fp16, specials, shape):
+    M, K, N = shape
+    rng = random.Random(hash((fp16, specials, shape)) & 0xFFFF)
+    a = _random_halves(rng, (M, K), specials, fp16)
+    b = _random_halves(rng, (K, N), specials, fp16)
+    c = _random_c(rng, (M, N), specials)
+    want = model_float_dot(a, b, c, fp16)
+    got = run_dot(OP["TDPFP16PS" if fp16 else "TDPBF16PS"], a, b, c)
+    bad = np.argwhere(got != want)
+    assert bad.size == 0, [(tuple(i), hex(got[tuple(i)]), hex(want[tuple(i)])) for i in bad[:5]]
+
+
+def test_float_dot_overflow_in_the_fast_path(trapped):
+    # Products near the top of the range overflow even/odd to inf and back is impossible.
+    big = 0x7F00  # bf16 2^127
+    a = np.array([[_bf16_pair(big, big)] * 4], np.uint32)
+    b = np.array([[_bf16_pair(0x4000, 0xC000)]] * 4, np.uint32)  # 2 and -2
+    c = np.zeros((1, 1), np.uint32)
+    got = run_dot(OP["TDPBF16PS"], a, b, c)
+    assert got[0, 0] == model_float_dot(a, b, c, False)[0, 0] == DEFAULT_NAN  # +inf + -inf
+
+
+INT8_SIGNS = {"TDPBSSD": (True, True), "TDPBSUD": (True, False), "TDPBUSD": (False, True), "TDPBUUD": (False, False)}
+
+
+@pytest.mark.parametrize("name", list(INT8_SIGNS))
+@pytest.mark.parametrize("shape", [(1, 1, 1), (16, 16, 16), (7, 3, 11)])
+def test_int8_family(trapped, name, shape):
+    M, K, N = shape
+    rng = np.random.default_rng(len(name) * 31 + M)
+    a = rng.integers(0, 256, (M, K * 4), dtype=np.uint8)
+    b = rng.integers(0, 256, (K, N * 4), dtype=np.uint8)
+    c = rng.integers(-(2 ** 31), 2 ** 31, (M, N), dtype=np.int64)
+    c[0, 0] = 2 ** 31 - 1  # wrap-around, no saturation
+    s1, s2 = INT8_SIGNS[name]
+    av = (a.view(np.int8) if s1 else a).astype(np.int64).reshape(M, K, 4)
+    bv = (b.view(np.int8) if s2 else b).astype(np.int64).reshape(K, N, 4)
+    want = (c + np.einsum("mki,kni->mn", av, bv)) & 0xFFFFFFFF
+    got = run_dot(OP[name], a.view(np.uint32), b.view(np.uint32), (c & 0xFFFFFFFF).astype(np.uint32))
+    assert (got.astype(np.int64) == want).all()
+
+
+# ---- threads ----
+
+
+def test_threads_run_at_once_with_their_own_tile_state(trapped):
+    errors = []
+    barrier = threading.Barrier(8)
+
+    def worker(seed):
+        try:
+            lib.pyamx_trap_thread_prepare()
+            rng = np.random.default_rng(seed)
+            M, K, N = 4 + seed % 5, 2 + seed % 7, 3 + seed % 6
+            barrier.wait()
+            for _ in range(25):
+                a = rng.integers(0, 256, (M, K * 4), dtype=np.uint8)
+                b = rng.integers(0, 256, (K, N * 4), dtype=np.uint8)
+                c = rng.integers(-1000, 1000, (M, N)).astype(np.int64)
+                want = (c + np.einsum("mki,kni->mn", a.view(np.int8).astype(np.int64).reshape(M, K, 4),
+                                      b.view(np.int8).astype(np.int64).reshape(K, N, 4))) & 0xFFFFFFFF
+                got = run_dot(OP["TDPBSSD"], a.view(np.uint32), b.view(np.uint32),
+                              (c & 0xFFFFFFFF).astype(np.uint32), count=False)
+                if not (got.astype(np.int64) == want).all():
+                    errors.append(f"thread {seed}: wrong result")
+                    return
+        except Exception as exc:  # pragma: no cover - reported below
+            errors.append(f"thread {seed}: {exc!r}")
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+
+
+def test_configuration_does_not_leak_between_threads(trapped):
+    mine = make_cfg({1: (9, 36)})
+    held_out = np.zeros(64, np.uint8)
+    other = make_cfg({4: (2, 2), 5: (16, 64)})
+    t = threading.Thread(target=lambda: lib.pyamx_trap_selftest_hold(u8p(other), 300_000, u8p(held_out)))
+    t.start()
+    lib.pyamx_trap_selftest_ldtilecfg(u8p(mine))  # while the other thread holds its own config
+    out = np.zeros(64, np.uint8)
+    lib.pyamx_trap_selftest_sttilecfg(u8p(out))
+    t.join()
+    assert (out == mine).all()
+    assert (held_out == other).all()
+    lib.pyamx_trap_selftest_release()
+
+
+def test_prepared_thread_frees_its_slot_at_exit(trapped):
+    before = lib.pyamx_trap_slots_in_use()
+
+    def worker():
+        lib.pyamx_trap_thread_prepare()
+        lib.pyamx_trap_selftest_ldtilecfg(u8p(make_cfg({0: (1, 4)})))
+
+    t = threading.Thread(target=worker)
+    t.start()
+    t.join()
+    # join() returns before the OS thread has run its key destructors.
+    deadline = time.monotonic() + 5
+    while lib.pyamx_trap_slots_in_use() != before and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert lib.pyamx_trap_slots_in_use() == before
+
+
+def test_more_threads_than_slots_without_prepare(trapped):
+    # Unprepared threads keep their slot after exit; a full table reaps dead ones.
+    failures = []
+
+    def worker(i):
+        cfg = make_cfg({i % 8: (1 + i % 16, 4)})
+        out = np.zeros(64, np.uint8)
+        lib.pyamx_trap_selftest_hold(u8p(cfg), 0, u8p(out))
+        if not (out == cfg).all():
+            failures.append(i)
+
+    for i in range(300):
+        t = threading.Thread(target=worker, args=(i,))
+        t.start()
+        t.join()
+    assert not failures
+    assert lib.pyamx_trap_slots_in_use() <= 256
