@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import _backend, _ops, emulator
+from . import _backend, _ops
 from ._version import __version__
 from .errors import AMXError
 from .probe import EXPERIMENTS

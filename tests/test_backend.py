@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 
@@ -10,6 +9,7 @@ import numpy as np
 import pytest
 
 import pyamx
+from childproc import PYAMX_HOME, child_env
 from pyamx import _backend
 from pyamx.errors import BackendError, NativeUnavailableError
 
@@ -22,9 +22,9 @@ def _ops():
 
 def _python(code: str, **env) -> subprocess.CompletedProcess:
     # PYAMX_TRAP_EMULATION stays: the child must see native as this process does.
-    full_env = {k: v for k, v in os.environ.items() if k != "PYAMX_BACKEND"}
-    full_env.update(env)
-    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=full_env, timeout=120)
+    full_env = child_env(drop=("PYAMX_BACKEND",), **env)
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=full_env, timeout=120,
+                          cwd=PYAMX_HOME)
 
 
 @pytest.mark.parametrize("value", ["bogus", "", "Native", "EMULATOR", " auto"])

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from childproc import PYAMX_HOME, child_env
 from pyamx import _backend, probe, vectors
 from pyamx.emulator import PRESETS
 
@@ -17,8 +17,8 @@ DATA = Path(__file__).parent / "data"
 
 
 def _pyamx(*args, check_rc=None) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k != "PYAMX_BACKEND"}
-    proc = subprocess.run([sys.executable, "-m", "pyamx", *args], capture_output=True, text=True, env=env, timeout=300)
+    proc = subprocess.run([sys.executable, "-m", "pyamx", *args], capture_output=True, text=True,
+                          env=child_env(drop=("PYAMX_BACKEND",)), timeout=300, cwd=PYAMX_HOME)
     if check_rc is not None:
         assert proc.returncode == check_rc, proc.stdout + proc.stderr
     return proc

@@ -23,7 +23,7 @@ import pytest
 from pyamx import detect
 from pyamx.detect import BuildFacts, RawFacts, TrapFacts, evaluate
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from childproc import PYAMX_HOME as ROOT  # the pyamx under test, not necessarily this checkout
 
 INTEL = (0x756E6547, 0x6C65746E, 0x49656E69)  # "Genu", "ntel", "ineI" as EBX, ECX, EDX
 AMD = (0x68747541, 0x444D4163, 0x69746E65)  # "Auth", "cAMD", "enti"

@@ -22,11 +22,13 @@ from pyamx.errors import (
 )
 from pyamx.tilecfg import TileConfig
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from childproc import PYAMX_HOME as ROOT  # the pyamx under test, not necessarily this checkout
+
+CHECKOUT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # build.py and csrc/ live here
 
 
 def _load_build_script():
-    spec = importlib.util.spec_from_file_location("pyamx_build_script", os.path.join(ROOT, "build.py"))
+    spec = importlib.util.spec_from_file_location("pyamx_build_script", os.path.join(CHECKOUT, "build.py"))
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)  # compiles nothing: ffibuilder is a function
     return module
@@ -49,7 +51,7 @@ def test_build_script_feeds_the_whole_header_and_every_source():
     assert "#" not in "".join(line.split("/*")[0] for line in cdef.splitlines())
     assert "pyamx_dp_oneshot" in cdef and "pyamx_request_permission" in cdef
     sources = build.c_sources()
-    expected = sorted(f"csrc/{name}" for name in os.listdir(os.path.join(ROOT, "csrc")) if name.endswith(".c"))
+    expected = sorted(f"csrc/{name}" for name in os.listdir(os.path.join(CHECKOUT, "csrc")) if name.endswith(".c"))
     assert [s.replace(os.sep, "/") for s in sources] == expected
     from pyamx._version import __version__
 

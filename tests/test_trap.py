@@ -33,7 +33,7 @@ lib, ffi = native.lib, native.ffi
 if not hasattr(lib, "pyamx_trap_install"):
     pytest.skip("this build has no trap mode", allow_module_level=True)
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from childproc import PYAMX_HOME as ROOT  # the pyamx under test, not necessarily this checkout
 
 
 def _why_not():
