@@ -23,17 +23,19 @@ from .testing import operands
 class Experiment:
     name: str
     c: np.ndarray  # uint32 bits
-    a: np.ndarray  # uint16 bf16 bits
-    b: np.ndarray  # uint16 bf16 bits, pair-interleaved
+    a: np.ndarray  # uint16 bf16 (or fp16) bits
+    b: np.ndarray  # uint16 bits, pair-interleaved
+    instruction: str = "tdpbf16ps"
 
 
-def _one(name, c, a_pairs, b_pairs) -> Experiment:
+def _one(name, c, a_pairs, b_pairs, instruction="tdpbf16ps") -> Experiment:
     """One output element: c bits, A as a row of (even, odd) pairs per k, B as one row per k."""
     return Experiment(
         name,
         np.array([[c]], np.uint32),
         np.array([[x for pair in a_pairs for x in pair]], np.uint16),
         np.array([list(pair) for pair in b_pairs], np.uint16),
+        instruction,
     )
 
 
@@ -42,7 +44,21 @@ def _random(name: str, seed: int, cls: str) -> Experiment:
     return Experiment(name, c, a, b)
 
 
+def _random_fp16(name: str, seed: int) -> Experiment:
+    """Normal fp16 values with exponents near 0, so sums round often and never overflow."""
+    rng = np.random.default_rng(seed)
+
+    def halves(shape):
+        sign = rng.integers(0, 2, shape, dtype=np.uint16) << 15
+        exponent = rng.integers(9, 22, shape).astype(np.uint16) << 10
+        return (sign | exponent | rng.integers(0, 1024, shape, dtype=np.uint16)).astype(np.uint16)
+
+    c = (rng.integers(0, 2, (16, 16), dtype=np.uint32) << 31) | np.uint32(0x3F000000) | rng.integers(0, 1 << 23, (16, 16), dtype=np.uint32)
+    return Experiment(name, c.astype(np.uint32), halves((16, 32)), halves((16, 32)), "tdpfp16ps")
+
+
 ONE = 0x3F80
+HALF_ONE = 0x3C00  # fp16 1.0
 
 EXPERIMENTS = {
     "structure": [
@@ -86,7 +102,21 @@ EXPERIMENTS = {
         _one("inf - inf across lanes", 0, [(0x7F80, 0xFF80)], [(ONE, ONE)]),
         _random("random NaNs 16x16x16", 16, "nans"),
     ],
+    # TDPFP16PS (AMX-FP16): the same structure question, and whether fp16 denormals are honoured.
+    "fp16_structure": [
+        _one("FP16 P1: C=1, k0 products (2^-24, 2^-24)", 0x3F800000, [(0x0C00, 0x0C00)], [(0x0C00, 0x0C00)], "tdpfp16ps"),
+        _one("FP16 P2: C=0, k0 (1, 2^-24), k1 (0, 2^-24)", 0,
+             [(HALF_ONE, 0x0C00), (0, 0x0C00)], [(HALF_ONE, 0x0C00), (HALF_ONE, 0x0C00)], "tdpfp16ps"),
+        _one("FP16 P7: C=-0, all products -0", 0x80000000, [(0x8000, 0x8000)], [(HALF_ONE, HALF_ONE)], "tdpfp16ps"),
+        _random_fp16("random fp16 16x16x16", 17),
+    ],
+    "fp16_denormals": [
+        _one("fp16 2^-24 (denormal) * 1", 0, [(0x0001, 0)], [(HALF_ONE, 0)], "tdpfp16ps"),
+        _one("fp16 -(2^-15 - 2^-24) (denormal) * 2^15", 0, [(0x83FF, 0)], [(0x7800, 0)], "tdpfp16ps"),
+    ],
 }
+
+_FLUSH_FP16 = "flush fp16 denormal inputs"  # a candidate the Numerics options do not have
 
 # Candidate options of each point, as changes to the base Numerics.
 CANDIDATES = {
@@ -97,6 +127,8 @@ CANDIDATES = {
     "input_daz": {d: dict(input_daz=d) for d in (True, False)},
     "products": {"exact": {}},  # the emulator always keeps products exact (fused)
     "nan": {n: dict(nan=n) for n in NAN_RULES},
+    "fp16_structure": {s: dict(structure=s) for s in STRUCTURES},
+    "fp16_denormals": {"honoured": {}, "flushed": {_FLUSH_FP16: True}},
 }
 
 
@@ -111,31 +143,51 @@ class PointResult:
     observations: list = field(default_factory=list)  # (experiment, backend bits, {candidate: predicted bits})
 
 
+def _emulate(e: Experiment, model: Numerics, flush_fp16: bool = False) -> np.ndarray:
+    if e.instruction == "tdpfp16ps":
+        a, b = e.a, e.b
+        if flush_fp16:  # denormal (exponent 0) inputs become zeros of their sign
+            a, b = (np.where((x & 0x7C00) == 0, x & 0x8000, x).astype(np.uint16) for x in (a, b))
+        return emulator.tdpfp16ps(e.c, a, b, numerics=model).view(np.uint32)
+    return emulator.tdpbf16ps(e.c, e.a, e.b, numerics=model).view(np.uint32)
+
+
 def _runner(backend: str, numerics):
     if backend == "emulator":
         model = resolve("sdm" if numerics is None else numerics)
-        return lambda e: emulator.tdpbf16ps(e.c, e.a, e.b, numerics=model).view(np.uint32)
+        return lambda e: _emulate(e, model)
     if numerics not in (None, "sdm"):
         raise ValueError("--numerics selects an emulator model; it cannot apply to the native backend")
     from . import _ops
 
-    return lambda e: _ops.tdpbf16ps(e.c, e.a, e.b, backend=backend).view(np.uint32)
+    return lambda e: getattr(_ops, e.instruction)(e.c, e.a, e.b, backend=backend).view(np.uint32)
 
 
 def _predict(base: Numerics, changes: dict, experiment: Experiment) -> np.ndarray:
-    return emulator.tdpbf16ps(experiment.c, experiment.a, experiment.b, numerics=base.replace(**changes)).view(np.uint32)
+    changes = dict(changes)
+    flush = changes.pop(_FLUSH_FP16, False)
+    return _emulate(experiment, base.replace(**changes), flush)
+
+
+def _points_for(backend: str) -> tuple:
+    """Every point; the fp16 ones only where the backend has AMX-FP16."""
+    points = ("structure", "zero_signs", "dest_daz", "input_daz", "tininess", "products", "nan")
+    if backend == "emulator" or _backend.native_status("fp16")[0]:
+        points += ("fp16_structure", "fp16_denormals")
+    return points
 
 
 def probe(backend: str = "emulator", numerics=None) -> dict:
     """Run every experiment on ``backend`` and return the verdicts (see module docstring)."""
     chosen = _backend.resolve(backend)
     run = _runner(chosen, numerics)
-    observed = {p: [run(e) for e in exps] for p, exps in EXPERIMENTS.items()}
+    points = _points_for(chosen)
+    observed = {p: [run(e) for e in EXPERIMENTS[p]] for p in points}
     results = {}
     base = Numerics()
     # Points are settled in an order where each one's experiments depend only on points
     # already settled; every verdict found so far shapes the predictions of the next point.
-    for point in ("structure", "zero_signs", "dest_daz", "input_daz", "tininess", "products", "nan"):
+    for point in points:
         result = PointResult(point, [], None)
         for value, changes in CANDIDATES[point].items():
             predictions = [_predict(base, changes, e) for e in EXPERIMENTS[point]]
@@ -157,8 +209,8 @@ def probe(backend: str = "emulator", numerics=None) -> dict:
         model = Numerics(**verdicts)
         if all(
             np.array_equal(_predict(model, {}, e), o)
-            for p, exps in EXPERIMENTS.items()
-            for e, o in zip(exps, observed[p])
+            for p in points
+            for e, o in zip(EXPERIMENTS[p], observed[p])
         ):
             complete = model.name
     label = chosen if chosen == "emulator" else f"native ({_backend.native_mode()})"

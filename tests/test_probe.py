@@ -36,12 +36,14 @@ def test_probe_settles_every_point_for_every_option_set(options):
     for point, value in options.items():
         assert report[point] == value, f"{point}: probe says {report[point]!r}, model has {value!r}"
     assert report["products"] == "exact"
+    assert report["fp16_structure"] == options["structure"] and report["fp16_denormals"] == "honoured"
     assert report["complete_match"] == model.name
 
 
 def test_report_text_lists_every_point_and_the_observed_bits():
     text = probe.format_report(probe.probe("emulator", "straight"))
-    for point in ("structure", "zero_signs", "tininess", "dest_daz", "input_daz", "products", "nan"):
+    for point in ("structure", "zero_signs", "tininess", "dest_daz", "input_daz", "products", "nan",
+                  "fp16_structure", "fp16_denormals"):
         assert point in text
     assert "P1: C=1" in text and "observed 3f800000" in text
     assert "complete option set matching bit for bit on every experiment: straight" in text
@@ -50,3 +52,11 @@ def test_report_text_lists_every_point_and_the_observed_bits():
 def test_numerics_cannot_be_applied_to_native():
     with pytest.raises(ValueError, match="emulator model"):
         probe._runner("native", "straight")
+
+
+def test_fp16_denormal_point_tells_flushing_apart():
+    """A backend that flushed fp16 denormal inputs would be named "flushed" (simulated by zeroing them)."""
+    e = probe.EXPERIMENTS["fp16_denormals"][0]
+    honoured = probe._predict(Numerics(), {}, e)
+    flushed = probe._predict(Numerics(), {probe._FLUSH_FP16: True}, e)
+    assert int(honoured[0, 0]) == 0x33800000 and int(flushed[0, 0]) == 0
