@@ -70,7 +70,7 @@ def _decide():
 def _unavailable(reason: str, source: str) -> NativeUnavailableError:
     return NativeUnavailableError(
         f"the native backend was requested ({source}) but cannot run here: {reason}. "
-        "Run `python -m pyamx info` for every detection stage; use backend='emulator' "
+        "Run `pyamx info` for every detection stage; use backend='emulator' "
         "(or PYAMX_BACKEND=emulator) to run the bit-exact emulator instead."
     )
 

@@ -37,7 +37,7 @@ def subcommand(name: str, help: str, add_arguments=None):
 
 def build_parser() -> argparse.ArgumentParser:
     """The parser with every registered subcommand."""
-    parser = argparse.ArgumentParser(prog="python -m pyamx", description="Intel AMX tile instructions from Python.")
+    parser = argparse.ArgumentParser(prog="pyamx", description="Intel AMX tile instructions from Python.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     for name, command in COMMANDS.items():
@@ -164,3 +164,17 @@ def replay_command(args: argparse.Namespace) -> int:
         return 2
     print(vectors.format_replay(args.file, result, chosen, show=args.show))
     return 1 if result.mismatches else 0
+
+
+# -- demo ------------------------------------------------------------------------
+
+
+def _demo_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--seed", type=int, default=0)
+
+
+@subcommand("demo", "the main job: one bf16 product through TDPBF16PS, checked against float64", _demo_arguments)
+def demo_command(args: argparse.Namespace) -> int:
+    from . import demo
+
+    return demo.run(args.seed)

@@ -1,6 +1,6 @@
 """The main job: one bf16 matrix product through TDPBF16PS, checked against float64.
 
-``python -m pyamx.demo`` runs a 16 x 32 by 32 x 16 product (K = 16 bf16
+``pyamx demo`` runs a 16 x 32 by 32 x 16 product (K = 16 bf16
 pairs) on the process default backend, prints which backend ran and why,
 and checks the result against the float64 product of the same bf16 values:
 every element must lie within the rounding bound of the instruction (34
@@ -49,7 +49,7 @@ def run(seed: int = 0) -> int:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m pyamx.demo", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="pyamx demo", description=__doc__.splitlines()[0])
     parser.add_argument("--seed", type=int, default=0)
     return run(parser.parse_args(argv).seed)
 

@@ -936,11 +936,12 @@ def test_prepared_thread_frees_its_slot_at_exit(trapped):
     t = threading.Thread(target=worker)
     t.start()
     t.join()
-    # join() returns before the OS thread has run its key destructors.
+    # join() returns before the OS thread has run its key destructors. Threads of earlier tests
+    # may still be releasing their slots too, so the count can end below `before`, never above.
     deadline = time.monotonic() + 5
-    while lib.pyamx_trap_slots_in_use() != before and time.monotonic() < deadline:
+    while lib.pyamx_trap_slots_in_use() > before and time.monotonic() < deadline:
         time.sleep(0.01)
-    assert lib.pyamx_trap_slots_in_use() == before
+    assert lib.pyamx_trap_slots_in_use() <= before
 
 
 def test_more_threads_than_slots_without_prepare(trapped):
