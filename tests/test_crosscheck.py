@@ -278,6 +278,30 @@ def test_random_sequences_match_emulator(native):
         assert STATS.get((method, True), 0) > 0, f"no successful {method} in the random sequences: {STATS}"
 
 
+def test_random_sequences_in_parallel_threads(native):
+    """Four threads at once, each with its own pair of machines: native calls release the GIL, so
+    their tile instructions interleave, and per-thread tile state must keep them apart."""
+    import threading
+
+    from pyamx import detect
+
+    failures = []
+
+    def worker(first_seed):
+        try:
+            for s in range(max(4, SEQUENCES // 20)):
+                run_sequence(native, first_seed + s, detect.report().kernels)
+        except BaseException as exc:  # every thread's failure is reported, not just the first
+            failures.append(f"thread starting at seed {first_seed}: {exc}")
+
+    threads = [threading.Thread(target=worker, args=(SEED + 100_000 * (i + 1),)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not failures, "\n\n".join(failures)
+
+
 def test_two_machines_in_one_thread_keep_their_state(native):
     """Machines take turns in the one set of tile registers; each sees only its own state."""
     rng = np.random.default_rng(SEED)
