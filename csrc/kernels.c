@@ -5,9 +5,10 @@
  * x86-64. Nothing runs unless detection said yes (pyamx_internal_ready()).
  *
  * The Python layer (pyamx/native.py) validates every operand against the
- * shared fault rules first; the checks repeated here are the cheap ones that
- * stand between a bad call and a fatal #UD/#GP (SIGILL/SIGSEGV), since this
- * module can be called directly.
+ * shared fault rules first and is the only public way in. The C side checks
+ * only what it can cheaply (readiness, register numbers, LDTILECFG legality):
+ * a caller of the private pyamx._native API that skips the Python layer can
+ * still reach a #UD (shape rules) or a bad memory operand.
  */
 #include "pyamx.h"
 #include "internal.h"

@@ -359,11 +359,20 @@ static inline uint32_t f16_to_f32(uint16_t h)
     return sign | ((e + 127 - 15) << 23) | (m << 13);
 }
 
+/* Out of line so that the compiler cannot move the arithmetic across the
+ * MXCSR switches around it (as dp_float_rows, for the same reason). */
+__attribute__((noinline, target("fma"))) static uint32_t fma32_isolated(uint32_t a, uint32_t b, uint32_t c)
+{
+    return fma32(a, b, c);
+}
+
+__attribute__((noinline)) static uint32_t add32_isolated(uint32_t x, uint32_t y) { return add32(x, y); }
+
 uint32_t pyamx_trap_fma32(uint32_t a, uint32_t b, uint32_t c)
 {
     unsigned int saved = _mm_getcsr();
     _mm_setcsr(TRAP_MXCSR);
-    uint32_t r = fma32(a, b, c);
+    uint32_t r = fma32_isolated(a, b, c);
     _mm_setcsr(saved);
     return r;
 }
@@ -372,7 +381,7 @@ uint32_t pyamx_trap_add32(uint32_t x, uint32_t y)
 {
     unsigned int saved = _mm_getcsr();
     _mm_setcsr(TRAP_MXCSR);
-    uint32_t r = add32(x, y);
+    uint32_t r = add32_isolated(x, y);
     _mm_setcsr(saved);
     return r;
 }
@@ -752,7 +761,7 @@ static void do_tileloadd(struct tile_state *st, int t, uint64_t base, int64_t st
         /* start_row tracks progress so a fault on a row leaves the
          * restart point where silicon would. */
         st->start_row = (uint8_t)r;
-        const uint8_t *src = (const uint8_t *)(uintptr_t)(base + (uint64_t)((int64_t)r * stride));
+        const uint8_t *src = (const uint8_t *)(uintptr_t)(base + (uint64_t)r * (uint64_t)stride);
         memcpy(st->tiles[t][r], src, (size_t)colsb);
         memset(&st->tiles[t][r][colsb], 0, (size_t)(64 - colsb));
     }
@@ -766,7 +775,7 @@ static void do_tilestored(struct tile_state *st, int t, uint64_t base, int64_t s
     int rows = st->rows[t], colsb = st->colsb[t];
     for (int r = st->start_row; r < rows; r++) {
         st->start_row = (uint8_t)r;
-        uint8_t *dst = (uint8_t *)(uintptr_t)(base + (uint64_t)((int64_t)r * stride));
+        uint8_t *dst = (uint8_t *)(uintptr_t)(base + (uint64_t)r * (uint64_t)stride);
         memcpy(dst, st->tiles[t][r], (size_t)colsb);
     }
     st->start_row = 0;

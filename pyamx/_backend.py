@@ -30,6 +30,15 @@ def _requested_from_env() -> str:
 
 REQUESTED = _requested_from_env()  # an unknown value fails the import, before any work is done
 
+
+def _check_trap_env() -> None:
+    from . import trap  # pure environment parsing; the C module is not loaded here
+
+    trap.requested()  # a typo must not quietly leave native off: BackendError now
+
+
+_check_trap_env()
+
 _decision = None  # (backend, reason), decided on first use
 
 

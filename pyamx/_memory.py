@@ -16,7 +16,7 @@ from .errors import MemoryAccessFault
 def byte_view(mnemonic: str, buf, *, writable: bool) -> np.ndarray:
     """A flat uint8 view of ``buf`` (no copy), which must be one contiguous block."""
     if isinstance(buf, np.ndarray):
-        arr = buf
+        arr = buf.view(np.ndarray)  # a subclass (np.matrix) would keep its own idea of reshape/slicing
     else:
         try:
             arr = np.frombuffer(buf, dtype=np.uint8) if not writable else np.asarray(memoryview(buf))
@@ -40,8 +40,9 @@ def row_offsets(mnemonic: str, nbytes: int, offset, stride, first_row: int, rows
         if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
             raise TypeError(f"{mnemonic}: {name} must be an int, not {value!r}")
     offset, stride = int(offset), int(stride)
-    if not -(2**63) <= stride < 2**63:
-        raise ValueError(f"{mnemonic}: stride {stride} does not fit a 64-bit register")
+    for name, value in (("offset", offset), ("stride", stride)):
+        if not -(2**63) <= value < 2**63:
+            raise ValueError(f"{mnemonic}: {name} {value} does not fit a 64-bit register")
     starts = offset + stride * np.arange(first_row, rows, dtype=np.int64)
     if starts.size:
         lo, hi = int(starts.min()), int(starts.max()) + colsb

@@ -82,7 +82,7 @@ def tile_machine(*, backend=None, numerics="sdm"):
     chosen = _backend.resolve(backend)
     if chosen == "emulator":
         return emulator.TileMachine(numerics)
-    if numerics != "sdm":
+    if emulator.numerics.resolve(numerics) != emulator.PRESETS["sdm"]:
         raise ValueError("numerics= selects an emulator model; the native machine computes what silicon computes")
     from .native import NativeMachine
 

@@ -30,6 +30,8 @@ def _bits(x, name: str, fn: str, allowed: dict, hint: str) -> np.ndarray:
         raise TypeError(
             f"{fn}: {name} has dtype {x.dtype}; expected {' or '.join(allowed)}{hint}"
         )
+    if not x.dtype.isnative:  # a big-endian array: swap the bytes, keep the values (and NaN payloads)
+        x = x.byteswap().view(x.dtype.newbyteorder("="))
     return np.ascontiguousarray(x).view(bits_dtype)
 
 

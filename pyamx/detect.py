@@ -460,6 +460,9 @@ def _trap_stage(raw: RawFacts, st: _Stages, silicon_reason: str) -> bool:
     if not trap.available:
         st.add(name, "unavailable: " + (trap.error or "pyamx.trap is not installed"), None)
         return False
+    if trap.error and not trap.requested:  # e.g. a PYAMX_TRAP_EMULATION value the parser refused
+        st.add(name, f"refused: {trap.error}", False)
+        return False
     if not trap.requested:
         st.add(name, f"not requested (set {TRAP_ENV}=1 to run the native code through the SIGILL emulator)", None)
         return False

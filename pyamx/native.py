@@ -53,12 +53,12 @@ def available(family=None):
     ``family`` (``"bf16"``, ``"int8"``, ``"fp16"``) narrows the question to
     one kernel family: AMX-FP16, for one, exists only from Granite Rapids on.
     """
+    if family is not None and family not in FAMILY_FEATURE:
+        raise ValueError(f"unknown kernel family {family!r}; expected one of {', '.join(FAMILY_FEATURE)}")
     rep = detect.report()
     if not rep.amx_usable:
         return False, rep.reason
     if family is not None and family not in rep.kernels:
-        if family not in FAMILY_FEATURE:
-            raise ValueError(f"unknown kernel family {family!r}; expected one of {', '.join(FAMILY_FEATURE)}")
         return False, (
             f"the native {family} kernels cannot run here: they need {FAMILY_FEATURE[family]} in the CPU "
             f"and in this build (available: {', '.join(sorted(rep.kernels)) or 'none'})"
@@ -210,7 +210,8 @@ class NativeMachine:
                 "numerics= selects an emulator model; the native machine computes what silicon computes"
             )
         self._ffi, self._lib = _lib()
-        self._owner = threading.get_ident()
+        # The Thread object, not get_ident(): CPython reuses the ident of a finished thread.
+        self._owner = weakref.ref(threading.current_thread())
         self._owner_name = threading.current_thread().name
         self._config = TileConfig()
         self._stash = _INIT_STATE
@@ -219,7 +220,7 @@ class NativeMachine:
     # -- plumbing -------------------------------------------------------------
 
     def _enter(self, mnemonic: str) -> None:
-        if threading.get_ident() != self._owner:
+        if self._owner() is not threading.current_thread():
             raise WrongThreadError(
                 f"{mnemonic}: this NativeMachine belongs to thread {self._owner_name!r}; tile registers "
                 f"are per OS thread, so thread {threading.current_thread().name!r} must create its own"

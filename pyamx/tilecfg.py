@@ -17,7 +17,6 @@ from .errors import GeneralProtectionFault, InvalidOpcodeFault
 NUM_TILES = 8
 MAX_ROWS = 16
 MAX_COLSB = 64
-TILE_BYTES = MAX_ROWS * MAX_COLSB
 TMUL_MAXK = 16  # CPUID.1E.0:EBX[7:0], in rows of src2
 TMUL_MAXN = 64  # CPUID.1E.0:EBX[23:8], in bytes
 TILECFG_BYTES = 64
@@ -37,9 +36,6 @@ class TileConfig:
     @property
     def configured(self) -> bool:
         return self.palette != 0
-
-    def tile_configured(self, tmm: int) -> bool:
-        return self.configured and self.rows[tmm] != 0
 
     def to_bytes(self) -> bytes:
         """The image STTILECFG stores: 64 zero bytes in the init state."""

@@ -34,6 +34,12 @@ def test_unknown_env_value_fails_the_import(value):
     assert "PYAMX_BACKEND" in proc.stderr and "auto, native, emulator" in proc.stderr
 
 
+@pytest.mark.parametrize("value", ["yes", "true", "2", ""])
+def test_unknown_trap_emulation_value_fails_the_import(value):
+    proc = _python("import pyamx", PYAMX_TRAP_EMULATION=value)
+    assert proc.returncode != 0 and "PYAMX_TRAP_EMULATION" in proc.stderr
+
+
 def test_env_emulator_is_the_default_and_results_say_so():
     proc = _python(
         "import pyamx, numpy as np\n"

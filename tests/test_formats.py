@@ -178,3 +178,16 @@ def test_numerics_objects_are_validated():
     assert emulator.Numerics(tininess="before").name == "sdm+tininess='before'"
     assert emulator.PRESETS["straight"].name == "straight"
     assert math.isclose(float(emulator.tdpbf16ps(*_ok(), numerics=emulator.Numerics(nan="default"))[0, 0]), 0.0)
+
+
+def test_big_endian_operands_give_the_same_bits():
+    rng = np.random.default_rng(9)
+    c = rng.standard_normal((3, 4)).astype(np.float32)
+    a = bf16.from_float32(rng.standard_normal((3, 6)).astype(np.float32))
+    b = bf16.from_float32(rng.standard_normal((3, 8)).astype(np.float32))
+    want = pyamx.tdpbf16ps(c, a, b)
+    got = pyamx.tdpbf16ps(c.astype(">f4"), a.astype(">u2"), b.astype(">u2"))
+    assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
+    assert bf16.to_float32(np.array([0x3F80], ">u2"))[0] == 1.0
+    ci = np.ones((1, 1), ">i4")
+    assert pyamx.tdpbssd(ci, np.ones((1, 4), np.int8), np.ones((1, 4), np.int8))[0, 0] == 5

@@ -180,6 +180,36 @@ def test_machine_refuses_other_threads(native):
     assert machine.sttilecfg() == TileConfig.make({0: (1, 4)}).to_bytes()
 
 
+def test_machine_of_a_finished_thread_is_refused_even_if_its_ident_is_reused(native):
+    made = []
+    first = threading.Thread(target=lambda: made.append((native.NativeMachine(), threading.get_ident())))
+    first.start()
+    first.join()
+    machine, dead_ident = made[0]
+    outcome = []
+
+    def use():
+        try:
+            machine.tilezero(0)
+            outcome.append("ran")
+        except WrongThreadError:
+            outcome.append(("refused", threading.get_ident() == dead_ident))
+
+    for _ in range(3):  # CPython usually hands the next thread the finished thread's ident
+        t = threading.Thread(target=use)
+        t.start()
+        t.join()
+    assert all(o != "ran" for o in outcome), outcome
+
+
+def test_tile_machine_accepts_the_sdm_numerics_object(native):
+    import pyamx
+
+    assert pyamx.tile_machine(backend="native", numerics=pyamx.Numerics()).backend == "native"
+    with pytest.raises(ValueError, match="emulator model"):
+        pyamx.tile_machine(backend="native", numerics="straight")
+
+
 def test_faults_are_raised_before_any_instruction_runs(native):
     machine = native.NativeMachine()
     cfg = TileConfig.make({0: (2, 8), 1: (2, 8), 2: (2, 8), 3: (4, 16)})

@@ -35,11 +35,6 @@ def is_nan(bits) -> np.ndarray:
     return ((bits & EXPONENT) == EXPONENT) & ((bits & MANTISSA) != 0)
 
 
-def is_denormal(bits) -> np.ndarray:
-    bits = np.asarray(bits, dtype=np.uint32)
-    return ((bits & EXPONENT) == 0) & ((bits & MANTISSA) != 0)
-
-
 def to_float64(bits, daz: bool) -> np.ndarray:
     """The value of fp32 bit patterns as float64; denormals become signed zeros under DAZ."""
     bits = np.asarray(bits, dtype=np.uint32)

@@ -89,11 +89,12 @@ class TileMachine:
     def _load(self, mnemonic, tmm, buf, stride, offset) -> None:
         memory = _memory.byte_view(mnemonic, buf, writable=False)
         tmm, rows, colsb, starts = self._row_offsets(mnemonic, tmm, memory, stride, offset)
-        tile = self._tiles[tmm]
-        tile[rows:] = 0  # rows before start_row keep their bytes (restart semantics)
-        for row, start in zip(range(self._config.start_row, rows), starts):
+        start_row = self._config.start_row
+        tile = self._tiles[tmm].copy()  # built aside, so a failure leaves the machine untouched
+        tile[start_row:] = 0  # the pseudo-code's zero_upper_rows(tdest, start): earlier rows are kept
+        for row, start in zip(range(start_row, rows), starts):
             tile[row, :colsb] = memory[start : start + colsb]
-            tile[row, colsb:] = 0
+        self._tiles[tmm] = tile
         self._config = self._config.with_start_row(0)
 
     def tileloadd(self, tmm: int, buf, stride: int, offset: int = 0) -> None:
