@@ -189,15 +189,13 @@ def probe(backend: str = "emulator", numerics=None) -> dict:
     # already settled; every verdict found so far shapes the predictions of the next point.
     for point in points:
         result = PointResult(point, [], None)
-        for value, changes in CANDIDATES[point].items():
-            predictions = [_predict(base, changes, e) for e in EXPERIMENTS[point]]
-            if all(np.array_equal(p, o) for p, o in zip(predictions, observed[point])):
-                result.matches.append(value)
-        for e, o in zip(EXPERIMENTS[point], observed[point]):
-            if o.size == 1:
-                result.observations.append(
-                    (e.name, int(o.flat[0]), {str(v): int(_predict(base, ch, e).flat[0]) for v, ch in CANDIDATES[point].items()})
-                )
+        predicted = {value: [_predict(base, changes, e) for e in EXPERIMENTS[point]]
+                     for value, changes in CANDIDATES[point].items()}
+        result.matches = [value for value, bits in predicted.items()
+                          if all(np.array_equal(p, o) for p, o in zip(bits, observed[point]))]
+        for i, (e, o) in enumerate(zip(EXPERIMENTS[point], observed[point])):
+            if o.size == 1:  # single-element experiments are listed bit by bit in the report
+                result.observations.append((e.name, int(o.flat[0]), {str(v): int(bits[i].flat[0]) for v, bits in predicted.items()}))
         result.verdict = result.matches[0] if len(result.matches) == 1 else None
         if result.verdict is not None and point in _SETTLES:
             base = base.replace(**CANDIDATES[point][result.verdict])
