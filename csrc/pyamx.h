@@ -12,6 +12,29 @@
 #include <stdint.h>
 #include <stddef.h>
 
+/* ---- every layer: the one numbering of the instructions ---- */
+
+/* Instruction ids: the trap decoder's results, the dot-product op of
+ * pyamx_dp_oneshot()/pyamx_tdp(), and the ids pyamx/isa.py reads from lib.
+ * Dot products are the contiguous range TDPBF16PS..TDPBUUD. */
+enum pyamx_op {
+    PYAMX_OP_NONE = 0,
+    PYAMX_OP_LDTILECFG = 1,
+    PYAMX_OP_STTILECFG = 2,
+    PYAMX_OP_TILERELEASE = 3,
+    PYAMX_OP_TILEZERO = 4,
+    PYAMX_OP_TILELOADD = 5,
+    PYAMX_OP_TILELOADDT1 = 6,
+    PYAMX_OP_TILESTORED = 7,
+    PYAMX_OP_TDPBF16PS = 8,
+    PYAMX_OP_TDPFP16PS = 9,
+    PYAMX_OP_TDPBSSD = 10,
+    PYAMX_OP_TDPBSUD = 11,
+    PYAMX_OP_TDPBUSD = 12,
+    PYAMX_OP_TDPBUUD = 13
+};
+
+
 /* ---- detect.c: build facts and detection (baseline x86-64, never a tile instruction) ---- */
 
 /* Status codes of every int-returning function below that is not an errno
@@ -47,16 +70,6 @@ int pyamx_trap_linked(void);
 
 /* ---- kernels.c: AMX kernels (compiled with target("amx-...") only where supported) ---- */
 
-/* Dot-product operations, for pyamx_dp_oneshot() and pyamx_tdp(). */
-enum pyamx_dp_op {
-    PYAMX_OP_TDPBF16PS = 0,
-    PYAMX_OP_TDPFP16PS = 1,
-    PYAMX_OP_TDPBSSD = 2,
-    PYAMX_OP_TDPBSUD = 3,
-    PYAMX_OP_TDPBUSD = 4,
-    PYAMX_OP_TDPBUUD = 5
-};
-
 int pyamx_dp_oneshot(int op, uint32_t *c, const void *a, const void *b, int m, int k, int n);
 
 int pyamx_ldtilecfg(const uint8_t *cfg64);
@@ -70,24 +83,6 @@ int pyamx_save_tiles(uint8_t *cfg64, uint8_t *tiles8192);
 int pyamx_restore_tiles(const uint8_t *cfg64, const uint8_t *tiles8192);
 
 /* ---- trap.c: trap-and-emulate test mode (SIGILL handler) ---- */
-
-/* Mnemonic ids of pyamx_trap_decode / pyamx_trap_op_count. */
-enum {
-    PYAMX_TRAP_OP_NONE = 0,
-    PYAMX_TRAP_OP_LDTILECFG = 1,
-    PYAMX_TRAP_OP_STTILECFG = 2,
-    PYAMX_TRAP_OP_TILERELEASE = 3,
-    PYAMX_TRAP_OP_TILEZERO = 4,
-    PYAMX_TRAP_OP_TILELOADD = 5,
-    PYAMX_TRAP_OP_TILELOADDT1 = 6,
-    PYAMX_TRAP_OP_TILESTORED = 7,
-    PYAMX_TRAP_OP_TDPBF16PS = 8,
-    PYAMX_TRAP_OP_TDPFP16PS = 9,
-    PYAMX_TRAP_OP_TDPBSSD = 10,
-    PYAMX_TRAP_OP_TDPBSUD = 11,
-    PYAMX_TRAP_OP_TDPBUSD = 12,
-    PYAMX_TRAP_OP_TDPBUUD = 13
-};
 
 /* pyamx_trap_decode results other than a length (> 0). */
 enum {
@@ -190,7 +185,7 @@ uint32_t pyamx_trap_f16_to_f32(uint16_t h);
  * execute real AMX instructions, so outside trap mode they need AMX. */
 
 /* LDTILECFG cfg; TILELOADD tmm0 <- c, tmm1 <- a, tmm2 <- b; op tmm0, tmm1,
- * tmm2 (op: PYAMX_TRAP_OP_TDP*); TILESTORED tmm0 -> c; TILERELEASE. */
+ * tmm2 (op: PYAMX_OP_TDP*); TILESTORED tmm0 -> c; TILERELEASE. */
 int32_t pyamx_trap_selftest_dot(int32_t op, const uint8_t *cfg, const void *a, int64_t lda,
                                 const void *b, int64_t ldb, void *c, int64_t ldc);
 /* Loads a tile from src and stores it to dst with addressing form `form`

@@ -71,7 +71,7 @@ int32_t pyamx_trap_decode(const uint8_t *p, size_t len, const uint64_t *gpr,
     size_t i = 0;
     struct pyamx_trap_insn d;
 
-    d.op = PYAMX_TRAP_OP_NONE;
+    d.op = PYAMX_OP_NONE;
     d.length = 0;
     d.tdst = d.tsrc1 = d.tsrc2 = -1;
     d.has_mem = 0;
@@ -115,30 +115,30 @@ int32_t pyamx_trap_decode(const uint8_t *p, size_t len, const uint64_t *gpr,
     int reg = reg3 | (R << 3), rm = rm3 | (B << 3);
 
     enum { PP_NP = 0, PP_66 = 1, PP_F3 = 2, PP_F2 = 3 };
-    int op = PYAMX_TRAP_OP_NONE, memform = 0, sibmem = 0, is_dp = 0;
+    int op = PYAMX_OP_NONE, memform = 0, sibmem = 0, is_dp = 0;
 
     switch (opc) {
     case 0x49:
-        if (mod != 3 && pp == PP_NP) { op = PYAMX_TRAP_OP_LDTILECFG; memform = 1; }
-        else if (mod != 3 && pp == PP_66) { op = PYAMX_TRAP_OP_STTILECFG; memform = 1; }
-        else if (mod == 3 && pp == PP_NP) op = PYAMX_TRAP_OP_TILERELEASE;
-        else if (mod == 3 && pp == PP_F2) op = PYAMX_TRAP_OP_TILEZERO;
+        if (mod != 3 && pp == PP_NP) { op = PYAMX_OP_LDTILECFG; memform = 1; }
+        else if (mod != 3 && pp == PP_66) { op = PYAMX_OP_STTILECFG; memform = 1; }
+        else if (mod == 3 && pp == PP_NP) op = PYAMX_OP_TILERELEASE;
+        else if (mod == 3 && pp == PP_F2) op = PYAMX_OP_TILEZERO;
         break;
     case 0x4B:
-        if (mod != 3 && pp == PP_F2) op = PYAMX_TRAP_OP_TILELOADD;
-        else if (mod != 3 && pp == PP_66) op = PYAMX_TRAP_OP_TILELOADDT1;
-        else if (mod != 3 && pp == PP_F3) op = PYAMX_TRAP_OP_TILESTORED;
-        memform = sibmem = (op != PYAMX_TRAP_OP_NONE);
+        if (mod != 3 && pp == PP_F2) op = PYAMX_OP_TILELOADD;
+        else if (mod != 3 && pp == PP_66) op = PYAMX_OP_TILELOADDT1;
+        else if (mod != 3 && pp == PP_F3) op = PYAMX_OP_TILESTORED;
+        memform = sibmem = (op != PYAMX_OP_NONE);
         break;
     case 0x5C:
-        if (mod == 3 && pp == PP_F3) op = PYAMX_TRAP_OP_TDPBF16PS;
-        else if (mod == 3 && pp == PP_F2) op = PYAMX_TRAP_OP_TDPFP16PS;
+        if (mod == 3 && pp == PP_F3) op = PYAMX_OP_TDPBF16PS;
+        else if (mod == 3 && pp == PP_F2) op = PYAMX_OP_TDPFP16PS;
         is_dp = 1;
         break;
     case 0x5E:
         if (mod == 3) {
-            static const int8_t by_pp[4] = {PYAMX_TRAP_OP_TDPBUUD, PYAMX_TRAP_OP_TDPBUSD,
-                                            PYAMX_TRAP_OP_TDPBSUD, PYAMX_TRAP_OP_TDPBSSD};
+            static const int8_t by_pp[4] = {PYAMX_OP_TDPBUUD, PYAMX_OP_TDPBUSD,
+                                            PYAMX_OP_TDPBSUD, PYAMX_OP_TDPBSSD};
             op = by_pp[pp];
         }
         is_dp = 1;
@@ -147,29 +147,29 @@ int32_t pyamx_trap_decode(const uint8_t *p, size_t len, const uint64_t *gpr,
     d.op = op;
     /* An opcode of the AMX space in a form no AMX instruction has is #UD
      * on silicon too; the caller passes it on as SIGILL either way. */
-    if (op == PYAMX_TRAP_OP_NONE)
+    if (op == PYAMX_OP_NONE)
         return PYAMX_TRAP_DECODE_UD;
 
     int ud = (W != 0) || (L != 0);
     if (!is_dp && vvvv != 0)
         ud = 1;
     switch (op) {
-    case PYAMX_TRAP_OP_LDTILECFG:
-    case PYAMX_TRAP_OP_STTILECFG:
+    case PYAMX_OP_LDTILECFG:
+    case PYAMX_OP_STTILECFG:
         if (reg != 0) ud = 1;
         break;
-    case PYAMX_TRAP_OP_TILERELEASE:
+    case PYAMX_OP_TILERELEASE:
         if (modrm != 0xC0 || R || B) ud = 1;
         break;
-    case PYAMX_TRAP_OP_TILEZERO:
+    case PYAMX_OP_TILEZERO:
         if (rm != 0) ud = 1;
         d.tdst = reg;
         break;
-    case PYAMX_TRAP_OP_TILESTORED:
+    case PYAMX_OP_TILESTORED:
         d.tsrc1 = reg;
         break;
-    case PYAMX_TRAP_OP_TILELOADD:
-    case PYAMX_TRAP_OP_TILELOADDT1:
+    case PYAMX_OP_TILELOADD:
+    case PYAMX_OP_TILELOADDT1:
         d.tdst = reg;
         break;
     default: /* dot products */
@@ -945,18 +945,18 @@ static int do_dot(struct tile_state *st, const struct pyamx_trap_insn *in, struc
     }
 
     switch (in->op) {
-    case PYAMX_TRAP_OP_TDPBF16PS:
-    case PYAMX_TRAP_OP_TDPFP16PS: {
+    case PYAMX_OP_TDPBF16PS:
+    case PYAMX_OP_TDPFP16PS: {
         unsigned int saved = _mm_getcsr();
         _mm_setcsr(TRAP_MXCSR);
-        dp_float_rows(st, d, s1, s2, in->op == PYAMX_TRAP_OP_TDPFP16PS);
+        dp_float_rows(st, d, s1, s2, in->op == PYAMX_OP_TDPFP16PS);
         _mm_setcsr(saved);
         break;
     }
-    case PYAMX_TRAP_OP_TDPBSSD: dp_int8_rows(st, d, s1, s2, 1, 1); break;
-    case PYAMX_TRAP_OP_TDPBSUD: dp_int8_rows(st, d, s1, s2, 1, 0); break;
-    case PYAMX_TRAP_OP_TDPBUSD: dp_int8_rows(st, d, s1, s2, 0, 1); break;
-    case PYAMX_TRAP_OP_TDPBUUD: dp_int8_rows(st, d, s1, s2, 0, 0); break;
+    case PYAMX_OP_TDPBSSD: dp_int8_rows(st, d, s1, s2, 1, 1); break;
+    case PYAMX_OP_TDPBSUD: dp_int8_rows(st, d, s1, s2, 1, 0); break;
+    case PYAMX_OP_TDPBUSD: dp_int8_rows(st, d, s1, s2, 0, 1); break;
+    case PYAMX_OP_TDPBUUD: dp_int8_rows(st, d, s1, s2, 0, 0); break;
     }
     zero_tail(st, d, st->rows[d], st->colsb[d]);
     st->start_row = 0;
@@ -966,15 +966,15 @@ static int do_dot(struct tile_state *st, const struct pyamx_trap_insn *in, struc
 static int execute(struct tile_state *st, const struct pyamx_trap_insn *in, struct msg *m)
 {
     switch (in->op) {
-    case PYAMX_TRAP_OP_LDTILECFG:
+    case PYAMX_OP_LDTILECFG:
         return do_ldtilecfg(st, (const uint8_t *)(uintptr_t)in->addr, m);
-    case PYAMX_TRAP_OP_STTILECFG:
+    case PYAMX_OP_STTILECFG:
         do_sttilecfg(st, (uint8_t *)(uintptr_t)in->addr);
         return EXEC_OK;
-    case PYAMX_TRAP_OP_TILERELEASE:
+    case PYAMX_OP_TILERELEASE:
         state_init(st);
         return EXEC_OK;
-    case PYAMX_TRAP_OP_TILEZERO:
+    case PYAMX_OP_TILEZERO:
         /* Only TILES_CONFIGURED and the register number are checked
          * (SDM class AMX-E5); the whole 16x64 tile is zeroed. */
         if (need_configured(st, m) || need_register("tdest", in->tdst, m))
@@ -985,13 +985,13 @@ static int execute(struct tile_state *st, const struct pyamx_trap_insn *in, stru
     /* Loads and stores check TILES_CONFIGURED and the register number only
      * (SDM class AMX-E3, and the pseudo-code: an unconfigured tile has rows = 0,
      * so a load zeroes it and a store writes nothing), as the emulator does. */
-    case PYAMX_TRAP_OP_TILELOADD:
-    case PYAMX_TRAP_OP_TILELOADDT1:
+    case PYAMX_OP_TILELOADD:
+    case PYAMX_OP_TILELOADDT1:
         if (need_configured(st, m) || need_register("tdest", in->tdst, m))
             return EXEC_UD;
         do_tileloadd(st, in->tdst, in->addr, in->stride);
         return EXEC_OK;
-    case PYAMX_TRAP_OP_TILESTORED:
+    case PYAMX_OP_TILESTORED:
         if (need_configured(st, m) || need_register("tsrc", in->tsrc1, m))
             return EXEC_UD;
         do_tilestored(st, in->tsrc1, in->addr, in->stride);

@@ -43,15 +43,15 @@ AMX_TARGET int32_t pyamx_trap_selftest_dot(int32_t op, const uint8_t *cfg, const
     _tile_loadd(1, a, lda);
     _tile_loadd(2, b, ldb);
     switch (op) {
-    case PYAMX_TRAP_OP_TDPBF16PS: _tile_dpbf16ps(0, 1, 2); break;
-    case PYAMX_TRAP_OP_TDPFP16PS:
+    case PYAMX_OP_TDPBF16PS: _tile_dpbf16ps(0, 1, 2); break;
+    case PYAMX_OP_TDPFP16PS:
         /* gcc 12 has no amx-fp16: tdpfp16ps %tmm2, %tmm1, %tmm0 */
         __asm__ volatile(".byte 0xc4, 0xe2, 0x6b, 0x5c, 0xc1" ::: "memory");
         break;
-    case PYAMX_TRAP_OP_TDPBSSD: _tile_dpbssd(0, 1, 2); break;
-    case PYAMX_TRAP_OP_TDPBSUD: _tile_dpbsud(0, 1, 2); break;
-    case PYAMX_TRAP_OP_TDPBUSD: _tile_dpbusd(0, 1, 2); break;
-    case PYAMX_TRAP_OP_TDPBUUD: _tile_dpbuud(0, 1, 2); break;
+    case PYAMX_OP_TDPBSSD: _tile_dpbssd(0, 1, 2); break;
+    case PYAMX_OP_TDPBSUD: _tile_dpbsud(0, 1, 2); break;
+    case PYAMX_OP_TDPBUSD: _tile_dpbusd(0, 1, 2); break;
+    case PYAMX_OP_TDPBUUD: _tile_dpbuud(0, 1, 2); break;
     default: _tile_release(); return -1;
     }
     _tile_stored(0, c, ldc);

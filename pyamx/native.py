@@ -32,14 +32,14 @@ from .tilecfg import (
     parse_tilecfg,
 )
 
-#: mnemonic -> (C op code, kernel family, lanes per dword)
+#: mnemonic -> (C op name in lib, kernel family, lanes per dword); the id itself is read from lib.
 OPS = {
-    "tdpbf16ps": (0, "bf16", 2),
-    "tdpfp16ps": (1, "fp16", 2),
-    "tdpbssd": (2, "int8", 4),
-    "tdpbsud": (3, "int8", 4),
-    "tdpbusd": (4, "int8", 4),
-    "tdpbuud": (5, "int8", 4),
+    "tdpbf16ps": ("PYAMX_OP_TDPBF16PS", "bf16", 2),
+    "tdpfp16ps": ("PYAMX_OP_TDPFP16PS", "fp16", 2),
+    "tdpbssd": ("PYAMX_OP_TDPBSSD", "int8", 4),
+    "tdpbsud": ("PYAMX_OP_TDPBSUD", "int8", 4),
+    "tdpbusd": ("PYAMX_OP_TDPBUSD", "int8", 4),
+    "tdpbuud": ("PYAMX_OP_TDPBUUD", "int8", 4),
 }
 
 FAMILY_FEATURE = {"bf16": "AMX-BF16", "int8": "AMX-INT8", "fp16": "AMX-FP16 (Granite Rapids and later)"}
@@ -123,6 +123,7 @@ def _address(arr: np.ndarray) -> int:
 def _oneshot(name: str, c: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
     op, family, lanes = OPS[name]
     ffi, lib = _lib(family)
+    op = getattr(lib, op)
     # The caller validated dtypes and shapes (pyamx._validate); these checks
     # only guard the memory the C code will touch.
     for x, size in ((c, 4), (a, 4 // lanes), (b, 4 // lanes)):
@@ -355,7 +356,7 @@ class NativeMachine:
         if family not in self._kernels:
             raise NativeUnavailableError(available(family)[1])
         check_dot_product(mnemonic, self._config, dst, src1, src2)
-        self._run(mnemonic, self._lib.pyamx_tdp, op, int(dst), int(src1), int(src2))
+        self._run(mnemonic, self._lib.pyamx_tdp, getattr(self._lib, op), int(dst), int(src1), int(src2))
         self._config = self._config.with_start_row(0)
 
     def tdpbf16ps(self, dst: int, src1: int, src2: int) -> None:

@@ -47,7 +47,7 @@ def _why_not():
 WHY_NOT = _why_not()
 needs_trap = pytest.mark.skipif(WHY_NOT is not None, reason=WHY_NOT or "")
 
-OP = {n: getattr(lib, f"PYAMX_TRAP_OP_{n}") for n in
+OP = {n: getattr(lib, f"PYAMX_OP_{n}") for n in
       ("LDTILECFG", "STTILECFG", "TILERELEASE", "TILEZERO", "TILELOADD", "TILESTORED",
        "TDPBF16PS", "TDPFP16PS", "TDPBSSD", "TDPBSUD", "TDPBUSD", "TDPBUUD")}
 
@@ -297,23 +297,23 @@ UD_SNIPPETS = {
         lib.pyamx_trap_selftest_dp_same()""",
     "unconfigured operand tile (tmm2)": """
         a = np.zeros(256, np.uint8)
-        lib.pyamx_trap_selftest_dot(lib.PYAMX_TRAP_OP_TDPBF16PS, u8p(make_cfg({0: (2, 8), 1: (2, 8)})),
+        lib.pyamx_trap_selftest_dot(lib.PYAMX_OP_TDPBF16PS, u8p(make_cfg({0: (2, 8), 1: (2, 8)})),
                                     vp(a), 64, vp(a), 64, vp(a), 64)""",
     "tsrc1 colsb/4 != tsrc2 rows": """
         a = np.zeros(1024, np.uint8)
-        lib.pyamx_trap_selftest_dot(lib.PYAMX_TRAP_OP_TDPBSSD, u8p(make_cfg({0: (2, 8), 1: (2, 8), 2: (3, 8)})),
+        lib.pyamx_trap_selftest_dot(lib.PYAMX_OP_TDPBSSD, u8p(make_cfg({0: (2, 8), 1: (2, 8), 2: (3, 8)})),
                                     vp(a), 64, vp(a), 64, vp(a), 64)""",
     "dest colsb != tsrc2 colsb": """
         a = np.zeros(1024, np.uint8)
-        lib.pyamx_trap_selftest_dot(lib.PYAMX_TRAP_OP_TDPBF16PS, u8p(make_cfg({0: (2, 8), 1: (2, 8), 2: (2, 12)})),
+        lib.pyamx_trap_selftest_dot(lib.PYAMX_OP_TDPBF16PS, u8p(make_cfg({0: (2, 8), 1: (2, 8), 2: (2, 12)})),
                                     vp(a), 64, vp(a), 64, vp(a), 64)""",
     "dest rows != tsrc1 rows": """
         a = np.zeros(1024, np.uint8)
-        lib.pyamx_trap_selftest_dot(lib.PYAMX_TRAP_OP_TDPFP16PS, u8p(make_cfg({0: (3, 8), 1: (2, 8), 2: (2, 8)})),
+        lib.pyamx_trap_selftest_dot(lib.PYAMX_OP_TDPFP16PS, u8p(make_cfg({0: (3, 8), 1: (2, 8), 2: (2, 8)})),
                                     vp(a), 64, vp(a), 64, vp(a), 64)""",
     "colsb not a multiple of 4": """
         a = np.zeros(1024, np.uint8)
-        lib.pyamx_trap_selftest_dot(lib.PYAMX_TRAP_OP_TDPBUUD, u8p(make_cfg({0: (2, 6), 1: (2, 8), 2: (2, 6)})),
+        lib.pyamx_trap_selftest_dot(lib.PYAMX_OP_TDPBUUD, u8p(make_cfg({0: (2, 6), 1: (2, 8), 2: (2, 6)})),
                                     vp(a), 64, vp(a), 64, vp(a), 64)""",
 }
 

@@ -20,7 +20,7 @@ if not hasattr(lib, "pyamx_trap_decode"):
     pytest.skip("this build has no trap mode", allow_module_level=True)
 
 OP = {
-    name: getattr(lib, f"PYAMX_TRAP_OP_{name}")
+    name: getattr(lib, f"PYAMX_OP_{name}")
     for name in ("LDTILECFG", "STTILECFG", "TILERELEASE", "TILEZERO", "TILELOADD", "TILELOADDT1",
                  "TILESTORED", "TDPBF16PS", "TDPFP16PS", "TDPBSSD", "TDPBSUD", "TDPBUSD", "TDPBUUD")
 }
