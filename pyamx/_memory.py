@@ -20,7 +20,7 @@ def byte_view(mnemonic: str, buf, *, writable: bool) -> np.ndarray:
     else:
         try:
             arr = np.frombuffer(buf, dtype=np.uint8) if not writable else np.asarray(memoryview(buf))
-        except TypeError:
+        except (TypeError, BufferError):
             raise TypeError(
                 f"{mnemonic}: the memory operand must be a numpy array or a buffer, not {type(buf).__name__}"
             ) from None
@@ -43,14 +43,12 @@ def row_offsets(mnemonic: str, nbytes: int, offset, stride, first_row: int, rows
     for name, value in (("offset", offset), ("stride", stride)):
         if not -(2**63) <= value < 2**63:
             raise ValueError(f"{mnemonic}: {name} {value} does not fit a 64-bit register")
-    starts = offset + stride * np.arange(first_row, rows, dtype=np.int64)
-    if starts.size:
-        lo, hi = int(starts.min()), int(starts.max()) + colsb
-        if lo < 0 or hi > nbytes:
-            bad = int(first_row + np.flatnonzero((starts < 0) | (starts + colsb > nbytes))[0])
+    # Bounds are decided on Python ints: offset + r * stride can leave int64.
+    for bad in range(first_row, rows):
+        if not 0 <= offset + stride * bad <= nbytes - colsb:
             raise MemoryAccessFault(
                 mnemonic,
                 f"row {bad} spans bytes [{offset + stride * bad}, {offset + stride * bad + colsb}) "
                 f"of a {nbytes}-byte buffer (offset={offset}, stride={stride}, colsb={colsb})",
             )
-    return starts
+    return offset + stride * np.arange(first_row, rows, dtype=np.int64)
