@@ -8,9 +8,8 @@ used or the call fails, never silently replaced.
 
 from __future__ import annotations
 
-import os
-
-from .errors import BackendError, NativeUnavailableError
+from . import _env
+from .errors import BackendError, EnvironmentVariableError, NativeUnavailableError
 
 ENV_VAR = "PYAMX_BACKEND"
 CHOICES = ("auto", "native", "emulator")
@@ -23,21 +22,26 @@ def parse_choice(value, source: str) -> str:
     return value
 
 
-def _requested_from_env() -> str:
-    value = os.environ.get(ENV_VAR)
-    return "auto" if value is None else parse_choice(value, f"the environment variable {ENV_VAR}")
+def requested() -> str:
+    """The backend ``PYAMX_BACKEND`` asks for (empty or unset: ``auto``).
 
-
-REQUESTED = _requested_from_env()  # an unknown value fails the import, before any work is done
-
-
-def _check_trap_env() -> None:
+    Read on first use, not at import, so that ``import pyamx`` (and ``pyamx
+    info``, ``pyamx --help``) work whatever the environment holds; a bad
+    value of PYAMX_BACKEND or PYAMX_TRAP_EMULATION raises
+    :class:`~pyamx.errors.EnvironmentVariableError` at every use instead.
+    """
     from . import trap  # pure environment parsing; the C module is not loaded here
 
-    trap.requested()  # a typo must not quietly leave native off: BackendError now
+    choice = _env.choice(ENV_VAR, CHOICES, "auto", error=EnvironmentVariableError)
+    trap.requested()  # a typo must not quietly leave native off
+    return choice
 
 
-_check_trap_env()
+def __getattr__(name):
+    if name == "REQUESTED":  # the old module constant, now read when asked for
+        return requested()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 _decision = None  # (backend, reason), decided on first use
 
@@ -62,14 +66,15 @@ def native_mode():
 
 def _decide():
     global _decision
+    wanted = requested()  # raises for a bad variable every time, never caches a decision
     if _decision is None:
-        if REQUESTED == "emulator":
+        if wanted == "emulator":
             _decision = ("emulator", f"{ENV_VAR}=emulator")
         else:
             usable, reason = native_status()
             if usable:
                 _decision = ("native", f"native is usable: {reason}")
-            elif REQUESTED == "native":
+            elif wanted == "native":
                 _decision = (None, reason)
             else:
                 _decision = ("emulator", f"native is not usable: {reason}")
@@ -79,8 +84,8 @@ def _decide():
 def _unavailable(reason: str, source: str) -> NativeUnavailableError:
     return NativeUnavailableError(
         f"the native backend was requested ({source}) but cannot run here: {reason}. "
-        "Run `pyamx info` for every detection stage; use backend='emulator' "
-        "(or PYAMX_BACKEND=emulator) to run the bit-exact emulator instead."
+        "Run `pyamx info` for every detection stage; run the bit-exact emulator instead with "
+        "backend='emulator' (command line: --backend emulator; environment: PYAMX_BACKEND=emulator)."
     )
 
 
@@ -105,7 +110,7 @@ def resolve(backend, family: str = "bf16") -> str:
     named by the call or by PYAMX_BACKEND is used or the call fails.
     """
     if backend is None:
-        choice, source = REQUESTED, f"{ENV_VAR}=native"
+        choice, source = requested(), f"{ENV_VAR}=native"
         if choice == "native":
             default_backend()  # the process-wide refusal comes first
     else:

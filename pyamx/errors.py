@@ -9,6 +9,8 @@ Operand errors of the array-level functions are plain ``TypeError`` /
 
 from __future__ import annotations
 
+from ._env import EnvVarError
+
 
 class AMXError(Exception):
     """Base class of every error pyamx raises on its own account."""
@@ -54,6 +56,14 @@ class MemoryAccessFault(AMXFault, IndexError):
 
 class BackendError(AMXError):
     """A backend was named that does not exist or cannot run here."""
+
+
+class EnvironmentVariableError(BackendError, EnvVarError):
+    """A ``PYAMX_*`` environment variable holds a value pyamx does not accept.
+
+    Raised on first use of the setting, never by ``import pyamx``; the
+    message names the variable, the value and the allowed values.
+    """
 
 
 class NativeUnavailableError(BackendError):

@@ -27,17 +27,32 @@ def _python(code: str, **env) -> subprocess.CompletedProcess:
                           cwd=PYAMX_HOME)
 
 
-@pytest.mark.parametrize("value", ["bogus", "", "Native", "EMULATOR", " auto"])
-def test_unknown_env_value_fails_the_import(value):
-    proc = _python("import pyamx", PYAMX_BACKEND=value)
-    assert proc.returncode != 0
+_FIRST_USE = (
+    "import pyamx, numpy as np\n"
+    "print('imported')\n"
+    "pyamx.tdpbf16ps(np.zeros((1,1),np.float32), np.zeros((1,2),np.uint16), np.zeros((1,2),np.uint16))\n"
+)
+
+
+@pytest.mark.parametrize("value", ["bogus", "Native", "EMULATOR", " auto"])
+def test_unknown_env_value_fails_the_first_use_not_the_import(value):
+    proc = _python(_FIRST_USE, PYAMX_BACKEND=value)
+    assert proc.stdout == "imported\n" and proc.returncode != 0
+    assert "EnvironmentVariableError" in proc.stderr
     assert "PYAMX_BACKEND" in proc.stderr and "auto, native, emulator" in proc.stderr
 
 
-@pytest.mark.parametrize("value", ["yes", "true", "2", ""])
-def test_unknown_trap_emulation_value_fails_the_import(value):
-    proc = _python("import pyamx", PYAMX_TRAP_EMULATION=value)
-    assert proc.returncode != 0 and "PYAMX_TRAP_EMULATION" in proc.stderr
+@pytest.mark.parametrize("value", ["maybe", "2", " 1"])
+def test_unknown_trap_emulation_value_fails_the_first_use_not_the_import(value):
+    proc = _python(_FIRST_USE, PYAMX_TRAP_EMULATION=value)
+    assert proc.stdout == "imported\n" and proc.returncode != 0
+    assert "PYAMX_TRAP_EMULATION" in proc.stderr and "yes/no" in proc.stderr
+
+
+def test_empty_env_values_mean_unset():
+    proc = _python(_FIRST_USE + "print(pyamx.backend_reason())", PYAMX_BACKEND="")
+    assert proc.returncode == 0, proc.stderr
+    assert "PYAMX_BACKEND=emulator" not in proc.stdout  # decided as auto
 
 
 def test_env_emulator_is_the_default_and_results_say_so():
