@@ -85,7 +85,8 @@ def _unavailable(reason: str, source: str) -> NativeUnavailableError:
     return NativeUnavailableError(
         f"the native backend was requested ({source}) but cannot run here: {reason}. "
         "Run `pyamx info` for every detection stage; run the bit-exact emulator instead with "
-        "backend='emulator' (command line: --backend emulator; environment: PYAMX_BACKEND=emulator)."
+        "backend='emulator' (command line: --backend emulator; environment: PYAMX_BACKEND=emulator).",
+        reason=reason,
     )
 
 

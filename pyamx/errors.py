@@ -69,8 +69,17 @@ class EnvironmentVariableError(BackendError, EnvVarError):
 class NativeUnavailableError(BackendError):
     """The native backend was asked for by name but cannot run here.
 
-    The message carries the detection report's reason and what to do.
+    The message carries the detection report's reason and what to do;
+    ``reason`` holds the reason alone (None when there is none), so a front
+    end (the command line) can word its own advice.
     """
+
+    def __init__(self, message: str, reason: str | None = None):
+        super().__init__(message)
+        self.reason = reason
+
+    def __reduce__(self):
+        return type(self), (str(self), self.reason)
 
 
 class WrongThreadError(AMXError):

@@ -56,7 +56,7 @@ def available(family=None):
     if family is not None and family not in FAMILY_FEATURE:
         raise ValueError(f"unknown kernel family {family!r}; expected one of {', '.join(FAMILY_FEATURE)}")
     rep = detect.report()
-    if not rep.amx_usable:
+    if not rep.native_usable:
         return False, rep.reason
     if family is not None and family not in rep.kernels:
         return False, (
@@ -69,7 +69,7 @@ def available(family=None):
 def _lib(family=None):
     usable, reason = available(family)
     if not usable:
-        raise NativeUnavailableError(f"the native backend cannot run here: {reason}")
+        raise NativeUnavailableError(f"the native backend cannot run here: {reason}", reason=reason)
     from . import _nativelib
 
     return _nativelib.load()

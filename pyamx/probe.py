@@ -211,7 +211,9 @@ def probe(backend: str = "emulator", numerics=None) -> dict:
             for e, o in zip(EXPERIMENTS[p], observed[p])
         ):
             complete = model.name
-    label = chosen if chosen == "emulator" else f"native ({_backend.native_mode()})"
+    from ._result import backend_label
+
+    label = backend_label(chosen, _backend.native_mode() if chosen == "native" else None)
     return {
         "backend": label,
         "numerics_requested": None if numerics is None else resolve(numerics).name,
