@@ -721,7 +721,7 @@ def runtime_lines() -> list:
     """What a bug report needs first: versions, platform, the backend decision and any bad setting."""
     import numpy
 
-    from . import _backend, _env
+    from . import _backend, _env, _fpenv
     from ._result import backend_label
     from ._version import __version__
 
@@ -737,6 +737,7 @@ def runtime_lines() -> list:
         f"{platform.system()} {platform.machine()})",
         f"backend: {label} ({why})",
         f"environment: {', '.join(settings) or 'no PYAMX_* variable set'}",
+        f"emulator floating-point environment (MXCSR): {_fpenv.describe()}",
     ]
 
 
