@@ -189,6 +189,23 @@ def tdpbuud(c: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
 # its Python-side stash before another one's stash is restored.
 _resident = threading.local()
 
+# threading.local lives in the interpreter's per-thread state, which a new OS
+# thread never inherits, whoever started it; so a token kept there names one
+# OS thread for its whole life and never a later one.
+_thread_identity = threading.local()
+
+
+def _thread_token() -> object:
+    token = getattr(_thread_identity, "token", None)
+    if token is None:
+        token = _thread_identity.token = object()
+    return token
+
+
+def _thread_name() -> str:
+    return f"{threading.current_thread().name!r} (native id {threading.get_native_id()})"
+
+
 _INIT_STATE = (bytes(TILECFG_BYTES), np.zeros((NUM_TILES, MAX_ROWS, MAX_COLSB), dtype=np.uint8))
 
 
@@ -211,9 +228,11 @@ class NativeMachine:
                 "numerics= selects an emulator model; the native machine computes what silicon computes"
             )
         self._ffi, self._lib = _lib()
-        # The Thread object, not get_ident(): CPython reuses the ident of a finished thread.
-        self._owner = weakref.ref(threading.current_thread())
-        self._owner_name = threading.current_thread().name
+        # A token private to this OS thread, not get_ident() nor the Thread object: CPython
+        # reuses the ident of a finished thread, and a thread not started by threading
+        # (_thread, C) gets a _DummyThread that a later thread with that ident inherits.
+        self._owner = _thread_token()
+        self._owner_name = _thread_name()
         self._config = TileConfig()
         self._stash = _INIT_STATE
         self._kernels = detect.report().kernels
@@ -221,10 +240,10 @@ class NativeMachine:
     # -- plumbing -------------------------------------------------------------
 
     def _enter(self, mnemonic: str) -> None:
-        if self._owner() is not threading.current_thread():
+        if self._owner is not _thread_token():
             raise WrongThreadError(
-                f"{mnemonic}: this NativeMachine belongs to thread {self._owner_name!r}; tile registers "
-                f"are per OS thread, so thread {threading.current_thread().name!r} must create its own"
+                f"{mnemonic}: this NativeMachine belongs to thread {self._owner_name}; tile registers "
+                f"are per OS thread, so thread {_thread_name()} must create its own"
             )
 
     def _activate(self) -> None:
