@@ -72,7 +72,7 @@ int pyamx_trap_linked(void);
 
 /* 1 where pyamx_get_mxcsr/pyamx_set_mxcsr reach the thread's MXCSR, else 0
  * (get then returns 0 and set PYAMX_E_UNSUPPORTED). set refuses values with
- * reserved bits 16-31 (PYAMX_E_ARG) instead of raising #GP. */
+ * reserved bits 16-31 (PYAMX_E_ARG) rather than fault on them. */
 int pyamx_fpenv_supported(void);
 uint32_t pyamx_get_mxcsr(void);
 int pyamx_set_mxcsr(uint32_t value);
