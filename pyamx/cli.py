@@ -202,6 +202,8 @@ def record_command(args: argparse.Namespace) -> int:
     to_stdout = args.file == "-"
     prov = vectors.record(sys.stdout if to_stdout else args.file, args.backend, seed=args.seed,
                           per_class=args.per_class)
+    if to_stdout:
+        sys.stdout.flush()  # a closed pipe is reported (quietly, by main) before claiming success
     # With the vectors on stdout, the summary goes to stderr so the JSON stays parseable.
     print(f"wrote {'stdout' if to_stdout else args.file}: {vectors.describe_provenance(prov)}",
           file=sys.stderr if to_stdout else sys.stdout)
