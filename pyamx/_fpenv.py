@@ -141,7 +141,7 @@ def default_fpenv(fn):
 
     @functools.wraps(fn)
     def guarded(*args, **kwargs):
-        way = access()
+        way = access()  # cached after the first call
         if way is None:
             return fn(*args, **kwargs)
         saved = way.get()
