@@ -19,6 +19,7 @@ def _result_of(backend="native", mode="trap", **extra):
 @pytest.mark.parametrize("clone", [
     lambda r: pickle.loads(pickle.dumps(r)),
     lambda r: pickle.loads(pickle.dumps(r, protocol=2)),
+    lambda r: pickle.loads(pickle.dumps(r, protocol=5)),  # the out-of-band buffer protocol
     copy.copy,
     copy.deepcopy,
     lambda r: r.copy(),
