@@ -1,0 +1,338 @@
+/* Native AMX matmul: C (M x N) += A (M x K) . B (K x N) as tile instructions.
+ *
+ * The schedule (the one pyamx.matmul defines, docs and issue 10): for every
+ * output element K is consumed in blocks of 16 dwords in increasing order,
+ * each block one dot-product instruction whose C is the previous block's
+ * result. Edge tiles use smaller tile shapes (rows, colsb), as real code
+ * does, so the result is what that sequence of instructions computes on this
+ * machine -- silicon, or the trap mode's emulation of it.
+ *
+ * Register use: the output is cut into 32 x 32 blocks of 2 x 2 accumulator
+ * tiles tmm0..3 (tmm0 rows 0-15 x cols 0-15, tmm1 rows 0-15 x cols 16-31,
+ * tmm2 rows 16-31 x cols 0-15, tmm3 rows 16-31 x cols 16-31); each K block
+ * loads two A tiles (tmm4, tmm5) and two B tiles (tmm6, tmm7) and runs four
+ * dot products, so every loaded tile feeds two of them.
+ *
+ * Configurations: a block's shape is (rows of its upper and lower tile row,
+ * columns of its left and right tile column, dwords of the K block). Only
+ * the last block row/column and the last K block can differ from the
+ * interior, so one call needs at most 2 x 2 x 2 shapes per thread, and each
+ * thread loads each shape it uses once: it runs every block of one shape
+ * before loading the next. LDTILECFG zeroes the tiles, so a K remainder is
+ * a second pass over the thread's blocks (C stored after the full K blocks
+ * and reloaded); passes run in K order, so each element still sees its K
+ * blocks in increasing order, and storing and reloading fp32/int32 bits is
+ * exact.
+ *
+ * Threads split the blocks; every element belongs to exactly one block, so
+ * the result does not depend on the thread count. The caller's own tile
+ * state (a NativeMachine) is saved and restored around its part; workers
+ * start from the init state and release their tiles before they end.
+ */
+#include "pyamx.h"
+#include "internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#if PYAMX_HAVE_AMX
+#include <cpuid.h>
+#include <immintrin.h>
+#include <pthread.h>
+#include <signal.h>
+
+#define AMX_TILE __attribute__((target("amx-tile")))
+#define AMX_BF16 __attribute__((target("amx-tile,amx-bf16")))
+#define AMX_INT8 __attribute__((target("amx-tile,amx-int8")))
+
+struct shape {
+    int r0, r1;  /* rows of the upper / lower tile row (r1 may be 0) */
+    int c0, c1;  /* dword columns of the left / right tile column (c1 may be 0) */
+};
+
+struct job {
+    int op;
+    int64_t m, n, kd;
+    const uint8_t *a;
+    int64_t lda;
+    const uint8_t *b;
+    int64_t ldb;
+    uint8_t *c;
+    int64_t ldc;
+    int64_t nbn;             /* blocks per block row */
+    int64_t first, last;     /* this thread's blocks: linear indices [first, last) */
+    int started;             /* worker: its thread exists and must be joined */
+    int status;              /* worker: 0 when its blocks were done */
+};
+
+static inline int min64(int64_t x, int64_t y) { return (int)(x < y ? x : y); }
+
+static struct shape block_shape(const struct job *j, int64_t bi, int64_t bj)
+{
+    int64_t mrest = j->m - 32 * bi, nrest = j->n - 32 * bj;
+    struct shape s;
+    s.r0 = min64(mrest, 16);
+    s.r1 = mrest > 16 ? min64(mrest - 16, 16) : 0;
+    s.c0 = min64(nrest, 16);
+    s.c1 = nrest > 16 ? min64(nrest - 16, 16) : 0;
+    return s;
+}
+
+static int same_shape(struct shape x, struct shape y)
+{
+    return x.r0 == y.r0 && x.r1 == y.r1 && x.c0 == y.c0 && x.c1 == y.c1;
+}
+
+static void set_tile(uint8_t *cfg, int t, int rows, int colsb)
+{
+    if (rows == 0 || colsb == 0)
+        return; /* unconfigured: both stay zero */
+    cfg[16 + 2 * t] = (uint8_t)colsb;
+    cfg[48 + t] = (uint8_t)rows;
+}
+
+AMX_TILE static void load_shape(struct shape s, int kc)
+{
+    uint8_t cfg[64] __attribute__((aligned(64)));
+    memset(cfg, 0, sizeof cfg);
+    cfg[0] = 1;
+    set_tile(cfg, 0, s.r0, 4 * s.c0);
+    set_tile(cfg, 1, s.r0, 4 * s.c1);
+    set_tile(cfg, 2, s.r1, 4 * s.c0);
+    set_tile(cfg, 3, s.r1, 4 * s.c1);
+    set_tile(cfg, 4, s.r0, 4 * kc);
+    set_tile(cfg, 5, s.r1, 4 * kc);
+    set_tile(cfg, 6, kc, 4 * s.c0);
+    set_tile(cfg, 7, kc, 4 * s.c1);
+    BARRIER();
+    _tile_loadconfig(cfg);
+}
+
+/* One block, K blocks [kb0, kb1): load C, the dot products, store C. The
+ * tile numbers are immediates, so each instruction form gets its own copy of
+ * this body through the macro. */
+#define DEFINE_BLOCK(NAME, ATTR, DP)                                                           \
+    ATTR static void NAME(const struct job *j, int64_t bi, int64_t bj, struct shape s,         \
+                          int64_t kb0, int64_t kb1)                                            \
+    {                                                                                          \
+        const int lower = s.r1 > 0, right = s.c1 > 0;                                          \
+        uint8_t *c0 = j->c + (32 * bi) * j->ldc + 4 * (32 * bj);                               \
+        uint8_t *c1 = c0 + 16 * j->ldc;                                                        \
+        BARRIER();                                                                             \
+        _tile_loadd(0, c0, j->ldc);                                                            \
+        if (right) _tile_loadd(1, c0 + 64, j->ldc);                                            \
+        if (lower) _tile_loadd(2, c1, j->ldc);                                                 \
+        if (lower && right) _tile_loadd(3, c1 + 64, j->ldc);                                   \
+        for (int64_t kb = kb0; kb < kb1; kb++) {                                               \
+            const uint8_t *a0 = j->a + (32 * bi) * j->lda + 64 * kb;                           \
+            const uint8_t *b0 = j->b + (16 * kb) * j->ldb + 4 * (32 * bj);                     \
+            _tile_loadd(4, a0, j->lda);                                                        \
+            _tile_loadd(6, b0, j->ldb);                                                        \
+            DP(0, 4, 6);                                                                       \
+            if (right) {                                                                       \
+                _tile_loadd(7, b0 + 64, j->ldb);                                               \
+                DP(1, 4, 7);                                                                   \
+            }                                                                                  \
+            if (lower) {                                                                       \
+                _tile_loadd(5, a0 + 16 * j->lda, j->lda);                                      \
+                DP(2, 5, 6);                                                                   \
+                if (right) DP(3, 5, 7);                                                        \
+            }                                                                                  \
+        }                                                                                      \
+        _tile_stored(0, c0, j->ldc);                                                           \
+        if (right) _tile_stored(1, c0 + 64, j->ldc);                                           \
+        if (lower) _tile_stored(2, c1, j->ldc);                                                \
+        if (lower && right) _tile_stored(3, c1 + 64, j->ldc);                                  \
+        BARRIER();                                                                             \
+    }
+
+#define DP_BF16(d, s1, s2) _tile_dpbf16ps(d, s1, s2)
+#define DP_FP16(d, s1, s2) DP_BYTES(3, 0x5c, d, s1, s2) /* TDPFP16PS */
+#define DP_SSD(d, s1, s2) _tile_dpbssd(d, s1, s2)
+#define DP_SUD(d, s1, s2) _tile_dpbsud(d, s1, s2)
+#define DP_USD(d, s1, s2) _tile_dpbusd(d, s1, s2)
+#define DP_UUD(d, s1, s2) _tile_dpbuud(d, s1, s2)
+
+DEFINE_BLOCK(block_bf16, AMX_BF16, DP_BF16)
+DEFINE_BLOCK(block_fp16, AMX_TILE, DP_FP16)
+DEFINE_BLOCK(block_ssd, AMX_INT8, DP_SSD)
+DEFINE_BLOCK(block_sud, AMX_INT8, DP_SUD)
+DEFINE_BLOCK(block_usd, AMX_INT8, DP_USD)
+DEFINE_BLOCK(block_uud, AMX_INT8, DP_UUD)
+
+typedef void (*block_fn)(const struct job *, int64_t, int64_t, struct shape, int64_t, int64_t);
+
+static block_fn block_for(int op)
+{
+    switch (op) {
+    case PYAMX_OP_TDPBF16PS: return block_bf16;
+    case PYAMX_OP_TDPFP16PS: return block_fp16;
+    case PYAMX_OP_TDPBSSD: return block_ssd;
+    case PYAMX_OP_TDPBSUD: return block_sud;
+    case PYAMX_OP_TDPBUSD: return block_usd;
+    case PYAMX_OP_TDPBUUD: return block_uud;
+    default: return 0;
+    }
+}
+
+/* The blocks [first, last), grouped by shape, full K blocks first. */
+AMX_TILE static void run_blocks(const struct job *j)
+{
+    block_fn block = block_for(j->op);
+    int64_t full = j->kd / 16, rem = j->kd % 16;
+    /* Distinct shapes of this range: at most 4 (interior/last row x column). */
+    struct shape shapes[4];
+    int nshapes = 0;
+    for (int64_t x = j->first; x < j->last; x++) {
+        struct shape s = block_shape(j, x / j->nbn, x % j->nbn);
+        int seen = 0;
+        for (int i = 0; i < nshapes; i++)
+            seen |= same_shape(shapes[i], s);
+        if (!seen && nshapes < 4)
+            shapes[nshapes++] = s;
+    }
+    for (int pass = 0; pass < 2; pass++) {
+        int64_t kb0 = pass == 0 ? 0 : full, kb1 = pass == 0 ? full : full + 1;
+        int kc = pass == 0 ? 16 : (int)rem;
+        if (kc == 0 || kb1 == kb0)
+            continue;
+        for (int i = 0; i < nshapes; i++) {
+            load_shape(shapes[i], kc);
+            for (int64_t x = j->first; x < j->last; x++) {
+                int64_t bi = x / j->nbn, bj = x % j->nbn;
+                struct shape s = block_shape(j, bi, bj);
+                if (same_shape(s, shapes[i]))
+                    block(j, bi, bj, s, kb0, kb1);
+            }
+        }
+    }
+}
+
+AMX_TILE static void *worker(void *arg)
+{
+    struct job *j = arg;
+    if (pyamx_internal_thread_prepare() != 0) {
+        j->status = -1; /* the caller does these blocks itself */
+        return 0;
+    }
+    run_blocks(j);
+    _tile_release();
+    j->status = 0;
+    return 0;
+}
+
+/* AMX-FP16 is its own CPUID bit (7.1:EAX[21], Granite Rapids on); the
+ * trap mode emulates it everywhere. */
+static int fp16_runnable(void)
+{
+    if (pyamx_internal_trapped())
+        return 1;
+    unsigned a, b, c, d;
+    if (!__get_cpuid_count(7, 1, &a, &b, &c, &d))
+        return 0;
+    return (a >> 21) & 1;
+}
+
+int pyamx_matmul_amx(int op, int64_t m, int64_t n, int64_t k_dwords, const void *a, int64_t lda_bytes,
+                     const void *b_vnni, int64_t ldb_bytes, uint32_t *c, int64_t ldc_bytes, int threads)
+{
+    if (!pyamx_internal_ready())
+        return PYAMX_E_NOT_READY;
+    if (op < PYAMX_OP_TDPBF16PS || op > PYAMX_OP_TDPBUUD)
+        return PYAMX_E_ARG;
+    int family = op == PYAMX_OP_TDPBF16PS ? PYAMX_KERNEL_BF16
+                 : op == PYAMX_OP_TDPFP16PS ? PYAMX_KERNEL_FP16 : PYAMX_KERNEL_INT8;
+    if (!(pyamx_build_kernels() & family))
+        return PYAMX_E_NO_KERNEL;
+    if (op == PYAMX_OP_TDPFP16PS && !fp16_runnable())
+        return PYAMX_E_NO_KERNEL;
+    /* Bounds that keep every product below (4 * 16 * dim, stride * dim) in int64. */
+    const int64_t dim_max = INT64_MAX / 64;
+    if (m < 1 || n < 1 || k_dwords < 1 || m > dim_max || n > dim_max || k_dwords > dim_max || !a || !b_vnni || !c || threads < 1 ||
+        threads > PYAMX_MATMUL_MAX_THREADS)
+        return PYAMX_E_ARG;
+    /* Rows may not overlap, and the last byte of each operand must be
+     * addressable in int64 (the tile loads add row * stride). */
+    if (lda_bytes < 4 * k_dwords || ldb_bytes < 4 * n || ldc_bytes < 4 * n ||
+        lda_bytes > INT64_MAX / m || ldb_bytes > INT64_MAX / k_dwords || ldc_bytes > INT64_MAX / m)
+        return PYAMX_E_ARG;
+
+    struct job base = {
+        .op = op, .m = m, .n = n, .kd = k_dwords,
+        .a = a, .lda = lda_bytes, .b = b_vnni, .ldb = ldb_bytes, .c = (uint8_t *)c, .ldc = ldc_bytes,
+        .nbn = (n + 31) / 32,
+    };
+    int64_t blocks = ((m + 31) / 32) * base.nbn;
+    int nthreads = blocks < threads ? (int)blocks : threads;
+
+    pyamx_tile_state saved;
+    int rc = pyamx_internal_save_state(&saved);
+    if (rc != PYAMX_OK)
+        return rc;
+
+    /* Heap, not stack: a Python thread's stack may be small. Without
+     * memory the caller does every block itself. */
+    struct job one, *jobs = &one;
+    pthread_t *tids = 0;
+    if (nthreads > 1) {
+        jobs = malloc(sizeof(*jobs) * (size_t)nthreads);
+        tids = malloc(sizeof(*tids) * (size_t)nthreads);
+        if (!jobs || !tids) {
+            free(jobs);
+            free(tids);
+            jobs = &one;
+            tids = 0;
+            nthreads = 1;
+        }
+    }
+    for (int t = 0; t < nthreads; t++) {
+        jobs[t] = base;
+        jobs[t].first = blocks * t / nthreads;
+        jobs[t].last = blocks * (t + 1) / nthreads;
+        jobs[t].started = 0;
+        jobs[t].status = -1;
+    }
+    if (nthreads > 1) {
+        /* Workers take no asynchronous signals, so SIGINT and friends keep
+         * reaching Python's threads; the synchronous ones (the trap mode's
+         * SIGILL, a fault) must stay deliverable. */
+        sigset_t all, old;
+        sigfillset(&all);
+        sigdelset(&all, SIGILL);
+        sigdelset(&all, SIGSEGV);
+        sigdelset(&all, SIGBUS);
+        sigdelset(&all, SIGFPE);
+        sigdelset(&all, SIGTRAP);
+        pthread_sigmask(SIG_SETMASK, &all, &old);
+        for (int t = 1; t < nthreads; t++)
+            jobs[t].started = pthread_create(&tids[t], 0, worker, &jobs[t]) == 0;
+        pthread_sigmask(SIG_SETMASK, &old, 0);
+    }
+    run_blocks(&jobs[0]);
+    for (int t = 1; t < nthreads; t++) {
+        if (jobs[t].started)
+            pthread_join(tids[t], 0);
+        /* A worker that could not start (or could not claim tile state)
+         * leaves its blocks to this thread: same blocks, same result. */
+        if (jobs[t].status != 0)
+            run_blocks(&jobs[t]);
+    }
+    pyamx_internal_restore_state(&saved);
+    if (jobs != &one) {
+        free(jobs);
+        free(tids);
+    }
+    return PYAMX_OK;
+}
+
+#else /* !PYAMX_HAVE_AMX: the module installs without kernels */
+
+int pyamx_matmul_amx(int op, int64_t m, int64_t n, int64_t k_dwords, const void *a, int64_t lda_bytes,
+                     const void *b_vnni, int64_t ldb_bytes, uint32_t *c, int64_t ldc_bytes, int threads)
+{
+    (void)op; (void)m; (void)n; (void)k_dwords; (void)a; (void)lda_bytes;
+    (void)b_vnni; (void)ldb_bytes; (void)c; (void)ldc_bytes; (void)threads;
+    return PYAMX_E_NO_KERNEL;
+}
+
+#endif
