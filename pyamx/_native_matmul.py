@@ -67,11 +67,13 @@ def _operand(fn, name, x, itemsize, kinds):
 
 
 def _count(fn, name, value, low, high=None):
+    if isinstance(value, bool):
+        raise ValueError(f"{fn}: {name} must be an int count, not {value!r}")
     try:
         value = operator.index(value)
     except TypeError:
         raise TypeError(f"{fn}: {name} must be an int, not {type(value).__name__}") from None
-    if isinstance(value, bool) or value < low or (high is not None and value > high):
+    if value < low or (high is not None and value > high):
         bound = f"{low}..{high}" if high is not None else f">= {low}"
         raise ValueError(f"{fn}: {name} must be {bound}, got {value!r}")
     return value
