@@ -16,8 +16,11 @@ Contract of :func:`matmul_native` (the caller, :mod:`pyamx.matmul`, packs and pa
   every column n, B[L*k + i][n] for i in 0..L-1), packed once by the caller.
 - ``c_bits``: (M, N) array of 4-byte items (float32, uint32 or int32): the
   accumulator. It is not modified.
-- ``k_dwords``, ``threads``: ints >= 1; ``threads`` at most
-  ``lib.PYAMX_MATMUL_MAX_THREADS``. The result does not depend on ``threads``.
+- ``k_dwords``: int >= 1. ``threads``: int from 1 to
+  ``lib.PYAMX_MATMUL_MAX_THREADS``, or None for the number of CPUs this
+  process may run on (``os.sched_getaffinity``), capped there. The kernel
+  never starts more threads than there are 32 x 32 output blocks, and the
+  result does not depend on ``threads``.
 - Each array must have contiguous rows (unit item stride) and non-negative
   row strides at least one row long, and native byte order; a C-contiguous
   array always qualifies. Nothing is copied except ``c_bits`` into ``out``.
@@ -40,12 +43,13 @@ every call).
 from __future__ import annotations
 
 import operator
+import os
 
 import numpy as np
 
 from . import native
 
-__all__ = ["matmul_native"]
+__all__ = ["matmul_native", "default_threads"]
 
 
 def _operand(fn, name, x, itemsize, kinds):
@@ -79,6 +83,14 @@ def _count(fn, name, value, low, high=None):
     return value
 
 
+def default_threads() -> int:
+    """The CPUs this process may run on: what ``threads=None`` uses."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
 def matmul_native(op_name, a_bits, b_vnni, c_bits, k_dwords, threads):
     """``c_bits + a_bits . b_vnni`` through the native AMX matmul kernel (see the module docstring)."""
     fn = f"native matmul ({op_name})"
@@ -99,6 +111,8 @@ def matmul_native(op_name, a_bits, b_vnni, c_bits, k_dwords, threads):
             f"and b({k_dwords}, {n * lanes}), got a{a_bits.shape} b{b_vnni.shape}"
         )
     ffi, lib = native._lib(family)
+    if threads is None:
+        threads = min(default_threads(), lib.PYAMX_MATMUL_MAX_THREADS)
     threads = _count(fn, "threads", threads, 1, lib.PYAMX_MATMUL_MAX_THREADS)
     out = np.array(c_bits, copy=True, order="C")
     native._before_entry()

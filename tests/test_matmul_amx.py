@@ -18,7 +18,7 @@ import time
 import numpy as np
 import pytest
 
-from pyamx import emulator, native, testing
+from pyamx import _native_matmul, emulator, native, testing
 from pyamx._native_matmul import matmul_native
 from pyamx.errors import BackendError
 
@@ -219,6 +219,52 @@ def test_worker_threads_release_their_trap_state(family_lib):
         got = matmul_native("tdpbf16ps", a, b, c, 2, 4)
         assert lib.pyamx_trap_slots_in_use() == before
     assert_same_bits(got, schedule_reference("tdpbf16ps", c, a, b, 2), "threads=4")
+
+
+def test_threads_none_uses_the_default_and_gives_the_same_bits(family_lib):
+    family_lib("tdpbuud")
+    rng = np.random.default_rng(15)
+    c, a, b = operands("tdpbuud", 40, 3, 70, "mixed", rng)
+    assert _native_matmul.default_threads() >= 1
+    assert_same_bits(matmul_native("tdpbuud", a, b, c, 3, None), matmul_native("tdpbuud", a, b, c, 3, 1), "None")
+
+
+def test_workers_without_trap_state_leave_their_blocks_to_the_caller(family_lib):
+    """With the trap's per-thread table full, workers cannot run tile code: the caller does their blocks."""
+    ffi, lib = family_lib("tdpbf16ps")
+    from pyamx import detect
+
+    if detect.report().mode != "trap":
+        pytest.skip("the per-thread state table exists only in trap mode")
+    rng = np.random.default_rng(16)
+    c, a, b = operands("tdpbf16ps", 64, 17, 64, "mixed", rng)  # 4 blocks
+    want = schedule_reference("tdpbf16ps", c, a, b, 17)
+    native._before_entry()  # this thread's own slot first
+    release = threading.Event()
+    codes = []
+    ready = threading.Semaphore(0)
+
+    def hold():
+        codes.append(lib.pyamx_trap_thread_prepare())
+        ready.release()
+        release.wait()
+
+    holders = []
+    try:
+        while not codes or codes[-1] == 0:
+            assert len(holders) < 400, "the trap's table never filled"
+            holders.append(threading.Thread(target=hold))
+            holders[-1].start()
+            ready.acquire()
+        assert codes[-1] == lib.PYAMX_TRAP_E_TABLE_FULL
+        full = lib.pyamx_trap_slots_in_use()
+        got = matmul_native("tdpbf16ps", a, b, c, 17, 4)
+        assert lib.pyamx_trap_slots_in_use() == full
+    finally:
+        release.set()
+        for holder in holders:
+            holder.join()
+    assert_same_bits(got, want, "threads=4 with no free trap slot")
 
 
 def test_the_gil_is_released_while_the_kernel_runs(family_lib):
