@@ -18,7 +18,9 @@
  * the last block row/column and the last K block can differ from the
  * interior, so one call needs at most 2 x 2 x 2 shapes per thread, and each
  * thread loads each shape it uses once: it runs every block of one shape
- * before loading the next. LDTILECFG zeroes the tiles, so a K remainder is
+ * before loading the next. Within a shape, blocks are visited in panels (a
+ * few block columns x a K range) so that a panel of B stays in cache while
+ * all block rows pass over it. LDTILECFG zeroes the tiles, so a K remainder is
  * a second pass over the thread's blocks (C stored after the full K blocks
  * and reloaded); passes run in K order, so each element still sees its K
  * blocks in increasing order, and storing and reloading fp32/int32 bits is
@@ -60,6 +62,8 @@ struct job {
     uint8_t *c;
     int64_t ldc;
     int64_t nbn;             /* blocks per block row */
+    int64_t k_panel;         /* K blocks per panel */
+    int64_t n_panel;         /* block columns per panel */
     int64_t first, last;     /* this thread's blocks: linear indices [first, last) */
     int started;             /* worker: its thread exists and must be joined */
     int status;              /* worker: 0 when its blocks were done */
@@ -175,7 +179,31 @@ static block_fn block_for(int op)
     }
 }
 
-/* The blocks [first, last), grouped by shape, full K blocks first. */
+/* The blocks of [first, last) with shape s and block column in [bj0, bj1),
+ * each over K blocks [kb0, kb1). */
+static void run_panel(const struct job *j, block_fn block, struct shape s, int64_t bj0, int64_t bj1,
+                      int64_t kb0, int64_t kb1)
+{
+    int64_t bi_first = j->first / j->nbn, bi_last = (j->last - 1) / j->nbn;
+    for (int64_t bi = bi_first; bi <= bi_last; bi++) {
+        int64_t lo = bi == bi_first ? j->first % j->nbn : 0;
+        int64_t hi = bi == bi_last ? (j->last - 1) % j->nbn + 1 : j->nbn;
+        if (lo < bj0) lo = bj0;
+        if (hi > bj1) hi = bj1;
+        for (int64_t bj = lo; bj < hi; bj++) {
+            struct shape here = block_shape(j, bi, bj);
+            if (same_shape(here, s))
+                block(j, bi, bj, here, kb0, kb1);
+        }
+    }
+}
+
+/* The blocks [first, last): per shape one LDTILECFG per K-block size; full
+ * K blocks first, then the remainder. Within a shape, panels of
+ * n_panel block columns x k_panel K blocks keep the B panel in cache while
+ * every block row of the range passes over it; C goes back to memory
+ * between K panels (exact), and each block still sees its K blocks in
+ * increasing order. */
 AMX_TILE static void run_blocks(const struct job *j)
 {
     block_fn block = block_for(j->op);
@@ -191,19 +219,18 @@ AMX_TILE static void run_blocks(const struct job *j)
         if (!seen && nshapes < 4)
             shapes[nshapes++] = s;
     }
-    for (int pass = 0; pass < 2; pass++) {
-        int64_t kb0 = pass == 0 ? 0 : full, kb1 = pass == 0 ? full : full + 1;
-        int kc = pass == 0 ? 16 : (int)rem;
-        if (kc == 0 || kb1 == kb0)
-            continue;
-        for (int i = 0; i < nshapes; i++) {
-            load_shape(shapes[i], kc);
-            for (int64_t x = j->first; x < j->last; x++) {
-                int64_t bi = x / j->nbn, bj = x % j->nbn;
-                struct shape s = block_shape(j, bi, bj);
-                if (same_shape(s, shapes[i]))
-                    block(j, bi, bj, s, kb0, kb1);
-            }
+    for (int i = 0; i < nshapes; i++) {
+        if (full > 0) {
+            load_shape(shapes[i], 16);
+            for (int64_t bj0 = 0; bj0 < j->nbn; bj0 += j->n_panel)
+                for (int64_t kb0 = 0; kb0 < full; kb0 += j->k_panel)
+                    run_panel(j, block, shapes[i], bj0, bj0 + j->n_panel, kb0,
+                              kb0 + j->k_panel < full ? kb0 + j->k_panel : full);
+        }
+        if (rem > 0) {
+            load_shape(shapes[i], (int)rem);
+            for (int64_t bj0 = 0; bj0 < j->nbn; bj0 += j->n_panel)
+                run_panel(j, block, shapes[i], bj0, bj0 + j->n_panel, full, full + 1);
         }
     }
 }
@@ -233,8 +260,9 @@ static int fp16_runnable(void)
     return (a >> 21) & 1;
 }
 
-int pyamx_matmul_amx(int op, int64_t m, int64_t n, int64_t k_dwords, const void *a, int64_t lda_bytes,
-                     const void *b_vnni, int64_t ldb_bytes, uint32_t *c, int64_t ldc_bytes, int threads)
+int pyamx_matmul_amx_panels(int op, int64_t m, int64_t n, int64_t k_dwords, const void *a, int64_t lda_bytes,
+                            const void *b_vnni, int64_t ldb_bytes, uint32_t *c, int64_t ldc_bytes, int threads,
+                            int64_t k_panel, int64_t n_panel)
 {
     if (!pyamx_internal_ready())
         return PYAMX_E_NOT_READY;
@@ -249,7 +277,7 @@ int pyamx_matmul_amx(int op, int64_t m, int64_t n, int64_t k_dwords, const void 
     /* Bounds that keep every product below (4 * 16 * dim, stride * dim) in int64. */
     const int64_t dim_max = INT64_MAX / 64;
     if (m < 1 || n < 1 || k_dwords < 1 || m > dim_max || n > dim_max || k_dwords > dim_max || !a || !b_vnni || !c || threads < 1 ||
-        threads > PYAMX_MATMUL_MAX_THREADS)
+        threads > PYAMX_MATMUL_MAX_THREADS || k_panel < 1 || n_panel < 1)
         return PYAMX_E_ARG;
     /* Rows may not overlap, and the last byte of each operand must be
      * addressable in int64 (the tile loads add row * stride). */
@@ -260,7 +288,7 @@ int pyamx_matmul_amx(int op, int64_t m, int64_t n, int64_t k_dwords, const void 
     struct job base = {
         .op = op, .m = m, .n = n, .kd = k_dwords,
         .a = a, .lda = lda_bytes, .b = b_vnni, .ldb = ldb_bytes, .c = (uint8_t *)c, .ldc = ldc_bytes,
-        .nbn = (n + 31) / 32,
+        .nbn = (n + 31) / 32, .k_panel = k_panel, .n_panel = n_panel,
     };
     int64_t blocks = ((m + 31) / 32) * base.nbn;
     int nthreads = blocks < threads ? (int)blocks : threads;
@@ -325,6 +353,13 @@ int pyamx_matmul_amx(int op, int64_t m, int64_t n, int64_t k_dwords, const void 
     return PYAMX_OK;
 }
 
+int pyamx_matmul_amx(int op, int64_t m, int64_t n, int64_t k_dwords, const void *a, int64_t lda_bytes,
+                     const void *b_vnni, int64_t ldb_bytes, uint32_t *c, int64_t ldc_bytes, int threads)
+{
+    return pyamx_matmul_amx_panels(op, m, n, k_dwords, a, lda_bytes, b_vnni, ldb_bytes, c, ldc_bytes, threads,
+                                   PYAMX_MATMUL_K_PANEL, PYAMX_MATMUL_N_PANEL);
+}
+
 #else /* !PYAMX_HAVE_AMX: the module installs without kernels */
 
 int pyamx_matmul_amx(int op, int64_t m, int64_t n, int64_t k_dwords, const void *a, int64_t lda_bytes,
@@ -333,6 +368,14 @@ int pyamx_matmul_amx(int op, int64_t m, int64_t n, int64_t k_dwords, const void 
     (void)op; (void)m; (void)n; (void)k_dwords; (void)a; (void)lda_bytes;
     (void)b_vnni; (void)ldb_bytes; (void)c; (void)ldc_bytes; (void)threads;
     return PYAMX_E_NO_KERNEL;
+}
+
+int pyamx_matmul_amx_panels(int op, int64_t m, int64_t n, int64_t k_dwords, const void *a, int64_t lda_bytes,
+                            const void *b_vnni, int64_t ldb_bytes, uint32_t *c, int64_t ldc_bytes, int threads,
+                            int64_t k_panel, int64_t n_panel)
+{
+    (void)k_panel; (void)n_panel;
+    return pyamx_matmul_amx(op, m, n, k_dwords, a, lda_bytes, b_vnni, ldb_bytes, c, ldc_bytes, threads);
 }
 
 #endif

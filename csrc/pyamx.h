@@ -85,7 +85,9 @@ int pyamx_restore_tiles(const uint8_t *cfg64, const uint8_t *tiles8192);
 /* ---- matmul_amx.c: native AMX matmul (owner: amxkernel) ---- */
 
 enum pyamx_matmul_limits {
-    PYAMX_MATMUL_MAX_THREADS = 256   /* largest `threads` pyamx_matmul_amx() accepts */
+    PYAMX_MATMUL_MAX_THREADS = 256,  /* largest `threads` pyamx_matmul_amx() accepts */
+    PYAMX_MATMUL_K_PANEL = 32,       /* default K panel: 32 blocks of 16 dwords (1024 bf16 values) */
+    PYAMX_MATMUL_N_PANEL = 8         /* default N panel: 8 blocks of 32 columns (B panel 512 KiB) */
 };
 
 /* c (m x n dwords, row stride ldc_bytes) = c + a . b through tile
@@ -100,6 +102,11 @@ enum pyamx_matmul_limits {
  * missing), PYAMX_E_START_ROW or PYAMX_E_ARG (nothing ran). */
 int pyamx_matmul_amx(int op, int64_t m, int64_t n, int64_t k_dwords, const void *a, int64_t lda_bytes,
                      const void *b_vnni, int64_t ldb_bytes, uint32_t *c, int64_t ldc_bytes, int threads);
+/* The same with the cache panels chosen (k_panel K blocks of 16 dwords, n_panel
+ * block columns of 32, both >= 1): the bits do not depend on them. */
+int pyamx_matmul_amx_panels(int op, int64_t m, int64_t n, int64_t k_dwords, const void *a, int64_t lda_bytes,
+                            const void *b_vnni, int64_t ldb_bytes, uint32_t *c, int64_t ldc_bytes, int threads,
+                            int64_t k_panel, int64_t n_panel);
 
 /* ---- trap.c: trap-and-emulate test mode (SIGILL handler) ---- */
 

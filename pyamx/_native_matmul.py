@@ -91,8 +91,14 @@ def default_threads() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-def matmul_native(op_name, a_bits, b_vnni, c_bits, k_dwords, threads):
-    """``c_bits + a_bits . b_vnni`` through the native AMX matmul kernel (see the module docstring)."""
+def matmul_native(op_name, a_bits, b_vnni, c_bits, k_dwords, threads, *, panels=None):
+    """``c_bits + a_bits . b_vnni`` through the native AMX matmul kernel (see the module docstring).
+
+    ``panels``: ``(k_panel, n_panel)``, the kernel's cache blocking in K blocks
+    of 16 dwords and block columns of 32 (default ``lib.PYAMX_MATMUL_K_PANEL``,
+    ``lib.PYAMX_MATMUL_N_PANEL``): a tuning and test knob, the bits do not
+    depend on it.
+    """
     fn = f"native matmul ({op_name})"
     if op_name not in native.OPS:
         raise ValueError(f"native matmul: unknown instruction {op_name!r}; expected one of {', '.join(native.OPS)}")
@@ -114,14 +120,19 @@ def matmul_native(op_name, a_bits, b_vnni, c_bits, k_dwords, threads):
     if threads is None:
         threads = min(default_threads(), lib.PYAMX_MATMUL_MAX_THREADS)
     threads = _count(fn, "threads", threads, 1, lib.PYAMX_MATMUL_MAX_THREADS)
+    if panels is None:
+        panels = (lib.PYAMX_MATMUL_K_PANEL, lib.PYAMX_MATMUL_N_PANEL)
+    if not isinstance(panels, tuple) or len(panels) != 2:
+        raise TypeError(f"{fn}: panels must be None or a (k_panel, n_panel) tuple, not {panels!r}")
+    k_panel, n_panel = (_count(fn, name, x, 1) for name, x in zip(("k_panel", "n_panel"), panels))
     out = np.array(c_bits, copy=True, order="C")
     native._before_entry()
-    rc = lib.pyamx_matmul_amx(
+    rc = lib.pyamx_matmul_amx_panels(
         getattr(lib, op_attr), m, n, k_dwords,
         ffi.cast("const void *", native._address(a_bits)), lda,
         ffi.cast("const void *", native._address(b_vnni)), ldb,
         ffi.cast("uint32_t *", native._address(out)), 4 * n,
-        threads,
+        threads, k_panel, n_panel,
     )
     native._check(rc, fn)
     return out

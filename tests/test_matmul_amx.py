@@ -204,6 +204,20 @@ def test_three_threads_give_the_bits_of_one(op_name, family_lib):
                      schedule_reference(op_name, sub_c, sub_a, sub_b, kd), "threads=5, one block")
 
 
+@pytest.mark.parametrize("op_name", ("tdpbf16ps", "tdpfp16ps", "tdpbsud"))
+def test_cache_panels_do_not_change_a_bit(op_name, family_lib):
+    """K panels store C and reload it between K ranges; N panels reorder blocks: the bits stay."""
+    family_lib(op_name)
+    rng = np.random.default_rng(17)
+    m, kd, n = 70, 50, 100  # 3 block rows, 4 block columns, 3 full K blocks and a remainder
+    c, a, b = operands(op_name, m, kd, n, "mixed", rng)
+    want = schedule_reference(op_name, c, a, b, kd)
+    assert_same_bits(matmul_native(op_name, a, b, c, kd, 1), want, "default panels")
+    for panels, threads in (((1, 1), 1), ((2, 1), 3), ((1, 3), 2), ((2, 2), 5)):
+        got = matmul_native(op_name, a, b, c, kd, threads, panels=panels)
+        assert_same_bits(got, want, f"panels={panels} threads={threads}")
+
+
 def test_worker_threads_release_their_trap_state(family_lib):
     """In trap mode each worker claims an emulated tile state slot; it must be free again after the call."""
     ffi, lib = family_lib("tdpbf16ps")
@@ -373,26 +387,32 @@ def test_pending_start_row_is_refused_before_anything_runs(family_lib):
 # -- instruction counts: the schedule's shape, one LDTILECFG per configuration --------
 
 
-def _expected_counts(m, kd, n):
-    """Tile instructions of one threads=1 call from a thread in the init state, from the schedule."""
+def _expected_counts(m, kd, n, k_panel):
+    """Tile instructions of one threads=1 call from a thread in the init state, from the schedule.
+
+    C is loaded and stored once per K panel of full 16-dword blocks and once
+    for the partial last block; each K-block size needs its own configuration.
+    """
     tm, tn = -(-m // 16), -(-n // 16)
     bm, bn = -(-m // 32), -(-n // 32)
     kblocks = -(-kd // 16)
-    passes = (kd >= 16) + (kd % 16 != 0)
+    visits = -(-(kd // 16) // k_panel) + (kd % 16 != 0)
+    configs = (kd >= 16) + (kd % 16 != 0)
     row_kinds = len({(min(16, m - 32 * i), max(0, min(16, m - 32 * i - 16))) for i in range(bm)})
     col_kinds = len({(min(16, n - 32 * j), max(0, min(16, n - 32 * j - 16))) for j in range(bn)})
     return {
         "STTILECFG": 1,  # saving the caller's state
-        "LDTILECFG": passes * row_kinds * col_kinds,
-        "TILELOADD": passes * tm * tn + kblocks * (tm * bn + tn * bm),  # C per pass; A and B per K block
-        "TILESTORED": passes * tm * tn,
+        "LDTILECFG": configs * row_kinds * col_kinds,
+        "TILELOADD": visits * tm * tn + kblocks * (tm * bn + tn * bm),  # C per visit; A and B per K block
+        "TILESTORED": visits * tm * tn,
         "DOT": tm * tn * kblocks,
         "TILERELEASE": 1,  # back to the init state
     }
 
 
-@pytest.mark.parametrize("m,kd,n", [(1, 1, 1), (33, 33, 33), (64, 16, 64), (70, 20, 17)])
-def test_instruction_counts_follow_the_schedule(m, kd, n, family_lib):
+@pytest.mark.parametrize("m,kd,n,k_panel", [(1, 1, 1, None), (33, 33, 33, None), (64, 16, 64, None),
+                                             (70, 20, 17, None), (33, 81, 40, 2), (17, 64, 17, 1)])
+def test_instruction_counts_follow_the_schedule(m, kd, n, k_panel, family_lib):
     ffi, lib = family_lib("tdpbf16ps")
     from pyamx import detect
 
@@ -405,14 +425,14 @@ def test_instruction_counts_follow_the_schedule(m, kd, n, family_lib):
 
     def call():
         before = {x: lib.pyamx_trap_op_count(getattr(lib, f"PYAMX_OP_{x}")) for x in names}
-        matmul_native("tdpbf16ps", a, b, c, kd, 1)
+        matmul_native("tdpbf16ps", a, b, c, kd, 1, panels=None if k_panel is None else (k_panel, 1))
         counts.update({x: lib.pyamx_trap_op_count(getattr(lib, f"PYAMX_OP_{x}")) - before[x] for x in names})
 
     thread = threading.Thread(target=call)  # a fresh thread: no tile state to save and restore
     thread.start()
     thread.join()
     counts["DOT"] = counts.pop("TDPBF16PS")
-    assert counts == _expected_counts(m, kd, n)
+    assert counts == _expected_counts(m, kd, n, k_panel or lib.PYAMX_MATMUL_K_PANEL)
 
 
 # -- bad arguments ----------------------------------------------------------------------
@@ -454,6 +474,10 @@ def test_python_side_rejects_bad_arguments_before_any_c_call(family_lib):
             matmul_native("tdpbf16ps", a, b, c, 3, threads)
     with pytest.raises(ValueError, match="k_dwords"):
         matmul_native("tdpbf16ps", a[:, :0], b[:0], c, 0, 1)
+    with pytest.raises(ValueError, match="k_panel"):
+        matmul_native("tdpbf16ps", a, b, c, 3, 1, panels=(0, 1))
+    with pytest.raises(TypeError, match="panels"):
+        matmul_native("tdpbf16ps", a, b, c, 3, 1, panels=[1, 1])
 
 
 def test_c_side_rejects_bad_arguments_without_touching_memory(family_lib):
@@ -463,13 +487,14 @@ def test_c_side_rejects_bad_arguments_without_touching_memory(family_lib):
     b = np.zeros((4, 10), dtype=np.uint16)  # N=5
     c = np.full((4, 5), 0xDEADBEEF, dtype=np.uint32)
     pa, pb, pc = (ffi.cast("void *", x.ctypes.data) for x in (a, b, c))
-    ok = dict(op=lib.PYAMX_OP_TDPBF16PS, m=4, n=5, kd=4, a=pa, lda=16, b=pb, ldb=20, c=pc, ldc=20, threads=1)
+    ok = dict(op=lib.PYAMX_OP_TDPBF16PS, m=4, n=5, kd=4, a=pa, lda=16, b=pb, ldb=20, c=pc, ldc=20, threads=1,
+              kp=1, np_=1)
 
     def call(**change):
         args = {**ok, **change}
-        return lib.pyamx_matmul_amx(args["op"], args["m"], args["n"], args["kd"], args["a"], args["lda"],
-                                    args["b"], args["ldb"], ffi.cast("uint32_t *", args["c"]), args["ldc"],
-                                    args["threads"])
+        return lib.pyamx_matmul_amx_panels(args["op"], args["m"], args["n"], args["kd"], args["a"], args["lda"],
+                                           args["b"], args["ldb"], ffi.cast("uint32_t *", args["c"]), args["ldc"],
+                                           args["threads"], args["kp"], args["np_"])
 
     big = 2**62
     bad = [
@@ -478,12 +503,15 @@ def test_c_side_rejects_bad_arguments_without_touching_memory(family_lib):
         dict(lda=15), dict(ldb=19), dict(ldc=19), dict(lda=-16),
         dict(m=2**40, lda=2**30), dict(kd=4, lda=2**62),
         dict(a=ffi.NULL), dict(b=ffi.NULL), dict(c=ffi.NULL),
-        dict(threads=0), dict(threads=lib.PYAMX_MATMUL_MAX_THREADS + 1),
+        dict(threads=0), dict(threads=lib.PYAMX_MATMUL_MAX_THREADS + 1), dict(kp=0), dict(np_=0), dict(np_=-1),
     ]
     native._before_entry()
     for change in bad:
         assert call(**change) == E_ARG, change
         assert (c == 0xDEADBEEF).all(), change
+    assert lib.pyamx_matmul_amx(lib.PYAMX_OP_TDPBF16PS, 0, 5, 4, pa, 16, pb, 20, ffi.cast("uint32_t *", pc), 20,
+                                1) == E_ARG
+    assert (c == 0xDEADBEEF).all()
     assert call() == lib.PYAMX_OK  # the same arguments, unchanged, are fine: 0 + 0 . 0 keeps c
     assert (c == 0xDEADBEEF).all()
 
