@@ -218,6 +218,30 @@ def test_cache_panels_do_not_change_a_bit(op_name, family_lib):
         assert_same_bits(got, want, f"panels={panels} threads={threads}")
 
 
+def test_concurrent_calls_from_several_python_threads_keep_their_own_tiles(family_lib):
+    """Tile registers are per thread: four callers at once, each with workers, each get their own bits."""
+    family_lib("tdpbf16ps")
+    rng = np.random.default_rng(18)
+    cases = [operands("tdpbf16ps", 40 + 7 * i, 17 + i, 33 + 5 * i, "mixed", rng) for i in range(4)]
+    wants = [schedule_reference("tdpbf16ps", c, a, b, a.shape[1] // 2) for c, a, b in cases]
+    results = [None] * 4
+    barrier = threading.Barrier(4)
+
+    def run(i):
+        c, a, b = cases[i]
+        barrier.wait()
+        results[i] = [matmul_native("tdpbf16ps", a, b, c, a.shape[1] // 2, 2) for _ in range(3)]
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    for i, want in enumerate(wants):
+        for got in results[i]:
+            assert_same_bits(got, want, f"caller {i}")
+
+
 def test_worker_threads_release_their_trap_state(family_lib):
     """In trap mode each worker claims an emulated tile state slot; it must be free again after the call."""
     ffi, lib = family_lib("tdpbf16ps")
@@ -228,7 +252,15 @@ def test_worker_threads_release_their_trap_state(family_lib):
     rng = np.random.default_rng(8)
     c, a, b = operands("tdpbf16ps", 64, 2, 64, "normal", rng)  # 4 blocks: 3 workers + the caller
     matmul_native("tdpbf16ps", a, b, c, 2, 1)  # the calling thread's own slot is claimed
-    before = lib.pyamx_trap_slots_in_use()
+    # Threads of earlier tests release their slots as their OS threads end, which can be
+    # after join() returned: wait until the count holds still.
+    before, still_since = lib.pyamx_trap_slots_in_use(), time.monotonic()
+    deadline = still_since + 5
+    while time.monotonic() - still_since < 0.2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+        now = lib.pyamx_trap_slots_in_use()
+        if now != before:
+            before, still_since = now, time.monotonic()
     for _ in range(5):
         got = matmul_native("tdpbf16ps", a, b, c, 2, 4)
         assert lib.pyamx_trap_slots_in_use() == before
