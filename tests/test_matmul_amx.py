@@ -42,6 +42,17 @@ def family_lib(native_family):
     return get
 
 
+@pytest.fixture
+def trap_lib(family_lib):
+    """The C functions of the trap mode (counters, per-thread state), where native runs trapped."""
+    family_lib("tdpbf16ps")
+    from pyamx import detect, trap
+
+    if detect.report().mode != "trap":
+        pytest.skip("this checks the trap mode's per-thread state and counters; native runs on silicon here")
+    return trap._lib()
+
+
 # -- operands -------------------------------------------------------------------
 
 
@@ -99,6 +110,11 @@ def schedule_reference(op_name, c, a, b, kd):
                 acc = np.asarray(fn(acc, ta, tb)).view(out.dtype)
             out[i0:i1, j0:j1] = acc
     return out
+
+
+def _ptr(array):
+    ffi, _ = native._lib()
+    return ffi.cast("uint8_t *", array.ctypes.data)
 
 
 def _bits(x):
@@ -242,13 +258,9 @@ def test_concurrent_calls_from_several_python_threads_keep_their_own_tiles(famil
             assert_same_bits(got, want, f"caller {i}")
 
 
-def test_worker_threads_release_their_trap_state(family_lib):
+def test_worker_threads_release_their_trap_state(trap_lib):
     """In trap mode each worker claims an emulated tile state slot; it must be free again after the call."""
-    ffi, lib = family_lib("tdpbf16ps")
-    from pyamx import detect
-
-    if detect.report().mode != "trap":
-        pytest.skip("emulated per-thread tile state exists only in trap mode")
+    lib = trap_lib
     rng = np.random.default_rng(8)
     c, a, b = operands("tdpbf16ps", 64, 2, 64, "normal", rng)  # 4 blocks: 3 workers + the caller
     matmul_native("tdpbf16ps", a, b, c, 2, 1)  # the calling thread's own slot is claimed
@@ -275,13 +287,9 @@ def test_threads_none_uses_the_default_and_gives_the_same_bits(family_lib):
     assert_same_bits(matmul_native("tdpbuud", a, b, c, 3, None), matmul_native("tdpbuud", a, b, c, 3, 1), "None")
 
 
-def test_workers_without_trap_state_leave_their_blocks_to_the_caller(family_lib):
+def test_workers_without_trap_state_leave_their_blocks_to_the_caller(trap_lib):
     """With the trap's per-thread table full, workers cannot run tile code: the caller does their blocks."""
-    ffi, lib = family_lib("tdpbf16ps")
-    from pyamx import detect
-
-    if detect.report().mode != "trap":
-        pytest.skip("the per-thread state table exists only in trap mode")
+    lib = trap_lib
     rng = np.random.default_rng(16)
     c, a, b = operands("tdpbf16ps", 64, 17, 64, "mixed", rng)  # 4 blocks
     want = schedule_reference("tdpbf16ps", c, a, b, 17)
@@ -379,26 +387,24 @@ def test_callers_native_machine_keeps_its_tiles_and_config(family_lib):
     machine.tilerelease()
 
 
-def test_a_fresh_thread_is_left_in_the_init_state(family_lib):
-    ffi, lib = family_lib("tdpbf16ps")
-    from pyamx import detect
-
-    if detect.report().mode != "trap":
-        pytest.skip("the per-thread emulated state is readable only in trap mode")
+def test_a_fresh_thread_is_left_in_the_init_state(trap_lib):
+    lib = trap_lib
     rng = np.random.default_rng(11)
     c, a, b = operands("tdpbf16ps", 17, 17, 17, "normal", rng)
     seen = {}
 
     def call():
         matmul_native("tdpbf16ps", a, b, c, 17, 1)
-        cfg = ffi.new("uint8_t[64]")
-        lib.pyamx_trap_thread_state(cfg, ffi.NULL)
-        seen["cfg"] = bytes(ffi.buffer(cfg))
+        cfg = np.full(64, 0xEE, dtype=np.uint8)
+        tiles = np.full(8192, 0xEE, dtype=np.uint8)
+        seen["has_state"] = lib.pyamx_trap_thread_state(_ptr(cfg), _ptr(tiles))
+        seen["cfg"], seen["tiles"] = cfg, tiles
 
     thread = threading.Thread(target=call)
     thread.start()
     thread.join()
-    assert seen["cfg"] == bytes(64)
+    assert seen["has_state"] == 1  # the thread did run tile instructions
+    assert not seen["cfg"].any() and not seen["tiles"].any()
 
 
 def test_pending_start_row_is_refused_before_anything_runs(family_lib):
@@ -444,21 +450,18 @@ def _expected_counts(m, kd, n, k_panel):
 
 @pytest.mark.parametrize("m,kd,n,k_panel", [(1, 1, 1, None), (33, 33, 33, None), (64, 16, 64, None),
                                              (70, 20, 17, None), (33, 81, 40, 2), (17, 64, 17, 1)])
-def test_instruction_counts_follow_the_schedule(m, kd, n, k_panel, family_lib):
-    ffi, lib = family_lib("tdpbf16ps")
-    from pyamx import detect
-
-    if detect.report().mode != "trap":
-        pytest.skip("instructions are counted by the trap mode")
+def test_instruction_counts_follow_the_schedule(m, kd, n, k_panel, trap_lib, family_lib):
+    ffi, ids = family_lib("tdpbf16ps")  # the op ids: the one numbering, in pyamx._native
+    lib = trap_lib
     rng = np.random.default_rng(13)
     c, a, b = operands("tdpbf16ps", m, kd, n, "normal", rng)
     names = ("STTILECFG", "LDTILECFG", "TILELOADD", "TILESTORED", "TILERELEASE", "TDPBF16PS")
     counts = {}
 
     def call():
-        before = {x: lib.pyamx_trap_op_count(getattr(lib, f"PYAMX_OP_{x}")) for x in names}
+        before = {x: lib.pyamx_trap_op_count(getattr(ids, f"PYAMX_OP_{x}")) for x in names}
         matmul_native("tdpbf16ps", a, b, c, kd, 1, panels=None if k_panel is None else (k_panel, 1))
-        counts.update({x: lib.pyamx_trap_op_count(getattr(lib, f"PYAMX_OP_{x}")) - before[x] for x in names})
+        counts.update({x: lib.pyamx_trap_op_count(getattr(ids, f"PYAMX_OP_{x}")) - before[x] for x in names})
 
     thread = threading.Thread(target=call)  # a fresh thread: no tile state to save and restore
     thread.start()
