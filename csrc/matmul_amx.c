@@ -57,8 +57,10 @@ struct job {
     int64_t m, n, kd;
     const uint8_t *a;
     int64_t lda;
-    const uint8_t *b;
-    int64_t ldb;
+    const uint8_t *b;        /* B's K block kb, block column bj: b_tile() */
+    int64_t ldb;             /* row stride of the B tiles */
+    int64_t b_right;         /* from a left B tile to the right one */
+    int packed;              /* b is the tile-contiguous copy of pack_b() */
     uint8_t *c;
     int64_t ldc;
     int64_t nbn;             /* blocks per block row */
@@ -112,6 +114,40 @@ AMX_TILE static void load_shape(struct shape s, int kc)
     _tile_loadconfig(cfg);
 }
 
+/* Where B's K block kb of block column bj starts (its left tile). */
+static inline const uint8_t *b_tile(const struct job *j, int64_t kb, int64_t bj)
+{
+    if (j->packed)
+        return j->b + (bj * ((j->kd + 15) / 16) + kb) * 2048;
+    return j->b + (16 * kb) * j->ldb + 4 * (32 * bj);
+}
+
+/* B copied so that each B tile is one 1 KiB run (row stride 64), the two
+ * tiles of a K block side by side and a block column's K blocks in order:
+ * a tile load then touches 16 consecutive cache lines instead of 16 lines
+ * 4N bytes apart (16 pages for a large N), and streaming along K is
+ * sequential. Bytes past a tile's rows/colsb are never loaded. NULL when
+ * there is no memory for it; the caller then reads B in place. */
+static uint8_t *pack_b(const uint8_t *b, int64_t ldb, int64_t kd, int64_t n)
+{
+    int64_t kblocks = (kd + 15) / 16, nbn = (n + 31) / 32;
+    if (nbn > (int64_t)(SIZE_MAX / 2048) / kblocks)
+        return 0;
+    uint8_t *packed = aligned_alloc(64, (size_t)(nbn * kblocks) * 2048);
+    if (!packed)
+        return 0;
+    for (int64_t bj = 0; bj < nbn; bj++)
+        for (int64_t kb = 0; kb < kblocks; kb++)
+            for (int half = 0; half < 2; half++) {
+                int64_t col = 32 * bj + 16 * half;
+                int rows = min64(kd - 16 * kb, 16), cols = col < n ? min64(n - col, 16) : 0;
+                uint8_t *dst = packed + (bj * kblocks + kb) * 2048 + 1024 * half;
+                for (int r = 0; r < rows && cols > 0; r++)
+                    memcpy(dst + 64 * r, b + (16 * kb + r) * ldb + 4 * col, (size_t)(4 * cols));
+            }
+    return packed;
+}
+
 /* One block, K blocks [kb0, kb1): load C, the dot products, store C. The
  * tile numbers are immediates, so each instruction form gets its own copy of
  * this body through the macro. */
@@ -129,12 +165,12 @@ AMX_TILE static void load_shape(struct shape s, int kc)
         if (lower && right) _tile_loadd(3, c1 + 64, j->ldc);                                   \
         for (int64_t kb = kb0; kb < kb1; kb++) {                                               \
             const uint8_t *a0 = j->a + (32 * bi) * j->lda + 64 * kb;                           \
-            const uint8_t *b0 = j->b + (16 * kb) * j->ldb + 4 * (32 * bj);                     \
+            const uint8_t *b0 = b_tile(j, kb, bj);                                             \
             _tile_loadd(4, a0, j->lda);                                                        \
             _tile_loadd(6, b0, j->ldb);                                                        \
             DP(0, 4, 6);                                                                       \
             if (right) {                                                                       \
-                _tile_loadd(7, b0 + 64, j->ldb);                                               \
+                _tile_loadd(7, b0 + j->b_right, j->ldb);                                       \
                 DP(1, 4, 7);                                                                   \
             }                                                                                  \
             if (lower) {                                                                       \
@@ -276,8 +312,9 @@ int pyamx_matmul_amx_panels(int op, int64_t m, int64_t n, int64_t k_dwords, cons
         return PYAMX_E_NO_KERNEL;
     /* Bounds that keep every product below (4 * 16 * dim, stride * dim) in int64. */
     const int64_t dim_max = INT64_MAX / 64;
-    if (m < 1 || n < 1 || k_dwords < 1 || m > dim_max || n > dim_max || k_dwords > dim_max || !a || !b_vnni || !c || threads < 1 ||
-        threads > PYAMX_MATMUL_MAX_THREADS || k_panel < 1 || n_panel < 1)
+    if (m < 1 || n < 1 || k_dwords < 1 || m > dim_max || n > dim_max || k_dwords > dim_max)
+        return PYAMX_E_ARG;
+    if (!a || !b_vnni || !c || threads < 1 || threads > PYAMX_MATMUL_MAX_THREADS || k_panel < 1 || n_panel < 1)
         return PYAMX_E_ARG;
     /* Rows may not overlap, and the last byte of each operand must be
      * addressable in int64 (the tile loads add row * stride). */
@@ -287,16 +324,27 @@ int pyamx_matmul_amx_panels(int op, int64_t m, int64_t n, int64_t k_dwords, cons
 
     struct job base = {
         .op = op, .m = m, .n = n, .kd = k_dwords,
-        .a = a, .lda = lda_bytes, .b = b_vnni, .ldb = ldb_bytes, .c = (uint8_t *)c, .ldc = ldc_bytes,
-        .nbn = (n + 31) / 32, .k_panel = k_panel, .n_panel = n_panel,
+        .a = a, .lda = lda_bytes, .b = b_vnni, .ldb = ldb_bytes, .b_right = 64, .packed = 0,
+        .c = (uint8_t *)c, .ldc = ldc_bytes, .nbn = (n + 31) / 32, .k_panel = k_panel, .n_panel = n_panel,
     };
     int64_t blocks = ((m + 31) / 32) * base.nbn;
+    /* B is reused by every block row: with more than one, a contiguous
+     * copy (once, shared by all threads) pays for itself. */
+    uint8_t *packed = m > 32 ? pack_b(b_vnni, ldb_bytes, k_dwords, n) : 0;
+    if (packed) {
+        base.b = packed;
+        base.ldb = 64;
+        base.b_right = 1024;
+        base.packed = 1;
+    }
     int nthreads = blocks < threads ? (int)blocks : threads;
 
     pyamx_tile_state saved;
     int rc = pyamx_internal_save_state(&saved);
-    if (rc != PYAMX_OK)
+    if (rc != PYAMX_OK) {
+        free(packed);
         return rc;
+    }
 
     /* Heap, not stack: a Python thread's stack may be small. Without
      * memory the caller does every block itself. */
@@ -350,6 +398,7 @@ int pyamx_matmul_amx_panels(int op, int64_t m, int64_t n, int64_t k_dwords, cons
         free(jobs);
         free(tids);
     }
+    free(packed);
     return PYAMX_OK;
 }
 

@@ -187,12 +187,13 @@ def test_inputs_are_not_modified_and_c_dtype_is_kept(family_lib):
     assert_same_bits(got, schedule_reference("tdpbf16ps", c, a, b, 17), "float32 accumulator")
 
 
-def test_row_strided_operands_give_the_same_bits(family_lib):
+@pytest.mark.parametrize("m", (17, 33))  # B read in place (one block row) and through the kernel's packed copy
+def test_row_strided_operands_give_the_same_bits(m, family_lib):
     """Views into wider arrays (row stride larger than a row) are read through the strides, not copied."""
     family_lib("tdpbssd")
     rng = np.random.default_rng(6)
-    c, a, b = operands("tdpbssd", 33, 17, 15, "mixed", rng)
-    wide_a = np.zeros((33, 4 * 17 + 12), dtype=np.uint8)
+    c, a, b = operands("tdpbssd", m, 17, 15, "mixed", rng)
+    wide_a = np.zeros((m, 4 * 17 + 12), dtype=np.uint8)
     wide_a[:, 4:4 + 4 * 17] = a
     wide_b = np.full((17, 4 * 15 + 20), 0xAB, dtype=np.uint8)
     wide_b[:, : 4 * 15] = b
