@@ -21,10 +21,11 @@
  * before loading the next. Within a shape, blocks are visited in panels (a
  * few block columns x a K range) so that a panel of B stays in cache while
  * all block rows pass over it. LDTILECFG zeroes the tiles, so a K remainder is
- * a second pass over the thread's blocks (C stored after the full K blocks
+ * a second pass over the shape's blocks (C stored after the full K blocks
  * and reloaded); passes run in K order, so each element still sees its K
  * blocks in increasing order, and storing and reloading fp32/int32 bits is
- * exact.
+ * exact. When several block rows reuse B, it is first copied into a
+ * tile-contiguous layout (pack_b).
  *
  * Threads split the blocks; every element belongs to exactly one block, so
  * the result does not depend on the thread count. The caller's own tile
