@@ -174,6 +174,30 @@ def test_adversarial_values_survive_the_kernel_bit_for_bit(op_name, family_lib):
             assert_same_bits(got, schedule_reference(op_name, c, a, b, kd), f"{op_name} {a_val:#x} {b_val:#x}")
 
 
+@pytest.mark.parametrize("op_name", ("tdpbf16ps", "tdpfp16ps", "tdpbsud"))
+def test_kernel_matches_the_exact_rational_reference(op_name, family_lib):
+    """The schedule built from tests/reference.py (Fractions, written from the spec), not from pyamx."""
+    import reference
+
+    family_lib(op_name)
+    rng = np.random.default_rng(3000 + OPS.index(op_name))
+    m, kd, n = 3, 33, 17  # two tile columns, three K blocks (the last one partial)
+    c, a, b = operands(op_name, m, kd, n, "mixed", rng)
+    lanes = native.OPS[op_name][2]
+    want = c.tolist()
+    for k0 in range(0, kd, 16):
+        k1 = min(k0 + 16, kd)
+        ta, tb = a[:, lanes * k0 : lanes * k1], b[k0:k1]
+        if op_name == "tdpbf16ps":
+            want = reference.tdpbf16ps(want, ta, tb)
+        elif op_name == "tdpfp16ps":
+            want = reference.tdpfp16ps(want, ta, tb)
+        else:
+            want = reference.tdpb_int8(True, False, want, ta, tb)
+    want = np.array(want, dtype=np.int64).astype(c.dtype)
+    assert_same_bits(matmul_native(op_name, a, b, c, kd, 1), want, f"{op_name} vs the rational reference")
+
+
 def test_inputs_are_not_modified_and_c_dtype_is_kept(family_lib):
     family_lib("tdpbf16ps")
     rng = np.random.default_rng(5)
