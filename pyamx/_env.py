@@ -38,6 +38,9 @@ VARIABLES = {
     "PYAMX_REQUIRE_NATIVE": "boolean (tests): fail, not skip, the tests that need the native backend",
     "PYAMX_DISABLE_AMX_KERNELS": "boolean (build): build the extension without AMX kernels",
     "PYAMX_REQUIRE_EXTENSION": "boolean (build): fail the install when the C extension cannot be built",
+    "PYAMX_CROSSCHECK_SEQUENCES": "integer (tests): random sequences of the native-vs-emulator cross-check",
+    "PYAMX_CROSSCHECK_SEED": "integer (tests): seed of the cross-check",
+    "PYAMX_CROSSCHECK_EDGES": "boolean (tests): add the cross-check's edge cases",
 }
 
 
@@ -78,3 +81,13 @@ def choice(name: str, allowed, default: str, *, error=EnvVarError, environ=None)
     if value in allowed:
         return value
     raise error(name, value, f"{', '.join(allowed)}, or empty/unset for {default}")
+
+
+def integer(name: str, default: int, *, minimum: int = 0, error=EnvVarError, environ=None) -> int:
+    """A decimal integer >= ``minimum``; ``default`` when unset or empty."""
+    value = raw(name, environ)
+    if value is None:
+        return default
+    if value.isascii() and value.isdigit() and int(value) >= minimum:  # no sign, no spaces, no underscores
+        return int(value)
+    raise error(name, value, f"a decimal integer >= {minimum}, or empty/unset for {default}")

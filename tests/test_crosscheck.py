@@ -18,19 +18,18 @@ promises silicon accepts: on silicon a #UD there would kill the test process.
 
 from __future__ import annotations
 
-import os
 
 import numpy as np
 import pytest
 
-from pyamx import emulator
+from pyamx import _env, emulator
 from pyamx.emulator import PRESETS, instructions
 from pyamx.errors import BackendError
 from pyamx.tilecfg import TileConfig
 
-SEQUENCES = int(os.environ.get("PYAMX_CROSSCHECK_SEQUENCES", "200"))
-SEED = int(os.environ.get("PYAMX_CROSSCHECK_SEED", "20240611"))
-EDGES = os.environ.get("PYAMX_CROSSCHECK_EDGES") == "1"
+SEQUENCES = _env.integer("PYAMX_CROSSCHECK_SEQUENCES", 200)
+SEED = _env.integer("PYAMX_CROSSCHECK_SEED", 20240611)
+EDGES = _env.flag("PYAMX_CROSSCHECK_EDGES")
 STEPS = 24
 MEM_BYTES = 4096
 STATS = {}  # (method, ran without fault) -> count, over the random sequences

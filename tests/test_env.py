@@ -46,6 +46,15 @@ def test_names_are_exact_like_the_python_argument():
             _env.choice("PYAMX_X", ("auto", "native"), "auto", environ={"PYAMX_X": value})
 
 
+def test_integers():
+    assert _env.integer("PYAMX_X", 7, environ={}) == 7
+    assert _env.integer("PYAMX_X", 7, environ={"PYAMX_X": ""}) == 7
+    assert _env.integer("PYAMX_X", 7, environ={"PYAMX_X": "42"}) == 42
+    for value in ("-1", "1.5", " 3", "0x10", "1_000", "two"):
+        with pytest.raises(_env.EnvVarError, match="decimal integer"):
+            _env.integer("PYAMX_X", 7, environ={"PYAMX_X": value})
+
+
 def test_the_error_class_is_chosen_by_the_caller():
     with pytest.raises(EnvironmentVariableError) as info:
         _env.flag("PYAMX_X", environ={"PYAMX_X": "2"}, error=EnvironmentVariableError)
