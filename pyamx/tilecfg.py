@@ -37,6 +37,12 @@ class TileConfig:
         # Only what the 64-byte image can encode is checked here: an image
         # that LDTILECFG refuses (rows=17, palette 2) is a legitimate value,
         # used to test the #GP rules, and faults where the instruction runs.
+        p, s, c, r = self.palette, self.start_row, self.colsb, self.rows
+        if (type(p) is int and type(s) is int and type(c) is tuple and type(r) is tuple
+                and len(c) == NUM_TILES and len(r) == NUM_TILES and set(map(type, c + r)) == {int}
+                and 0 <= p <= 0xFF and 0 <= s <= 0xFF and 0 <= min(c) and max(c) <= 0xFFFF
+                and 0 <= min(r) and max(r) <= 0xFF):
+            return  # already normal: the path every instruction's bookkeeping takes
         set_field = object.__setattr__  # frozen: normalize once, at construction
         set_field(self, "palette", _field_int("palette", self.palette, 0xFF, "byte 0"))
         set_field(self, "start_row", _field_int("start_row", self.start_row, 0xFF, "byte 1"))
@@ -60,6 +66,8 @@ class TileConfig:
         return bytes(image)
 
     def with_start_row(self, start_row: int) -> "TileConfig":
+        if start_row == self.start_row:  # every instruction resets it to 0: keep that path free
+            return self
         return TileConfig(self.palette, start_row, self.colsb, self.rows)
 
     @classmethod
@@ -92,6 +100,8 @@ class TileConfig:
 
 def _field_int(name: str, value, limit: int, where: str) -> int:
     """An image field as an int, or TypeError/ValueError naming the field and what it can hold."""
+    if type(value) is int and 0 <= value <= limit:
+        return value
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
         raise TypeError(f"TileConfig {name} must be an int, not {value!r}")
     value = int(value)
@@ -101,6 +111,8 @@ def _field_int(name: str, value, limit: int, where: str) -> int:
 
 
 def _field_tuple(name: str, values, limit: int, where: str) -> tuple:
+    if type(values) is tuple and len(values) == NUM_TILES and all(type(v) is int and 0 <= v <= limit for v in values):
+        return values  # the common case (parse_tilecfg, make): already normal
     try:
         values = tuple(values)
     except TypeError:
