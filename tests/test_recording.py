@@ -5,8 +5,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pytest
-
 from pyamx import vectors
 from pyamx.probe import EXPERIMENTS
 
@@ -29,7 +27,6 @@ def test_an_instruction_filter_drops_the_probes_that_need_another_instruction():
     assert {case.instruction for case in cases} == {"tdpbf16ps"}
 
 
-@pytest.mark.slow
 def test_the_shipped_vector_file_is_what_pyamx_record_writes_today(tmp_path):
     """Regenerate with `pyamx record --seed 2026 tests/data/emulator-sdm-seed2026.json` when this fails."""
     with open(SHIPPED, encoding="utf-8") as f:
