@@ -96,25 +96,22 @@ def error_message(exc: BaseException, command: str) -> str:
     return str(exc)
 
 
-def _seed(text: str) -> int:
-    """A seed for numpy's generator: a non-negative integer."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{value} is negative; a seed is an integer >= 0")
-    return value
+def _int_at_least(minimum: int, what: str):
+    """An argparse type: an integer >= ``minimum`` (a usage error, not a traceback, otherwise)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"{value} is out of range; {what} is an integer >= {minimum}")
+        return value
+
+    return parse
 
 
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} must be at least 1")
-    return value
+_seed = _int_at_least(0, "a seed")  # numpy's generators take no negative seed
 
 
 # -- info ----------------------------------------------------------------------
@@ -192,7 +189,7 @@ def _record_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("file", help="vector file to write (JSON); - writes to stdout")
     _backend_argument(parser)
     parser.add_argument("--seed", type=_seed, default=2026, help="non-negative integer (default 2026)")
-    parser.add_argument("--per-class", type=_positive, default=4, help="random shapes per input class")
+    parser.add_argument("--per-class", type=_int_at_least(1, "the count"), default=4, help="random shapes per input class")
 
 
 @subcommand("record", "run seeded golden-vector cases on a backend and write them with provenance", _record_arguments)

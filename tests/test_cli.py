@@ -36,7 +36,7 @@ def test_version():
 @pytest.mark.parametrize("command", [["demo"], ["record", "out.json"]])
 def test_negative_seed_is_a_usage_error(command, tmp_path):
     proc = _pyamx(*command, "--seed", "-1", cwd=tmp_path)
-    _one_line_failure(proc, "negative")
+    _one_line_failure(proc, "a seed is an integer >= 0")
     assert not (tmp_path / "out.json").exists()
 
 
