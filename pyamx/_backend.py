@@ -22,19 +22,26 @@ def parse_choice(value, source: str) -> str:
     return value
 
 
+_requested = None  # PYAMX_BACKEND's choice, read once per process (on first use)
+
+
 def requested() -> str:
-    """The backend ``PYAMX_BACKEND`` asks for (empty or unset: ``auto``).
+    """The backend ``PYAMX_BACKEND`` asks for (empty or unset: ``auto``), read once per process.
 
     Read on first use, not at import, so that ``import pyamx`` (and ``pyamx
     info``, ``pyamx --help``) work whatever the environment holds; a bad
     value of PYAMX_BACKEND or PYAMX_TRAP_EMULATION raises
-    :class:`~pyamx.errors.EnvironmentVariableError` at every use instead.
+    :class:`~pyamx.errors.EnvironmentVariableError` at every use instead
+    (a failure is not remembered; a success is).
     """
-    from . import trap  # pure environment parsing; the C module is not loaded here
+    global _requested
+    if _requested is None:
+        from . import trap  # pure environment parsing; the C module is not loaded here
 
-    choice = _env.choice(ENV_VAR, CHOICES, "auto", error=EnvironmentVariableError)
-    trap.requested()  # a typo must not quietly leave native off
-    return choice
+        choice = _env.choice(ENV_VAR, CHOICES, "auto", error=EnvironmentVariableError)
+        trap.requested()  # a typo must not quietly leave native off
+        _requested = choice
+    return _requested
 
 
 def __getattr__(name):
@@ -66,7 +73,7 @@ def native_mode():
 
 def _decide():
     global _decision
-    wanted = requested()  # raises for a bad variable every time, never caches a decision
+    wanted = requested()  # raises for a bad variable at every use
     if _decision is None:
         if wanted == "emulator":
             _decision = ("emulator", f"{ENV_VAR}=emulator")
