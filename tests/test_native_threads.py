@@ -84,3 +84,41 @@ def test_the_same_raw_thread_keeps_its_identity_across_calls(native):
         return "ok"
 
     assert _in_raw_thread(many) == "ok"
+
+
+def _in_c_thread(fn):
+    """Run ``fn`` on a thread created by pthread_create from C (ctypes), as a C library's worker would."""
+    import ctypes
+    import ctypes.util
+
+    box = []
+
+    @ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p)
+    def start(_):
+        try:
+            box.append((True, fn()))
+        except BaseException as exc:  # noqa: BLE001 - handed back to the test
+            box.append((False, exc))
+        return None
+
+    libc = ctypes.CDLL(ctypes.util.find_library("pthread") or ctypes.util.find_library("c"))
+    tid = ctypes.c_ulong()
+    assert libc.pthread_create(ctypes.byref(tid), None, start, None) == 0
+    assert libc.pthread_join(tid, None) == 0
+    ok, value = box[0]
+    if not ok:
+        raise value
+    return value
+
+
+def test_c_created_threads_own_their_machines(native):
+    def own():
+        m = _configured_machine()
+        m.tilezero(0)
+        return m
+
+    machine = _in_c_thread(own)
+    with pytest.raises(WrongThreadError):
+        _in_c_thread(lambda: machine.tilezero(0))
+    with pytest.raises(WrongThreadError):
+        machine.tilezero(0)
