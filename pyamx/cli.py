@@ -217,11 +217,14 @@ def _replay_arguments(parser: argparse.ArgumentParser) -> None:
 def replay_command(args: argparse.Namespace) -> int:
     from . import _backend, vectors
 
+    from ._result import backend_label
+
     result = vectors.replay(args.file, args.backend)
     chosen = _backend.resolve(args.backend)
-    print(vectors.format_replay(args.file, result, chosen, show=args.show))
+    label = backend_label(chosen, _backend.native_mode() if chosen == "native" else None)
+    print(vectors.format_replay(args.file, result, label, show=args.show))
     if result.total == sum(result.skipped.values()):  # nothing compared is not a pass
-        print(f"pyamx replay: {args.file}: no case could run on {chosen}; nothing was checked", file=sys.stderr)
+        print(f"pyamx replay: {args.file}: no case could run on {label}; nothing was checked", file=sys.stderr)
         return 2
     return 1 if result.mismatches else 0
 

@@ -105,3 +105,14 @@ def test_replaying_a_file_without_cases_fails(tmp_path):
 
 def test_an_unwritable_record_path_is_one_line(tmp_path):
     _one_line_failure(_pyamx("record", str(tmp_path / "missing-dir" / "x.json"), "--per-class", "1"), "missing-dir")
+
+
+def test_replay_names_the_backend_in_the_shared_vocabulary(native, tmp_path):
+    from pyamx._result import backend_label
+
+    recorded = _pyamx("record", "-", "--per-class", "1", "--backend", "emulator", cwd=tmp_path)
+    path = tmp_path / "v.json"
+    path.write_text(recorded.stdout)
+    proc = _pyamx("replay", str(path), "--backend", "native")
+    assert proc.returncode == 0, proc.stderr
+    assert f"replayed on {backend_label('native', _backend.native_mode())}:" in proc.stdout
