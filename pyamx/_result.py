@@ -34,6 +34,7 @@ class AMXResult(np.ndarray):
     # so attributes added later (an engine name) travel without changes here.
     backend = None
     native_mode = None
+    engine = None  # the emulator's arithmetic engine, where one is named (pyamx.engine)
 
     def __array_finalize__(self, obj):
         labels = getattr(obj, "__dict__", None)
@@ -62,15 +63,19 @@ class AMXResult(np.ndarray):
         return backend_label(self.backend, self.native_mode)
 
     def __repr__(self):
-        extras = "".join(f", {k}={v}" for k, v in self.__dict__.items() if k not in ("backend", "native_mode"))
+        extras = "".join(f", {k}={v}" for k, v in self.__dict__.items()
+                         if k not in ("backend", "native_mode") and v is not None)
         return f"{np.asarray(self)!r} (backend={self.label}{extras})"
 
 
-def label(array: np.ndarray, backend: str, native_mode: str | None = None, **labels) -> AMXResult:
-    """``array`` as a C-contiguous AMXResult carrying ``backend``, ``native_mode`` and ``labels``."""
+def label(array: np.ndarray, backend: str, native_mode: str | None = None, engine: str | None = None,
+          **labels) -> AMXResult:
+    """``array`` as a C-contiguous AMXResult carrying ``backend``, ``native_mode``, ``engine`` and ``labels``."""
     result = np.ascontiguousarray(array).view(AMXResult)
     result.backend = backend
     result.native_mode = native_mode
+    if engine is not None:
+        result.engine = engine
     for name, value in labels.items():
         setattr(result, name, value)
     return result
