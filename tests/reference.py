@@ -1,4 +1,4 @@
-"""A slow scalar reference for the AMX dot products, written from SEMANTICS.md.
+"""A slow scalar reference for the AMX dot products, written from docs/semantics.md.
 
 Exact rational arithmetic (fractions) with one explicit rounding per fma32
 and add32. It shares no code with pyamx: it decodes bit patterns itself,
@@ -165,7 +165,7 @@ def dot_float(c_bits, a_values, b_values, *, structure="sdm", dest_daz=True, tin
     """c_bits: M x N fp32 bits; a_values: M x 2K decoded; b_values: K x 2N decoded (pair-interleaved).
 
     Returns M x N fp32 bits computed element by element, straight from the
-    pseudo-code of SEMANTICS.md section 2 (sdm) or the intrinsics guide (straight).
+    pseudo-code of docs/semantics.md section 2 (sdm) or the intrinsics guide (straight).
     """
     m_count, n_count, k_count = len(c_bits), len(c_bits[0]), len(b_values)
     out = []
@@ -219,6 +219,19 @@ def tdpfp16ps(c_bits, a_bits, b_bits):
     b_values = [[decode_fp16(int(x)) for x in row] for row in b_bits]
     c = [[int(x) for x in row] for row in c_bits]
     return dot_float(c, a_values, b_values)
+
+
+def int8_signedness(mnemonic: str):
+    """``(tsrc1 signed, tsrc2 signed)`` of TDPB[SU][SU]D, read off the mnemonic as docs/semantics.md
+    section 4 defines it (first letter: tsrc1, second: tsrc2; S signed, U unsigned).
+
+    The tests' one statement of signedness that does not come from pyamx.isa: tests that hold the
+    code to this reference must not take the expectation from the table under test.
+    """
+    name = mnemonic.lower()
+    if not (len(name) == 7 and name.startswith("tdpb") and name.endswith("d") and set(name[4:6]) <= {"s", "u"}):
+        raise ValueError(f"{mnemonic!r} is not TDPB[SU][SU]D")
+    return name[4] == "s", name[5] == "s"
 
 
 def tdpb_int8(signed_a: bool, signed_b: bool, c_words, a_bytes, b_bytes):
