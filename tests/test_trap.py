@@ -625,13 +625,13 @@ FP_CASES.append((_round32(Fraction(18631) * Fraction(2) ** -76), _B, 0, 0))
 
 @needs_trap
 @pytest.mark.parametrize("a,b,c,expected", FP_CASES)
-def test_fma32_cases(a, b, c, expected):
+def test_fma32_gives_the_specs_bits_on_each_rule(a, b, c, expected):
     assert lib.pyamx_trap_fma32(a, b, c) == expected
     assert m_fma32(a, b, c) == expected  # the model agrees with the document too
 
 
 @needs_trap
-def test_add32_cases():
+def test_add32_gives_the_specs_bits_on_each_rule():
     cases = [
         (0x7FA00000, 0xFFC00001, 0x7FE00000),
         (0x3F800000, 0xFF800001, 0xFFC00001),
@@ -647,7 +647,7 @@ def test_add32_cases():
 
 
 @needs_trap
-def test_fma32_random_against_model():
+def test_fma32_and_add32_match_the_reference_on_random_bits():
     rng = random.Random(1234)
     for _ in range(3000):
         vals = []
@@ -664,7 +664,7 @@ def test_fma32_random_against_model():
         assert lib.pyamx_trap_add32(vals[0], vals[1]) == m_add32_direct(vals[0], vals[1])
 
 
-def test_f16_widening():
+def test_f16_widening_is_exact_and_keeps_nan_payloads():
     for h in list(range(0, 0x10000, 97)) + [0x0001, 0x03FF, 0x7C00, 0xFC00, 0x7C01, 0x7E00, 0x8001, 0xFBFF]:
         assert lib.pyamx_trap_f16_to_f32(h) == f16_to_f32(h), hex(h)
         if (h & 0x7C00) != 0x7C00:
@@ -748,7 +748,7 @@ def _random_c(rng, shape, specials):
 @pytest.mark.parametrize("fp16", [False, True], ids=["TDPBF16PS", "TDPFP16PS"])
 @pytest.mark.parametrize("specials", [False, True], ids=["finite", "inf-nan"])
 @pytest.mark.parametrize("shape", [(1, 1, 1), (3, 5, 7), (16, 16, 16), (16, 2, 9)])
-def test_float_dot_against_model(trapped, fp16, specials, shape):
+def test_float_dot_products_match_the_reference_bit_for_bit(trapped, fp16, specials, shape):
     M, K, N = shape
     rng = random.Random(hash((fp16, specials, shape)) & 0xFFFF)
     a = _random_halves(rng, (M, K), specials, fp16)
@@ -776,7 +776,7 @@ INT8_SIGNS = {i.mnemonic: reference.int8_signedness(i.mnemonic) for i in isa.DOT
 
 @pytest.mark.parametrize("name", list(INT8_SIGNS))
 @pytest.mark.parametrize("shape", [(1, 1, 1), (16, 16, 16), (7, 3, 11)])
-def test_int8_family(trapped, name, shape):
+def test_int8_dot_products_match_the_reference_with_wraparound(trapped, name, shape):
     M, K, N = shape
     rng = np.random.default_rng(len(name) * 31 + M)
     a = rng.integers(0, 256, (M, K * 4), dtype=np.uint8)
