@@ -9,7 +9,7 @@ Two halves:
   for those raw values one stage at a time, never goes past a failed stage
   into anything with side effects, and is decided once per process.
 
-The stages follow SEMANTICS.md section 5: CPUID feature bits and palette,
+The stages follow docs/semantics.md section 5: CPUID feature bits and palette,
 OSXSAVE and XCR0, the kernel's XCOMP_SUPP, the permission request, the
 granted permission, and finally a forked child that executes one tile
 instruction, so a hypervisor that advertises AMX without delivering it kills
@@ -44,7 +44,7 @@ ARCH_REQ_XCOMP_PERM = 0x1023
 #: the (leaf, sub-leaf) pairs detection reads
 CPUID_LEAVES = ((0, 0), (1, 0), (7, 0), (7, 1), (0x1D, 0), (0x1D, 1), (0x1E, 0))
 
-#: what pyamx's tile model (SEMANTICS.md section 1) assumes of palette 1
+#: what pyamx's tile model (docs/semantics.md section 1) assumes of palette 1
 PALETTE1 = MappingProxyType(
     {"total_tile_bytes": 8192, "bytes_per_tile": 1024, "bytes_per_row": 64, "max_names": 8, "max_rows": 16}
 )

@@ -1,6 +1,6 @@
 """Which numerics does a backend implement? Discriminating experiments, point by point.
 
-Each point of SEMANTICS.md section 3 (and a few more a user of silicon asks
+Each point of docs/semantics.md section 3 (and a few more a user of silicon asks
 about) gets experiments whose answers differ between the candidate options.
 The backend's bits are compared with what the emulator predicts under each
 candidate; the candidates that reproduce every experiment of a point are

@@ -248,7 +248,7 @@ def _oneshot_step(rng, native, emu, nat, context):
 # tests): the kernels' own guards (cfg_legal, distinct_tiles, register
 # numbers in csrc/kernels.c) must return PYAMX_E_ARG, and what passes them
 # must reach the instruction and die as the architecture says (#UD is
-# SIGILL, #GP is SIGSEGV: docs/semantics.md section 4) through the trap
+# SIGILL, #GP is SIGSEGV: docs/semantics.md section 6) through the trap
 # handler's fault mapping, or the silicon's own.
 
 FAULT_CHECKS = {}  # (method, expected outcome) -> count, over the random sequences

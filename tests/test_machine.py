@@ -11,7 +11,7 @@ from pyamx.errors import AMXFault
 
 
 def image(palette=1, start_row=0, shapes=None, poke=None) -> bytearray:
-    """A TILECFG image built from the byte layout of SEMANTICS.md section 1 (not from TileConfig)."""
+    """A TILECFG image built from the byte layout of docs/semantics.md section 1 (not from TileConfig)."""
     raw = bytearray(64)
     raw[0], raw[1] = palette, start_row
     for tmm, (rows, colsb) in (shapes or {}).items():

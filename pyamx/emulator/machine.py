@@ -1,10 +1,10 @@
 """The emulated AMX tile machine: TILECFG, eight 1 KiB tiles, one method per instruction.
 
-Faults are raised exactly where SEMANTICS.md section 1-2 says silicon raises
-them, before any state changes, so a faulting instruction leaves the machine
+Faults are raised exactly where docs/semantics.md sections 1-2 say silicon raises
+them (section 6), before any state changes, so a faulting instruction leaves the machine
 as it was (as a fault does on silicon).
 
-Where SEMANTICS.md is silent, pyamx follows the SDM pseudo-code: TILELOADD,
+Where the SDM is silent, pyamx follows its pseudo-code (docs/semantics.md section 7): TILELOADD,
 TILESTORED and TILEZERO need configured tiles (palette 1) and a register
 below 8, but not a configured operand tile (rows = 0 loads and stores
 nothing; the load still zeroes the whole tile).
