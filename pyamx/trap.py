@@ -30,13 +30,14 @@ import os
 import platform
 import sys
 
+from . import isa
 from .errors import BackendError
 
 ENV_VAR = "PYAMX_TRAP_EMULATION"
 _ALLOWED = {"0": False, "1": True}
 
 # Instruction families the handler emulates (the names pyamx.detect uses).
-_KERNELS = frozenset({"bf16", "fp16", "int8"})
+_KERNELS = frozenset(isa.FAMILIES)
 
 
 def requested() -> bool:

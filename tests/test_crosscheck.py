@@ -403,7 +403,7 @@ def test_random_sequences_match_emulator_and_faults_reach_the_c_guards_and_the_t
         assert STATS.get((method, True), 0) > 0, f"no successful {method} in the random sequences: {STATS}"
 
 
-def test_random_sequences_in_parallel_threads(native):
+def test_random_sequences_in_four_threads_at_once_match_emulator(native):
     """Four threads at once, each with its own pair of machines: native calls release the GIL, so
     their tile instructions interleave, and per-thread tile state must keep them apart."""
     import threading
@@ -521,7 +521,7 @@ PROBES = [("P1", 0x3F800001, 0x3F800000), ("P2", 0x3F800001, 0x3F800000), ("P7",
 
 
 @pytest.mark.parametrize("probe", PROBES, ids=[p[0] for p in PROBES])
-def test_semantics_probe_on_native(native, probe, capsys):
+def test_semantics_probes_on_native_give_the_emulators_default_bits(native, probe, capsys):
     """Silicon's answer to each probe is surfaced, then held to the emulator's default model."""
     from pyamx.probe import point
 
