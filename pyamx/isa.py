@@ -45,9 +45,9 @@ class Encoding:
 class Instruction:
     """One AMX instruction.
 
-    ``kind``: ``"config"`` (TILECFG and whole-state instructions),
-    ``"memory"`` (tile loads and stores, TILEZERO's one-tile write included
-    as it needs a configured tile) or ``"dot"``. The dot-product fields are
+    ``kind``: ``"config"`` (LDTILECFG, STTILECFG, TILERELEASE: the whole
+    state), ``"memory"`` (tile data: loads, stores and TILEZERO, which need
+    configured tiles) or ``"dot"``. The dot-product fields are
     None for the others: ``family`` (kernel family: bf16, fp16, int8),
     ``lanes`` (values per dword), ``c_dtype``/``ab_dtype`` (numpy dtypes of
     the accumulator and operand bits as the tiles hold them),

@@ -169,9 +169,12 @@ def _oneshot_doc(insn: isa.Instruction) -> str:
 
 def _oneshot_function(insn: isa.Instruction):
     name = insn.name
-
-    def fn(c: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-        return _oneshot(name, c, a, b)
+    if insn.is_float:  # fp32 and bf16/fp16 operands are raw bits here, as the names say
+        def fn(c_bits: np.ndarray, a_bits: np.ndarray, b_bits: np.ndarray) -> np.ndarray:
+            return _oneshot(name, c_bits, a_bits, b_bits)
+    else:
+        def fn(c: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+            return _oneshot(name, c, a, b)
 
     fn.__name__ = fn.__qualname__ = name
     fn.__module__ = __name__
