@@ -28,8 +28,13 @@ def decode32(bits: int, daz: bool):
             return ("num", Fraction(0), negative)
         magnitude = Fraction(mantissa, 2**149)
     else:
-        magnitude = Fraction(mantissa + 2**23) * Fraction(2) ** (exponent - 150)
+        magnitude = _times_pow2(mantissa + 2**23, exponent - 150)
     return ("num", -magnitude if negative else magnitude, negative)
+
+
+def _times_pow2(integer: int, e: int) -> Fraction:
+    """integer * 2**e, exactly (shifts: Fraction powers are the slow part of this module)."""
+    return Fraction(integer << e) if e >= 0 else Fraction(integer, 1 << -e)
 
 
 def decode_bf16(bits: int, daz: bool):
@@ -46,17 +51,16 @@ def decode_fp16(bits: int):
     if exponent == 0:
         magnitude = Fraction(mantissa, 2**24)
     else:
-        magnitude = Fraction(mantissa + 2**10) * Fraction(2) ** (exponent - 25)
+        magnitude = _times_pow2(mantissa + 2**10, exponent - 25)
     return ("num", -magnitude if negative else magnitude, negative)
 
 
 def _floor_log2(x: Fraction) -> int:
-    e = x.numerator.bit_length() - x.denominator.bit_length()
-    if Fraction(2) ** e > x:
-        e -= 1
-    elif Fraction(2) ** (e + 1) <= x:
-        e += 1
-    return e
+    """floor(log2(x)) of a positive x, in integer arithmetic."""
+    p, q = x.numerator, x.denominator
+    e = p.bit_length() - q.bit_length()
+    # 2**e <= p/q  <=>  p << -e >= q (e < 0)  or  p >= q << e (e >= 0); else one less
+    return e if (p << max(0, -e)) >= (q << max(0, e)) else e - 1
 
 
 def encode(value, tininess: str = "after") -> int:
@@ -74,10 +78,13 @@ def encode(value, tininess: str = "after") -> int:
     if tininess == "before" and magnitude < MIN_NORMAL:
         return sign
     e = _floor_log2(magnitude) - 23  # scale so the significand has 24 integer bits
-    scaled = magnitude / Fraction(2) ** e
-    q = scaled.numerator // scaled.denominator
-    remainder = scaled - q
-    if remainder > Fraction(1, 2) or (remainder == Fraction(1, 2) and q % 2 == 1):
+    num, den = magnitude.numerator, magnitude.denominator  # scaled = num / den = magnitude / 2**e
+    if e >= 0:
+        den <<= e
+    else:
+        num <<= -e
+    q, remainder = divmod(num, den)  # remainder / den is the fraction below the last kept bit
+    if 2 * remainder > den or (2 * remainder == den and q % 2 == 1):
         q += 1
     if q == 2**24:
         q, e = 2**23, e + 1
