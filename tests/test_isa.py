@@ -197,3 +197,13 @@ def test_isa_md_tests_exist():
             path = (ROOT / "docs" / link).resolve()
             assert path.name == file_name and path.exists(), (mnemonic, link)
             assert re.search(rf"^def {test}\(", path.read_text(), re.M), (mnemonic, file_name, test)
+
+
+def test_without_the_extension_ids_and_constants_are_none_and_the_emulator_still_runs(monkeypatch):
+    from pyamx import detect
+
+    monkeypatch.setattr(isa, "_LIB", [None])  # as on an install without a C compiler
+    assert all(i.op_id is None for i in isa.TABLE) and isa.by_op_id(8) is None
+    assert isa.c_constant("PYAMX_E_ARG") is None and detect.E_ARG is None
+    c, a = np.zeros((1, 1), np.float32), np.full((1, 2), 0x3F80, np.uint16)
+    assert pyamx.tdpbf16ps(c, a, a, backend="emulator")[0, 0] == 2.0
