@@ -120,7 +120,7 @@ class Backend(str):
         return (Backend, (str(self), self.mode))
 
 
-EMULATOR = Backend("emulator")
+EMULATOR = Backend("emulator")  # the one emulator backend: resolve() returns this object
 
 
 def native_status(family: str = "bf16"):
@@ -194,7 +194,7 @@ def resolve(backend, family: str = "bf16", numerics=None) -> Backend:
         if choice == "native":
             default_backend()  # the process-wide refusal comes first
     else:
-        choice, source = str(parse_choice(backend, "backend")), "backend='native'"
+        choice, source = parse_choice(backend, "backend"), "backend='native'"
     if choice == "emulator":
         return EMULATOR
     if numerics is not None and not native_runs(numerics):

@@ -12,6 +12,7 @@ from . import _backend, emulator, isa
 from ._result import AMXResult, label
 
 _SDM = emulator.PRESETS["sdm"]
+_EMULATOR = _backend.EMULATOR
 
 
 def _sign(signed: bool) -> str:
@@ -55,7 +56,7 @@ def _function(insn: isa.Instruction):
     def fn(c, a, b, *, backend=None) -> AMXResult:
         ops = check(name, c, a, b)
         chosen = _backend.resolve(backend, family)
-        if not chosen.is_native:
+        if chosen is _EMULATOR:
             return label(compute(ops.c, ops.a, ops.b, _SDM).view(c_view), "emulator")
         from . import native
 
