@@ -142,7 +142,7 @@ def forced_native(request, monkeypatch):
     usable = request.param
     monkeypatch.setattr(_backend, "native_status", lambda family="bf16": (usable, "forced by the test"))
     monkeypatch.setattr(_backend, "native_mode", lambda: "silicon" if usable else None)
-    monkeypatch.setattr(_backend, "REQUESTED", "auto")
+    monkeypatch.setattr(_backend, "_requested", "auto")
     return usable
 
 
@@ -157,7 +157,7 @@ def test_auto_with_a_non_default_numerics_picks_the_emulator_whether_or_not_nati
 def test_named_native_with_a_non_default_numerics_raises_value_error_either_way(forced_native, monkeypatch):
     with pytest.raises(ValueError, match="emulator model"):
         pyamx.tile_machine(backend="native", numerics="straight")
-    monkeypatch.setattr(_backend, "REQUESTED", "native")
+    monkeypatch.setattr(_backend, "_requested", "native")
     with pytest.raises(ValueError, match="emulator model"):
         _backend.resolve(None, numerics=pyamx.Numerics(nan="canonical"))
 
