@@ -1,0 +1,409 @@
+/* The compiled engine's driver: argument checks, packing (once per call,
+ * shared by the threads), the NaN pre-scan, the split over threads, and the
+ * exact per-element path for outputs with NaN operands. The arithmetic is in
+ * engine_x86.c / engine_portable.c / engine_scalar.c.
+ */
+#include "pyamx.h"
+#include "engine.h"
+#include "engine_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#if !defined(_WIN32)
+#include <pthread.h>
+#define ENG_THREADS 1
+#else
+#define ENG_THREADS 0
+#endif
+
+/* Below about this many dword steps per thread a thread costs more than it saves. */
+#define MIN_WORK_PER_THREAD (1 << 18)
+/* Row panels kept hot (in L2) while the column panels of one K panel stream past. */
+#define MC_ROWS 384
+
+static const struct eng_variant *variant(int kind, const char **why)
+{
+    const char *dummy;
+    if (!why)
+        why = &dummy;
+    if (kind == PYAMX_ENGINE_PORTABLE)
+        return eng_portable_supported(why) ? eng_portable_variant() : 0;
+    if (kind == PYAMX_ENGINE_AVX2 || kind == PYAMX_ENGINE_AVX512)
+        return eng_x86_cpu_has(kind, why) ? eng_x86_variant(kind) : 0;
+    *why = "unknown engine kind";
+    return 0;
+}
+
+int pyamx_engine_available(int kind) { return variant(kind, 0) != 0; }
+
+const char *pyamx_engine_reason(int kind)
+{
+    const char *why = "";
+    variant(kind, &why);
+    return why;
+}
+
+/* ---- packing ---- */
+
+static uint32_t widen_fp16(uint32_t h)
+{
+    uint32_t sign = (h & 0x8000u) << 16, e = (h >> 10) & 0x1F, m = h & 0x3FF;
+    if (e == 31)
+        return sign | 0x7F800000u | (m << 13);
+    if (e)
+        return sign | ((e + 112) << 23) | (m << 13);
+    if (!m)
+        return sign;
+    /* a subnormal fp16 is m * 2^-24: normalise it (fp32 holds it exactly as a normal number) */
+    int shift = 0;
+    while (!(m & 0x400)) {
+        m <<= 1;
+        shift++;
+    }
+    return sign | ((uint32_t)(113 - shift) << 23) | ((m & 0x3FF) << 13);
+}
+
+static inline uint32_t widen(int op, uint16_t v)
+{
+    return op == PYAMX_OP_TDPBF16PS ? eng_daz((uint32_t)v << 16) : widen_fp16(v);
+}
+
+static inline uint32_t int_pair(int is_signed, const uint8_t *p)
+{
+    uint32_t lo = is_signed ? (uint16_t)(int16_t)(int8_t)p[0] : p[0];
+    uint32_t hi = is_signed ? (uint16_t)(int16_t)(int8_t)p[1] : p[1];
+    return lo | (hi << 16);
+}
+
+struct job {
+    const struct eng_variant *v;
+    int op, is_float, in_range;
+    int64_t m, n, kd, mp, nq;
+    const uint32_t *ap, *bp;
+    const uint8_t *row_nan, *col_nan;
+    const uint32_t *c_in;
+    int64_t ldc_in;
+    uint32_t *c_out;
+    int64_t ldc_out;
+    int split_cols, parts;
+};
+
+/* Exponent range of the finite non-zero packed values (fp32 biased exponents). */
+struct erange { int lo, hi; };
+
+static void note_exponent(struct erange *r, uint32_t w)
+{
+    int e = (int)((w >> 23) & 0xFF);
+    if (e == 0 || e == 255)
+        return;
+    if (e < r->lo)
+        r->lo = e;
+    if (e > r->hi)
+        r->hi = e;
+}
+
+static void pack_a(const struct job *j, uint32_t *ap, const uint8_t *a, int64_t lda, uint8_t *row_nan, struct erange *er)
+{
+    int mr = j->v->mr;
+    int a_signed = j->op == PYAMX_OP_TDPBSSD || j->op == PYAMX_OP_TDPBSUD;
+    for (int64_t p = 0; p < j->mp; p++) {
+        uint32_t *dst = ap + p * j->kd * 2 * mr;
+        for (int r = 0; r < mr; r++) {
+            int64_t row = p * mr + r;
+            if (row >= j->m) {
+                for (int64_t k = 0; k < j->kd; k++)
+                    dst[k * 2 * mr + 2 * r] = dst[k * 2 * mr + 2 * r + 1] = 0;
+                continue;
+            }
+            const uint8_t *src = a + row * lda;
+            uint8_t nan = 0;
+            for (int64_t k = 0; k < j->kd; k++) {
+                uint32_t w0, w1;
+                if (j->is_float) {
+                    uint16_t h[2];
+                    memcpy(h, src + 4 * k, 4);
+                    w0 = widen(j->op, h[0]);
+                    w1 = widen(j->op, h[1]);
+                    nan |= eng_isnan(w0) | eng_isnan(w1);
+                    note_exponent(er, w0);
+                    note_exponent(er, w1);
+                } else {
+                    w0 = int_pair(a_signed, src + 4 * k);
+                    w1 = int_pair(a_signed, src + 4 * k + 2);
+                }
+                dst[k * 2 * mr + 2 * r] = w0;
+                dst[k * 2 * mr + 2 * r + 1] = w1;
+            }
+            if (row_nan)
+                row_nan[row] = nan;
+        }
+    }
+}
+
+static void pack_b(const struct job *j, uint32_t *bp, const uint8_t *b, int64_t ldb, uint8_t *col_nan, struct erange *er)
+{
+    int nr = j->v->nr;
+    int b_signed = j->op == PYAMX_OP_TDPBSSD || j->op == PYAMX_OP_TDPBUSD;
+    if (col_nan)
+        memset(col_nan, 0, (size_t)j->n);
+    for (int64_t q = 0; q < j->nq; q++) {
+        uint32_t *dst = bp + q * j->kd * 2 * nr;
+        int64_t cols = j->n - q * nr < nr ? j->n - q * nr : nr;
+        for (int64_t k = 0; k < j->kd; k++) {
+            const uint8_t *src = b + k * ldb + q * nr * 4;
+            uint32_t *d = dst + k * 2 * nr;
+            for (int64_t c = 0; c < cols; c++) {
+                uint32_t w0, w1;
+                if (j->is_float) {
+                    uint16_t h[2];
+                    memcpy(h, src + 4 * c, 4);
+                    w0 = widen(j->op, h[0]);
+                    w1 = widen(j->op, h[1]);
+                    if (eng_isnan(w0) | eng_isnan(w1))
+                        col_nan[q * nr + c] = 1;
+                    note_exponent(er, w0);
+                    note_exponent(er, w1);
+                } else {
+                    w0 = int_pair(b_signed, src + 4 * c);
+                    w1 = int_pair(b_signed, src + 4 * c + 2);
+                }
+                d[c] = w0;
+                d[nr + c] = w1;
+            }
+            for (int64_t c = cols; c < nr; c++)
+                d[c] = d[nr + c] = 0;
+        }
+    }
+}
+
+/* ---- the work of one thread ---- */
+
+/* Output element (row, col) through the exact scalar functions, from the original C. */
+static uint32_t exact_element(const struct job *j, int64_t row, int64_t col)
+{
+    int mr = j->v->mr, nr = j->v->nr;
+    const uint32_t *a = j->ap + (row / mr) * j->kd * 2 * mr + (row % mr) * 2;
+    const uint32_t *b = j->bp + (col / nr) * j->kd * 2 * nr + (col % nr);
+    uint32_t acc = j->c_in[row * j->ldc_in + col];
+    for (int64_t kb = 0; kb < j->kd; kb += ENG_BLOCK) {
+        int64_t end = kb + ENG_BLOCK < j->kd ? kb + ENG_BLOCK : j->kd;
+        uint32_t even = 0, odd = 0;
+        for (int64_t k = kb; k < end; k++) {
+            even = eng_fma32(a[k * 2 * mr], b[k * 2 * nr], even);
+            odd = eng_fma32(a[k * 2 * mr + 1], b[k * 2 * nr + nr], odd);
+        }
+        acc = eng_add32(acc, eng_add32(even, odd));
+    }
+    return acc;
+}
+
+static void run_part(const struct job *j, int part)
+{
+    const struct eng_variant *v = j->v;
+    int mr = v->mr, nr = v->nr;
+    int64_t units = j->split_cols ? j->nq : j->mp;
+    int64_t u0 = units * part / j->parts, u1 = units * (part + 1) / j->parts;
+    int64_t p0 = j->split_cols ? 0 : u0, p1 = j->split_cols ? j->mp : u1;
+    int64_t q0 = j->split_cols ? u0 : 0, q1 = j->split_cols ? u1 : j->nq;
+    if (u0 >= u1)
+        return;
+    int64_t r0 = p0 * mr, r1 = p1 * mr < j->m ? p1 * mr : j->m;
+    int64_t c0 = q0 * nr, c1 = q1 * nr < j->n ? q1 * nr : j->n;
+
+    struct eng_fpenv saved;
+    v->enter(&saved);
+    for (int64_t r = r0; r < r1; r++)
+        memcpy(j->c_out + r * j->ldc_out + c0, j->c_in + r * j->ldc_in + c0, (size_t)(c1 - c0) * 4);
+
+    uint32_t tile[ENG_MAX_MR * ENG_MAX_NR];
+    int64_t mc_panels = MC_ROWS / mr;
+    for (int64_t pc = 0; pc < j->kd; pc += ENG_KC) {
+        int64_t kl = j->kd - pc < ENG_KC ? j->kd - pc : ENG_KC;
+        for (int64_t pb = p0; pb < p1; pb += mc_panels) {
+            int64_t pe = pb + mc_panels < p1 ? pb + mc_panels : p1;
+            for (int64_t q = q0; q < q1; q++) {
+                const uint32_t *bp = j->bp + (q * j->kd + pc) * 2 * nr;
+                int64_t col = q * nr, cols = j->n - col < nr ? j->n - col : nr;
+                for (int64_t p = pb; p < pe; p++) {
+                    const uint32_t *ap = j->ap + (p * j->kd + pc) * 2 * mr;
+                    int64_t row = p * mr, rows = j->m - row < mr ? j->m - row : mr;
+                    uint32_t *c = j->c_out + row * j->ldc_out + col;
+                    if (rows == mr && cols == nr) {
+                        if (j->is_float)
+                            v->float_kernel(kl, ap, bp, c, j->ldc_out, j->in_range);
+                        else
+                            v->int_kernel(kl, ap, bp, c, j->ldc_out);
+                        continue;
+                    }
+                    memset(tile, 0, sizeof tile);
+                    for (int64_t r = 0; r < rows; r++)
+                        memcpy(tile + r * nr, c + r * j->ldc_out, (size_t)cols * 4);
+                    if (j->is_float)
+                        v->float_kernel(kl, ap, bp, tile, nr, j->in_range);
+                    else
+                        v->int_kernel(kl, ap, bp, tile, nr);
+                    for (int64_t r = 0; r < rows; r++)
+                        memcpy(c + r * j->ldc_out, tile + r * nr, (size_t)cols * 4);
+                }
+            }
+        }
+    }
+    if (j->is_float) {
+        for (int64_t r = r0; r < r1; r++)
+            for (int64_t col = c0; col < c1; col++)
+                if (j->row_nan[r] | j->col_nan[col] | eng_isnan(j->c_in[r * j->ldc_in + col]))
+                    j->c_out[r * j->ldc_out + col] = exact_element(j, r, col);
+    }
+    v->leave(&saved);
+}
+
+#if ENG_THREADS
+struct worker { const struct job *job; int part; pthread_t thread; int started; };
+
+static void *worker_main(void *arg)
+{
+    struct worker *w = arg;
+    run_part(w->job, w->part);
+    return 0;
+}
+#endif
+
+static int overlaps(const void *p0, size_t n0, const void *p1, size_t n1)
+{
+    uintptr_t a = (uintptr_t)p0, b = (uintptr_t)p1;
+    return a < b + n1 && b < a + n0;
+}
+
+int pyamx_engine_dot(int kind, int op, const void *a, int64_t lda, const void *b, int64_t ldb,
+                     const uint32_t *c_in, int64_t ldc_in, uint32_t *c_out, int64_t ldc_out,
+                     int64_t m, int64_t n, int64_t kd, int threads)
+{
+    const struct eng_variant *v = variant(kind, 0);
+    if (!v)
+        return PYAMX_ENGINE_E_UNAVAILABLE;
+    if (op < PYAMX_OP_TDPBF16PS || op > PYAMX_OP_TDPBUUD || !a || !b || !c_in || !c_out)
+        return PYAMX_ENGINE_E_ARG;
+    if (m < 1 || n < 1 || kd < 1 || m > (1 << 30) || n > (1 << 30) || kd > (1 << 30))
+        return PYAMX_ENGINE_E_ARG;
+    if (lda < 4 * kd || ldb < 4 * n || ldc_in < n || ldc_out < n)
+        return PYAMX_ENGINE_E_ARG;
+    int is_float = op == PYAMX_OP_TDPBF16PS || op == PYAMX_OP_TDPFP16PS;
+    if (is_float && ((lda | ldb) & 1))
+        return PYAMX_ENGINE_E_ARG;
+    size_t out_bytes = (size_t)((m - 1) * ldc_out + n) * 4;
+    if (overlaps(c_out, out_bytes, c_in, (size_t)((m - 1) * ldc_in + n) * 4) ||
+        overlaps(c_out, out_bytes, a, (size_t)((m - 1) * lda + 4 * kd)) ||
+        overlaps(c_out, out_bytes, b, (size_t)((kd - 1) * ldb + 4 * n)))
+        return PYAMX_ENGINE_E_ARG;
+
+    struct job j;
+    memset(&j, 0, sizeof j);
+    j.v = v;
+    j.op = op;
+    j.is_float = is_float;
+    j.m = m;
+    j.n = n;
+    j.kd = kd;
+    j.mp = (m + v->mr - 1) / v->mr;
+    j.nq = (n + v->nr - 1) / v->nr;
+    j.c_in = c_in;
+    j.ldc_in = ldc_in;
+    j.c_out = c_out;
+    j.ldc_out = ldc_out;
+
+    size_t a_words = (size_t)(j.mp * kd * 2 * v->mr), b_words = (size_t)(j.nq * kd * 2 * v->nr);
+    uint32_t *ap = 0, *bp = 0;
+    uint8_t *flags = 0;
+    if (posix_memalign((void **)&ap, 64, a_words * 4) || posix_memalign((void **)&bp, 64, b_words * 4) ||
+        (is_float && !(flags = malloc((size_t)(m + n))))) {
+        free(ap);
+        free(bp);
+        return PYAMX_ENGINE_E_NOMEM;
+    }
+    struct erange ea = {255, 0}, eb = {255, 0};
+    pack_a(&j, ap, a, lda, is_float ? flags : 0, &ea);
+    pack_b(&j, bp, b, ldb, is_float ? flags + m : 0, &eb);
+    j.ap = ap;
+    j.bp = bp;
+    j.row_nan = flags;
+    j.col_nan = flags ? flags + m : 0;
+    /* Every finite non-zero product is an fp32 normal number when the
+     * smallest exponents sum to >= -126 and the largest to < 127 (products
+     * of values below 2^(e+1) stay below 2^128 * 2^-1). */
+    j.in_range = ea.lo > ea.hi || eb.lo > eb.hi ||
+                 ((ea.lo - 127) + (eb.lo - 127) >= -126 && (ea.hi - 127 + 1) + (eb.hi - 127 + 1) <= 127);
+
+    int64_t work = m * n * kd;
+    int64_t parts = threads < 1 ? 1 : threads;
+    if (parts > work / MIN_WORK_PER_THREAD)
+        parts = work / MIN_WORK_PER_THREAD > 0 ? work / MIN_WORK_PER_THREAD : 1;
+    j.split_cols = j.nq >= parts || j.nq >= j.mp;
+    int64_t units = j.split_cols ? j.nq : j.mp;
+    if (parts > units)
+        parts = units;
+    j.parts = (int)parts;
+
+#if ENG_THREADS
+    struct worker *workers = parts > 1 ? calloc((size_t)parts, sizeof *workers) : 0;
+    if (workers) {
+        for (int i = 1; i < parts; i++) {
+            workers[i].job = &j;
+            workers[i].part = i;
+            workers[i].started = pthread_create(&workers[i].thread, 0, worker_main, &workers[i]) == 0;
+        }
+    }
+    run_part(&j, 0);
+    for (int i = 1; i < parts; i++) {
+        if (workers && workers[i].started)
+            pthread_join(workers[i].thread, 0);
+        else
+            run_part(&j, i); /* no thread (or no memory for one): do its share here */
+    }
+    free(workers);
+#else
+    for (int i = 0; i < parts; i++)
+        run_part(&j, i);
+#endif
+    free(ap);
+    free(bp);
+    free(flags);
+    return PYAMX_ENGINE_OK;
+}
+
+/* ---- scalar primitives and test hooks ---- */
+
+uint32_t pyamx_engine_fma32(uint32_t a, uint32_t b, uint32_t acc)
+{
+    struct eng_fpenv saved;
+    eng_portable_variant()->enter(&saved);
+    uint32_t r = eng_fma32(a, b, acc);
+    eng_portable_variant()->leave(&saved);
+    return r;
+}
+
+uint32_t pyamx_engine_add32(uint32_t x, uint32_t y)
+{
+    struct eng_fpenv saved;
+    eng_portable_variant()->enter(&saved);
+    uint32_t r = eng_add32(x, y);
+    eng_portable_variant()->leave(&saved);
+    return r;
+}
+
+uint32_t pyamx_engine_getcsr(void) { return ENG_X86 ? eng_x86_getcsr() : 0; }
+
+int pyamx_engine_dot_under_mxcsr(uint32_t mxcsr, uint32_t *mxcsr_after, int kind, int op,
+                                 const void *a, int64_t lda, const void *b, int64_t ldb,
+                                 const uint32_t *c_in, int64_t ldc_in, uint32_t *c_out, int64_t ldc_out,
+                                 int64_t m, int64_t n, int64_t kd, int threads)
+{
+    if (!ENG_X86)
+        return PYAMX_ENGINE_E_UNAVAILABLE;
+    uint32_t own = eng_x86_getcsr();
+    eng_x86_setcsr(mxcsr);
+    int rc = pyamx_engine_dot(kind, op, a, lda, b, ldb, c_in, ldc_in, c_out, ldc_out, m, n, kd, threads);
+    *mxcsr_after = eng_x86_getcsr();
+    eng_x86_setcsr(own);
+    return rc;
+}
