@@ -41,7 +41,11 @@ static void leave(const struct eng_fpenv *saved) { _mm_setcsr(saved->mxcsr); }
 
 /* ---- AVX-512: 6 rows x 32 columns, even/odd lanes in 24 registers ---- */
 
-#define B512(p) _mm512_castsi512_ps(_mm512_set1_epi32((int)(p)))
+/* Read through a may_alias type: the packed words were written as uint32. A
+ * float operand lets the compiler fold the broadcast into the FMA ({1to16}). */
+typedef float f32_alias __attribute__((may_alias));
+#define F32(p) (*(const f32_alias *)&(p))
+#define B512(p) _mm512_set1_ps(F32(p))
 
 T512 static void f512(int64_t kd, const uint32_t *ap, const uint32_t *bp, uint32_t *c, int64_t ldc, int in_range)
 {
@@ -117,7 +121,7 @@ T512 static void i512(int64_t kd, const uint32_t *ap, const uint32_t *bp, uint32
 
 /* ---- AVX2: 3 rows x 16 columns, 12 accumulators (even lanes, then odd lanes per k) ---- */
 
-#define B256(p) _mm256_castsi256_ps(_mm256_set1_epi32((int)(p)))
+#define B256(p) _mm256_set1_ps(F32(p))
 
 T256 static void f256(int64_t kd, const uint32_t *ap, const uint32_t *bp, uint32_t *c, int64_t ldc, int in_range)
 {
@@ -199,7 +203,7 @@ static uint64_t xgetbv0(void)
     return ((uint64_t)hi << 32) | lo;
 }
 
-int eng_x86_cpu_has(int kind, const char **why)
+static int cpu_has_uncached(int kind, const char **why)
 {
     unsigned a, b, c, d;
     if (!__get_cpuid(1, &a, &b, &c, &d)) {
@@ -244,6 +248,26 @@ int eng_x86_cpu_has(int kind, const char **why)
     }
     *why = "CPU has AVX-512 F/BW and FMA; OS saves ZMM state";
     return 1;
+}
+
+/* CPUID traps to the hypervisor in a VM (tens of microseconds), so the
+ * answer is computed once; racing first callers store the same values. */
+int eng_x86_cpu_has(int kind, const char **why)
+{
+    static int known[3], answer[3];
+    static const char *reason[3];
+    if (kind < 0 || kind > 2) {
+        *why = "unknown engine kind";
+        return 0;
+    }
+    if (!__atomic_load_n(&known[kind], __ATOMIC_ACQUIRE)) {
+        const char *r = "";
+        answer[kind] = cpu_has_uncached(kind, &r);
+        reason[kind] = r;
+        __atomic_store_n(&known[kind], 1, __ATOMIC_RELEASE);
+    }
+    *why = reason[kind];
+    return answer[kind];
 }
 
 const struct eng_variant *eng_x86_variant(int kind) { return kind == PYAMX_ENGINE_AVX512 ? &v512 : kind == PYAMX_ENGINE_AVX2 ? &v256 : 0; }

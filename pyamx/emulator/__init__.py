@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import _validate
+from .. import engine as _engine
 from .._result import AMXResult, label
 from . import instructions
 from .machine import TileMachine
@@ -42,50 +43,53 @@ def int8_operands(fn, c, a, b) -> _validate.DotOperands:
     return _validate.check_dot_shapes(fn, c, a, b, 4, "byte")
 
 
-def tdpbf16ps(c, a, b, *, numerics="sdm") -> AMXResult:
+def tdpbf16ps(c, a, b, *, numerics="sdm", engine=None) -> AMXResult:
     """One TDPBF16PS on arrays: returns a new (M, N) float32 array ``c + a . b``.
 
     ``c`` is (M, N) float32 (or uint32 raw bits), ``a`` (M, 2K) and ``b``
     (K, 2N) bf16 bits (uint16 or ml_dtypes.bfloat16), ``b`` pair-interleaved
     (see :func:`pyamx.bf16.pack_pairs`); 1 <= M, K, N <= 16. ``numerics`` is
     a preset name or a :class:`Numerics`. Inputs are never modified.
+    ``engine`` names the arithmetic engine (:func:`pyamx.engine.resolve`);
+    the result's ``.engine`` says which ran.
     """
     ops = bf16_operands("tdpbf16ps", c, a, b)
-    bits = instructions.tdpbf16ps(ops.c, ops.a, ops.b, resolve(numerics))
-    return label(bits.view(np.float32), "emulator")
+    eng = _engine.resolve(engine, numerics)
+    return label(eng.dot("tdpbf16ps", ops.c, ops.a, ops.b, ops.k).view(np.float32), "emulator", engine=eng.name)
 
 
-def tdpfp16ps(c, a, b, *, numerics="sdm") -> AMXResult:
+def tdpfp16ps(c, a, b, *, numerics="sdm", engine=None) -> AMXResult:
     """One TDPFP16PS (AMX-FP16): as :func:`tdpbf16ps` with float16 (or uint16 bits) ``a`` and ``b``."""
     ops = fp16_operands("tdpfp16ps", c, a, b)
-    bits = instructions.tdpfp16ps(ops.c, ops.a, ops.b, resolve(numerics))
-    return label(bits.view(np.float32), "emulator")
+    eng = _engine.resolve(engine, numerics)
+    return label(eng.dot("tdpfp16ps", ops.c, ops.a, ops.b, ops.k).view(np.float32), "emulator", engine=eng.name)
 
 
-def _int8(mnemonic, c, a, b) -> AMXResult:
+def _int8(mnemonic, c, a, b, engine) -> AMXResult:
     ops = int8_operands(mnemonic, c, a, b)
-    return label(instructions.tdpb_int8(mnemonic, ops.c, ops.a, ops.b), "emulator")
+    eng = _engine.resolve(engine)
+    return label(eng.dot(mnemonic, ops.c, ops.a, ops.b, ops.k), "emulator", engine=eng.name)
 
 
-def tdpbssd(c, a, b) -> AMXResult:
+def tdpbssd(c, a, b, *, engine=None) -> AMXResult:
     """One TDPBSSD: ``c`` (M, N) int32 plus signed (M, 4K) ``a`` times signed (K, 4N) quad-interleaved ``b``.
 
     ``a`` and ``b`` are int8 or uint8 arrays (their bytes are reinterpreted
     per the mnemonic); the int32 sum wraps around. See :func:`pyamx.bf16.pack_quads`.
     """
-    return _int8("tdpbssd", c, a, b)
+    return _int8("tdpbssd", c, a, b, engine)
 
 
-def tdpbsud(c, a, b) -> AMXResult:
+def tdpbsud(c, a, b, *, engine=None) -> AMXResult:
     """One TDPBSUD: signed ``a`` bytes times unsigned ``b`` bytes (see :func:`tdpbssd`)."""
-    return _int8("tdpbsud", c, a, b)
+    return _int8("tdpbsud", c, a, b, engine)
 
 
-def tdpbusd(c, a, b) -> AMXResult:
+def tdpbusd(c, a, b, *, engine=None) -> AMXResult:
     """One TDPBUSD: unsigned ``a`` bytes times signed ``b`` bytes (see :func:`tdpbssd`)."""
-    return _int8("tdpbusd", c, a, b)
+    return _int8("tdpbusd", c, a, b, engine)
 
 
-def tdpbuud(c, a, b) -> AMXResult:
+def tdpbuud(c, a, b, *, engine=None) -> AMXResult:
     """One TDPBUUD: unsigned ``a`` bytes times unsigned ``b`` bytes (see :func:`tdpbssd`)."""
-    return _int8("tdpbuud", c, a, b)
+    return _int8("tdpbuud", c, a, b, engine)

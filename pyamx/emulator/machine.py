@@ -25,7 +25,7 @@ from ..tilecfg import (
     check_tile_index,
     parse_tilecfg,
 )
-from . import instructions
+from .. import engine as _engine
 from .numerics import resolve
 
 
@@ -37,12 +37,16 @@ class TileMachine:
     floating-point dot products. Memory operands are numpy arrays (or
     buffers) addressed with a byte ``offset`` and a byte ``stride`` between
     rows, as the instruction's base and index registers would address them.
+    ``engine`` names the arithmetic engine (:func:`pyamx.engine.resolve`:
+    None for ``PYAMX_ENGINE``, default auto); ``self.engine`` is the one chosen.
     """
 
     backend = "emulator"
 
-    def __init__(self, numerics="sdm"):
+    def __init__(self, numerics="sdm", engine=None):
         self.numerics = resolve(numerics)
+        self._engine = _engine.resolve(engine, self.numerics)
+        self.engine = self._engine.name
         self._config = TileConfig()
         self._tiles = np.zeros((NUM_TILES, MAX_ROWS, MAX_COLSB), dtype=np.uint8)
 
@@ -138,16 +142,16 @@ class TileMachine:
     def tdpbf16ps(self, dst: int, src1: int, src2: int) -> None:
         """TDPBF16PS dst += src1 . src2 over bf16 pairs, fp32 accumulation (see Numerics)."""
         self._dot("TDPBF16PS", dst, src1, src2,
-                  lambda c, a, b: instructions.tdpbf16ps(c, a, b, self.numerics), "<u4", "<u2")
+                  lambda c, a, b: self._engine.dot("tdpbf16ps", c, a, b), "<u4", "<u2")
 
     def tdpfp16ps(self, dst: int, src1: int, src2: int) -> None:
         """TDPFP16PS dst += src1 . src2 over fp16 pairs (AMX-FP16), fp32 accumulation."""
         self._dot("TDPFP16PS", dst, src1, src2,
-                  lambda c, a, b: instructions.tdpfp16ps(c, a, b, self.numerics), "<u4", "<u2")
+                  lambda c, a, b: self._engine.dot("tdpfp16ps", c, a, b), "<u4", "<u2")
 
     def _int8(self, mnemonic, dst, src1, src2) -> None:
         self._dot(mnemonic.upper(), dst, src1, src2,
-                  lambda c, a, b: instructions.tdpb_int8(mnemonic, c, a, b), "<i4", np.uint8)
+                  lambda c, a, b: self._engine.dot(mnemonic, c, a, b), "<i4", np.uint8)
 
     def tdpbssd(self, dst: int, src1: int, src2: int) -> None:
         """TDPBSSD: signed x signed bytes, int32 wrap-around accumulation."""
