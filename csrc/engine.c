@@ -64,31 +64,6 @@ static uint32_t widen_fp16(uint32_t h)
     return sign | ((uint32_t)(113 - shift) << 23) | ((m & 0x3FF) << 13);
 }
 
-static inline uint32_t widen(int op, uint16_t v)
-{
-    return op == PYAMX_OP_TDPBF16PS ? eng_daz((uint32_t)v << 16) : widen_fp16(v);
-}
-
-static inline uint32_t int_pair(int is_signed, const uint8_t *p)
-{
-    uint32_t lo = is_signed ? (uint16_t)(int16_t)(int8_t)p[0] : p[0];
-    uint32_t hi = is_signed ? (uint16_t)(int16_t)(int8_t)p[1] : p[1];
-    return lo | (hi << 16);
-}
-
-struct job {
-    const struct eng_variant *v;
-    int op, is_float, in_range;
-    int64_t m, n, kd, mp, nq;
-    const uint32_t *ap, *bp;
-    const uint8_t *row_nan, *col_nan;
-    const uint32_t *c_in;
-    int64_t ldc_in;
-    uint32_t *c_out;
-    int64_t ldc_out;
-    int split_cols, parts;
-};
-
 /* Exponent range of the finite non-zero packed values (fp32 biased exponents). */
 struct erange { int lo, hi; };
 
@@ -103,9 +78,70 @@ static void note_exponent(struct erange *r, uint32_t w)
         r->hi = e;
 }
 
-static void pack_a(const struct job *j, uint32_t *ap, const uint8_t *a, int64_t lda, uint8_t *row_nan, struct erange *er)
+/* One row of operand values widened to words: fp32 bits (bf16 with DAZ,
+ * fp16 exact) or int16 pairs of bytes. Returns 1 when a float row holds a
+ * NaN; widens *er to the exponent range of its finite non-zero values when
+ * er is not NULL. Tight loops the compiler can vectorise: packing must stay
+ * a small fraction of the multiply. */
+static int widen_row(int op, int is_signed, const uint8_t *src, int64_t count, uint32_t *dst, struct erange *er)
 {
-    int mr = j->v->mr;
+    if (op == PYAMX_OP_TDPBF16PS) {
+        uint16_t h;
+        uint32_t nan = 0;
+        for (int64_t i = 0; i < count; i++) {
+            memcpy(&h, src + 2 * i, 2);
+            uint32_t w = (uint32_t)h << 16;
+            w = (w & 0x7F800000u) ? w : (w & 0x80000000u);
+            nan |= (w & 0x7FFFFFFFu) > 0x7F800000u;
+            dst[i] = w;
+        }
+        if (er)
+            for (int64_t i = 0; i < count; i++)
+                note_exponent(er, dst[i]);
+        return (int)nan;
+    }
+    if (op == PYAMX_OP_TDPFP16PS) {
+        uint16_t h;
+        uint32_t nan = 0;
+        for (int64_t i = 0; i < count; i++) {
+            memcpy(&h, src + 2 * i, 2);
+            uint32_t w = widen_fp16(h);
+            nan |= (w & 0x7FFFFFFFu) > 0x7F800000u;
+            dst[i] = w;
+        }
+        if (er)
+            for (int64_t i = 0; i < count; i++)
+                note_exponent(er, dst[i]);
+        return (int)nan;
+    }
+    /* count words of two bytes each */
+    if (is_signed)
+        for (int64_t i = 0; i < count; i++)
+            dst[i] = (uint32_t)(uint16_t)(int16_t)(int8_t)src[2 * i] | ((uint32_t)(uint16_t)(int16_t)(int8_t)src[2 * i + 1] << 16);
+    else
+        for (int64_t i = 0; i < count; i++)
+            dst[i] = (uint32_t)src[2 * i] | ((uint32_t)src[2 * i + 1] << 16);
+    return 0;
+}
+
+struct job {
+    const struct eng_variant *v;
+    int op, is_float, in_range;
+    int64_t m, n, kd, mp, nq;
+    const uint32_t *ap, *bp;
+    const uint8_t *row_nan, *col_nan;
+    const uint32_t *c_in;
+    int64_t ldc_in;
+    uint32_t *c_out;
+    int64_t ldc_out;
+    int split_cols, parts, any_nan;
+};
+
+/* A row by row: each row's 2*kd words go to every (2*mr)-th pair of its panel. */
+static int pack_a(const struct job *j, uint32_t *ap, const uint8_t *a, int64_t lda, uint8_t *row_nan, uint32_t *tmp,
+                  struct erange *er)
+{
+    int mr = j->v->mr, any = 0;
     int a_signed = j->op == PYAMX_OP_TDPBSSD || j->op == PYAMX_OP_TDPBSUD;
     for (int64_t p = 0; p < j->mp; p++) {
         uint32_t *dst = ap + p * j->kd * 2 * mr;
@@ -116,65 +152,44 @@ static void pack_a(const struct job *j, uint32_t *ap, const uint8_t *a, int64_t 
                     dst[k * 2 * mr + 2 * r] = dst[k * 2 * mr + 2 * r + 1] = 0;
                 continue;
             }
-            const uint8_t *src = a + row * lda;
-            uint8_t nan = 0;
-            for (int64_t k = 0; k < j->kd; k++) {
-                uint32_t w0, w1;
-                if (j->is_float) {
-                    uint16_t h[2];
-                    memcpy(h, src + 4 * k, 4);
-                    w0 = widen(j->op, h[0]);
-                    w1 = widen(j->op, h[1]);
-                    nan |= eng_isnan(w0) | eng_isnan(w1);
-                    note_exponent(er, w0);
-                    note_exponent(er, w1);
-                } else {
-                    w0 = int_pair(a_signed, src + 4 * k);
-                    w1 = int_pair(a_signed, src + 4 * k + 2);
-                }
-                dst[k * 2 * mr + 2 * r] = w0;
-                dst[k * 2 * mr + 2 * r + 1] = w1;
-            }
+            int nan = widen_row(j->op, a_signed, a + row * lda, 2 * j->kd, tmp, er);
             if (row_nan)
-                row_nan[row] = nan;
+                row_nan[row] = (uint8_t)nan;
+            any |= nan;
+            for (int64_t k = 0; k < j->kd; k++)
+                memcpy(dst + k * 2 * mr + 2 * r, tmp + 2 * k, 8);
         }
     }
+    return any;
 }
 
-static void pack_b(const struct job *j, uint32_t *bp, const uint8_t *b, int64_t ldb, uint8_t *col_nan, struct erange *er)
+/* B row by row (one k at a time): even words to [0, nr), odd words to [nr, 2nr) of each panel. */
+static int pack_b(const struct job *j, uint32_t *bp, const uint8_t *b, int64_t ldb, uint8_t *col_nan, uint32_t *tmp,
+                  struct erange *er)
 {
-    int nr = j->v->nr;
+    int nr = j->v->nr, any = 0;
     int b_signed = j->op == PYAMX_OP_TDPBSSD || j->op == PYAMX_OP_TDPBUSD;
     if (col_nan)
         memset(col_nan, 0, (size_t)j->n);
-    for (int64_t q = 0; q < j->nq; q++) {
-        uint32_t *dst = bp + q * j->kd * 2 * nr;
-        int64_t cols = j->n - q * nr < nr ? j->n - q * nr : nr;
-        for (int64_t k = 0; k < j->kd; k++) {
-            const uint8_t *src = b + k * ldb + q * nr * 4;
-            uint32_t *d = dst + k * 2 * nr;
+    for (int64_t k = 0; k < j->kd; k++) {
+        int nan = widen_row(j->op, b_signed, b + k * ldb, 2 * j->n, tmp, er);
+        any |= nan;
+        if (nan)
+            for (int64_t c = 0; c < j->n; c++)
+                col_nan[c] |= (uint8_t)(eng_isnan(tmp[2 * c]) | eng_isnan(tmp[2 * c + 1]));
+        for (int64_t q = 0; q < j->nq; q++) {
+            uint32_t *d = bp + (q * j->kd + k) * 2 * nr;
+            int64_t col = q * nr, cols = j->n - col < nr ? j->n - col : nr;
+            const uint32_t *t = tmp + 2 * col;
             for (int64_t c = 0; c < cols; c++) {
-                uint32_t w0, w1;
-                if (j->is_float) {
-                    uint16_t h[2];
-                    memcpy(h, src + 4 * c, 4);
-                    w0 = widen(j->op, h[0]);
-                    w1 = widen(j->op, h[1]);
-                    if (eng_isnan(w0) | eng_isnan(w1))
-                        col_nan[q * nr + c] = 1;
-                    note_exponent(er, w0);
-                    note_exponent(er, w1);
-                } else {
-                    w0 = int_pair(b_signed, src + 4 * c);
-                    w1 = int_pair(b_signed, src + 4 * c + 2);
-                }
-                d[c] = w0;
-                d[nr + c] = w1;
+                d[c] = t[2 * c];
+                d[nr + c] = t[2 * c + 1];
             }
             for (int64_t c = cols; c < nr; c++)
                 d[c] = d[nr + c] = 0;
         }
     }
+    return any;
 }
 
 /* ---- the work of one thread ---- */
@@ -250,10 +265,19 @@ static void run_part(const struct job *j, int part)
         }
     }
     if (j->is_float) {
-        for (int64_t r = r0; r < r1; r++)
+        for (int64_t r = r0; r < r1; r++) {
+            if (!j->any_nan) {
+                /* only C can hold a NaN in this row */
+                const uint32_t *ci = j->c_in + r * j->ldc_in;
+                for (int64_t col = c0; col < c1; col++)
+                    if (eng_isnan(ci[col]))
+                        j->c_out[r * j->ldc_out + col] = exact_element(j, r, col);
+                continue;
+            }
             for (int64_t col = c0; col < c1; col++)
                 if (j->row_nan[r] | j->col_nan[col] | eng_isnan(j->c_in[r * j->ldc_in + col]))
                     j->c_out[r * j->ldc_out + col] = exact_element(j, r, col);
+        }
     }
     v->leave(&saved);
 }
@@ -322,8 +346,18 @@ int pyamx_engine_dot(int kind, int op, const void *a, int64_t lda, const void *b
         return PYAMX_ENGINE_E_NOMEM;
     }
     struct erange ea = {255, 0}, eb = {255, 0};
-    pack_a(&j, ap, a, lda, is_float ? flags : 0, &ea);
-    pack_b(&j, bp, b, ldb, is_float ? flags + m : 0, &eb);
+    /* only the portable kernel looks at the exponent range */
+    int need_range = is_float && kind == PYAMX_ENGINE_PORTABLE;
+    uint32_t *tmp = malloc((size_t)(2 * (kd > n ? kd : n)) * 4);
+    if (!tmp) {
+        free(ap);
+        free(bp);
+        free(flags);
+        return PYAMX_ENGINE_E_NOMEM;
+    }
+    j.any_nan = pack_a(&j, ap, a, lda, is_float ? flags : 0, tmp, need_range ? &ea : 0);
+    j.any_nan |= pack_b(&j, bp, b, ldb, is_float ? flags + m : 0, tmp, need_range ? &eb : 0);
+    free(tmp);
     j.ap = ap;
     j.bp = bp;
     j.row_nan = flags;

@@ -47,10 +47,29 @@ typedef float f32_alias __attribute__((may_alias));
 #define F32(p) (*(const f32_alias *)&(p))
 #define B512(p) _mm512_set1_ps(F32(p))
 
+/* The C tile lives in a contiguous local copy while the kernel runs: rows of
+ * the caller's C are often 4 KiB apart, and stores then loads at that
+ * distance stall on false store-to-load dependencies (4K aliasing). */
+T512 static void f512_tile(int64_t kd, const uint32_t *ap, const uint32_t *bp, float *cf);
+
 T512 static void f512(int64_t kd, const uint32_t *ap, const uint32_t *bp, uint32_t *c, int64_t ldc, int in_range)
 {
     (void)in_range;
-    float *cf = (float *)c;
+    __attribute__((aligned(64))) float tile[6 * 32];
+    for (int r = 0; r < 6; r++) {
+        _mm512_store_ps(tile + 32 * r, _mm512_loadu_ps((const float *)c + r * ldc));
+        _mm512_store_ps(tile + 32 * r + 16, _mm512_loadu_ps((const float *)c + r * ldc + 16));
+    }
+    f512_tile(kd, ap, bp, tile);
+    for (int r = 0; r < 6; r++) {
+        _mm512_storeu_ps((float *)c + r * ldc, _mm512_load_ps(tile + 32 * r));
+        _mm512_storeu_ps((float *)c + r * ldc + 16, _mm512_load_ps(tile + 32 * r + 16));
+    }
+}
+
+T512 static inline void f512_tile(int64_t kd, const uint32_t *ap, const uint32_t *bp, float *cf)
+{
+    const int64_t ldc = 32;
     for (int64_t kb = 0; kb < kd; kb += ENG_BLOCK) {
         int64_t len = kd - kb < ENG_BLOCK ? kd - kb : ENG_BLOCK;
         __m512 e00 = _mm512_setzero_ps(), e01 = e00, o00 = e00, o01 = e00;

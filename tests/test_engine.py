@@ -171,7 +171,9 @@ def as_bits(x):
     return np.ascontiguousarray(x).view(np.uint32)
 
 
-SHAPES = [(1, 1, 1), (16, 16, 16), (7, 5, 3), (6, 32, 17), (13, 33, 32), (3, 70, 40), (37, 19, 49), (64, 64, 64)]
+# K up to 300 dwords: more than one K panel of the compiled kernels (ENG_KC = 256)
+SHAPES = [(1, 1, 1), (16, 16, 16), (7, 5, 3), (6, 32, 17), (13, 33, 32), (3, 70, 40), (37, 19, 49), (64, 64, 64),
+          (9, 37, 300)]
 
 
 # ---- engines agree with each other and with the reference -------------------
@@ -257,7 +259,7 @@ def test_scalar_primitives_match_the_reference():
 @pytest.mark.parametrize("op", ("tdpbf16ps", "tdpfp16ps", "tdpbusd"))
 def test_thread_count_does_not_change_bits(compiled, op):
     rng = np.random.default_rng(11)
-    for m, n, kd in [(200, 150, 40), (31, 400, 70), (500, 20, 33)]:
+    for m, n, kd in [(200, 150, 40), (31, 400, 70), (500, 20, 33), (40, 70, 270)]:
         c, a, b = operands(rng, op, m, n, kd, "adversarial")
         one = compiled.dot(op, c, a, b, kd, 1)
         for threads in (2, 3, 7):
