@@ -368,10 +368,10 @@ int pyamx_engine_dot(int kind, int op, const void *a, int64_t lda, const void *b
     j.in_range = ea.lo > ea.hi || eb.lo > eb.hi ||
                  ((ea.lo - 127) + (eb.lo - 127) >= -126 && (ea.hi - 127 + 1) + (eb.hi - 127 + 1) <= 127);
 
-    int64_t work = m * n * kd;
+    double work = (double)m * (double)n * (double)kd; /* double: no overflow for any argument */
     int64_t parts = threads < 1 ? 1 : threads;
-    if (parts > work / MIN_WORK_PER_THREAD)
-        parts = work / MIN_WORK_PER_THREAD > 0 ? work / MIN_WORK_PER_THREAD : 1;
+    if ((double)parts > work / MIN_WORK_PER_THREAD)
+        parts = work / MIN_WORK_PER_THREAD >= 1 ? (int64_t)(work / MIN_WORK_PER_THREAD) : 1;
     j.split_cols = j.nq >= parts || j.nq >= j.mp;
     int64_t units = j.split_cols ? j.nq : j.mp;
     if (parts > units)

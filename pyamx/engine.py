@@ -177,6 +177,11 @@ class Engine:
                 f"{op_name}: engine operands must be c (M, N), a (M, K*{lanes}), b (K, N*{lanes}) with "
                 f"M, N, K >= 1; got c {c_bits.shape}, a {a.shape}, b {b_vnni.shape}, K={kd}"
             )
+        if a.itemsize != 4 // lanes or b_vnni.itemsize != 4 // lanes or c_bits.itemsize != 4:
+            raise TypeError(
+                f"{op_name}: engine operands are {32 // lanes}-bit values in a and b and 32-bit words in c; "
+                f"got {a.dtype}, {b_vnni.dtype}, {c_bits.dtype}"
+            )
         if not self.compiled:
             return self._numpy_dot(op_name, is_float, c_bits, a, b_vnni, kd)
         return self._compiled_dot(op_name, is_float, c_bits, a, b_vnni, m, n, kd, threads)
