@@ -253,8 +253,9 @@ def resolve(name=None, numerics="sdm") -> Engine:
     """The engine a call runs on. ``name``: None (``PYAMX_ENGINE``, default auto) or one of :data:`NAMES`.
 
     ``numerics`` (a preset name or :class:`~pyamx.Numerics`): compiled
-    engines implement only the default ``"sdm"``; ``auto`` then picks
-    ``numpy``, a compiled engine named explicitly raises ValueError.
+    engines implement only the default ``"sdm"``; for other numerics
+    ``auto`` and ``PYAMX_ENGINE`` give ``numpy``, a compiled engine named
+    by the ``name`` argument raises ValueError.
     """
     key = name
     if numerics == "sdm" if isinstance(numerics, str) else numerics is _SDM:
@@ -270,7 +271,8 @@ def _resolve(name, numerics) -> Engine:
     from .emulator.numerics import PRESETS
     from .emulator.numerics import resolve as resolve_numerics
 
-    if name is None:
+    from_env = name is None
+    if from_env:
         name = _env.get("name")
         if name is None:
             name = _env["name"] = requested()
@@ -280,7 +282,9 @@ def _resolve(name, numerics) -> Engine:
         name = parse_name(name, "engine")
     numerics = resolve_numerics(numerics)
     default = numerics == PRESETS["sdm"]
-    if name == "numpy" or (name == "auto" and not default):
+    # PYAMX_ENGINE chooses the engine of the default numerics (the only ones
+    # compiled engines run): other numerics keep running on numpy under it.
+    if name == "numpy" or (not default and (name == "auto" or from_env)):
         return Engine("numpy", numerics)
     if not default:
         raise ValueError(

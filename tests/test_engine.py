@@ -407,6 +407,10 @@ def test_compiled_engines_refuse_other_numerics_and_auto_takes_numpy(clean_env):
     assert eng.resolve("auto", "straight").name == "numpy"
     assert eng.resolve("auto", pyamx.Numerics(tininess="before")).name == "numpy"
     assert eng.resolve("numpy", "wide").name == "numpy"
+    for name in COMPILED:  # the environment variable chooses the engine of the default numerics only
+        clean_env.setenv(eng.ENV_VAR, name)
+        eng.reset_environment()
+        assert eng.resolve(None, "straight").name == "numpy"
     with pytest.raises(ValueError):
         pyamx.emulator.tdpbf16ps(np.zeros((1, 1), np.float32), np.zeros((1, 2), np.uint16),
                                  np.zeros((1, 2), np.uint16), numerics="straight", engine="portable")
