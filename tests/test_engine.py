@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -472,3 +473,29 @@ def test_tile_machine_runs_on_the_named_engine(clean_env):
         results[name] = machine.tile(0)
     assert all(np.array_equal(r, results["numpy"]) for r in results.values())
     assert pyamx.TileMachine(numerics="straight").engine == "numpy"
+
+
+def test_compiled_engine_releases_the_gil(compiled):
+    """Another Python thread runs bytecode in the middle of one long engine call."""
+    rng = np.random.default_rng(8)
+    size = 384 if compiled.name != "portable" else 192
+    c, a, b = operands(rng, "tdpbf16ps", size, size, size, "random")
+    t0 = time.perf_counter()
+    compiled.dot("tdpbf16ps", c, a, b, size, 1)
+    duration = time.perf_counter() - t0
+    window = {}
+    stamps = []
+
+    def call():
+        window["start"] = time.perf_counter()
+        compiled.dot("tdpbf16ps", c, a, b, size, 1)
+        window["end"] = time.perf_counter()
+
+    worker = threading.Thread(target=call)
+    worker.start()
+    while worker.is_alive():
+        stamps.append(time.perf_counter())
+    worker.join()
+    margin = duration / 4  # far more than the Python around the C call
+    inside = [t for t in stamps if window["start"] + margin < t < window["end"] - margin]
+    assert inside, f"no bytecode ran in the middle {duration * 1e3:.1f} ms of the call: the GIL was held"
