@@ -46,22 +46,19 @@ const char *pyamx_engine_reason(int kind)
 
 /* ---- packing ---- */
 
-static uint32_t widen_fp16(uint32_t h)
+/* fp16 -> fp32 bits, exactly, branch-free so the packing loop vectorises.
+ * A subnormal fp16 is m * 2^-24 with m < 1024: the fp32 product below is
+ * exact and normal, so no rounding mode, FTZ or DAZ setting can change it. */
+static inline uint32_t widen_fp16(uint32_t h)
 {
     uint32_t sign = (h & 0x8000u) << 16, e = (h >> 10) & 0x1F, m = h & 0x3FF;
-    if (e == 31)
-        return sign | 0x7F800000u | (m << 13);
-    if (e)
-        return sign | ((e + 112) << 23) | (m << 13);
-    if (!m)
-        return sign;
-    /* a subnormal fp16 is m * 2^-24: normalise it (fp32 holds it exactly as a normal number) */
-    int shift = 0;
-    while (!(m & 0x400)) {
-        m <<= 1;
-        shift++;
-    }
-    return sign | ((uint32_t)(113 - shift) << 23) | ((m & 0x3FF) << 13);
+    uint32_t normal = sign | ((e + 112) << 23) | (m << 13);
+    uint32_t special = sign | 0x7F800000u | (m << 13);
+    float sub = (float)(int32_t)m * 0x1p-24f;
+    uint32_t sub_bits;
+    memcpy(&sub_bits, &sub, 4);
+    uint32_t small = sign | sub_bits; /* m == 0 gives the signed zero */
+    return e == 31 ? special : e == 0 ? small : normal;
 }
 
 /* Exponent range of the finite non-zero packed values (fp32 biased exponents). */
