@@ -189,6 +189,24 @@ static int pack_b(const struct job *j, uint32_t *bp, const uint8_t *b, int64_t l
     return any;
 }
 
+struct pack_b_task {
+    const struct job *j;
+    uint32_t *bp;
+    const uint8_t *b;
+    int64_t ldb;
+    uint8_t *col_nan;
+    uint32_t *tmp;
+    struct erange er;
+    int need_range, any_nan;
+};
+
+static void *pack_b_main(void *arg)
+{
+    struct pack_b_task *t = arg;
+    t->any_nan = pack_b(t->j, t->bp, t->b, t->ldb, t->col_nan, t->tmp, t->need_range ? &t->er : 0);
+    return 0;
+}
+
 /* ---- the work of one thread ---- */
 
 /* Output element (row, col) through the exact scalar functions, from the original C. */
@@ -342,29 +360,6 @@ int pyamx_engine_dot(int kind, int op, const void *a, int64_t lda, const void *b
         free(bp);
         return PYAMX_ENGINE_E_NOMEM;
     }
-    struct erange ea = {255, 0}, eb = {255, 0};
-    /* only the portable kernel looks at the exponent range */
-    int need_range = is_float && kind == PYAMX_ENGINE_PORTABLE;
-    uint32_t *tmp = malloc((size_t)(2 * (kd > n ? kd : n)) * 4);
-    if (!tmp) {
-        free(ap);
-        free(bp);
-        free(flags);
-        return PYAMX_ENGINE_E_NOMEM;
-    }
-    j.any_nan = pack_a(&j, ap, a, lda, is_float ? flags : 0, tmp, need_range ? &ea : 0);
-    j.any_nan |= pack_b(&j, bp, b, ldb, is_float ? flags + m : 0, tmp, need_range ? &eb : 0);
-    free(tmp);
-    j.ap = ap;
-    j.bp = bp;
-    j.row_nan = flags;
-    j.col_nan = flags ? flags + m : 0;
-    /* Every finite non-zero product is an fp32 normal number when the
-     * smallest exponents sum to >= -126 and the largest to < 127 (products
-     * of values below 2^(e+1) stay below 2^128 * 2^-1). */
-    j.in_range = ea.lo > ea.hi || eb.lo > eb.hi ||
-                 ((ea.lo - 127) + (eb.lo - 127) >= -126 && (ea.hi - 127 + 1) + (eb.hi - 127 + 1) <= 127);
-
     double work = (double)m * (double)n * (double)kd; /* double: no overflow for any argument */
     int64_t parts = threads < 1 ? 1 : threads;
     if ((double)parts > work / MIN_WORK_PER_THREAD)
@@ -374,6 +369,48 @@ int pyamx_engine_dot(int kind, int op, const void *a, int64_t lda, const void *b
     if (parts > units)
         parts = units;
     j.parts = (int)parts;
+
+    struct erange ea = {255, 0};
+    /* only the portable kernel looks at the exponent range */
+    int need_range = is_float && kind == PYAMX_ENGINE_PORTABLE;
+    struct pack_b_task pb = {&j, bp, b, ldb, is_float ? flags + m : 0, 0, {255, 0}, need_range, 0};
+    uint32_t *tmp = malloc((size_t)(2 * kd) * 4);
+    pb.tmp = malloc((size_t)(2 * n) * 4);
+    if (!tmp || !pb.tmp) {
+        free(tmp);
+        free(pb.tmp);
+        free(ap);
+        free(bp);
+        free(flags);
+        return PYAMX_ENGINE_E_NOMEM;
+    }
+    /* With threads to spare, B is packed by a helper while this thread packs A. */
+#if ENG_THREADS
+    pthread_t packer;
+    int helper = parts > 1 && pthread_create(&packer, 0, pack_b_main, &pb) == 0;
+#else
+    int helper = 0;
+#endif
+    j.any_nan = pack_a(&j, ap, a, lda, is_float ? flags : 0, tmp, need_range ? &ea : 0);
+#if ENG_THREADS
+    if (helper)
+        pthread_join(packer, 0);
+#endif
+    if (!helper)
+        pack_b_main(&pb);
+    j.any_nan |= pb.any_nan;
+    struct erange eb = pb.er;
+    free(tmp);
+    free(pb.tmp);
+    j.ap = ap;
+    j.bp = bp;
+    j.row_nan = flags;
+    j.col_nan = flags ? flags + m : 0;
+    /* Every finite non-zero product is an fp32 normal number when the
+     * smallest exponents sum to >= -126 and the largest to < 127 (products
+     * of values below 2^(e+1) stay below 2^128 * 2^-1). */
+    j.in_range = ea.lo > ea.hi || eb.lo > eb.hi ||
+                 ((ea.lo - 127) + (eb.lo - 127) >= -126 && (ea.hi - 127 + 1) + (eb.hi - 127 + 1) <= 127);
 
 #if ENG_THREADS
     struct worker *workers = parts > 1 ? calloc((size_t)parts, sizeof *workers) : 0;
