@@ -182,6 +182,8 @@ class Engine:
                 f"{op_name}: engine operands are {32 // lanes}-bit values in a and b and 32-bit words in c; "
                 f"got {a.dtype}, {b_vnni.dtype}, {c_bits.dtype}"
             )
+        if threads is not None and (not isinstance(threads, int) or threads < 1):
+            raise ValueError(f"threads must be a positive integer or None, not {threads!r}")
         if not self.compiled:
             return self._numpy_dot(op_name, is_float, c_bits, a, b_vnni, kd)
         return self._compiled_dot(op_name, is_float, c_bits, a, b_vnni, m, n, kd, threads)
@@ -197,7 +199,8 @@ class Engine:
         if not b.flags.c_contiguous:
             b = np.ascontiguousarray(b)
         out = np.empty((m, n), dtype=np.uint32)
-        threads = _threads_default() if threads is None else max(1, int(threads))
+        if threads is None:
+            threads = _threads_default()
         rc = lib.pyamx_engine_dot(
             self._kind, self._op_ids[op_name],
             ffi.from_buffer(a), a.strides[0], ffi.from_buffer(b), b.strides[0],

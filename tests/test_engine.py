@@ -473,6 +473,17 @@ def test_tile_machine_runs_on_the_named_engine(clean_env):
         results[name] = machine.tile(0)
     assert all(np.array_equal(r, results["numpy"]) for r in results.values())
     assert pyamx.TileMachine(numerics="straight").engine == "numpy"
+    assert pyamx.tile_machine(backend="emulator", engine="numpy").engine == "numpy"
+    with pytest.raises(ValueError):
+        pyamx.TileMachine(numerics="straight", engine="portable")
+
+
+def test_thread_argument_is_strict(compiled):
+    c, a, b = operands(np.random.default_rng(2), "tdpbf16ps", 4, 4, 4, "random")
+    for engine in (compiled, eng.resolve("numpy")):
+        for bad in (0, -1, 1.5, "2"):
+            with pytest.raises(ValueError, match="threads"):
+                engine.dot("tdpbf16ps", c, a, b, 4, bad)
 
 
 def test_compiled_engine_releases_the_gil(compiled):
