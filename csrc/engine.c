@@ -8,6 +8,9 @@
 #include "engine_internal.h"
 
 #include <stdlib.h>
+#if defined(_WIN32)
+#include <malloc.h>
+#endif
 #include <string.h>
 
 #if !defined(_WIN32)
@@ -21,6 +24,26 @@
 #define MIN_WORK_PER_THREAD (1 << 18)
 /* Row panels kept hot (in L2) while the column panels of one K panel stream past. */
 #define MC_ROWS 384
+
+/* 64-byte aligned buffers (the kernels use aligned loads on packed panels). */
+static void *alloc64(size_t bytes)
+{
+#if defined(_WIN32)
+    return _aligned_malloc(bytes ? bytes : 1, 64);
+#else
+    void *p = 0;
+    return posix_memalign(&p, 64, bytes ? bytes : 1) ? 0 : p;
+#endif
+}
+
+static void free64(void *p)
+{
+#if defined(_WIN32)
+    _aligned_free(p);
+#else
+    free(p);
+#endif
+}
 
 static const struct eng_variant *variant(int kind, const char **why)
 {
@@ -354,10 +377,11 @@ int pyamx_engine_dot(int kind, int op, const void *a, int64_t lda, const void *b
     size_t a_words = (size_t)(j.mp * kd * 2 * v->mr), b_words = (size_t)(j.nq * kd * 2 * v->nr);
     uint32_t *ap = 0, *bp = 0;
     uint8_t *flags = 0;
-    if (posix_memalign((void **)&ap, 64, a_words * 4) || posix_memalign((void **)&bp, 64, b_words * 4) ||
-        (is_float && !(flags = malloc((size_t)(m + n))))) {
-        free(ap);
-        free(bp);
+    ap = alloc64(a_words * 4);
+    bp = alloc64(b_words * 4);
+    if (!ap || !bp || (is_float && !(flags = malloc((size_t)(m + n))))) {
+        free64(ap);
+        free64(bp);
         return PYAMX_ENGINE_E_NOMEM;
     }
     double work = (double)m * (double)n * (double)kd; /* double: no overflow for any argument */
@@ -379,8 +403,8 @@ int pyamx_engine_dot(int kind, int op, const void *a, int64_t lda, const void *b
     if (!tmp || !pb.tmp) {
         free(tmp);
         free(pb.tmp);
-        free(ap);
-        free(bp);
+        free64(ap);
+        free64(bp);
         free(flags);
         return PYAMX_ENGINE_E_NOMEM;
     }
@@ -433,8 +457,8 @@ int pyamx_engine_dot(int kind, int op, const void *a, int64_t lda, const void *b
     for (int i = 0; i < parts; i++)
         run_part(&j, i);
 #endif
-    free(ap);
-    free(bp);
+    free64(ap);
+    free64(bp);
     free(flags);
     return PYAMX_ENGINE_OK;
 }
