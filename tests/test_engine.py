@@ -487,26 +487,32 @@ def test_thread_argument_is_strict(compiled):
 
 
 def test_compiled_engine_releases_the_gil(compiled):
-    """Another Python thread runs bytecode in the middle of one long engine call."""
+    """Another Python thread runs bytecode in the middle of one long engine call.
+
+    With the GIL held no bytecode could run there at all; on a loaded
+    machine the spinning thread may simply not be scheduled in one window,
+    so a few attempts are allowed (a held GIL fails every one)."""
     rng = np.random.default_rng(8)
-    size = 384 if compiled.name != "portable" else 192
-    c, a, b = operands(rng, "tdpbf16ps", size, size, size, "random")
-    t0 = time.perf_counter()
-    compiled.dot("tdpbf16ps", c, a, b, size, 1)
-    duration = time.perf_counter() - t0
-    window = {}
-    stamps = []
+    size = 1024 if compiled.name != "portable" else 512
+    c, a, b = operands(rng, "tdpbf16ps", size, size, size // 2, "random")
+    attempts = []
+    for _ in range(5):
+        window = {}
+        stamps = []
 
-    def call():
-        window["start"] = time.perf_counter()
-        compiled.dot("tdpbf16ps", c, a, b, size, 1)
-        window["end"] = time.perf_counter()
+        def call():
+            window["start"] = time.perf_counter()
+            compiled.dot("tdpbf16ps", c, a, b, size // 2, 1)
+            window["end"] = time.perf_counter()
 
-    worker = threading.Thread(target=call)
-    worker.start()
-    while worker.is_alive():
-        stamps.append(time.perf_counter())
-    worker.join()
-    margin = duration / 4  # far more than the Python around the C call
-    inside = [t for t in stamps if window["start"] + margin < t < window["end"] - margin]
-    assert inside, f"no bytecode ran in the middle {duration * 1e3:.1f} ms of the call: the GIL was held"
+        worker = threading.Thread(target=call)
+        worker.start()
+        while worker.is_alive():
+            stamps.append(time.perf_counter())
+        worker.join()
+        margin = (window["end"] - window["start"]) / 4  # far more than the Python around the C call
+        inside = [t for t in stamps if window["start"] + margin < t < window["end"] - margin]
+        if inside:
+            return
+        attempts.append(round((window["end"] - window["start"]) * 1e3, 1))
+    pytest.fail(f"no bytecode ran in the middle of any of {len(attempts)} calls ({attempts} ms): the GIL was held")
