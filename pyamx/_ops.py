@@ -9,9 +9,9 @@ from __future__ import annotations
 import numpy as np
 
 from . import _backend, emulator, isa
+from . import engine as _engine
 from ._result import AMXResult, label
 
-_SDM = emulator.PRESETS["sdm"]
 _EMULATOR = _backend.EMULATOR
 
 
@@ -34,6 +34,12 @@ def _doc(insn: isa.Instruction) -> str:
     ``"auto"``, ``"native"``, ``"emulator"``. The result's ``.backend`` says
     which ran. The emulator uses the SDM numerics; for other models call
     :func:`pyamx.emulator.{insn.name}` with ``numerics=``.
+
+    ``engine``: the emulator's arithmetic engine (:mod:`pyamx.engine`):
+    None for ``PYAMX_ENGINE`` (default ``"auto"``), or ``"auto"``,
+    ``"avx512"``, ``"avx2"``, ``"portable"``, ``"numpy"``; all give the same
+    bits, the result's ``.engine`` says which ran. Ignored by the native
+    backend.
     """
     if insn.family == "fp16":
         return f"Run one {m} (AMX-FP16): as :func:`tdpbf16ps` with float16 (or uint16 bit) ``a``, ``b``."
@@ -50,14 +56,17 @@ def _doc(insn: isa.Instruction) -> str:
 def _function(insn: isa.Instruction):
     """The public function of one dot product, generated from its pyamx.isa row."""
     name, family = insn.name, insn.family
-    check, compute = emulator._OPERANDS[family], emulator.instructions.compute(name)
+    check = emulator._OPERANDS[family]
     c_view = np.float32 if insn.is_float else np.int32
 
-    def fn(c, a, b, *, backend=None) -> AMXResult:
+    def fn(c, a, b, *, backend=None, engine=None) -> AMXResult:
         ops = check(name, c, a, b)
         chosen = _backend.resolve(backend, family)
         if chosen is _EMULATOR:
-            return label(compute(ops.c, ops.a, ops.b, _SDM).view(c_view), "emulator")
+            # The SDM numerics on the engine (compiled when available); one instruction is K <= 16 dwords.
+            eng = _engine.resolve(engine)
+            bits = eng.dot(name, ops.c, ops.a, ops.b, ops.k)
+            return label(bits.view(c_view), "emulator", engine=eng.name)
         from . import native
 
         return label(native.run(name, ops.c, ops.a, ops.b).view(c_view), "native", chosen.mode)
@@ -73,7 +82,7 @@ for _insn in isa.DOTS:
 del _insn
 
 
-def tile_machine(*, backend=None, numerics="sdm"):
+def tile_machine(*, backend=None, numerics="sdm", engine=None):
     """A tile machine on the chosen backend.
 
     ``numerics`` is an emulator model; the native machine runs only the
@@ -84,7 +93,7 @@ def tile_machine(*, backend=None, numerics="sdm"):
     """
     chosen = _backend.resolve(backend, numerics=numerics)
     if not chosen.is_native:
-        return emulator.TileMachine(numerics)
+        return emulator.TileMachine(numerics, engine=engine)
     from .native import NativeMachine
 
     return NativeMachine(numerics)

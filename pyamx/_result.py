@@ -25,7 +25,8 @@ class AMXResult(np.ndarray):
     """An ordinary ndarray with labels: ``backend``, ``native_mode`` (and any other set on it).
 
     ``backend`` is ``"emulator"`` or ``"native"`` (``native_mode`` then says
-    ``"silicon"`` or ``"trap"``); ``label`` is the readable form. Arithmetic
+    ``"silicon"`` or ``"trap"``; on the emulator ``engine`` names the
+    arithmetic engine, see :mod:`pyamx.engine`); ``label`` is the readable form. Arithmetic
     on the result gives plain arrays, so the labels never stick to numbers
     pyamx did not compute; views, copies and pickles keep them.
     """

@@ -96,9 +96,9 @@ def test_generated_functions_keep_their_names_signatures_and_docstrings():
     for name in isa.DOT_NAMES:
         public = getattr(pyamx, name)
         assert public.__name__ == name and name.upper() in public.__doc__
-        assert list(inspect.signature(public).parameters) == ["c", "a", "b", "backend"]
+        assert list(inspect.signature(public).parameters) == ["c", "a", "b", "backend", "engine"]
         emu = getattr(emulator, name)
-        expected = ["c", "a", "b", "numerics"] if isa.get(name).is_float else ["c", "a", "b"]
+        expected = ["c", "a", "b", "numerics", "engine"] if isa.get(name).is_float else ["c", "a", "b", "engine"]
         assert list(inspect.signature(emu).parameters) == expected and name.upper() in emu.__doc__
         for machine in (pyamx.TileMachine, native.NativeMachine):
             method = getattr(machine, name)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import _validate, isa
+from .. import engine as _engine
 from .._result import AMXResult, label
 from . import instructions
 from .machine import TileMachine
@@ -75,15 +76,18 @@ def _doc(insn: isa.Instruction) -> str:
 
 def _function(insn: isa.Instruction):
     """The array-level function of one dot product, generated from its pyamx.isa row."""
-    name, check, compute = insn.name, _OPERANDS[insn.family], instructions.compute(insn.name)
+    name, check = insn.name, _OPERANDS[insn.family]
     if insn.is_float:
-        def fn(c, a, b, *, numerics="sdm") -> AMXResult:
+        def fn(c, a, b, *, numerics="sdm", engine=None) -> AMXResult:
             ops = check(name, c, a, b)
-            return label(compute(ops.c, ops.a, ops.b, resolve(numerics)).view(np.float32), "emulator")
+            eng = _engine.resolve(engine, numerics)
+            return label(eng.dot(name, ops.c, ops.a, ops.b, ops.k).view(np.float32),
+                         "emulator", engine=eng.name)
     else:
-        def fn(c, a, b) -> AMXResult:
+        def fn(c, a, b, *, engine=None) -> AMXResult:
             ops = check(name, c, a, b)
-            return label(compute(ops.c, ops.a, ops.b, None), "emulator")
+            eng = _engine.resolve(engine)
+            return label(eng.dot(name, ops.c, ops.a, ops.b, ops.k), "emulator", engine=eng.name)
     fn.__name__ = fn.__qualname__ = name
     fn.__module__ = __name__
     fn.__doc__ = _doc(insn)

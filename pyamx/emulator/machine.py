@@ -25,7 +25,7 @@ from ..tilecfg import (
     check_tile_index,
     parse_tilecfg,
 )
-from . import instructions
+from .. import engine as _engine
 from .numerics import resolve
 
 
@@ -37,12 +37,16 @@ class TileMachine:
     floating-point dot products. Memory operands are numpy arrays (or
     buffers) addressed with a byte ``offset`` and a byte ``stride`` between
     rows, as the instruction's base and index registers would address them.
+    ``engine`` names the arithmetic engine (:func:`pyamx.engine.resolve`:
+    None for ``PYAMX_ENGINE``, default auto); ``self.engine`` is the one chosen.
     """
 
     backend = "emulator"
 
-    def __init__(self, numerics="sdm"):
+    def __init__(self, numerics="sdm", engine=None):
         self.numerics = resolve(numerics)
+        self._engine = _engine.resolve(engine, self.numerics)
+        self.engine = self._engine.name
         self._config = TileConfig()
         self._tiles = np.zeros((NUM_TILES, MAX_ROWS, MAX_COLSB), dtype=np.uint8)
 
@@ -125,20 +129,20 @@ class TileMachine:
     # -- dot products -------------------------------------------------------
 
     def _dot(self, name, dst, src1, src2) -> None:
-        insn, compute = _DOTS[name]
+        insn = _DOTS[name]
         shape = check_dot_product(insn.mnemonic, self._config, dst, src1, src2)
         m, k, n = shape.m, shape.k, shape.n
         c = self._tiles[dst, :m, : 4 * n].copy().view(insn.c_dtype)
         a = self._tiles[src1, :m, : 4 * k].copy().view(insn.ab_dtype)
         b = self._tiles[src2, :k, : 4 * n].copy().view(insn.ab_dtype)
-        result = np.ascontiguousarray(compute(c, a, b, self.numerics)).view(np.uint8)
+        result = np.ascontiguousarray(self._engine.dot(name, c, a, b)).view(np.uint8)
         self._tiles[dst] = 0  # bytes past N*4 and rows past M are zeroed
         self._tiles[dst, :m, : 4 * n] = result.reshape(m, 4 * n)
         self._config = self._config.with_start_row(0)
 
 
-#: name -> (pyamx.isa row, its arithmetic)
-_DOTS = {insn.name: (insn, instructions.compute(insn.name)) for insn in isa.DOTS}
+#: name -> pyamx.isa row
+_DOTS = {insn.name: insn for insn in isa.DOTS}
 
 
 def _dot_method(insn):
