@@ -101,3 +101,20 @@ def test_require_native_accepts_yes(tmp_path):
     assert proc.returncode == (0 if usable else 1), proc.stdout + proc.stderr
     if not usable:
         assert "PYAMX_REQUIRE_NATIVE is set but the native backend is unavailable" in proc.stdout
+
+
+@pytest.mark.parametrize("variable, value", [("PYAMX_ENGINE", "fast"), ("PYAMX_ENGINE_THREADS", "0"),
+                                             ("PYAMX_ENGINE_THREADS", "two")])
+def test_engine_variables_go_through_the_same_parser(monkeypatch, variable, value):
+    from pyamx import engine
+
+    monkeypatch.setenv(variable, value)
+    engine.reset_environment()
+    try:
+        with pytest.raises(EnvironmentVariableError, match=variable):
+            engine.resolve() if variable == "PYAMX_ENGINE" else engine.default_threads()
+        monkeypatch.setenv(variable, "")  # empty means unset
+        assert engine.requested() == "auto" and engine.default_threads() >= 1
+    finally:
+        monkeypatch.delenv(variable)
+        engine.reset_environment()
