@@ -23,18 +23,6 @@
 #define PYAMX_VERSION "unknown"
 #endif
 
-/* The trap mode (csrc/trap.c) is written separately and may be absent from
- * a build; weak references let this file link either way. */
-int pyamx_trap_active(void);
-int pyamx_trap_grant_permission(void);
-#if defined(__GNUC__) && !defined(_WIN32)
-#pragma weak pyamx_trap_active
-#pragma weak pyamx_trap_grant_permission
-#define PYAMX_TRAP_LINKED (pyamx_trap_active != 0 && pyamx_trap_grant_permission != 0)
-#else
-#define PYAMX_TRAP_LINKED 0
-#endif
-
 #define XFEATURE_XTILEDATA 18
 #define ARCH_GET_XCOMP_SUPP 0x1021
 #define ARCH_GET_XCOMP_PERM 0x1022
@@ -44,6 +32,12 @@ int pyamx_trap_grant_permission(void);
  * instruction has been seen to work yet; 2: kernels may run. Written only
  * by the permission request and the child probe, read by every kernel. */
 static volatile int g_native_state = 0;
+
+/* Set by pyamx/trap.py to the trap module's emulated permission request
+ * (the one link between pyamx._trap and this module). */
+static int (*volatile g_permission_hook)(void);
+
+void pyamx_set_permission_hook(int (*grant)(void)) { g_permission_hook = grant; }
 
 int pyamx_internal_ready(void) { return g_native_state == 2; }
 
@@ -72,8 +66,6 @@ int pyamx_build_kernels(void)
 }
 
 int pyamx_build_x86_64_linux(void) { return PYAMX_X86_64_LINUX; }
-
-int pyamx_trap_linked(void) { return PYAMX_TRAP_LINKED ? 1 : 0; }
 
 int pyamx_native_ready(void) { return pyamx_internal_ready(); }
 
@@ -134,14 +126,15 @@ int pyamx_arch_prctl_get(int code, uint64_t *out)
 }
 
 /* Returns 0 or the errno of ARCH_REQ_XCOMP_PERM (or of the trap mode's
- * emulated grant, when the trap mode is active). */
+ * emulated grant, when the trap mode set its hook). */
 int pyamx_request_permission(void)
 {
 #if PYAMX_X86_64_LINUX
-    if (PYAMX_TRAP_LINKED && pyamx_trap_active()) {
+    int (*grant)(void) = g_permission_hook;
+    if (grant) {
         /* No tile instruction reaches silicon in trap mode, so the grant
          * is final: there is nothing for a child probe to prove. */
-        int err = pyamx_trap_grant_permission();
+        int err = grant();
         if (err == 0)
             g_native_state = 2;
         return err;
