@@ -1,7 +1,7 @@
 /* The C API of pyamx._native, declared once.
  *
  * build.py hands this whole file to cffi's cdef() (after stripping the
- * preprocessor lines and inlining the local headers it #includes with
+ * preprocessor lines and inlining the local headers it includes with
  * quotes), so it must stay within what cdef() parses: plain declarations,
  * fixed-width integer types, no macros in declarations.
  *

@@ -97,14 +97,19 @@ def _platform_reason():
     return None
 
 
-def _hook_into_native(lib) -> None:
-    """The one link between the modules: native's permission request calls the trap's grant."""
+def _native():
+    """``(ffi, lib)`` of pyamx._native, whose kernels the trap mode exists to run."""
     from . import _nativelib
 
     try:
-        nffi, nlib = _nativelib.load()
+        return _nativelib.load()
     except ImportError as exc:
         raise BackendError(f"the trap mode needs the C extension pyamx._native: {exc}") from exc
+
+
+def _hook_into_native(lib) -> None:
+    """The one link between the modules: native's permission request calls the trap's grant."""
+    nffi, nlib = _native()
     tffi = _load()[0]
     grant = tffi.cast("uintptr_t", tffi.addressof(lib, "pyamx_trap_grant_permission"))
     nlib.pyamx_set_permission_hook(nffi.cast("int (*)(void)", int(grant)))
@@ -122,6 +127,7 @@ def enable() -> None:
     if reason:
         raise BackendError(reason)
     lib = _lib()
+    _native()
     if lib.pyamx_trap_cpu_amx_bits() == 7:
         raise BackendError(
             "refusing the trap mode: this CPU has usable AMX (CPUID.7.0:EDX[24] AMX-TILE set and "

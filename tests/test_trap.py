@@ -1,7 +1,7 @@
-"""The trap-and-emulate mode (csrc/trap.c, pyamx/trap.py), end to end.
+"""The trap-and-emulate mode (pyamx._trap from csrc/trap/, pyamx/trap.py), end to end.
 
-Real AMX instructions compiled into the extension (csrc/trap_selftest.c)
-run under the SIGILL handler in this very pytest process -- whose
+Real AMX instructions compiled for the tests only (tests/csrc/trap_selftest.c,
+built by tests/trap_selftest_build.py) run under the SIGILL handler in this very pytest process -- whose
 faulthandler was enabled before the handler, so chaining is exercised --
 and their results are compared with a small independent model written
 here (exact rational arithmetic, not pyamx's emulator). The fatal cases
@@ -28,16 +28,15 @@ import pytest
 
 from pyamx.errors import BackendError
 
-native = pytest.importorskip("pyamx._native", reason="the C extension is not built (python build.py)")
-lib, ffi = native.lib, native.ffi
-if not hasattr(lib, "pyamx_trap_install"):
-    pytest.skip("this build has no trap mode", allow_module_level=True)
+_trap = pytest.importorskip("pyamx._trap", reason="the trap module is not built (x86-64 Linux only; python build.py)")
+lib, ffi = _trap.lib, _trap.ffi
 
 from childproc import PYAMX_HOME as ROOT  # the pyamx under test, not necessarily this checkout
+from trap_selftest_build import selftest_dir, selftest_lib
 
 
 def _why_not():
-    if not lib.pyamx_trap_supported() or platform.machine().lower() not in ("x86_64", "amd64"):
+    if platform.machine().lower() not in ("x86_64", "amd64"):
         return "the trap mode needs x86-64 Linux"
     if lib.pyamx_trap_cpu_has_amx():
         return "this CPU has usable AMX: the trap mode is refused here by design"
@@ -83,8 +82,8 @@ class _FakeLib:
         self.bits = bits
         self.installed = False
 
-    def pyamx_trap_supported(self):
-        return 1
+    def pyamx_trap_guard_install(self):
+        return 0
 
     def pyamx_trap_cpu_amx_bits(self):
         return self.bits
@@ -102,6 +101,7 @@ def test_enable_refuses_a_cpu_with_amx(monkeypatch):
 
     fake = _FakeLib(bits=7)
     monkeypatch.setattr(trap, "_lib", lambda: fake)
+    monkeypatch.setattr(trap, "_hook_into_native", lambda lib: None)
     monkeypatch.setattr(trap.platform, "machine", lambda: "x86_64")
     monkeypatch.setattr(trap.sys, "platform", "linux")
     with pytest.raises(BackendError, match="usable AMX"):
@@ -133,12 +133,13 @@ def test_enable_refuses_without_the_extension(monkeypatch):
     def boom():
         raise ImportError("no module named pyamx._native")
 
+    was_installed = lib.pyamx_trap_installed()
     monkeypatch.setattr(_nativelib, "load", boom)
     monkeypatch.setattr(trap.platform, "machine", lambda: "x86_64")
     monkeypatch.setattr(trap.sys, "platform", "linux")
     with pytest.raises(BackendError, match="needs the C extension"):
         trap.enable()
-    assert trap.active() is False
+    assert lib.pyamx_trap_installed() == was_installed  # refused before installing anything
 
 
 # ---------------------------------------------------------------------------------------------
@@ -146,11 +147,13 @@ def test_enable_refuses_without_the_extension(monkeypatch):
 
 
 def run_py(code: str, env_extra=None, timeout=60):
+    """Runs code in a child Python: ``lib``/``ffi`` are pyamx._trap's, ``st`` the self-test kernels."""
     env = dict(os.environ)
     env.pop("PYAMX_TRAP_EMULATION", None)
-    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
+    env["PYTHONPATH"] = os.pathsep.join([ROOT, selftest_dir(), env.get("PYTHONPATH", "")])
     env.update(env_extra or {})
-    prelude = "from pyamx._native import lib, ffi\nimport numpy as np\n" + CFG_HELPERS
+    prelude = ("from pyamx._trap import lib, ffi\nfrom _pyamx_trap_selftest import lib as st\n"
+               "import numpy as np\n" + CFG_HELPERS)
     return subprocess.run(
         [sys.executable, "-c", prelude + textwrap.dedent(code)],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout,
@@ -201,9 +204,9 @@ def test_enable_through_the_module():
         trap.enable()  # idempotent
         assert trap.active()
         trap.grant_permission()
-        lib.pyamx_trap_selftest_ldtilecfg(u8p(make_cfg({0: (2, 8)})))
+        st.pyamx_trap_selftest_ldtilecfg(u8p(make_cfg({0: (2, 8)})))
         out = np.zeros(64, np.uint8)
-        lib.pyamx_trap_selftest_sttilecfg(u8p(out))
+        st.pyamx_trap_selftest_sttilecfg(u8p(out))
         print(trap.trapped_count(), sorted(trap.op_counts().items()), out[0], out[16], out[48])
     """, env_extra={"PYAMX_TRAP_EMULATION": "1"})
     assert res.returncode == 0, res.stderr
@@ -220,7 +223,7 @@ def test_enable_through_the_module():
 def test_tile_instruction_before_permission_dies_with_sigill():
     res = run_py("""
         assert lib.pyamx_trap_install() == 0
-        lib.pyamx_trap_selftest_ldtilecfg(u8p(make_cfg({0: (1, 4)})))
+        st.pyamx_trap_selftest_ldtilecfg(u8p(make_cfg({0: (1, 4)})))
         print("survived")
     """)
     assert dies_with(res, signal.SIGILL), (res.returncode, res.stderr)
@@ -233,7 +236,7 @@ def test_permission_reaches_faulthandler_too():
     res = run_py("""
         import faulthandler; faulthandler.enable()
         assert lib.pyamx_trap_install() == 0
-        lib.pyamx_trap_selftest_tilezero(0)
+        st.pyamx_trap_selftest_tilezero(0)
     """)
     assert dies_with(res, signal.SIGILL)
     assert "Fatal Python error: Illegal instruction" in res.stderr
@@ -257,7 +260,7 @@ BAD_CFGS = {
 def test_illegal_ldtilecfg_is_sigsegv(what):
     res = run_py(f"""
         assert lib.pyamx_trap_install() == 0 and lib.pyamx_trap_grant_permission() == 0
-        lib.pyamx_trap_selftest_ldtilecfg(u8p({BAD_CFGS[what]}))
+        st.pyamx_trap_selftest_ldtilecfg(u8p({BAD_CFGS[what]}))
         print("survived")
     """)
     assert dies_with(res, signal.SIGSEGV), (res.returncode, res.stderr)
@@ -269,7 +272,7 @@ def test_illegal_ldtilecfg_reaches_faulthandler_as_segfault():
     res = run_py("""
         import faulthandler; faulthandler.enable()
         assert lib.pyamx_trap_install() == 0 and lib.pyamx_trap_grant_permission() == 0
-        lib.pyamx_trap_selftest_ldtilecfg(u8p(make_cfg({0: (1, 4)}, palette=9)))
+        st.pyamx_trap_selftest_ldtilecfg(u8p(make_cfg({0: (1, 4)}, palette=9)))
     """)
     assert dies_with(res, signal.SIGSEGV)
     assert "Fatal Python error: Segmentation fault" in res.stderr
@@ -280,7 +283,7 @@ def test_tile_load_from_unmapped_memory_is_sigsegv():
     res = run_py("""
         assert lib.pyamx_trap_install() == 0 and lib.pyamx_trap_grant_permission() == 0
         out = np.zeros(1024, np.uint8)
-        lib.pyamx_trap_selftest_addressing(0, u8p(make_cfg({3: (2, 8)})), ffi.cast("void *", 16), 64, vp(out))
+        st.pyamx_trap_selftest_addressing(0, u8p(make_cfg({3: (2, 8)})), ffi.cast("void *", 16), 64, vp(out))
         print("survived")
     """)
     assert dies_with(res, signal.SIGSEGV), (res.returncode, res.stderr)
@@ -288,32 +291,32 @@ def test_tile_load_from_unmapped_memory_is_sigsegv():
 
 
 UD_SNIPPETS = {
-    "tilezero before any LDTILECFG": "lib.pyamx_trap_selftest_tilezero(1)",
+    "tilezero before any LDTILECFG": "st.pyamx_trap_selftest_tilezero(1)",
     "tilezero after palette 0": """
-        lib.pyamx_trap_selftest_ldtilecfg(u8p(make_cfg({}, palette=0)))
-        lib.pyamx_trap_selftest_tilezero(1)""",
+        st.pyamx_trap_selftest_ldtilecfg(u8p(make_cfg({}, palette=0)))
+        st.pyamx_trap_selftest_tilezero(1)""",
     "operands not distinct": """
-        lib.pyamx_trap_selftest_ldtilecfg(u8p(make_cfg({0: (2, 8), 1: (2, 8)})))
-        lib.pyamx_trap_selftest_dp_same()""",
+        st.pyamx_trap_selftest_ldtilecfg(u8p(make_cfg({0: (2, 8), 1: (2, 8)})))
+        st.pyamx_trap_selftest_dp_same()""",
     "unconfigured operand tile (tmm2)": """
         a = np.zeros(256, np.uint8)
-        lib.pyamx_trap_selftest_dot(lib.PYAMX_OP_TDPBF16PS, u8p(make_cfg({0: (2, 8), 1: (2, 8)})),
+        st.pyamx_trap_selftest_dot(lib.PYAMX_OP_TDPBF16PS, u8p(make_cfg({0: (2, 8), 1: (2, 8)})),
                                     vp(a), 64, vp(a), 64, vp(a), 64)""",
     "tsrc1 colsb/4 != tsrc2 rows": """
         a = np.zeros(1024, np.uint8)
-        lib.pyamx_trap_selftest_dot(lib.PYAMX_OP_TDPBSSD, u8p(make_cfg({0: (2, 8), 1: (2, 8), 2: (3, 8)})),
+        st.pyamx_trap_selftest_dot(lib.PYAMX_OP_TDPBSSD, u8p(make_cfg({0: (2, 8), 1: (2, 8), 2: (3, 8)})),
                                     vp(a), 64, vp(a), 64, vp(a), 64)""",
     "dest colsb != tsrc2 colsb": """
         a = np.zeros(1024, np.uint8)
-        lib.pyamx_trap_selftest_dot(lib.PYAMX_OP_TDPBF16PS, u8p(make_cfg({0: (2, 8), 1: (2, 8), 2: (2, 12)})),
+        st.pyamx_trap_selftest_dot(lib.PYAMX_OP_TDPBF16PS, u8p(make_cfg({0: (2, 8), 1: (2, 8), 2: (2, 12)})),
                                     vp(a), 64, vp(a), 64, vp(a), 64)""",
     "dest rows != tsrc1 rows": """
         a = np.zeros(1024, np.uint8)
-        lib.pyamx_trap_selftest_dot(lib.PYAMX_OP_TDPFP16PS, u8p(make_cfg({0: (3, 8), 1: (2, 8), 2: (2, 8)})),
+        st.pyamx_trap_selftest_dot(lib.PYAMX_OP_TDPFP16PS, u8p(make_cfg({0: (3, 8), 1: (2, 8), 2: (2, 8)})),
                                     vp(a), 64, vp(a), 64, vp(a), 64)""",
     "colsb not a multiple of 4": """
         a = np.zeros(1024, np.uint8)
-        lib.pyamx_trap_selftest_dot(lib.PYAMX_OP_TDPBUUD, u8p(make_cfg({0: (2, 6), 1: (2, 8), 2: (2, 6)})),
+        st.pyamx_trap_selftest_dot(lib.PYAMX_OP_TDPBUUD, u8p(make_cfg({0: (2, 6), 1: (2, 8), 2: (2, 6)})),
                                     vp(a), 64, vp(a), 64, vp(a), 64)""",
 }
 
@@ -332,7 +335,7 @@ def test_load_and_store_of_an_unconfigured_tile_are_legal():
     """AMX-E3 checks TILES_CONFIGURED and the register number only, as the emulator does."""
     res = run_py("assert lib.pyamx_trap_install() == 0 and lib.pyamx_trap_grant_permission() == 0\n"
                  "a = np.zeros(1024, np.uint8)\n"
-                 "lib.pyamx_trap_selftest_addressing(0, u8p(make_cfg({0: (2, 8)})), vp(a), 64, vp(a))\n"
+                 "st.pyamx_trap_selftest_addressing(0, u8p(make_cfg({0: (2, 8)})), vp(a), 64, vp(a))\n"
                  "print('survived')\n")
     assert res.returncode == 0 and "survived" in res.stdout, (res.returncode, res.stderr)
 
@@ -342,7 +345,7 @@ def test_genuine_illegal_instruction_reaches_faulthandler():
     res = run_py("""
         import faulthandler; faulthandler.enable()
         assert lib.pyamx_trap_install() == 0 and lib.pyamx_trap_grant_permission() == 0
-        lib.pyamx_trap_selftest_ud2()
+        st.pyamx_trap_selftest_ud2()
     """)
     assert dies_with(res, signal.SIGILL)
     assert res.stderr.count("Fatal Python error: Illegal instruction") == 1
@@ -353,7 +356,7 @@ def test_genuine_illegal_instruction_reaches_faulthandler():
 def test_genuine_illegal_instruction_without_faulthandler():
     res = run_py("""
         assert lib.pyamx_trap_install() == 0
-        lib.pyamx_trap_selftest_ud2()
+        st.pyamx_trap_selftest_ud2()
     """)
     assert dies_with(res, signal.SIGILL)
 
@@ -369,9 +372,9 @@ def test_faulthandler_reenabled_after_install():
         assert lib.pyamx_trap_active() == 0
         assert lib.pyamx_trap_ensure_installed() == 1
         assert lib.pyamx_trap_ensure_installed() == 0 and lib.pyamx_trap_active() == 1
-        lib.pyamx_trap_selftest_ldtilecfg(u8p(make_cfg({0: (1, 4)})))
+        st.pyamx_trap_selftest_ldtilecfg(u8p(make_cfg({0: (1, 4)})))
         print("emulated", lib.pyamx_trap_count(), flush=True)
-        lib.pyamx_trap_selftest_ud2()
+        st.pyamx_trap_selftest_ud2()
     """)
     assert "emulated 1" in res.stdout, res.stderr
     assert dies_with(res, signal.SIGILL)
@@ -386,7 +389,7 @@ def test_faulthandler_installed_on_top_then_reinstalled_does_not_loop():
         assert lib.pyamx_trap_install() == 0
         import faulthandler; faulthandler.enable()
         assert lib.pyamx_trap_ensure_installed() == 1
-        lib.pyamx_trap_selftest_ud2()
+        st.pyamx_trap_selftest_ud2()
     """, timeout=30)
     assert dies_with(res, signal.SIGILL)
     assert res.stderr.count("Fatal Python error: Illegal instruction") == 1
@@ -400,7 +403,7 @@ def test_previous_handler_that_returns_does_not_hang():
         import signal
         signal.signal(signal.SIGILL, lambda *a: None)
         assert lib.pyamx_trap_install() == 0
-        lib.pyamx_trap_selftest_ud2()
+        st.pyamx_trap_selftest_ud2()
     """, timeout=30)
     assert dies_with(res, signal.SIGILL)
 
@@ -424,11 +427,11 @@ def test_fork_keeps_the_forking_threads_tile_state():
         assert lib.pyamx_trap_install() == 0 and lib.pyamx_trap_grant_permission() == 0
         lib.pyamx_trap_thread_prepare()
         cfg = make_cfg({1: (3, 12), 6: (16, 64)})
-        lib.pyamx_trap_selftest_ldtilecfg(u8p(cfg))
+        st.pyamx_trap_selftest_ldtilecfg(u8p(cfg))
         pid = os.fork()
         if pid == 0:
             out = np.zeros(64, np.uint8)
-            lib.pyamx_trap_selftest_sttilecfg(u8p(out))   # permission inherited, state too
+            st.pyamx_trap_selftest_sttilecfg(u8p(out))   # permission inherited, state too
             os._exit(0 if (out == cfg).all() and lib.pyamx_trap_slots_in_use() == 1 else 3)
         _, status = os.waitpid(pid, 0)
         print("child", os.waitstatus_to_exitcode(status))
@@ -441,10 +444,15 @@ def test_fork_keeps_the_forking_threads_tile_state():
 # End to end in this process (pytest's faulthandler was enabled before the handler)
 
 
+st = None  # the self-test kernels in this process, loaded by `trapped`
+
+
 @pytest.fixture(scope="module")
 def trapped():
+    global st
     if WHY_NOT:
         pytest.skip(WHY_NOT)
+    st = selftest_lib()
     # Under PYAMX_TRAP_EMULATION=1 detection may have installed the mode already;
     # then it stays installed for the tests that follow.
     was_installed = lib.pyamx_trap_installed()
@@ -453,7 +461,7 @@ def trapped():
     assert lib.pyamx_trap_active() == 1
     lib.pyamx_trap_thread_prepare()
     yield
-    lib.pyamx_trap_selftest_release()
+    st.pyamx_trap_selftest_release()
     if not was_installed:
         lib.pyamx_trap_uninstall()
 
@@ -476,14 +484,14 @@ def test_installed_over_pytests_faulthandler(trapped):
 def test_config_roundtrip_and_counts(trapped):
     lib.pyamx_trap_reset_counts()
     cfg = make_cfg({0: (16, 64), 3: (5, 12), 7: (1, 1)}, start_row=4)
-    lib.pyamx_trap_selftest_ldtilecfg(u8p(cfg))
+    st.pyamx_trap_selftest_ldtilecfg(u8p(cfg))
     out = np.full(64, 0xAA, np.uint8)
-    lib.pyamx_trap_selftest_sttilecfg(u8p(out))
+    st.pyamx_trap_selftest_sttilecfg(u8p(out))
     assert (out == cfg).all()
     state_cfg, tiles = thread_state()
     assert (state_cfg == cfg).all() and not tiles.any()
-    lib.pyamx_trap_selftest_release()
-    lib.pyamx_trap_selftest_sttilecfg(u8p(out))
+    st.pyamx_trap_selftest_release()
+    st.pyamx_trap_selftest_sttilecfg(u8p(out))
     assert not out.any()  # init state stores 64 zero bytes
     assert lib.pyamx_trap_count() == 4
     assert lib.pyamx_trap_op_count(OP["LDTILECFG"]) == 1
@@ -494,18 +502,18 @@ def test_config_roundtrip_and_counts(trapped):
 def test_config_through_rip_relative_and_stack_operands(trapped):
     cfg = make_cfg({2: (7, 28), 5: (16, 64)})
     out = np.zeros(64, np.uint8)
-    lib.pyamx_trap_selftest_cfg_riprel(u8p(cfg), u8p(out))
+    st.pyamx_trap_selftest_cfg_riprel(u8p(cfg), u8p(out))
     assert (out == cfg).all()
     cfg2 = make_cfg({1: (3, 4)}, start_row=2)
-    lib.pyamx_trap_selftest_hold(u8p(cfg2), 0, u8p(out))
+    st.pyamx_trap_selftest_hold(u8p(cfg2), 0, u8p(out))
     assert (out == cfg2).all()
 
 
 def test_palette_zero_is_the_init_state(trapped):
-    lib.pyamx_trap_selftest_ldtilecfg(u8p(make_cfg({0: (4, 16)})))
+    st.pyamx_trap_selftest_ldtilecfg(u8p(make_cfg({0: (4, 16)})))
     junk = make_cfg({0: (4, 16)}, palette=0)
     junk[5] = 0x55  # ignored with palette 0
-    lib.pyamx_trap_selftest_ldtilecfg(u8p(junk))
+    st.pyamx_trap_selftest_ldtilecfg(u8p(junk))
     cfg, tiles = thread_state()
     assert not cfg.any() and not tiles.any()
 
@@ -518,7 +526,7 @@ def test_load_store_addressing_forms(trapped, form, rows, colsb):
     src = rng.integers(0, 256, 16 * stride + 64, dtype=np.uint8)
     dst = np.full(16 * stride + 64, 0xEE, np.uint8)
     cfg = make_cfg({t: (rows, colsb) for t in range(8)})
-    assert lib.pyamx_trap_selftest_addressing(form, u8p(cfg), vp(src), stride, vp(dst)) == 0
+    assert st.pyamx_trap_selftest_addressing(form, u8p(cfg), vp(src), stride, vp(dst)) == 0
     for r in range(16):
         got = dst[r * stride: r * stride + 64]
         if r < rows:
@@ -535,7 +543,7 @@ def test_negative_stride(trapped):
     cfg = make_cfg({3: (4, 64)})
     last = ffi.cast("uint8_t *", src.ctypes.data) + 3 * 64
     dst_last = ffi.cast("uint8_t *", dst.ctypes.data) + 3 * 64
-    assert lib.pyamx_trap_selftest_addressing(0, u8p(cfg), last, -64, dst_last) == 0
+    assert st.pyamx_trap_selftest_addressing(0, u8p(cfg), last, -64, dst_last) == 0
     assert (dst[:256] == src[:256]).all()
 
 
@@ -543,7 +551,7 @@ def test_start_row_restarts_a_load_and_is_reset(trapped):
     src = np.arange(1, 16 * 64 + 1, dtype=np.uint32).astype(np.uint8) | 1
     dst = np.zeros(16 * 64, np.uint8)
     cfg = make_cfg({3: (6, 64)}, start_row=2)
-    lib.pyamx_trap_selftest_addressing(0, u8p(cfg), vp(src), 64, vp(dst))
+    st.pyamx_trap_selftest_addressing(0, u8p(cfg), vp(src), 64, vp(dst))
     assert not dst[:128].any()  # rows 0-1 skipped by the load, zero from LDTILECFG
     assert (dst[128:384] == src[128:384]).all()
 
@@ -551,12 +559,12 @@ def test_start_row_restarts_a_load_and_is_reset(trapped):
 def test_tilezero(trapped):
     src = np.full(1024, 7, np.uint8)
     cfg = make_cfg({t: (16, 64) for t in range(8)})
-    lib.pyamx_trap_selftest_ldtilecfg(u8p(cfg))
-    lib.pyamx_trap_selftest_tilezero(6)
+    st.pyamx_trap_selftest_ldtilecfg(u8p(cfg))
+    st.pyamx_trap_selftest_tilezero(6)
     _, tiles = thread_state()
     assert not tiles.any()
     del src
-    lib.pyamx_trap_selftest_release()
+    st.pyamx_trap_selftest_release()
 
 
 # ---- an independent model of the default numerics (SEMANTICS.md sections 2-4) ----
@@ -763,7 +771,7 @@ def run_dot(op, a_words, b_words, c_words, count=True):
     b = np.ascontiguousarray(b_words, np.uint32)
     c = np.array(c_words, np.uint32, copy=True, order="C")
     before = lib.pyamx_trap_op_count(op)
-    rc = lib.pyamx_trap_selftest_dot(op, u8p(cfg), vp(a), a.strides[0], vp(b), b.strides[0], vp(c), c.strides[0])
+    rc = st.pyamx_trap_selftest_dot(op, u8p(cfg), vp(a), a.strides[0], vp(b), b.strides[0], vp(c), c.strides[0])
     assert rc == 0
     if count:  # process-wide counter: only exact when one thread traps
         assert lib.pyamx_trap_op_count(op) == before + 1
@@ -915,15 +923,15 @@ def test_configuration_does_not_leak_between_threads(trapped):
     mine = make_cfg({1: (9, 36)})
     held_out = np.zeros(64, np.uint8)
     other = make_cfg({4: (2, 2), 5: (16, 64)})
-    t = threading.Thread(target=lambda: lib.pyamx_trap_selftest_hold(u8p(other), 300_000, u8p(held_out)))
+    t = threading.Thread(target=lambda: st.pyamx_trap_selftest_hold(u8p(other), 300_000, u8p(held_out)))
     t.start()
-    lib.pyamx_trap_selftest_ldtilecfg(u8p(mine))  # while the other thread holds its own config
+    st.pyamx_trap_selftest_ldtilecfg(u8p(mine))  # while the other thread holds its own config
     out = np.zeros(64, np.uint8)
-    lib.pyamx_trap_selftest_sttilecfg(u8p(out))
+    st.pyamx_trap_selftest_sttilecfg(u8p(out))
     t.join()
     assert (out == mine).all()
     assert (held_out == other).all()
-    lib.pyamx_trap_selftest_release()
+    st.pyamx_trap_selftest_release()
 
 
 def test_prepared_thread_frees_its_slot_at_exit(trapped):
@@ -931,7 +939,7 @@ def test_prepared_thread_frees_its_slot_at_exit(trapped):
 
     def worker():
         lib.pyamx_trap_thread_prepare()
-        lib.pyamx_trap_selftest_ldtilecfg(u8p(make_cfg({0: (1, 4)})))
+        st.pyamx_trap_selftest_ldtilecfg(u8p(make_cfg({0: (1, 4)})))
 
     t = threading.Thread(target=worker)
     t.start()
@@ -951,7 +959,7 @@ def test_more_threads_than_slots_without_prepare(trapped):
     def worker(i):
         cfg = make_cfg({i % 8: (1 + i % 16, 4)})
         out = np.zeros(64, np.uint8)
-        lib.pyamx_trap_selftest_hold(u8p(cfg), 0, u8p(out))
+        st.pyamx_trap_selftest_hold(u8p(cfg), 0, u8p(out))
         if not (out == cfg).all():
             failures.append(i)
 

@@ -67,6 +67,38 @@ def build(directory) -> tuple:
     return True, str(directory)
 
 
+_built = None
+
+
+def selftest_dir() -> str:
+    """For the tests: the directory holding the built module (built once per process), or skip."""
+    global _built
+    if _built is None:
+        import atexit
+        import shutil
+        import tempfile
+
+        directory = tempfile.mkdtemp(prefix="pyamx-trap-selftest-")
+        atexit.register(shutil.rmtree, directory, True)
+        _built = build(directory)
+    ok, where = _built
+    if not ok:
+        import pytest
+
+        pytest.skip(where)
+    return where
+
+
+def selftest_lib():
+    """For the tests: the self-test kernels' cffi ``lib`` in this process, or skip."""
+    directory = selftest_dir()
+    if directory not in sys.path:
+        sys.path.insert(0, directory)
+    import _pyamx_trap_selftest
+
+    return _pyamx_trap_selftest.lib
+
+
 if __name__ == "__main__":
     ok, where = build(sys.argv[1] if len(sys.argv) > 1 else ".")
     print(where)
