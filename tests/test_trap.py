@@ -969,3 +969,184 @@ def test_more_threads_than_slots_without_prepare(trapped):
         t.join()
     assert not failures
     assert lib.pyamx_trap_slots_in_use() <= 256
+
+
+# ---------------------------------------------------------------------------------------------
+# Other SIGILL handlers, installed while trapped instructions run (issue 9): the guard.
+#
+# A worker thread runs trapped instructions in a C loop (no Python in between, so no
+# reinstall-on-entry can help) while the main thread installs SIGILL handlers the ways real
+# programs do. Without the guard faulthandler.enable() killed the process (3 of 3 runs) and
+# signal.signal(SIGILL, ...) livelocked the worker (2 of 3); a timeout turns a livelock into a
+# failure here.
+
+GUARD_PRELUDE = """
+import faulthandler, os, signal, sys, threading, time
+from pyamx import trap
+trap.enable()
+trap.grant_permission()
+g = trap.guard()
+print("guard", int(g.active), g.reason, flush=True)
+if not g.active:
+    sys.exit(0)
+stop = threading.Event()
+done = [0]
+
+def worker():
+    while not stop.is_set():
+        if st.pyamx_trap_selftest_loop(1, 200) != 0:  # TILEZERO x 200, trapped
+            print("loop failed", flush=True)
+            os._exit(3)
+        done[0] += 1
+
+th = threading.Thread(target=worker)
+th.start()
+while done[0] < 3:
+    time.sleep(0.005)
+"""
+
+GUARD_EPILOGUE = """
+before = done[0]
+time.sleep(0.2)
+progress = done[0] - before
+stop.set()
+th.join(20)
+print("progress", progress, "alive", int(th.is_alive()), "answered", trap.guard().answered, flush=True)
+"""
+
+
+def _skip_if_this_process_holds_the_guard():
+    if WHY_NOT:
+        pytest.skip(WHY_NOT)
+    if lib.pyamx_trap_guard_state() == lib.PYAMX_TRAP_GUARD_ACTIVE:
+        pytest.skip("this test process holds the trap guard's seccomp listener (PYAMX_TRAP_EMULATION=1 "
+                    "detection ran), and the kernel allows one per process tree: run tests/test_trap.py "
+                    "in its own pytest process to test the guard")
+
+
+def run_guarded(scenario: str, after: str = "", timeout: float = 60):
+    """Runs `scenario` in the main thread while the worker traps; the child's output fields."""
+    _skip_if_this_process_holds_the_guard()
+    code = GUARD_PRELUDE + textwrap.dedent(scenario) + GUARD_EPILOGUE + textwrap.dedent(after)
+    try:
+        res = run_py(code, env_extra={"PYTHONFAULTHANDLER": ""}, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"the child hung (livelock) for {timeout} s")
+    first = res.stdout.splitlines()[0].split(" ", 2) if res.stdout else []
+    if first[:2] == ["guard", "0"]:
+        pytest.skip(f"the guard is unavailable here: {first[2] if len(first) > 2 else res.stderr}")
+    fields = {}
+    for line in res.stdout.splitlines():
+        parts = line.split()
+        for key, value in zip(parts[::2], parts[1::2]):
+            fields[key] = value
+    return res, fields
+
+
+def _survived(res, fields, answered=True):
+    assert res.returncode == 0, (res.returncode, res.stdout, res.stderr[-2000:])
+    assert int(fields["progress"]) > 0, "the worker made no progress after the handler came"
+    assert fields["alive"] == "0"
+    if answered:
+        assert int(fields["answered"]) > 0, "the guard never answered: the scenario did not exercise it"
+
+
+GUARD_SCENARIOS = {
+    "faulthandler toggled 2000 times": """
+        for _ in range(2000):
+            faulthandler.enable()
+            faulthandler.disable()
+        """,
+    "faulthandler.enable once": "faulthandler.enable()\n",
+    "signal.signal(SIGILL) from Python": "signal.signal(signal.SIGILL, lambda *a: None)\n",
+    "sigaction from C (libc)": "assert st.pyamx_trap_selftest_set_sigill(0) == 0\n",
+    "rt_sigaction from C (raw syscall)": "assert st.pyamx_trap_selftest_set_sigill(1) == 0\n",
+}
+
+
+@pytest.mark.parametrize("what", list(GUARD_SCENARIOS))
+def test_guard_keeps_trapped_instructions_running_when_another_handler_comes(what):
+    res, fields = run_guarded(GUARD_SCENARIOS[what])
+    _survived(res, fields)
+
+
+@pytest.mark.parametrize("how", [0, 1], ids=["libc", "raw-syscall"])
+def test_guard_passes_non_tile_sigills_to_a_handler_installed_from_c(how):
+    res, fields = run_guarded(f"assert st.pyamx_trap_selftest_set_sigill({how}) == 0\n", after="""
+        st.pyamx_trap_selftest_ud2()           # the C handler skips it
+        st.pyamx_trap_selftest_ud2()
+        print("seen", st.pyamx_trap_selftest_sigill_seen(), flush=True)
+        """)
+    _survived(res, fields)
+    # Exactly the two ud2s: none of the thousands of trapped TILEZEROs reached it.
+    assert fields["seen"] == "2"
+
+
+def test_guard_answers_sigaction_with_what_was_set_before():
+    # faulthandler saves the old action it is given and puts it back on disable(): the C
+    # handler must come back as the one the trap chains to.
+    res, fields = run_guarded("""
+        assert st.pyamx_trap_selftest_set_sigill(0) == 0
+        faulthandler.enable()
+        faulthandler.disable()
+        """, after="""
+        st.pyamx_trap_selftest_ud2()
+        print("seen", st.pyamx_trap_selftest_sigill_seen(), flush=True)
+        """)
+    _survived(res, fields)
+    assert fields["seen"] == "1"
+
+
+def test_guard_faulthandler_still_reports_a_genuine_illegal_instruction():
+    res, fields = run_guarded("faulthandler.enable()\n", after="st.pyamx_trap_selftest_ud2()\n")
+    assert int(fields["progress"]) > 0
+    assert dies_with(res, signal.SIGILL), (res.returncode, res.stderr[-2000:])
+    assert res.stderr.count("Fatal Python error: Illegal instruction") == 1
+
+
+def test_guard_python_handler_for_a_genuine_illegal_instruction_dies_instead_of_hanging():
+    # Python's C-level handler returns without moving RIP: silicon would fault forever.
+    res, fields = run_guarded("signal.signal(signal.SIGILL, lambda *a: None)\n",
+                              after="st.pyamx_trap_selftest_ud2()\n", timeout=60)
+    assert int(fields["progress"]) > 0
+    assert dies_with(res, signal.SIGILL), (res.returncode, res.stderr[-2000:])
+
+
+def test_guard_leaves_child_processes_alone():
+    # The filter survives fork and exec; children's own sigaction(SIGILL) calls must work.
+    res, fields = run_guarded("", after="""
+        import subprocess
+        child = subprocess.run([sys.executable, "-c",
+                                "import faulthandler, signal\\n"
+                                "faulthandler.enable(); faulthandler.disable()\\n"
+                                "signal.signal(signal.SIGILL, lambda *a: None)\\n"
+                                "print('exec child ok')"],
+                               capture_output=True, text=True, timeout=30)
+        print("exec", child.returncode, child.stdout.strip().replace(" ", "_"), flush=True)
+        pid = os.fork()
+        if pid == 0:
+            faulthandler.enable()
+            signal.signal(signal.SIGILL, signal.SIG_DFL)
+            os._exit(7)
+        print("fork", os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]), flush=True)
+        """)
+    _survived(res, fields, answered=False)
+    assert fields["exec"] == "0", res.stderr[-2000:]
+    assert fields["fork"] == "7"
+
+
+def test_guard_unavailable_in_a_trap_child_of_a_guarded_process_falls_back():
+    # One seccomp listener per process tree: the child says so and keeps reinstalling on entry.
+    res, fields = run_guarded("", after="""
+        import subprocess
+        env = dict(os.environ)
+        child = subprocess.run([sys.executable, "-c",
+                                "from pyamx import trap; trap.enable(); g = trap.guard(); "
+                                "print(int(g.active), g.reason)"],
+                               capture_output=True, text=True, timeout=30, env=env)
+        print("nested", child.stdout.split()[0] if child.stdout else "none", flush=True)
+        print(child.stdout, child.stderr, flush=True)
+        """)
+    _survived(res, fields, answered=False)
+    assert fields["nested"] == "0", res.stdout
+    assert "listener" in res.stdout
