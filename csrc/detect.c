@@ -33,13 +33,34 @@
  * by the permission request and the child probe, read by every kernel. */
 static volatile int g_native_state = 0;
 
-/* Set by pyamx/trap.py to the trap module's emulated permission request
- * (the one link between pyamx._trap and this module). */
-static int (*volatile g_permission_hook)(void);
+/* Set by pyamx/trap.py: the trap module's emulated permission request and
+ * its per-thread preparation (the one link between pyamx._trap and this
+ * module). */
+static int (*volatile g_trap_grant)(void);
+static int32_t (*volatile g_trap_thread_prepare)(void);
 
-void pyamx_set_permission_hook(int (*grant)(void)) { g_permission_hook = grant; }
+void pyamx_set_trap_hook(int (*grant)(void), int32_t (*thread_prepare)(void))
+{
+    g_trap_thread_prepare = thread_prepare;
+    g_trap_grant = grant;
+}
 
 int pyamx_internal_ready(void) { return g_native_state == 2; }
+
+/* Set with g_native_state = 2 when the grant came from the trap mode. */
+static volatile int g_trapped = 0;
+
+int pyamx_internal_trapped(void) { return g_trapped; }
+
+int pyamx_internal_thread_prepare(void)
+{
+    /* Without it a worker's emulated tile state would stay claimed after
+     * the thread ends (until the trap's table fills and reaps it). */
+    int32_t (*prepare)(void) = g_trap_thread_prepare;
+    if (g_trapped && prepare)
+        return prepare() == 0 ? 0 : -1;
+    return 0;
+}
 
 const char *pyamx_build_version(void) { return PYAMX_VERSION; }
 
@@ -130,13 +151,15 @@ int pyamx_arch_prctl_get(int code, uint64_t *out)
 int pyamx_request_permission(void)
 {
 #if PYAMX_X86_64_LINUX
-    int (*grant)(void) = g_permission_hook;
+    int (*grant)(void) = g_trap_grant;
     if (grant) {
         /* No tile instruction reaches silicon in trap mode, so the grant
          * is final: there is nothing for a child probe to prove. */
         int err = grant();
-        if (err == 0)
+        if (err == 0) {
+            g_trapped = 1;
             g_native_state = 2;
+        }
         return err;
     }
     if (syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, (unsigned long)XFEATURE_XTILEDATA) != 0)

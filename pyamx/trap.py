@@ -14,10 +14,11 @@ with SIGILL. See docs/trap.md.
 The mode is never on by default and is refused on a CPU with usable AMX,
 so real and emulated tile state can never mix.
 
-The two modules are joined by one hook: :func:`enable` hands the address
-of ``pyamx_trap_grant_permission`` to ``pyamx._native``'s
-``pyamx_set_permission_hook``, so the native permission request asks the
-trap for its emulated grant instead of calling ``arch_prctl``.
+The two modules are joined by one hook: :func:`enable` hands the addresses
+of ``pyamx_trap_grant_permission`` and ``pyamx_trap_thread_prepare`` to
+``pyamx._native``'s ``pyamx_set_trap_hook``, so the native permission
+request asks the trap for its emulated grant instead of calling
+``arch_prctl``, and native worker threads claim their emulated tile state.
 
 What the bindings do in this mode (all cheap, all idempotent):
 
@@ -108,11 +109,18 @@ def _native():
 
 
 def _hook_into_native(lib) -> None:
-    """The one link between the modules: native's permission request calls the trap's grant."""
+    """The one link between the modules: native's permission request calls the trap's grant.
+
+    The addresses cross between the two modules' cffi instances as integers.
+    """
     nffi, nlib = _native()
     tffi = _load()[0]
-    grant = tffi.cast("uintptr_t", tffi.addressof(lib, "pyamx_trap_grant_permission"))
-    nlib.pyamx_set_permission_hook(nffi.cast("int (*)(void)", int(grant)))
+
+    def address(name):
+        return int(tffi.cast("uintptr_t", tffi.addressof(lib, name)))
+
+    nlib.pyamx_set_trap_hook(nffi.cast("int (*)(void)", address("pyamx_trap_grant_permission")),
+                             nffi.cast("int32_t (*)(void)", address("pyamx_trap_thread_prepare")))
 
 
 def enable() -> None:

@@ -4,8 +4,9 @@
  * stripped and pyamx_ops.h inlined, so it holds plain declarations only.
  * The module is built for x86-64 Linux alone (build.py skips it elsewhere);
  * it never executes a tile instruction itself, so any C compiler builds it.
- * Its one link to pyamx._native is the permission hook: pyamx/trap.py hands
- * the address of pyamx_trap_grant_permission to pyamx_set_permission_hook().
+ * Its one link to pyamx._native is a hook: pyamx/trap.py hands the
+ * addresses of pyamx_trap_grant_permission and pyamx_trap_thread_prepare to
+ * pyamx_set_trap_hook() in csrc/pyamx.h.
  */
 #ifndef PYAMX_TRAP_H
 #define PYAMX_TRAP_H
