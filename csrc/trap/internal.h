@@ -78,6 +78,8 @@ long trap_raw_sigaction(int sig, const struct ksigaction *act, struct ksigaction
 /* The address right after that site's syscall instruction: what seccomp
  * reports as instruction_pointer for it. */
 uint64_t trap_raw_sigaction_ip(void);
+/* A signal-return trampoline (sa_restorer) for handlers this module installs. */
+uint64_t trap_restorer(void);
 
 /* The SIGILL disposition the process believes in (what other code last
  * set, or what was there at install): the handler this mode chains to.
@@ -94,8 +96,6 @@ int trap_is_ours(const struct ksigaction *k);
  * (install, reinstall, uninstall, the guard's supervisor). */
 void trap_lock(void);
 void trap_unlock(void);
-/* Our disposition as installed (restorer included), for reinstalling. */
-void trap_our_action(struct ksigaction *out);
 
 /* ---- guard.c ---- */
 

@@ -27,6 +27,22 @@ __asm__(".text\n"
 long pyamx_trap__sigaction_site(long sig, const void *act, void *old, unsigned long size);
 extern const char pyamx_trap__sigaction_after[];
 
+/* The signal-return trampoline the kernel needs for a handler installed
+ * without libc.  These exact bytes (mov $15, %rax; syscall) are what gdb
+ * and libgcc's unwinder recognise as a signal frame, as glibc's own. */
+__asm__(".text\n"
+        ".globl pyamx_trap__restore_rt\n"
+        ".hidden pyamx_trap__restore_rt\n"
+        ".type pyamx_trap__restore_rt, @function\n"
+        "    nop\n" /* unwinders look at pc - 1 */
+        "pyamx_trap__restore_rt:\n"
+        "    movq $15, %rax\n" /* __NR_rt_sigreturn */
+        "    syscall\n"
+        ".size pyamx_trap__restore_rt, .-pyamx_trap__restore_rt\n");
+extern const char pyamx_trap__restore_rt[];
+
+uint64_t trap_restorer(void) { return (uint64_t)(uintptr_t)pyamx_trap__restore_rt; }
+
 _Static_assert(SYS_rt_sigaction == 13, "the call site hard-codes rt_sigaction's number");
 
 long trap_raw_sigaction(int sig, const struct ksigaction *act, struct ksigaction *old)

@@ -32,7 +32,6 @@ static int32_t g_permission; /* emulated ARCH_REQ_XCOMP_PERM; process-wide like 
 static uint64_t g_count;
 static uint64_t g_op_count[N_OPS];
 static int32_t g_chain_tid; /* thread currently inside a chained SIGILL handler */
-static struct ksigaction g_ours; /* our disposition as the kernel holds it, restorer included */
 
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -57,8 +56,6 @@ void trap_unlock(void)
     pthread_mutex_unlock(&g_lock);
     pthread_sigmask(SIG_SETMASK, &old, NULL);
 }
-
-void trap_our_action(struct ksigaction *out) { *out = g_ours; }
 
 const char *pyamx_trap_strerror(int32_t code)
 {
@@ -341,49 +338,38 @@ static int cpu_has_fma(void)
     return (xgetbv0() & 6) == 6; /* XMM and YMM state enabled by the OS */
 }
 
+#ifndef SA_RESTORER
+#define SA_RESTORER 0x04000000
+#endif
+
+/* SA_ONSTACK: run on faulthandler's altstack when there is one, as the
+ * handlers we chain to expect; SA_NODEFER: a previous handler that
+ * re-raises SIGILL (faulthandler) gets it delivered at once.  Installed
+ * through the module's own call site, not libc, so that it works whatever
+ * libc's sigaction meets (the guard, or an inherited filter whose
+ * listener is gone). */
+static void our_action(struct ksigaction *k)
+{
+    k->handler = (uint64_t)(uintptr_t)trap_handler;
+    k->flags = SA_SIGINFO | SA_ONSTACK | SA_NODEFER | SA_RESTART | SA_RESTORER;
+    k->restorer = trap_restorer();
+    k->mask = 0;
+}
+
 /* Makes this module's handler the real disposition unless it already is;
  * whatever was there becomes the handler it chains to.  0: it was ours,
  * 1: installed. */
 static int32_t install_now(void)
 {
-    struct ksigaction cur;
+    struct ksigaction cur, ours;
     int32_t r = 0;
+    our_action(&ours);
     trap_lock();
     if (trap_raw_sigaction(SIGILL, NULL, &cur) != 0) {
         r = PYAMX_TRAP_E_SIGACTION;
     } else if (!trap_is_ours(&cur)) {
         chain_set(&cur);
-        r = trap_raw_sigaction(SIGILL, &g_ours, NULL) == 0 ? 1 : PYAMX_TRAP_E_SIGACTION;
-    }
-    trap_unlock();
-    return r;
-}
-
-/* The first install goes through libc's sigaction, which supplies the
- * signal-return trampoline (sa_restorer) that x86-64 handlers need; the
- * kernel's copy of the result is what later reinstalls write back. */
-static int32_t first_install(void)
-{
-    struct ksigaction cur;
-    struct sigaction sa;
-    int32_t r = 1;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_sigaction = trap_handler;
-    /* SA_ONSTACK: run on faulthandler's altstack when there is one, as the
-     * handlers we chain to expect; SA_NODEFER: a previous handler that
-     * re-raises SIGILL (faulthandler) gets it delivered at once. */
-    sa.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_NODEFER | SA_RESTART;
-    sigemptyset(&sa.sa_mask);
-    trap_lock();
-    if (trap_raw_sigaction(SIGILL, NULL, &cur) != 0) {
-        r = PYAMX_TRAP_E_SIGACTION;
-    } else if (!trap_is_ours(&cur)) {
-        chain_set(&cur);
-        if (sigaction(SIGILL, &sa, NULL) != 0 || trap_raw_sigaction(SIGILL, NULL, &g_ours) != 0 ||
-            !trap_is_ours(&g_ours))
-            r = PYAMX_TRAP_E_SIGACTION;
-    } else {
-        g_ours = cur;
+        r = trap_raw_sigaction(SIGILL, &ours, NULL) == 0 ? 1 : PYAMX_TRAP_E_SIGACTION;
     }
     trap_unlock();
     return r;
@@ -396,7 +382,7 @@ int32_t pyamx_trap_install(void)
     if (!cpu_has_fma())
         return PYAMX_TRAP_E_NO_FMA;
     pthread_once(&g_once, state_setup_once);
-    int32_t r = g_ours.handler ? install_now() : first_install();
+    int32_t r = install_now();
     if (r < 0)
         return r;
     __atomic_store_n(&g_installed, 1, __ATOMIC_RELEASE);
