@@ -159,13 +159,18 @@ def trap_supported() -> bool:
     return sys.platform.startswith("linux") and platform.machine().lower() in ("x86_64", "amd64")
 
 
+def trap_c_sources() -> list[str]:
+    """Every csrc/trap/*.c file, sorted, relative to this directory (as c_sources())."""
+    return [str(p.relative_to(HERE)) for p in sorted(TRAP_SRC.glob("*.c"))]
+
+
 def make_trap_ffibuilder(absolute_paths: bool = False) -> FFI:
     """The cffi builder of ``pyamx._trap`` (csrc/trap/*.c, API in csrc/trap/trap.h).
 
     It never executes a tile instruction, so any C compiler for x86-64 Linux
     builds it; setup.py lists it only where :func:`trap_supported`.
     """
-    sources = [str(p.relative_to(HERE)) for p in sorted(TRAP_SRC.glob("*.c"))]
+    sources = trap_c_sources()
     include = "csrc/trap"
     if absolute_paths:
         sources = [str(HERE / s) for s in sources]

@@ -143,6 +143,77 @@ def test_enable_refuses_without_the_extension(monkeypatch):
 
 
 # ---------------------------------------------------------------------------------------------
+# The module boundary: pyamx._trap on its own, one hook into pyamx._native
+
+
+def _build_script():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("pyamx_build_script", os.path.join(ROOT, "build.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)  # compiles nothing
+    return module
+
+
+def test_build_script_makes_the_trap_module_from_csrc_trap():
+    if not os.path.exists(os.path.join(ROOT, "build.py")):
+        pytest.skip("not a source checkout")
+    build = _build_script()
+    cdef = build.cdef_text(build.TRAP_SRC / "trap.h")
+    assert "pyamx_trap_decode" in cdef and "PYAMX_OP_TDPBUUD" in cdef  # pyamx_ops.h inlined
+    assert "pyamx_request_permission" not in cdef  # none of _native's API
+    assert "PYAMX_OP_TDPBUUD" in build.cdef_text()  # the same enum in _native's cdef
+    sources = [p.replace(os.sep, "/") for p in build.trap_c_sources()]
+    want = sorted(f"csrc/trap/{n}" for n in os.listdir(os.path.join(ROOT, "csrc", "trap")) if n.endswith(".c"))
+    assert sources == want
+    assert build.trap_ffibuilder is build.make_trap_ffibuilder  # cffi calls it lazily
+    build.make_trap_ffibuilder()  # declares, compiles nothing
+
+
+def test_the_product_module_holds_no_trap_code_and_no_self_test_kernels():
+    from pyamx import _nativelib
+
+    try:
+        _, nlib = _nativelib.load()
+    except ImportError as exc:
+        pytest.skip(f"pyamx._native is not built: {exc}")
+    names = dir(nlib)
+    assert not [n for n in names if n.startswith("pyamx_trap")]
+    assert "pyamx_set_trap_hook" in names  # the one hook
+    assert not [n for n in dir(lib) if "selftest" in n]
+
+
+def test_op_ids_are_one_numbering_in_both_modules():
+    from pyamx import _nativelib
+
+    try:
+        _, nlib = _nativelib.load()
+    except ImportError as exc:
+        pytest.skip(f"pyamx._native is not built: {exc}")
+    names = [n for n in dir(lib) if n.startswith("PYAMX_OP_")]
+    assert len(names) == 14
+    assert {n: getattr(lib, n) for n in names} == {n: getattr(nlib, n) for n in names}
+    for n in names:
+        if n != "PYAMX_OP_NONE":
+            assert ffi.string(lib.pyamx_trap_op_name(getattr(lib, n))).decode() == n[len("PYAMX_OP_"):]
+
+
+@needs_trap
+def test_native_permission_goes_through_the_hook_only_after_enable():
+    res = run_py("""
+        from pyamx import _nativelib
+        nffi, nlib = _nativelib.load()
+        from pyamx import trap
+        before = lib.pyamx_trap_permission_granted()
+        trap.enable()
+        rc = nlib.pyamx_request_permission()
+        print(before, rc, lib.pyamx_trap_permission_granted(), nlib.pyamx_native_ready())
+    """)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.split() == ["0", "0", "1", "1"]
+
+
+# ---------------------------------------------------------------------------------------------
 # Subprocess helper for everything that installs a handler for good or dies
 
 
