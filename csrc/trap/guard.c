@@ -29,9 +29,6 @@
 #include "internal.h"
 
 #include <errno.h>
-#include <linux/audit.h>
-#include <linux/filter.h>
-#include <linux/seccomp.h>
 #include <pthread.h>
 #include <semaphore.h>
 #include <stddef.h>
@@ -40,12 +37,22 @@
 #include <sys/prctl.h>
 #include <sys/uio.h>
 
-#ifndef SECCOMP_FILTER_FLAG_TSYNC_ESRCH
+/* Kernel headers are optional: without them the module builds with the
+ * guard reporting itself unavailable. */
+#if defined(__has_include)
+#if __has_include(<linux/seccomp.h>) && __has_include(<linux/filter.h>) && __has_include(<linux/audit.h>)
+#include <linux/audit.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#endif
+#endif
+
+#if defined(SECCOMP_SET_MODE_FILTER) && !defined(SECCOMP_FILTER_FLAG_TSYNC_ESRCH)
 #define SECCOMP_FILTER_FLAG_TSYNC_ESRCH (1UL << 4)
 #endif
 
 #if defined(SECCOMP_IOCTL_NOTIF_RECV) && defined(SECCOMP_USER_NOTIF_FLAG_CONTINUE) && \
-    defined(SECCOMP_FILTER_FLAG_NEW_LISTENER)
+    defined(SECCOMP_FILTER_FLAG_NEW_LISTENER) && defined(SYS_seccomp)
 #define HAVE_LISTENER 1
 #else
 #define HAVE_LISTENER 0
@@ -54,7 +61,6 @@
 static int32_t g_state = PYAMX_TRAP_GUARD_OFF;
 static const char *g_reason = "not requested";
 static int32_t g_on;       /* the supervisor answers this process's calls */
-static int g_result = -1;  /* pyamx_trap_guard_install's answer, once decided */
 static uint64_t g_calls;
 
 int guard_active(void) { return __atomic_load_n(&g_on, __ATOMIC_ACQUIRE); }
@@ -66,6 +72,7 @@ uint64_t pyamx_trap_guard_calls(void) { return __atomic_load_n(&g_calls, __ATOMI
 
 static int g_listener = -1;
 static pid_t g_pid;
+static int g_result = -1; /* pyamx_trap_guard_install's answer, once decided */
 
 /* Copies through the kernel, so that a bad pointer from the caller becomes
  * EFAULT for the caller, as the real system call would answer, instead of
