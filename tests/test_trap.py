@@ -1132,6 +1132,16 @@ GUARD_SCENARIOS = {
     "signal.signal(SIGILL) from Python": "signal.signal(signal.SIGILL, lambda *a: None)\n",
     "sigaction from C (libc)": "assert st.pyamx_trap_selftest_set_sigill(0) == 0\n",
     "rt_sigaction from C (raw syscall)": "assert st.pyamx_trap_selftest_set_sigill(1) == 0\n",
+    # A SIGSYS-based design would kill this one: the thread cannot take a signal.
+    "sigaction from a thread that blocks every signal": """
+        def blocked():
+            signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals())
+            assert st.pyamx_trap_selftest_set_sigill(0) == 0
+            faulthandler.enable()
+        other = threading.Thread(target=blocked)
+        other.start()
+        other.join()
+        """,
 }
 
 
