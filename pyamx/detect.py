@@ -88,6 +88,7 @@ class TrapFacts:
     error: Optional[str] = None  # why requested() / enable() / the grant failed
     active: bool = False
     kernels: Optional[frozenset] = None  # families the trap emulates; None = all built ones
+    guard: Optional[str] = None  # pyamx.trap.guard().reason: whether other SIGILL handlers are kept out
 
 
 @dataclass(frozen=True)
@@ -468,8 +469,9 @@ def _trap_stage(raw: RawFacts, st: _Stages, silicon_reason: str) -> bool:
     if trap.error or not trap.active:
         st.add(name, f"requested but failed: {trap.error or 'not active'}", None)
         return False
+    guard = f"; guard: {trap.guard}" if trap.guard else ""
     st.add(name, "ACTIVE: native code runs, but every tile instruction is TRAPPED and EMULATED, "
-           f"not executed by AMX silicon (silicon: {silicon_reason})", True)
+           f"not executed by AMX silicon (silicon: {silicon_reason}){guard}", True)
     return True
 
 
@@ -606,7 +608,8 @@ def _trap_facts(lib, built: frozenset) -> TrapFacts:
     active = bool(trap.active()) and bool(lib.pyamx_native_ready())
     kernels = frozenset(trap.supported_kernels())
     return TrapFacts(available=True, requested=True, active=active,
-                     error=None if active else "the trap mode did not become active", kernels=kernels)
+                     error=None if active else "the trap mode did not become active", kernels=kernels,
+                     guard=trap.guard().reason)
 
 
 def collect() -> RawFacts:

@@ -1231,3 +1231,15 @@ def test_guard_unavailable_in_a_trap_child_of_a_guarded_process_falls_back():
     _survived(res, fields, answered=False)
     assert fields["nested"] == "0", res.stdout
     assert "listener" in res.stdout
+
+
+def test_detection_report_says_whether_the_guard_is_active():
+    from dataclasses import replace
+
+    from pyamx.detect import RawFacts, TrapFacts, evaluate
+
+    raw = RawFacts(system="Linux", machine="x86_64", python=(3, 11, 0))
+    for reason in ("active: seccomp answers every sigaction(SIGILL)", "the kernel has no seccomp"):
+        rep = evaluate(replace(raw, trap=TrapFacts(available=True, requested=True, active=True, guard=reason)))
+        stage = next(s for s in rep.stages if s.name.startswith("trap-and-emulate"))
+        assert stage.value.endswith(f"; guard: {reason}")
