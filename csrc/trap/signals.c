@@ -375,13 +375,21 @@ static int32_t install_now(void)
     return r;
 }
 
+/* fork() while another thread (the guard's supervisor) holds the lock
+ * would leave it locked for good in the child. */
+static void setup_once(void)
+{
+    state_setup_once();
+    pthread_atfork(trap_lock, trap_unlock, trap_unlock);
+}
+
 int32_t pyamx_trap_install(void)
 {
     if (pyamx_trap_cpu_has_amx())
         return PYAMX_TRAP_E_HAS_AMX;
     if (!cpu_has_fma())
         return PYAMX_TRAP_E_NO_FMA;
-    pthread_once(&g_once, state_setup_once);
+    pthread_once(&g_once, setup_once);
     int32_t r = install_now();
     if (r < 0)
         return r;
