@@ -168,7 +168,7 @@ def make_trap_ffibuilder(absolute_paths: bool = False) -> FFI:
     """The cffi builder of ``pyamx._trap`` (csrc/trap/*.c, API in csrc/trap/trap.h).
 
     It never executes a tile instruction, so any C compiler for x86-64 Linux
-    builds it; setup.py lists it only where :func:`trap_supported`.
+    builds it; setup.py lists it on the same condition as :func:`trap_supported`.
     """
     sources = trap_c_sources()
     include = "csrc/trap"
