@@ -1243,3 +1243,33 @@ def test_detection_report_says_whether_the_guard_is_active():
         rep = evaluate(replace(raw, trap=TrapFacts(available=True, requested=True, active=True, guard=reason)))
         stage = next(s for s in rep.stages if s.name.startswith("trap-and-emulate"))
         assert stage.value.endswith(f"; guard: {reason}")
+
+
+def test_guard_in_this_process_keeps_the_handler_installed():
+    """Where this pytest process holds the guard (trap-mode CI leg), the same checks in-process."""
+    if lib.pyamx_trap_guard_state() != lib.PYAMX_TRAP_GUARD_ACTIVE:
+        pytest.skip("this process holds no guard (the subprocess tests above cover it)")
+    from pyamx.tilecfg import TileConfig
+
+    import pyamx
+
+    was_enabled = faulthandler.is_enabled()
+    before = lib.pyamx_trap_guard_calls()
+    machine = pyamx.tile_machine(backend="native")
+    try:
+        signal.signal(signal.SIGILL, lambda *a: None)
+        assert lib.pyamx_trap_active() == 1
+        signal.signal(signal.SIGILL, signal.SIG_DFL)
+        faulthandler.disable()
+        faulthandler.enable()
+        assert lib.pyamx_trap_active() == 1  # the real disposition never changed
+        assert lib.pyamx_trap_ensure_installed() == 0
+        assert lib.pyamx_trap_guard_calls() >= before + 3
+        count = lib.pyamx_trap_count()
+        machine.ldtilecfg(TileConfig.make({0: (2, 8)}))
+        assert machine.sttilecfg()[48] == 2
+        assert lib.pyamx_trap_count() >= count + 2
+    finally:
+        if not was_enabled:
+            faulthandler.disable()
+        machine.tilerelease()
