@@ -1246,7 +1246,11 @@ def test_detection_report_says_whether_the_guard_is_active():
 
 
 def test_guard_in_this_process_keeps_the_handler_installed():
-    """Where this pytest process holds the guard (trap-mode CI leg), the same checks in-process."""
+    """Where this pytest process holds the guard (trap-mode CI leg), the same checks in-process.
+
+    It does not enable the mode itself: the module fixture above would uninstall it again at
+    teardown under the feet of a detection report cached meanwhile.
+    """
     if lib.pyamx_trap_guard_state() != lib.PYAMX_TRAP_GUARD_ACTIVE:
         pytest.skip("this process holds no guard (the subprocess tests above cover it)")
     from pyamx.tilecfg import TileConfig
