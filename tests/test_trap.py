@@ -1054,9 +1054,9 @@ def test_more_threads_than_slots_without_prepare(trapped):
 GUARD_PRELUDE = """
 import faulthandler, os, signal, sys, threading, time
 from pyamx import trap
-trap.enable()
+trap.enable() if WITH_GUARD else lib.pyamx_trap_install()
 trap.grant_permission()
-g = trap.guard()
+g = trap.guard() if WITH_GUARD else trap.GuardStatus(True, "off for a control run", 0)
 print("guard", int(g.active), g.reason, flush=True)
 if not g.active:
     sys.exit(0)
@@ -1095,13 +1095,16 @@ def _skip_if_this_process_holds_the_guard():
                     "in its own pytest process to test the guard")
 
 
-def run_guarded(scenario: str, after: str = "", timeout: float = 60):
+def run_guarded(scenario: str, after: str = "", timeout: float = 60, with_guard=True):
     """Runs `scenario` in the main thread while the worker traps; the child's output fields."""
     _skip_if_this_process_holds_the_guard()
-    code = GUARD_PRELUDE + textwrap.dedent(scenario) + GUARD_EPILOGUE + textwrap.dedent(after)
+    code = (f"WITH_GUARD = {with_guard}\n" + GUARD_PRELUDE + textwrap.dedent(scenario) + GUARD_EPILOGUE
+            + textwrap.dedent(after))
     try:
         res = run_py(code, env_extra={"PYTHONFAULTHANDLER": ""}, timeout=timeout)
     except subprocess.TimeoutExpired:
+        if not with_guard:
+            return None, {}
         pytest.fail(f"the child hung (livelock) for {timeout} s")
     first = res.stdout.splitlines()[0].split(" ", 2) if res.stdout else []
     if first[:2] == ["guard", "0"]:
@@ -1149,6 +1152,14 @@ GUARD_SCENARIOS = {
 def test_guard_keeps_trapped_instructions_running_when_another_handler_comes(what):
     res, fields = run_guarded(GUARD_SCENARIOS[what])
     _survived(res, fields)
+
+
+@pytest.mark.parametrize("what", ["faulthandler.enable once", "signal.signal(SIGILL) from Python"])
+def test_without_the_guard_the_same_scenario_kills_or_hangs(what):
+    """The control: reinstall-on-entry alone does not survive these scenarios (issue 9)."""
+    res, fields = run_guarded(GUARD_SCENARIOS[what], timeout=15, with_guard=False)
+    survived = res is not None and res.returncode == 0 and int(fields.get("progress", 0)) > 0
+    assert not survived, "the scenario no longer shows the race: the guard tests prove nothing"
 
 
 @pytest.mark.parametrize("how", [0, 1], ids=["libc", "raw-syscall"])
