@@ -69,7 +69,7 @@ def requested() -> bool:
 @functools.lru_cache(maxsize=None)
 def _load():
     """``(ffi, lib)`` of pyamx._trap; ImportError saying why not (missing or stale)."""
-    from ._nativelib import REBUILD_HINT, stale_build_message
+    from ._nativelib import REBUILD_HINT
     from ._version import __version__
 
     try:
@@ -77,9 +77,9 @@ def _load():
     except ImportError as exc:
         raise ImportError(f"the trap mode's C extension pyamx._trap is not built ({exc}); {REBUILD_HINT}") from exc
     built = _trap.ffi.string(_trap.lib.pyamx_trap_build_version()).decode()
-    message = stale_build_message(built, __version__)
-    if message:
-        raise ImportError(message.replace("pyamx._native", "pyamx._trap"))
+    if built != __version__:
+        raise ImportError(f"pyamx._trap was built for pyamx {built} but this is pyamx {__version__} "
+                          f"(a stale build): {REBUILD_HINT}")
     return _trap.ffi, _trap.lib
 
 

@@ -1288,3 +1288,27 @@ def test_guard_in_this_process_keeps_the_handler_installed():
         if not was_enabled:
             faulthandler.disable()
         machine.tilerelease()
+
+
+def test_a_stale_trap_module_is_refused(monkeypatch):
+    from pyamx import trap
+
+    class Stale:
+        ffi = _trap.ffi
+
+        class lib:
+            @staticmethod
+            def pyamx_trap_build_version():
+                return ffi.new("char[]", b"0.0.1")
+
+    import pyamx
+
+    trap._load.cache_clear()
+    monkeypatch.setitem(sys.modules, "pyamx._trap", Stale)
+    monkeypatch.setattr(pyamx, "_trap", Stale, raising=False)
+    try:
+        with pytest.raises(BackendError, match="stale build"):
+            trap.enable()
+    finally:
+        monkeypatch.undo()
+        trap._load.cache_clear()
