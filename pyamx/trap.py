@@ -39,13 +39,14 @@ import platform
 import sys
 from typing import NamedTuple
 
+from . import isa
 from .errors import BackendError
 
 ENV_VAR = "PYAMX_TRAP_EMULATION"
 _ALLOWED = {"0": False, "1": True}
 
 # Instruction families the handler emulates (the names pyamx.detect uses).
-_KERNELS = frozenset({"bf16", "fp16", "int8"})
+_KERNELS = frozenset(isa.FAMILIES)
 
 
 def requested() -> bool:
@@ -136,7 +137,7 @@ def enable() -> None:
         raise BackendError(reason)
     lib = _lib()
     _native()
-    if lib.pyamx_trap_cpu_amx_bits() == 7:
+    if lib.pyamx_trap_cpu_has_amx():
         raise BackendError(
             "refusing the trap mode: this CPU has usable AMX (CPUID.7.0:EDX[24] AMX-TILE set and "
             "XCR0 bits 17/18 enabled); the native path must run on the silicon here"
@@ -214,7 +215,7 @@ def op_counts() -> dict:
     """Trapped instructions per mnemonic (only those seen)."""
     ffi, lib = _load()
     out = {}
-    for op in range(lib.PYAMX_OP_LDTILECFG, lib.PYAMX_OP_TDPBUUD + 1):
+    for op in (getattr(lib, insn.c_op) for insn in isa.TABLE):
         n = int(lib.pyamx_trap_op_count(op))
         if n:
             out[ffi.string(lib.pyamx_trap_op_name(op)).decode()] = n
