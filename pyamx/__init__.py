@@ -14,6 +14,7 @@ from ._backend import default_reason as backend_reason
 from ._ops import tdpbf16ps, tdpbssd, tdpbsud, tdpbusd, tdpbuud, tdpfp16ps, tile_machine
 from ._result import AMXResult
 from ._version import __version__
+from .matmul import matmul
 from .emulator import Numerics, TileMachine
 from .errors import (
     AMXError,
@@ -44,7 +45,7 @@ def show_runtime() -> None:
 
 __all__ = [
     "__version__", "backend", "backend_reason", "cpu_features", "show_runtime",
-    "tdpbf16ps", "tdpfp16ps", "tdpbssd", "tdpbsud", "tdpbusd", "tdpbuud", "tile_machine",
+    "tdpbf16ps", "tdpfp16ps", "tdpbssd", "tdpbsud", "tdpbusd", "tdpbuud", "tile_machine", "matmul",
     "TileMachine", "TileConfig", "Numerics", "AMXResult", "bf16", "emulator", "errors",
     "AMXError", "AMXFault", "BackendError", "GeneralProtectionFault", "InvalidOpcodeFault",
     "MemoryAccessFault", "NativeUnavailableError", "WrongThreadError",

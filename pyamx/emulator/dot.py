@@ -1,28 +1,193 @@
-"""The arithmetic of the tile dot products, on whole operand matrices.
+"""The arithmetic of the tile dot products, on whole operand matrices: the numpy engine.
 
 Inputs are already widened to fp32 bit patterns and split into lanes:
 ``a`` is (M, K, L) and ``b`` is (K, N, L), where L is the number of values a
 dword holds (2 for bf16/fp16, 4 for int8). The loop over k is the
-instruction's own sequential order; every step is vectorized over M x N.
+instruction's own sequential order; every step is vectorized over the whole
+M x N output, so a matmul pays Python overhead per k step, never per tile
+or per element.
+
+Three tiers compute the same bits (tests/test_emulator_exact.py and
+tests/test_matmul_engine.py hold each against tests/reference.py):
+
+1. ``fast``: the sdm structure in plain float32 ufuncs, where the operands
+   are proven to keep every product and every lane step away from the
+   places where float32 arithmetic and the AMX rules differ (see
+   :func:`fast_eligible`). This is what ordinary data runs.
+2. ``values``: sdm and straight in float64 with an exact error term per
+   step (TwoSum, round to odd), for data that can underflow or overflow a
+   product, but holds no NaN operand.
+3. ``bits``: every structure, step by step on bit patterns with the full
+   NaN rules of Numerics.nan, for the rows and columns that hold a NaN.
 """
 
 from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
 from . import fp32
 from .numerics import Numerics
 
+#: dwords per dot-product instruction (tmul_maxk): the K block of the matmul schedule
+BLOCK_DWORDS = 16
 
-def float_dot(c: np.ndarray, a: np.ndarray, b: np.ndarray, numerics: Numerics, input_daz: bool) -> np.ndarray:
-    """C (M, N) fp32 bits plus the dot products of a (M, K, 2) and b (K, N, 2), per ``numerics``."""
+#: output elements per row chunk: bounds the temporaries of one step (a few MiB)
+#: and is the unit of work handed to threads
+CHUNK_ELEMENTS = 1 << 17
+
+_MIN_NORMAL32 = np.float32(fp32.MIN_NORMAL)
+
+
+# -- the fast tier: why float32 ufuncs give the AMX bits -----------------------------
+#
+# Write every finite non-zero input value (bf16 or fp16 widened to fp32, after
+# DAZ where it applies) as x = X * 2**q(x) with X an integer below 2**P, P the
+# significand width (8 for bf16, 11 for fp16). With E the fp32 biased exponent
+# field (E = 1 for an fp32 denormal), q(x) >= E - 126 - P and |x| < 2**(E - 126).
+#
+# Claim: if  Ea_min + Eb_min >= 126 + 2P  and  Ea_max + Eb_max <= 380  over the
+# finite non-zero values of a and b, then for the sdm lanes
+#     fma32(a, b, lane)  ==  float32(float32(a) * float32(b) + lane)
+# as numpy computes it in the default floating-point environment (RNE, no
+# FTZ/DAZ), bit for bit, zero signs and infinities included; and NaN results
+# are exactly the invalid operations (inf * 0, inf - inf).
+#
+# Proof. Let Q = 2**(Ea_min + Eb_min - 252 - 2P) >= 2**-126.
+# (1) Every product p = a*b is a multiple of Q (product of multiples of
+#     2**q(a) and 2**q(b)) with at most 2P <= 22 significant bits, and
+#     |p| < 2**(Ea + Eb - 252) <= 2**128; so p = 0 or 2**-126 <= Q <= |p| <
+#     2**128, and a 22-bit value in that range is an fp32 number: float32
+#     multiplication is exact, with IEEE's zero sign (the sign of fma's
+#     product).
+# (2) Every lane value is a multiple of Q, by induction: lanes start at +0;
+#     the exact sum s of two multiples of Q is one, and rounding s to 24 bits
+#     either keeps it or moves it to a multiple of ulp(s) > Q, a power of two.
+#     So a non-zero s has |s| >= Q >= 2**-126: no step is ever tiny, the FTZ
+#     and tininess rules never act, and gradual underflow never occurs.
+# (3) With p exact, fma32(a, b, lane) = round(p + lane) = float32 addition,
+#     correctly rounded by IEEE 754 (overflow to infinity under RNE, +0 for
+#     an exact zero sum of opposite signs, -0 + -0 = -0), as the model says.
+# (4) Infinite inputs: float32 gives inf products and inf - inf = NaN, the
+#     same special cases; a NaN lane stays NaN. Without NaN inputs every NaN
+#     result is an invalid operation's, whose bits Numerics.nan decides.
+# fp16 needs no scan: |x| <= 65504 < 2**16 and q(x) >= -24 for every fp16
+# value, so the conditions always hold (E >= 103, E <= 142).
+# The two closing additions (even + odd, then C + t) add two fp32 numbers: a
+# tiny exact sum of multiples of 2**-149 below 2**-126 is representable, so
+# float32 gives it exactly and both tininess rules flush it to the zero of
+# its sign; everything else is IEEE's correctly rounded sum.
+
+
+def _exponent_range(magnitude: np.ndarray):
+    """(min, max) fp32 exponent field over finite non-zero magnitudes (denormals as 1), or None."""
+    finite = magnitude < fp32.EXPONENT
+    smallest = int(np.where(finite & (magnitude != 0), magnitude, fp32.EXPONENT).min())
+    if smallest == fp32.EXPONENT:
+        return None
+    largest = int(np.where(finite, magnitude, 0).max())
+    return max(smallest >> 23, 1), largest >> 23
+
+
+def fast_eligible(a_bits: np.ndarray, b_bits: np.ndarray, significand_bits: int) -> bool:
+    """Whether the claim above holds for these (DAZ'd, NaN-free) fp32 bit operands."""
+    range_a = _exponent_range(a_bits & ~fp32.SIGN)
+    range_b = _exponent_range(b_bits & ~fp32.SIGN)
+    if range_a is None or range_b is None:
+        return True  # every product is a zero, an infinity or invalid
+    return range_a[0] + range_b[0] >= 126 + 2 * significand_bits and range_a[1] + range_b[1] <= 380
+
+
+def _close_sum(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """float32 x + y of two fp32 numbers, with a tiny exact result flushed to its signed zero."""
+    s = np.add(x, y)
+    tiny = np.abs(s) < _MIN_NORMAL32
+    if tiny.any():
+        s = np.where(tiny, np.copysign(np.float32(0), s), s)
+    return s
+
+
+def _fast_sdm_block(c_bits, a_fast, b_fast, numerics: Numerics) -> np.ndarray:
+    """One instruction (sdm) on the fast tier: a_fast (K, 2, M), b_fast (K, 2, N) float32 values."""
+    k_count, _, m = a_fast.shape
+    n = b_fast.shape[2]
+    c_value = c_bits.view(np.float32)
+    if numerics.dest_daz:
+        c_value = fp32.daz32(c_bits).view(np.float32)
+    if k_count * m * n <= 8192:
+        # small (one tile): every product in one call, then the lane chains;
+        # +0 is added first because the lanes start at +0 (fma(a, b, +0) of a
+        # -0 product is +0)
+        products = np.multiply(a_fast[:, :, :, None], b_fast[:, :, None, :])
+        lanes = products[0] + np.float32(0)
+        for k in range(1, k_count):
+            lanes += products[k]
+    else:
+        lanes = np.zeros((2, m, n), dtype=np.float32)
+        step = np.empty((2, m, n), dtype=np.float32)
+        for k in range(k_count):
+            np.multiply(a_fast[k, :, :, None], b_fast[k, :, None, :], out=step)
+            np.add(lanes, step, out=lanes)
+    total = _close_sum(c_value, _close_sum(lanes[0], lanes[1]))
+    return _nan_free_result(total.view(np.uint32), c_bits, numerics.nan)
+
+
+def _nan_free_result(bits, c_bits, rule: str) -> np.ndarray:
+    """NaN results of a block whose a and b hold no NaN: C's (quieted) where C is a NaN, else invalid's.
+
+    sdm: C is the first operand of the closing add32(C, t); straight: C is the
+    accumulator of the first fma and then every later one. Any other NaN
+    comes from an invalid operation (inf * 0, inf - inf) and propagates as
+    the default NaN.
+    """
+    result_nan = fp32.is_nan(bits)
+    if not result_nan.any():
+        return bits
+    if rule == "x86":
+        chosen = np.where(fp32.is_nan(c_bits), c_bits | fp32.QUIET_BIT, fp32.X86_DEFAULT_NAN)
+    else:
+        chosen = fp32.X86_DEFAULT_NAN if rule == "default" else fp32.CANONICAL_NAN
+    return np.where(result_nan, chosen, bits).astype(np.uint32)
+
+
+# -- the values and bits tiers ----------------------------------------------------------
+
+
+def _values_block(c, a, b, numerics: Numerics, input_daz: bool) -> np.ndarray:
+    """sdm and straight on float64 values: the same roundings; a and b hold no NaN.
+
+    Without NaN operands in a and b the only NaN a step can make is C's or an
+    invalid operation's, and from then on every step propagates it, so NaN
+    bits need no tracking until the end (see _nan_free_result).
+    """
+    tininess = numerics.tininess
+    a64 = fp32.to_float64(a, input_daz)  # (M, K, 2)
+    b64 = fp32.to_float64(b, input_daz)  # (K, N, 2)
+    with np.errstate(invalid="ignore", over="ignore"):
+        c_value = fp32.to_float64(c, numerics.dest_daz)
+        if numerics.structure == "sdm":
+            lanes = np.zeros(c.shape + (2,))
+            for k in range(a.shape[1]):
+                lanes = fp32.add_values(a64[:, None, k, :] * b64[None, k, :, :], lanes, tininess)
+            result = fp32.add_values(c_value, fp32.add_values(lanes[..., 0], lanes[..., 1], tininess), tininess)
+        else:
+            result = c_value
+            for k in range(a.shape[1]):
+                for lane in (0, 1):
+                    result = fp32.add_values(a64[:, None, k, lane] * b64[None, k, :, lane], result, tininess)
+    with np.errstate(invalid="ignore"):
+        bits = result.astype(np.float32).view(np.uint32)
+    return _nan_free_result(bits, c, numerics.nan)
+
+
+def _bits_block(c, a, b, numerics: Numerics, input_daz: bool) -> np.ndarray:
+    """Every structure step by step on bit patterns, with the full NaN rules (the slowest tier)."""
     rounding = dict(tininess=numerics.tininess, nan=numerics.nan)
     a_mk = a[:, None, :, :]  # (M, 1, K, 2): broadcast against b over n
     b_kn = np.transpose(b, (1, 0, 2))[None]  # (1, N, K, 2): broadcast against a over m
     k_count = a.shape[1]
     structure = numerics.structure
-    if structure in ("sdm", "straight") and not (fp32.is_nan(a).any() or fp32.is_nan(b).any() or fp32.is_nan(c).any()):
-        return _float_dot_without_nan_inputs(c, a, b, numerics, input_daz)
     if structure == "sdm":
         lanes = np.zeros(c.shape + (2,), dtype=np.uint32)  # even, odd accumulators start at +0
         for k in range(k_count):
@@ -53,31 +218,6 @@ def float_dot(c: np.ndarray, a: np.ndarray, b: np.ndarray, numerics: Numerics, i
     raise AssertionError(structure)  # Numerics validates the name
 
 
-def _float_dot_without_nan_inputs(c, a, b, numerics: Numerics, input_daz: bool) -> np.ndarray:
-    """The sdm and straight structures on float64 values: the same roundings, fewer conversions.
-
-    Without NaN operands the only NaN a step can make is an invalid
-    operation's default NaN, and from then on every step propagates that
-    NaN, so NaN bits need no tracking until the end.
-    """
-    tininess = numerics.tininess
-    with np.errstate(invalid="ignore", over="ignore"):
-        products = fp32.to_float64(a, input_daz)[:, None] * np.transpose(fp32.to_float64(b, input_daz), (1, 0, 2))[None]
-        c_value = fp32.to_float64(c, numerics.dest_daz)
-        if numerics.structure == "sdm":
-            lanes = np.zeros(c.shape + (2,))
-            for k in range(a.shape[1]):
-                lanes = fp32.add_values(products[:, :, k, :], lanes, tininess)
-            result = fp32.add_values(c_value, fp32.add_values(lanes[..., 0], lanes[..., 1], tininess), tininess)
-        else:
-            result = c_value
-            for k in range(a.shape[1]):
-                for lane in (0, 1):
-                    result = fp32.add_values(products[:, :, k, lane], result, tininess)
-    bits = result.astype(np.float32).view(np.uint32)
-    return fp32.select_nan(bits, (), numerics.nan)
-
-
 def _products(operands, input_daz: bool) -> list:
     """Exact float64 products of consecutive (a, b) operand pairs."""
     with np.errstate(invalid="ignore"):  # inf * 0 is resolved by select_nan
@@ -87,13 +227,170 @@ def _products(operands, input_daz: bool) -> list:
         ]
 
 
+# -- one schedule, many instructions ----------------------------------------------------
+
+
+class _FloatPlan:
+    """The operands of a float schedule prepared once: NaN rows/columns found, tier chosen.
+
+    For sdm and straight, the rows of ``a`` and columns of ``b`` that hold a
+    NaN go to the bits tier (a NaN input only reaches its own row or column
+    of the output); everything else runs on a NaN-free copy in the fast or
+    values tier. The other structures run on the bits tier throughout.
+    """
+
+    def __init__(self, a, b, numerics: Numerics, input_daz: bool, significand_bits: int):
+        self.a, self.b, self.numerics, self.input_daz = a, b, numerics, input_daz
+        self.split = numerics.structure in ("sdm", "straight")
+        self.fast = None
+        if not self.split:
+            return
+        a_nan = fp32.is_nan(a)
+        b_nan = fp32.is_nan(b)
+        any_a_nan, any_b_nan = bool(a_nan.any()), bool(b_nan.any())
+        self.nan_rows = a_nan.any(axis=(1, 2)) if any_a_nan else np.zeros(a.shape[0], dtype=bool)
+        self.nan_cols = b_nan.any(axis=(0, 2)) if any_b_nan else np.zeros(b.shape[1], dtype=bool)
+        self.any_nan_rows, self.any_nan_cols = any_a_nan, any_b_nan
+        self.a_clean = fp32.daz32(a) if input_daz else a
+        self.b_clean = fp32.daz32(b) if input_daz else b
+        if any_a_nan:
+            self.a_clean = np.where(a_nan, np.uint32(0), self.a_clean)
+        if any_b_nan:
+            self.b_clean = np.where(b_nan, np.uint32(0), self.b_clean)
+        if numerics.structure == "sdm" and fast_eligible(self.a_clean, self.b_clean, significand_bits):
+            # (K, 2, M) and (K, 2, N): each step reads two contiguous rows
+            self.fast = (
+                np.ascontiguousarray(self.a_clean.view(np.float32).transpose(1, 2, 0)),
+                np.ascontiguousarray(self.b_clean.view(np.float32).transpose(0, 2, 1)),
+            )
+
+    @property
+    def tier(self) -> str:
+        """The tier of the NaN-free part: "fast", "values" or "bits"."""
+        return "fast" if self.fast is not None else "values" if self.split else "bits"
+
+    def run_rows(self, c, rows: slice) -> np.ndarray:
+        """The whole schedule (every K block in order) for output rows ``rows``."""
+        if not self.split:
+            return self._schedule(c, self.a[rows], self.b, "bits")
+        out = self._schedule(c, self.a_clean[rows], self.b_clean, self.tier, rows)
+        nan_rows = self.nan_rows[rows]
+        if self.any_nan_rows and nan_rows.any():
+            out[nan_rows] = self._schedule(c[nan_rows], self.a[rows][nan_rows], self.b, "bits")
+        if self.any_nan_cols:
+            keep, cols = ~nan_rows, self.nan_cols
+            out[np.ix_(keep, cols)] = self._schedule(c[keep][:, cols], self.a[rows][keep], self.b[:, cols], "bits")
+        return out
+
+    def _schedule(self, c, a, b, tier: str, rows=None):
+        k_count = a.shape[1]
+        for k0 in range(0, k_count, BLOCK_DWORDS):
+            block = slice(k0, min(k0 + BLOCK_DWORDS, k_count))
+            if tier == "fast":
+                c = _fast_sdm_block(c, self.fast[0][block, :, rows], self.fast[1][block], self.numerics)
+            elif tier == "values":
+                c = _values_block(c, a[:, block], b[block], self.numerics, self.input_daz)
+            else:
+                c = _bits_block(c, a[:, block], b[block], self.numerics, self.input_daz)
+        return np.array(c, dtype=np.uint32)
+
+
+def float_dot(c: np.ndarray, a: np.ndarray, b: np.ndarray, numerics: Numerics, input_daz: bool,
+              significand_bits: int = 24) -> np.ndarray:
+    """C (M, N) fp32 bits plus the dot products of a (M, K, 2) and b (K, N, 2), per ``numerics``.
+
+    K may exceed one instruction's 16 dwords: K is then consumed in blocks of
+    16 in increasing order, each block one instruction whose C is the previous
+    block's result (the matmul schedule). ``significand_bits`` is the width
+    of the input format (8 bf16, 11 fp16; 24, the default, is always safe).
+    """
+    with fp32.default_fp_env():
+        plan = _FloatPlan(a, b, numerics, input_daz, significand_bits)
+        return plan.run_rows(np.asarray(c, dtype=np.uint32), slice(None))
+
+
+def float_matmul(c, a, b, numerics: Numerics, input_daz: bool, significand_bits: int, threads: int = 1) -> np.ndarray:
+    """float_dot over row chunks, optionally on ``threads`` threads (numpy releases the GIL in ufuncs).
+
+    Rows are independent, so the split changes nothing in the bits; the chunks
+    only bound the size of each step's temporaries.
+    """
+    m, n = c.shape
+    with fp32.default_fp_env():
+        plan = _FloatPlan(a, b, numerics, input_daz, significand_bits)
+    rows_per_chunk = max(1, CHUNK_ELEMENTS // max(n, 1))
+    if threads > 1:
+        rows_per_chunk = min(rows_per_chunk, -(-m // threads))
+    chunks = [slice(r, min(r + rows_per_chunk, m)) for r in range(0, m, rows_per_chunk)]
+    out = np.empty((m, n), dtype=np.uint32)
+
+    def run(rows):
+        with fp32.default_fp_env():  # per thread: each thread has its own MXCSR
+            out[rows] = plan.run_rows(c[rows], rows)
+
+    if threads > 1 and len(chunks) > 1:
+        with ThreadPoolExecutor(max_workers=min(threads, len(chunks))) as pool:
+            list(pool.map(run, chunks))
+    else:
+        for rows in chunks:
+            run(rows)
+    return out
+
+
+#: TDPB[SU][SU]D: (tsrc1 signed, tsrc2 signed)
+_INT8_SIGNEDNESS = {"tdpbssd": (True, True), "tdpbsud": (True, False), "tdpbusd": (False, True), "tdpbuud": (False, False)}
+
+
+def engine_dot(op_name: str, c_bits, a, b_vnni, k_dwords: int, threads: int, numerics: Numerics) -> np.ndarray:
+    """The engine contract on the numpy engine: the whole matmul schedule of instruction ``op_name``.
+
+    a: (M, Kd*lanes) raw input bits, row-major; b_vnni: (Kd, N*lanes) in the
+    instruction's interleaved layout; c_bits: (M, N) uint32 (float) or int32.
+    For every output element K is consumed in blocks of 16 dwords in
+    increasing order, each block one instruction whose C is the previous
+    block's result. Returns (M, N) uint32 bits or int32.
+    """
+    from .instructions import widen_fp16_bits  # the fp16 widening lives with the instructions
+    from ..bf16 import widen_bits
+
+    m, n = c_bits.shape
+    if op_name in ("tdpbf16ps", "tdpfp16ps"):
+        if a.shape != (m, 2 * k_dwords) or b_vnni.shape != (k_dwords, 2 * n):
+            raise ValueError(f"engine_dot: shapes a {a.shape}, b {b_vnni.shape}, c {c_bits.shape} do not match Kd={k_dwords}")
+        if op_name == "tdpbf16ps":
+            a32, b32, input_daz, precision = widen_bits(a), widen_bits(b_vnni), numerics.input_daz, 8
+        else:
+            a32, b32, input_daz, precision = widen_fp16_bits(a), widen_fp16_bits(b_vnni), False, 11
+        return float_matmul(np.asarray(c_bits, dtype=np.uint32), a32.reshape(m, k_dwords, 2),
+                            b32.reshape(k_dwords, n, 2), numerics, input_daz, precision, threads)
+    if op_name in _INT8_SIGNEDNESS:
+        if a.shape != (m, 4 * k_dwords) or b_vnni.shape != (k_dwords, 4 * n):
+            raise ValueError(f"engine_dot: shapes a {a.shape}, b {b_vnni.shape}, c {c_bits.shape} do not match Kd={k_dwords}")
+        signed_a, signed_b = _INT8_SIGNEDNESS[op_name]
+        a8 = a.view(np.int8 if signed_a else np.uint8).reshape(m, k_dwords, 4)
+        b8 = b_vnni.view(np.int8 if signed_b else np.uint8).reshape(k_dwords, n, 4)
+        return integer_dot(np.asarray(c_bits).view(np.int32), a8, b8)
+    raise ValueError(f"engine_dot: unknown instruction {op_name!r}")
+
+
 def integer_dot(c: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """C (M, N) int32 plus byte dot products of a (M, K, 4) and b (K, N, 4), wrapping mod 2**32.
 
-    ``a`` and ``b`` hold already sign- or zero-extended values; the sum is
-    exact in int64 (at most 64 products of 2**16), and wrap-around makes the
-    order irrelevant.
+    ``a`` and ``b`` hold already sign- or zero-extended values. Any K: the
+    schedule's per-instruction wrap-around sums equal one sum mod 2**32 (the
+    integers mod 2**32 are a ring, so order and grouping are irrelevant).
+    The sum itself runs as one float64 matrix product, which is exact: every
+    product has |a*b| <= 255**2 < 2**16, so every partial sum in any order is
+    an integer of magnitude below K * 2**16 < 2**53 for K < 2**37 values, and
+    float64 represents those exactly (no rounding, whatever the BLAS order,
+    FMA use or rounding mode).
     """
-    products = np.einsum("mkq,knq->mn", a.astype(np.int64), b.astype(np.int64))
+    m, k, q = a.shape
+    n = b.shape[1]
+    if k * q >= 2**37:
+        raise ValueError(f"K = {k * q} int8 values exceeds the exact float64 bound 2**37 of the numpy engine")
+    a2 = a.reshape(m, k * q).astype(np.float64)
+    b2 = np.ascontiguousarray(np.transpose(b, (0, 2, 1))).reshape(k * q, n).astype(np.float64)
+    products = (a2 @ b2).astype(np.int64)
     total = (c.astype(np.int64) + products) & 0xFFFFFFFF
     return total.astype(np.uint32).view(np.int32)

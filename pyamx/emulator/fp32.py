@@ -1,8 +1,10 @@
 """fp32 arithmetic on raw bit patterns, vectorized, with the AMX rules.
 
 Every function takes and returns uint32 arrays (numpy broadcasting applies)
-so NaN payloads and zero signs survive untouched; nothing here depends on
-the process's MXCSR.
+so NaN payloads and zero signs survive untouched. numpy's float arithmetic
+follows the calling thread's floating-point environment (on x86 the MXCSR
+rounding mode, FTZ and DAZ), so the engine runs inside
+:func:`default_fp_env`, which sets IEEE defaults and restores the caller's.
 
 Why float64 gives exact fp32 results: the product of two fp32 values (24-bit
 significands) has at most 48 significant bits and an exponent inside float64's
@@ -15,6 +17,12 @@ after rounding).
 """
 
 from __future__ import annotations
+
+import contextlib
+import ctypes
+import ctypes.util
+import platform
+import sys
 
 import numpy as np
 
@@ -30,9 +38,55 @@ MIN_NORMAL = 2.0**-126
 _TINY_SCALE = 2.0**192
 
 
+def _libm():
+    """libm's fegetenv/fesetenv where FE_DFL_ENV is ((const fenv_t *) -1) (glibc and musl on x86-64, aarch64)."""
+    if not sys.platform.startswith("linux") or platform.machine() not in ("x86_64", "AMD64", "aarch64"):
+        return None
+    try:
+        lib = ctypes.CDLL(ctypes.util.find_library("m") or "libm.so.6")
+        get, set_ = lib.fegetenv, lib.fesetenv
+    except (OSError, AttributeError):
+        return None
+    get.argtypes = set_.argtypes = [ctypes.c_void_p]
+    get.restype = set_.restype = ctypes.c_int
+    return get, set_
+
+
+_FENV = _libm()
+_FE_DFL_ENV = ctypes.c_void_p(-1)
+#: where the engine cannot set the floating-point environment, results follow the caller's
+FP_ENV_GUARDED = _FENV is not None
+
+
+@contextlib.contextmanager
+def default_fp_env():
+    """Run the block under IEEE defaults (RNE, no FTZ/DAZ); restore the caller's environment after.
+
+    The AMX rules (FTZ, DAZ, RNE) are applied explicitly by this module; the
+    caller's MXCSR (a -ffast-math library sets FTZ/DAZ on load, a user may
+    set round toward zero) must not leak into the float32/float64 steps.
+    """
+    if _FENV is None:
+        yield
+        return
+    saved = ctypes.create_string_buffer(256)  # larger than any fenv_t
+    _FENV[0](saved)
+    _FENV[1](_FE_DFL_ENV)
+    try:
+        yield
+    finally:
+        _FENV[1](saved)
+
+
+def daz32(bits) -> np.ndarray:
+    """fp32 bits with denormals replaced by the zero of their sign."""
+    bits = np.asarray(bits, dtype=np.uint32)
+    return np.where((bits & EXPONENT) == 0, bits & SIGN, bits)
+
+
 def is_nan(bits) -> np.ndarray:
     bits = np.asarray(bits, dtype=np.uint32)
-    return ((bits & EXPONENT) == EXPONENT) & ((bits & MANTISSA) != 0)
+    return (bits & ~SIGN) > EXPONENT
 
 
 def to_float64(bits, daz: bool) -> np.ndarray:
