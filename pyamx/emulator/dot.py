@@ -115,6 +115,14 @@ def _fast_sdm_block(c_bits, a_fast, b_fast, numerics: Numerics) -> np.ndarray:
     c_value = c_bits.view(np.float32)
     if numerics.dest_daz:
         c_value = fp32.daz32(c_bits).view(np.float32)
+    with np.errstate(invalid="ignore", over="ignore"):  # inf * 0, inf - inf, overflow: the model's own results
+        lanes = _fast_lanes(a_fast, b_fast, k_count, m, n)
+        total = _close_sum(c_value, _close_sum(lanes[0], lanes[1]))
+    return _nan_free_result(total.view(np.uint32), c_bits, numerics.nan)
+
+
+def _fast_lanes(a_fast, b_fast, k_count, m, n):
+    """The even and odd lanes (2, M, N) of one instruction: one float32 multiply and add per step."""
     if k_count * m * n <= 8192:
         # small (one tile): every product in one call, then the lane chains;
         # +0 is added first because the lanes start at +0 (fma(a, b, +0) of a
@@ -129,8 +137,7 @@ def _fast_sdm_block(c_bits, a_fast, b_fast, numerics: Numerics) -> np.ndarray:
         for k in range(k_count):
             np.multiply(a_fast[k, :, :, None], b_fast[k, :, None, :], out=step)
             np.add(lanes, step, out=lanes)
-    total = _close_sum(c_value, _close_sum(lanes[0], lanes[1]))
-    return _nan_free_result(total.view(np.uint32), c_bits, numerics.nan)
+    return lanes
 
 
 def _nan_free_result(bits, c_bits, rule: str) -> np.ndarray:
