@@ -35,9 +35,10 @@ BLOCK_DWORDS = 16
 
 #: output elements per row chunk: bounds the temporaries of one step (a few MiB)
 #: and is the unit of work handed to threads
-CHUNK_ELEMENTS = 1 << 17
+CHUNK_ELEMENTS = 1 << 15
 
 _MIN_NORMAL32 = np.float32(fp32.MIN_NORMAL)
+_MIN_NORMAL_BITS = np.uint32(0x00800000)
 
 
 # -- the fast tier: why float32 ufuncs give the AMX bits -----------------------------
@@ -80,23 +81,44 @@ _MIN_NORMAL32 = np.float32(fp32.MIN_NORMAL)
 # its sign; everything else is IEEE's correctly rounded sum.
 
 
-def _exponent_range(magnitude: np.ndarray):
-    """(min, max) fp32 exponent field over finite non-zero magnitudes (denormals as 1), or None."""
-    finite = magnitude < fp32.EXPONENT
-    smallest = int(np.where(finite & (magnitude != 0), magnitude, fp32.EXPONENT).min())
-    if smallest == fp32.EXPONENT:
-        return None
-    largest = int(np.where(finite, magnitude, 0).max())
-    return max(smallest >> 23, 1), largest >> 23
+def _scan(bits: np.ndarray, daz: bool):
+    """One pass over fp32 operand bits: (clean bits, NaN mask or None, exponent range or None).
+
+    Clean bits have denormals as signed zeros (under ``daz``) and NaNs as +0;
+    the range is (min, max) of the fp32 exponent field over the finite
+    non-zero clean values, denormals counted as 1 (see the proof above).
+    """
+    magnitude = bits & ~fp32.SIGN
+    nan = magnitude > fp32.EXPONENT
+    nan_mask = nan if nan.any() else None
+    if daz:
+        tiny = magnitude < _MIN_NORMAL_BITS
+        if tiny.any():
+            bits = np.where(tiny, bits & fp32.SIGN, bits)
+            magnitude = np.where(tiny, np.uint32(0), magnitude)
+    if nan_mask is not None:
+        bits = np.where(nan_mask, np.uint32(0), bits)
+        magnitude = np.where(nan_mask, np.uint32(0), magnitude)
+    # zeros wrap to 0xFFFFFFFF and infinities give 0x7F7FFFFF: the minimum is a live value's, if any
+    smallest = int((magnitude - np.uint32(1)).min()) + 1
+    if smallest >= fp32.EXPONENT:
+        return bits, nan_mask, None
+    largest = int(magnitude.max())
+    if largest >= fp32.EXPONENT:  # an infinity: the largest finite value instead
+        largest = int(np.where(magnitude < fp32.EXPONENT, magnitude, np.uint32(0)).max())
+    return bits, nan_mask, (max(smallest >> 23, 1), largest >> 23)
+
+
+def fast_eligible_ranges(range_a, range_b, significand_bits: int) -> bool:
+    """The claim's conditions on the exponent ranges of a and b (None: no finite non-zero value)."""
+    if range_a is None or range_b is None:
+        return True  # every product is a zero, an infinity or invalid
+    return range_a[0] + range_b[0] >= 126 + 2 * significand_bits and range_a[1] + range_b[1] <= 380
 
 
 def fast_eligible(a_bits: np.ndarray, b_bits: np.ndarray, significand_bits: int) -> bool:
     """Whether the claim above holds for these (DAZ'd, NaN-free) fp32 bit operands."""
-    range_a = _exponent_range(a_bits & ~fp32.SIGN)
-    range_b = _exponent_range(b_bits & ~fp32.SIGN)
-    if range_a is None or range_b is None:
-        return True  # every product is a zero, an infinity or invalid
-    return range_a[0] + range_b[0] >= 126 + 2 * significand_bits and range_a[1] + range_b[1] <= 380
+    return fast_eligible_ranges(_scan(a_bits, False)[2], _scan(b_bits, False)[2], significand_bits)
 
 
 def _close_sum(x: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -117,7 +139,8 @@ def _fast_sdm_block(c_bits, a_fast, b_fast, numerics: Numerics) -> np.ndarray:
         c_value = fp32.daz32(c_bits).view(np.float32)
     with np.errstate(invalid="ignore", over="ignore"):  # inf * 0, inf - inf, overflow: the model's own results
         lanes = _fast_lanes(a_fast, b_fast, k_count, m, n)
-        total = _close_sum(c_value, _close_sum(lanes[0], lanes[1]))
+        # lanes are multiples of Q >= 2**-126 (proof above), so even + odd is never tiny
+        total = _close_sum(c_value, lanes[0] + lanes[1])
     return _nan_free_result(total.view(np.uint32), c_bits, numerics.nan)
 
 
@@ -252,19 +275,12 @@ class _FloatPlan:
         self.fast = None
         if not self.split:
             return
-        a_nan = fp32.is_nan(a)
-        b_nan = fp32.is_nan(b)
-        any_a_nan, any_b_nan = bool(a_nan.any()), bool(b_nan.any())
-        self.nan_rows = a_nan.any(axis=(1, 2)) if any_a_nan else np.zeros(a.shape[0], dtype=bool)
-        self.nan_cols = b_nan.any(axis=(0, 2)) if any_b_nan else np.zeros(b.shape[1], dtype=bool)
-        self.any_nan_rows, self.any_nan_cols = any_a_nan, any_b_nan
-        self.a_clean = fp32.daz32(a) if input_daz else a
-        self.b_clean = fp32.daz32(b) if input_daz else b
-        if any_a_nan:
-            self.a_clean = np.where(a_nan, np.uint32(0), self.a_clean)
-        if any_b_nan:
-            self.b_clean = np.where(b_nan, np.uint32(0), self.b_clean)
-        if numerics.structure == "sdm" and fast_eligible(self.a_clean, self.b_clean, significand_bits):
+        self.a_clean, a_nan, range_a = _scan(a, input_daz)
+        self.b_clean, b_nan, range_b = _scan(b, input_daz)
+        self.any_nan_rows, self.any_nan_cols = a_nan is not None, b_nan is not None
+        self.nan_rows = a_nan.any(axis=(1, 2)) if a_nan is not None else np.zeros(a.shape[0], dtype=bool)
+        self.nan_cols = b_nan.any(axis=(0, 2)) if b_nan is not None else np.zeros(b.shape[1], dtype=bool)
+        if numerics.structure == "sdm" and fast_eligible_ranges(range_a, range_b, significand_bits):
             # (K, 2, M) and (K, 2, N): each step reads two contiguous rows
             self.fast = (
                 np.ascontiguousarray(self.a_clean.view(np.float32).transpose(1, 2, 0)),
