@@ -87,24 +87,26 @@ def _scan(bits: np.ndarray, daz: bool):
     Clean bits have denormals as signed zeros (under ``daz``) and NaNs as +0;
     the range is (min, max) of the fp32 exponent field over the finite
     non-zero clean values, denormals counted as 1 (see the proof above).
+    Ordinary data costs four numpy calls: the extremes say whether a NaN, a
+    denormal or an infinity is there at all.
     """
     magnitude = bits & ~fp32.SIGN
-    nan = magnitude > fp32.EXPONENT
-    nan_mask = nan if nan.any() else None
-    if daz:
-        tiny = magnitude < _MIN_NORMAL_BITS
-        if tiny.any():
-            bits = np.where(tiny, bits & fp32.SIGN, bits)
-            magnitude = np.where(tiny, np.uint32(0), magnitude)
-    if nan_mask is not None:
+    largest = int(magnitude.max())
+    nan_mask = None
+    if largest > fp32.EXPONENT:
+        nan_mask = magnitude > fp32.EXPONENT
         bits = np.where(nan_mask, np.uint32(0), bits)
         magnitude = np.where(nan_mask, np.uint32(0), magnitude)
-    # zeros wrap to 0xFFFFFFFF and infinities give 0x7F7FFFFF: the minimum is a live value's, if any
+    # zeros wrap to 0xFFFFFFFF, so the minimum is a non-zero value's where there is one
     smallest = int((magnitude - np.uint32(1)).min()) + 1
-    if smallest >= fp32.EXPONENT:
+    if daz and smallest < _MIN_NORMAL_BITS:
+        tiny = magnitude < _MIN_NORMAL_BITS
+        bits = np.where(tiny, bits & fp32.SIGN, bits)
+        magnitude = np.where(tiny, np.uint32(0), magnitude)
+        smallest = int((magnitude - np.uint32(1)).min()) + 1
+    if smallest >= fp32.EXPONENT:  # only zeros and infinities
         return bits, nan_mask, None
-    largest = int(magnitude.max())
-    if largest >= fp32.EXPONENT:  # an infinity: the largest finite value instead
+    if largest >= fp32.EXPONENT:  # an infinity (or a NaN, now zero): the largest finite value instead
         largest = int(np.where(magnitude < fp32.EXPONENT, magnitude, np.uint32(0)).max())
     return bits, nan_mask, (max(smallest >> 23, 1), largest >> 23)
 
@@ -135,7 +137,7 @@ def _fast_sdm_block(c_bits, a_fast, b_fast, numerics: Numerics) -> np.ndarray:
     k_count, _, m = a_fast.shape
     n = b_fast.shape[2]
     c_value = c_bits.view(np.float32)
-    if numerics.dest_daz:
+    if numerics.dest_daz and (np.abs(c_value) < _MIN_NORMAL32).any():  # denormals (and zeros): DAZ
         c_value = fp32.daz32(c_bits).view(np.float32)
     with np.errstate(invalid="ignore", over="ignore"):  # inf * 0, inf - inf, overflow: the model's own results
         lanes = _fast_lanes(a_fast, b_fast, k_count, m, n)
@@ -171,9 +173,9 @@ def _nan_free_result(bits, c_bits, rule: str) -> np.ndarray:
     comes from an invalid operation (inf * 0, inf - inf) and propagates as
     the default NaN.
     """
-    result_nan = fp32.is_nan(bits)
-    if not result_nan.any():
+    if not np.isnan(bits.view(np.float32)).any():
         return bits
+    result_nan = fp32.is_nan(bits)
     if rule == "x86":
         chosen = np.where(fp32.is_nan(c_bits), c_bits | fp32.QUIET_BIT, fp32.X86_DEFAULT_NAN)
     else:
@@ -315,7 +317,7 @@ class _FloatPlan:
                 c = _values_block(c, a[:, block], b[block], self.numerics, self.input_daz)
             else:
                 c = _bits_block(c, a[:, block], b[block], self.numerics, self.input_daz)
-        return np.array(c, dtype=np.uint32)
+        return np.ascontiguousarray(c, dtype=np.uint32)
 
 
 def float_dot(c: np.ndarray, a: np.ndarray, b: np.ndarray, numerics: Numerics, input_daz: bool,
