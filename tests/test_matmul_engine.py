@@ -228,3 +228,46 @@ def test_results_do_not_depend_on_the_callers_mxcsr(mxcsr):
 def test_the_environment_guard_is_active_where_results_are_claimed_independent():
     if _X86_LINUX:
         assert fp32.FP_ENV_GUARDED
+
+
+# -- one float64 addition, one rounding: when it is the correctly rounded fp32 sum -------------
+
+
+def _exact_fp32_sum(u: float, v: float, tininess="after") -> int:
+    from fractions import Fraction
+
+    total = Fraction(u) + Fraction(v)
+    negative = total < 0 or (total == 0 and np.signbit(u) and np.signbit(v))
+    return reference.encode(("num", total, negative), tininess)
+
+
+def _short_sum_bits(u, v, tininess="after"):
+    return np.asarray(fp32.add_short_values(np.array([u]), np.array([v]), tininess)).astype(np.float32).view(np.uint32)[0]
+
+
+@pytest.mark.parametrize("tininess", ["after", "before"])
+def test_one_float64_add_rounds_correctly_for_24_bit_addends(tininess):
+    """Random 24-bit addends at every exponent gap around the 29-bit threshold of the proof, ties included."""
+    rng = np.random.default_rng([SEED, len(tininess)])
+    checked = 0
+    for gap in list(range(20, 36)) + [0, 1, 60]:
+        for _ in range(60):
+            e = int(rng.integers(-140, 120))
+            u = float(np.ldexp(float(rng.integers(2**23, 2**24)), e - 23)) * (1 if rng.random() < 0.5 else -1)
+            bits = int(rng.integers(1, 25))
+            v = float(np.ldexp(float(rng.integers(2 ** (bits - 1), 2**bits)), e - gap - bits + 1))
+            v *= 1 if rng.random() < 0.5 else -1
+            if rng.random() < 0.3:  # exactly half an ulp of u (a tie), or just off it
+                v = float(np.copysign(np.ldexp(1.0, e - 24), v)) * (1 + float(rng.choice([0, 2**-23, -(2**-23)])))
+            assert int(_short_sum_bits(u, v, tininess)) == _exact_fp32_sum(u, v, tininess), (u, v)
+            checked += 1
+    assert checked > 1000
+
+
+def test_one_float64_add_is_not_enough_for_wider_addends():
+    """Why generic fp32 products (48 bits) keep TwoSum: the double rounding makes a false tie."""
+    u, v = 1.0, 2.0**-24 * (1 + 2.0**-47)
+    assert _exact_fp32_sum(u, v) == 0x3F800001  # above the tie: rounds up
+    assert int(_short_sum_bits(u, v)) == 0x3F800000  # fl64 drops 2**-71, the tie goes to even
+    two_sum = fp32.add_values(np.array([u]), np.array([v]), "after").astype(np.float32).view(np.uint32)[0]
+    assert int(two_sum) == 0x3F800001

@@ -186,7 +186,7 @@ def _nan_free_result(bits, c_bits, rule: str) -> np.ndarray:
 # -- the values and bits tiers ----------------------------------------------------------
 
 
-def _values_block(c, a, b, numerics: Numerics, input_daz: bool) -> np.ndarray:
+def _values_block(c, a, b, numerics: Numerics, input_daz: bool, short: bool = False) -> np.ndarray:
     """sdm and straight on float64 values: the same roundings; a and b hold no NaN.
 
     Without NaN operands in a and b the only NaN a step can make is C's or an
@@ -194,6 +194,9 @@ def _values_block(c, a, b, numerics: Numerics, input_daz: bool) -> np.ndarray:
     bits need no tracking until the end (see _nan_free_result).
     """
     tininess = numerics.tininess
+    # short: products of bf16/fp16 values have <= 22 bits, so one float64 add
+    # and one rounding is exact (fp32.add_short_values); else TwoSum
+    add = fp32.add_short_values if short else fp32.add_values
     a64 = fp32.to_float64(a, input_daz)  # (M, K, 2)
     b64 = fp32.to_float64(b, input_daz)  # (K, N, 2)
     with np.errstate(invalid="ignore", over="ignore"):
@@ -201,13 +204,13 @@ def _values_block(c, a, b, numerics: Numerics, input_daz: bool) -> np.ndarray:
         if numerics.structure == "sdm":
             lanes = np.zeros(c.shape + (2,))
             for k in range(a.shape[1]):
-                lanes = fp32.add_values(a64[:, None, k, :] * b64[None, k, :, :], lanes, tininess)
-            result = fp32.add_values(c_value, fp32.add_values(lanes[..., 0], lanes[..., 1], tininess), tininess)
+                lanes = add(a64[:, None, k, :] * b64[None, k, :, :], lanes, tininess)
+            result = add(c_value, add(lanes[..., 0], lanes[..., 1], tininess), tininess)
         else:
             result = c_value
             for k in range(a.shape[1]):
                 for lane in (0, 1):
-                    result = fp32.add_values(a64[:, None, k, lane] * b64[None, k, :, lane], result, tininess)
+                    result = add(a64[:, None, k, lane] * b64[None, k, :, lane], result, tininess)
     with np.errstate(invalid="ignore"):
         bits = result.astype(np.float32).view(np.uint32)
     return _nan_free_result(bits, c, numerics.nan)
@@ -273,6 +276,7 @@ class _FloatPlan:
 
     def __init__(self, a, b, numerics: Numerics, input_daz: bool, significand_bits: int):
         self.a, self.b, self.numerics, self.input_daz = a, b, numerics, input_daz
+        self.short = significand_bits <= 12  # products fit in 24 bits
         self.split = numerics.structure in ("sdm", "straight")
         self.fast = None
         if not self.split:
@@ -314,7 +318,7 @@ class _FloatPlan:
             if tier == "fast":
                 c = _fast_sdm_block(c, self.fast[0][block, :, rows], self.fast[1][block], self.numerics)
             elif tier == "values":
-                c = _values_block(c, a[:, block], b[block], self.numerics, self.input_daz)
+                c = _values_block(c, a[:, block], b[block], self.numerics, self.input_daz, self.short)
             else:
                 c = _bits_block(c, a[:, block], b[block], self.numerics, self.input_daz)
         return np.ascontiguousarray(c, dtype=np.uint32)

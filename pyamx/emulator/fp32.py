@@ -118,9 +118,10 @@ def round_to_fp32_values(s: np.ndarray, e: np.ndarray, tininess: str) -> np.ndar
     s = np.asarray(s, dtype=np.float64)
     s_bits = s.view(np.uint64)
     # Round to odd: a lost error forces the last bit on, so the true value is
-    # never mistaken for a tie by the second rounding.
-    needs_odd = (e != 0) & ((s_bits & np.uint64(1)) == 0)
-    if needs_odd.any():
+    # never mistaken for a tie by the second rounding. (e None: s is exact or
+    # its rounding is innocuous, see add_short_values.)
+    needs_odd = False if e is None else (e != 0) & ((s_bits & np.uint64(1)) == 0)
+    if np.any(needs_odd):
         away_from_zero = np.signbit(e) == np.signbit(s)
         s_bits = np.where(needs_odd, np.where(away_from_zero, s_bits + np.uint64(1), s_bits - np.uint64(1)), s_bits)
         s = s_bits.view(np.float64)
@@ -141,6 +142,34 @@ def round_to_fp32_values(s: np.ndarray, e: np.ndarray, tininess: str) -> np.ndar
 def add_values(x: np.ndarray, y: np.ndarray, tininess: str) -> np.ndarray:
     """fp32 ``x + y`` on float64 values that are exact fp32 numbers (no DAZ, NaNs as float64 makes them)."""
     return round_to_fp32_values(*_two_sum(x, y), tininess).astype(np.float64)
+
+
+# When is one float64 addition followed by one rounding to fp32 the correctly
+# rounded fp32 sum? When both addends have at most 24 significant bits (fp32
+# numbers, and products of two bf16 (16 bits) or two fp16 (22 bits) values),
+# whatever their exponents (inside float64's normal range, which holds every
+# such value and product here: |x| >= 2**-266). Proof: let |u| >= |v| > 0,
+# 2**e <= |u| < 2**(e+1), ulp = 2**(e-23) (u is a multiple of it).
+#  - |v| >= 2**(e-28): v's lowest bit is >= 2**(e-28-23), so u + v is a
+#    multiple of 2**(e-51) below 2**(e+2) in magnitude: at most 53 bits, and
+#    float64 adds it exactly. One rounding.
+#  - |v| < 2**(e-28) = ulp/32: u + v lies within ulp/32 of u, while the
+#    nearest rounding boundaries (midpoints) are at least ulp/4 from u (ulp/4
+#    below a power of two). So u + v rounds to u; fl64(u + v) lies between u
+#    and u + v (u is a float64 and rounding is monotone), so it rounds to u
+#    too. The roundings agree with an unbounded exponent as well, so the
+#    tininess (FTZ) decision is the same.
+# It fails for wider addends: u = 1, v = 2**-24 * (1 + 2**-47) (a 48-bit
+# product of two fp32 values) rounds up exactly, but fl64 drops 2**-71 and
+# leaves a tie that rounds to even (tests/test_matmul_engine.py shows both).
+# Generic fp32 products therefore keep the exact TwoSum path above.
+
+
+def add_short_values(x: np.ndarray, y: np.ndarray, tininess: str) -> np.ndarray:
+    """fp32 ``x + y`` for float64 values of at most 24 significant bits each: one float64 add, one rounding."""
+    with np.errstate(invalid="ignore", over="ignore"):
+        s = x + y
+    return round_to_fp32_values(s, None, tininess).astype(np.float64)
 
 
 def select_nan(result: np.ndarray, operands, rule: str) -> np.ndarray:
