@@ -191,8 +191,9 @@ def run(sizes=DEFAULT_SIZES, *, threads=None, engines=None, families=FAMILIES, b
                 say(f"[{step}/{total}] {family} {label} {n}^3" + (f" (about {estimate:.1f} s)" if estimate else ""))
                 try:
                     call = lambda: pyamx.matmul(a, b, backend=backend, engine=engine, threads=threads)  # noqa: E731
-                    result = call()
-                    seconds = _best_time(call, budget)
+                    with _BlasThreads(threads):  # an engine that calls BLAS (numpy: int8) gets the same count
+                        result = call()
+                        seconds = _best_time(call, budget)
                 except AMXError as exc:
                     skipped.append({"backend": backend, "engine": engine, "family": family, "size": n, "reason": str(exc)})
                     continue

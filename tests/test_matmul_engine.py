@@ -271,3 +271,21 @@ def test_one_float64_add_is_not_enough_for_wider_addends():
     assert int(_short_sum_bits(u, v)) == 0x3F800000  # fl64 drops 2**-71, the tie goes to even
     two_sum = fp32.add_values(np.array([u]), np.array([v]), "after").astype(np.float32).view(np.uint32)[0]
     assert int(two_sum) == 0x3F800001
+
+
+def test_fast_tier_refuses_operands_whose_products_need_more_than_24_bits():
+    """Generic fp32 operands (48-bit products) go to the TwoSum tier; bf16/fp16 widths are read from the data."""
+    rng = np.random.default_rng([SEED, 48])
+    a = rng.standard_normal((5, 6, 2)).astype(np.float32).view(np.uint32)
+    b = rng.standard_normal((6, 4, 2)).astype(np.float32).view(np.uint32)
+    c = rng.standard_normal((5, 4)).astype(np.float32).view(np.uint32)
+    plan = dot._FloatPlan(a, b, Numerics(), True, 24)
+    assert plan.tier == "values" and not plan.short
+    np.testing.assert_array_equal(plan.run_rows(c, slice(None)), plan._schedule(c, a, b, "bits"))
+    assert dot.significand_width(a & np.uint32(0xFFFF0000)) == 8
+    assert dot.significand_width(a & np.uint32(0xFFFFE000)) == 11
+    assert dot.significand_width(a) == 24
+    bf = a & np.uint32(0xFFFF0000)
+    assert dot._FloatPlan(bf, b & np.uint32(0xFFFF0000), Numerics(), True, 24).tier == "fast"
+    assert dot._FloatPlan(bf, b & np.uint32(0xFFFFE000), Numerics(), True, 24).tier == "fast"  # 8 + 11 bits
+    assert dot._FloatPlan(bf, b, Numerics(), True, 24).tier == "values"  # 8 + 24 bits

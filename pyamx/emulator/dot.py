@@ -45,21 +45,23 @@ _MIN_NORMAL_BITS = np.uint32(0x00800000)
 #
 # Write every finite non-zero input value (bf16 or fp16 widened to fp32, after
 # DAZ where it applies) as x = X * 2**q(x) with X an integer below 2**P, P the
-# significand width (8 for bf16, 11 for fp16). With E the fp32 biased exponent
-# field (E = 1 for an fp32 denormal), q(x) >= E - 126 - P and |x| < 2**(E - 126).
+# significand width of its operand (Pa, Pb: 8 for bf16, 11 for fp16, read from
+# the data by significand_width). With E the fp32 biased exponent field (E = 1
+# for an fp32 denormal), q(x) >= E - 126 - P and |x| < 2**(E - 126).
 #
-# Claim: if  Ea_min + Eb_min >= 126 + 2P  and  Ea_max + Eb_max <= 380  over the
-# finite non-zero values of a and b, then for the sdm lanes
+# Claim: if  Pa + Pb <= 24,  Ea_min + Eb_min >= 126 + Pa + Pb  and
+# Ea_max + Eb_max <= 380  over the finite non-zero values of a and b, then for
+# the sdm lanes
 #     fma32(a, b, lane)  ==  float32(float32(a) * float32(b) + lane)
 # as numpy computes it in the default floating-point environment (RNE, no
 # FTZ/DAZ), bit for bit, zero signs and infinities included; and NaN results
 # are exactly the invalid operations (inf * 0, inf - inf).
 #
-# Proof. Let Q = 2**(Ea_min + Eb_min - 252 - 2P) >= 2**-126.
+# Proof. Let Q = 2**(Ea_min + Eb_min - 252 - Pa - Pb) >= 2**-126.
 # (1) Every product p = a*b is a multiple of Q (product of multiples of
-#     2**q(a) and 2**q(b)) with at most 2P <= 22 significant bits, and
+#     2**q(a) and 2**q(b)) with at most Pa + Pb <= 24 significant bits, and
 #     |p| < 2**(Ea + Eb - 252) <= 2**128; so p = 0 or 2**-126 <= Q <= |p| <
-#     2**128, and a 22-bit value in that range is an fp32 number: float32
+#     2**128, and a 24-bit value in that range is an fp32 number: float32
 #     multiplication is exact, with IEEE's zero sign (the sign of fma's
 #     product).
 # (2) Every lane value is a multiple of Q, by induction: lanes start at +0;
@@ -111,16 +113,35 @@ def _scan(bits: np.ndarray, daz: bool):
     return bits, nan_mask, (max(smallest >> 23, 1), largest >> 23)
 
 
-def fast_eligible_ranges(range_a, range_b, significand_bits: int) -> bool:
-    """The claim's conditions on the exponent ranges of a and b (None: no finite non-zero value)."""
+def significand_width(bits: np.ndarray) -> int:
+    """P such that every value has at most P significant bits: 8 (bf16), 11 (fp16) or 24.
+
+    Read from the data: widened bf16 has its low 16 fp32 bits zero and
+    widened fp16 its low 13; a normal then has P bits and is a multiple of
+    2**(E - 126 - P), a denormal (E counted as 1) fewer bits and a multiple
+    of 2**(-125 - P).
+    """
+    if not (bits & np.uint32(0xFFFF)).any():
+        return 8
+    return 11 if not (bits & np.uint32(0x1FFF)).any() else 24
+
+
+def fast_eligible_ranges(range_a, range_b, product_bits: int) -> bool:
+    """The claim's conditions: products of at most 24 bits, and the exponent ranges of a and b.
+
+    ``product_bits`` is Pa + Pb (2P in the proof above); a range of None
+    means no finite non-zero value.
+    """
+    if product_bits > 24:
+        return False  # e.g. fp32 x fp32: a product is not exact in float32
     if range_a is None or range_b is None:
         return True  # every product is a zero, an infinity or invalid
-    return range_a[0] + range_b[0] >= 126 + 2 * significand_bits and range_a[1] + range_b[1] <= 380
+    return range_a[0] + range_b[0] >= 126 + product_bits and range_a[1] + range_b[1] <= 380
 
 
 def fast_eligible(a_bits: np.ndarray, b_bits: np.ndarray, significand_bits: int) -> bool:
-    """Whether the claim above holds for these (DAZ'd, NaN-free) fp32 bit operands."""
-    return fast_eligible_ranges(_scan(a_bits, False)[2], _scan(b_bits, False)[2], significand_bits)
+    """Whether the claim above holds for these (DAZ'd, NaN-free) fp32 bit operands of ``significand_bits`` bits."""
+    return fast_eligible_ranges(_scan(a_bits, False)[2], _scan(b_bits, False)[2], 2 * significand_bits)
 
 
 def _close_sum(x: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -276,7 +297,7 @@ class _FloatPlan:
 
     def __init__(self, a, b, numerics: Numerics, input_daz: bool, significand_bits: int):
         self.a, self.b, self.numerics, self.input_daz = a, b, numerics, input_daz
-        self.short = significand_bits <= 12  # products fit in 24 bits
+        self.short = False
         self.split = numerics.structure in ("sdm", "straight")
         self.fast = None
         if not self.split:
@@ -286,7 +307,10 @@ class _FloatPlan:
         self.any_nan_rows, self.any_nan_cols = a_nan is not None, b_nan is not None
         self.nan_rows = a_nan.any(axis=(1, 2)) if a_nan is not None else np.zeros(a.shape[0], dtype=bool)
         self.nan_cols = b_nan.any(axis=(0, 2)) if b_nan is not None else np.zeros(b.shape[1], dtype=bool)
-        if numerics.structure == "sdm" and fast_eligible_ranges(range_a, range_b, significand_bits):
+        product_bits = min(significand_bits, significand_width(self.a_clean)) + min(
+            significand_bits, significand_width(self.b_clean))
+        self.short = product_bits <= 24  # one float64 add and one rounding suffice (fp32.add_short_values)
+        if numerics.structure == "sdm" and fast_eligible_ranges(range_a, range_b, product_bits):
             # (K, 2, M) and (K, 2, N): each step reads two contiguous rows
             self.fast = (
                 np.ascontiguousarray(self.a_clean.view(np.float32).transpose(1, 2, 0)),
