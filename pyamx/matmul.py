@@ -22,7 +22,7 @@ from . import _backend, _validate
 from ._result import AMXResult, label
 from .emulator import dot as _dot
 from .emulator import numerics as _numerics
-from .errors import BackendError, NativeUnavailableError
+from .errors import BackendError
 
 #: values per dword and the value a padded dword holds in A and in B, per family
 _FAMILIES = {
@@ -188,24 +188,16 @@ def resolve_engine(engine, numerics):
 # -- the native path ----------------------------------------------------------------------
 
 
-def _native_kernel():
-    """The compiled AMX matmul entry point, or None where this build has none."""
-    try:
-        from ._nativelib import lib
-    except ImportError:
-        return None
-    return getattr(lib, "pyamx_matmul_amx", None)
-
-
 def _run_native(p: Plan, threads):
-    """Dispatch point for the native AMX kernels (csrc/matmul_amx.c)."""
-    kernel = _native_kernel()
-    if kernel is None:
-        raise NativeUnavailableError(
-            "the native backend was requested for matmul, but this build has no native matmul kernels "
-            "(csrc/matmul_amx.c); use backend='emulator'"
-        )
-    raise NativeUnavailableError("the native matmul kernels are not wired to pyamx.matmul in this build")
+    """The native AMX kernels (csrc/matmul_amx.c through pyamx._native_matmul) on the packed operands.
+
+    The kernel takes exactly the engine contract's operands: A padded to whole
+    dwords, B interleaved, C bits; it raises NativeUnavailableError where its
+    kernel family cannot run.
+    """
+    from ._native_matmul import matmul_native
+
+    return matmul_native(p.mnemonic, p.a, p.b_vnni, p.c, p.k_dwords, threads)
 
 
 # -- the public function ----------------------------------------------------------------
@@ -247,13 +239,10 @@ def matmul(a, b, c=None, *, kind=None, backend=None, engine=None, threads=None, 
     p = plan(a, b, c, kind=kind)
     chosen = _backend.resolve(backend, p.family)
     if chosen == "native":
-        named = backend == "native" or (backend is None and _backend.REQUESTED == "native")
         if numerics != _numerics.PRESETS["sdm"]:
             raise ValueError("matmul: numerics= selects an emulator model; the native backend computes what silicon computes")
-        if named or _native_kernel() is not None:
-            bits = _run_native(p, threads)
-            return label(bits.view(np.int32 if p.family == "int8" else np.float32), "native", _backend.native_mode())
-        chosen = "emulator"  # auto: this build has AMX tile kernels but no native matmul
+        bits = _run_native(p, threads)
+        return label(bits.view(np.int32 if p.family == "int8" else np.float32), "native", _backend.native_mode())
     eng = resolve_engine(engine, numerics)
     out = eng.dot(p.mnemonic, p.c, p.a, p.b_vnni, p.k_dwords, threads)
     result = label(np.asarray(out).view(np.int32 if p.family == "int8" else np.float32), "emulator")

@@ -304,3 +304,29 @@ def test_odd_k_under_every_numerics_option_matches_the_unpadded_reference(option
         want = _reference_matrix(a, b, c, lambda x: reference.decode_bf16(x, input_daz), **options)
         got = pyamx.matmul(a, b, c, backend="emulator", numerics=pyamx.Numerics(input_daz=input_daz, **options))
         assert_same_bits(got, want, f"{options} {m}x{k}x{n}")
+
+
+# -- the native backend: the same bits --------------------------------------------------------
+
+
+@pytest.mark.parametrize("mnemonic", ["tdpbf16ps", "tdpfp16ps", "tdpbssd", "tdpbsud", "tdpbusd", "tdpbuud"])
+@pytest.mark.parametrize("m, k, n", [(1, 1, 1), (17, 33, 15), (5, 70, 3), (33, 129, 18)])
+def test_native_matmul_is_the_emulator_bit_for_bit(native_family, mnemonic, m, k, n):
+    """On silicon, or in the trap mode in CI: the native kernels against the emulator, adversarial data."""
+    family = {"tdpbf16ps": "bf16", "tdpfp16ps": "fp16"}.get(mnemonic, "int8")
+    native_family(family)
+    rng = np.random.default_rng([SEED, 9, m, k, n, len(mnemonic)])
+    if family == "int8":
+        signed = {"tdpbssd": (1, 1), "tdpbsud": (1, 0), "tdpbusd": (0, 1), "tdpbuud": (0, 0)}[mnemonic]
+        a = rng.integers(0, 256, (m, k)).astype(np.uint8).view(np.int8 if signed[0] else np.uint8)
+        b = rng.integers(0, 256, (k, n)).astype(np.uint8).view(np.int8 if signed[1] else np.uint8)
+        c = rng.integers(-(2**31), 2**31, (m, n)).astype(np.int32)
+        kind = None
+    else:
+        make = random_bf16 if family == "bf16" else random_fp16
+        a, b, c = make(rng, (m, k), True), make(rng, (k, n), True), random_c(rng, (m, n), True)
+        kind = family
+    got = pyamx.matmul(a, b, c, kind=kind, backend="native")
+    assert got.backend == "native" and got.native_mode in ("silicon", "trap")
+    want = pyamx.matmul(a, b, c, kind=kind, backend="emulator")
+    assert_same_bits(got, want, f"native {mnemonic} {m}x{k}x{n}")
