@@ -144,13 +144,19 @@ def fast_eligible(a_bits: np.ndarray, b_bits: np.ndarray, significand_bits: int)
     return fast_eligible_ranges(_scan(a_bits, False)[2], _scan(b_bits, False)[2], 2 * significand_bits)
 
 
+def _flush(x: np.ndarray) -> np.ndarray:
+    """float32 values with denormals replaced by the zero of their sign (FTZ of an exact tiny result, or DAZ).
+
+    Multiplying by the 0/1 mask keeps every sign (a denormal times 0 is a
+    zero of its sign) and leaves infinities (mask 1) and NaNs (still NaN;
+    their bits are chosen later from the operands) alone.
+    """
+    return np.multiply(x, np.abs(x) >= _MIN_NORMAL32)
+
+
 def _close_sum(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     """float32 x + y of two fp32 numbers, with a tiny exact result flushed to its signed zero."""
-    s = np.add(x, y)
-    tiny = np.abs(s) < _MIN_NORMAL32
-    if tiny.any():
-        s = np.where(tiny, np.copysign(np.float32(0), s), s)
-    return s
+    return _flush(np.add(x, y))
 
 
 def _fast_sdm_block(c_bits, a_fast, b_fast, numerics: Numerics) -> np.ndarray:
@@ -158,9 +164,9 @@ def _fast_sdm_block(c_bits, a_fast, b_fast, numerics: Numerics) -> np.ndarray:
     k_count, _, m = a_fast.shape
     n = b_fast.shape[2]
     c_value = c_bits.view(np.float32)
-    if numerics.dest_daz and (np.abs(c_value) < _MIN_NORMAL32).any():  # denormals (and zeros): DAZ
-        c_value = fp32.daz32(c_bits).view(np.float32)
     with np.errstate(invalid="ignore", over="ignore"):  # inf * 0, inf - inf, overflow: the model's own results
+        if numerics.dest_daz:
+            c_value = _flush(c_value)
         lanes = _fast_lanes(a_fast, b_fast, k_count, m, n)
         # lanes are multiples of Q >= 2**-126 (proof above), so even + odd is never tiny
         total = _close_sum(c_value, lanes[0] + lanes[1])
