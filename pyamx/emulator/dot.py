@@ -84,11 +84,12 @@ _MIN_NORMAL_BITS = np.uint32(0x00800000)
 
 
 def _scan(bits: np.ndarray, daz: bool):
-    """One pass over fp32 operand bits: (clean bits, NaN mask or None, exponent range or None).
+    """One pass over fp32 operand bits: (clean bits, NaN mask or None, range or None).
 
     Clean bits have denormals as signed zeros (under ``daz``) and NaNs as +0;
     the range is (min, max) of the fp32 exponent field over the finite
-    non-zero clean values, denormals counted as 1 (see the proof above).
+    non-zero clean values, denormals counted as 1 (see the proof above), and
+    the significand width (see significand_width) of the clean values.
     Ordinary data costs four numpy calls: the extremes say whether a NaN, a
     denormal or an infinity is there at all.
     """
@@ -110,7 +111,11 @@ def _scan(bits: np.ndarray, daz: bool):
         return bits, nan_mask, None
     if largest >= fp32.EXPONENT:  # an infinity (or a NaN, now zero): the largest finite value instead
         largest = int(np.where(magnitude < fp32.EXPONENT, magnitude, np.uint32(0)).max())
-    return bits, nan_mask, (max(smallest >> 23, 1), largest >> 23)
+    return bits, nan_mask, (max(smallest >> 23, 1), largest >> 23, _width(int(np.bitwise_or.reduce(magnitude, axis=None))))
+
+
+def _width(low_bits: int) -> int:
+    return 8 if not low_bits & 0xFFFF else 11 if not low_bits & 0x1FFF else 24
 
 
 def significand_width(bits: np.ndarray) -> int:
@@ -121,9 +126,7 @@ def significand_width(bits: np.ndarray) -> int:
     2**(E - 126 - P), a denormal (E counted as 1) fewer bits and a multiple
     of 2**(-125 - P).
     """
-    if not (bits & np.uint32(0xFFFF)).any():
-        return 8
-    return 11 if not (bits & np.uint32(0x1FFF)).any() else 24
+    return _width(int(np.bitwise_or.reduce(bits & ~fp32.SIGN, axis=None)))
 
 
 def fast_eligible_ranges(range_a, range_b, product_bits: int) -> bool:
@@ -313,8 +316,11 @@ class _FloatPlan:
         self.any_nan_rows, self.any_nan_cols = a_nan is not None, b_nan is not None
         self.nan_rows = a_nan.any(axis=(1, 2)) if a_nan is not None else np.zeros(a.shape[0], dtype=bool)
         self.nan_cols = b_nan.any(axis=(0, 2)) if b_nan is not None else np.zeros(b.shape[1], dtype=bool)
-        product_bits = min(significand_bits, significand_width(self.a_clean)) + min(
-            significand_bits, significand_width(self.b_clean))
+        # a range's third item is its operand's significand width; an operand without finite
+        # non-zero values makes every product a zero, an infinity or invalid (width 0)
+        width_a = 0 if range_a is None else min(significand_bits, range_a[2])
+        width_b = 0 if range_b is None else min(significand_bits, range_b[2])
+        product_bits = width_a + width_b
         self.short = product_bits <= 24  # one float64 add and one rounding suffice (fp32.add_short_values)
         if numerics.structure == "sdm" and fast_eligible_ranges(range_a, range_b, product_bits):
             # (K, 2, M) and (K, 2, N): each step reads two contiguous rows
