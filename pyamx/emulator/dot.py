@@ -14,9 +14,10 @@ tests/test_matmul_engine.py hold each against tests/reference.py):
    are proven to keep every product and every lane step away from the
    places where float32 arithmetic and the AMX rules differ (see
    :func:`fast_eligible`). This is what ordinary data runs.
-2. ``values``: sdm and straight in float64 with an exact error term per
-   step (TwoSum, round to odd), for data that can underflow or overflow a
-   product, but holds no NaN operand.
+2. ``values``: sdm and straight in float64, for data that can underflow or
+   overflow a product but holds no NaN operand: one float64 add and one
+   rounding per step for bf16/fp16 products (fp32.add_short_values), an
+   exact error term (TwoSum, round to odd) for wider ones.
 3. ``bits``: every structure, step by step on bit patterns with the full
    NaN rules of Numerics.nan, for the rows and columns that hold a NaN.
 """
