@@ -407,6 +407,14 @@ def float_matmul(c, a, b, numerics: Numerics, input_daz: bool, significand_bits:
 _INT8_SIGNEDNESS = {"tdpbssd": (True, True), "tdpbsud": (True, False), "tdpbusd": (False, True), "tdpbuud": (False, False)}
 
 
+def _words(c_bits, dtype) -> np.ndarray:
+    """C as 4-byte words of ``dtype``, by reinterpreting its bits (float32 C is never converted)."""
+    c_bits = np.ascontiguousarray(c_bits)
+    if c_bits.dtype.itemsize != 4:
+        raise TypeError(f"engine_dot: c_bits must hold 4-byte words, got dtype {c_bits.dtype}")
+    return c_bits.view(dtype)
+
+
 def engine_dot(op_name: str, c_bits, a, b_vnni, k_dwords: int, threads: int, numerics: Numerics) -> np.ndarray:
     """The engine contract on the numpy engine: the whole matmul schedule of instruction ``op_name``.
 
@@ -427,7 +435,7 @@ def engine_dot(op_name: str, c_bits, a, b_vnni, k_dwords: int, threads: int, num
             a32, b32, input_daz, precision = widen_bits(a), widen_bits(b_vnni), numerics.input_daz, 8
         else:
             a32, b32, input_daz, precision = widen_fp16_bits(a), widen_fp16_bits(b_vnni), False, 11
-        return float_matmul(np.asarray(c_bits, dtype=np.uint32), a32.reshape(m, k_dwords, 2),
+        return float_matmul(_words(c_bits, np.uint32), a32.reshape(m, k_dwords, 2),
                             b32.reshape(k_dwords, n, 2), numerics, input_daz, precision, threads)
     if op_name in _INT8_SIGNEDNESS:
         if a.shape != (m, 4 * k_dwords) or b_vnni.shape != (k_dwords, 4 * n):
@@ -435,7 +443,7 @@ def engine_dot(op_name: str, c_bits, a, b_vnni, k_dwords: int, threads: int, num
         signed_a, signed_b = _INT8_SIGNEDNESS[op_name]
         a8 = a.view(np.int8 if signed_a else np.uint8).reshape(m, k_dwords, 4)
         b8 = b_vnni.view(np.int8 if signed_b else np.uint8).reshape(k_dwords, n, 4)
-        return integer_dot(np.asarray(c_bits).view(np.int32), a8, b8)
+        return integer_dot(_words(c_bits, np.int32), a8, b8)
     raise ValueError(f"engine_dot: unknown instruction {op_name!r}")
 
 
