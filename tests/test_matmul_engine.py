@@ -113,8 +113,9 @@ def test_prescan_boundary_near_overflow(high_field):
     np.testing.assert_array_equal(got, _reference_matmul(a, b, c))
 
 
+@pytest.mark.parametrize("structure", ["sdm", "straight"])
 @pytest.mark.parametrize("data", ["normal", "specials", "nan_c", "nan_ab", "big_k"])
-def test_the_three_tiers_give_the_same_bits(data):
+def test_the_three_tiers_give_the_same_bits(data, structure):
     rng = np.random.default_rng([SEED, len(data)])
     m, k, n = (9, 300, 7) if data == "big_k" else (11, 45, 13)
     a = bf16.from_float32(rng.standard_normal((m, k)).astype(np.float32))
@@ -128,7 +129,7 @@ def test_the_three_tiers_give_the_same_bits(data):
         c[::3, ::2] = np.array([0x7F800001, 0xFFC12345], np.uint32)[0]
     if data == "nan_ab":
         a[2, 7], b[5, 3] = 0x7F81, 0xFFC3
-    plan = _plan(a, b)
+    plan = _plan(a, b, Numerics(structure=structure))
     assert plan.tier == "fast"
     k_dwords = plan.a.shape[1]
     rows = slice(None)
@@ -142,8 +143,9 @@ def test_the_three_tiers_give_the_same_bits(data):
     assert k_dwords == -(-k // 2)
 
 
+@pytest.mark.parametrize("structure", ["sdm", "straight"])
 @pytest.mark.parametrize("rule", ["x86", "default", "canonical"])
-def test_nan_rules_on_the_fast_tier_match_the_reference(rule):
+def test_nan_rules_on_the_fast_tier_match_the_reference(rule, structure):
     """C NaNs (payloads kept under x86) and invalid operations, on data the fast tier takes."""
     rng = np.random.default_rng([SEED, len(rule)])
     m, k, n = 4, 6, 5
@@ -153,10 +155,10 @@ def test_nan_rules_on_the_fast_tier_match_the_reference(rule):
     a[1, 2], a[1, 4], b[2, 2], b[4, 2] = 0x7F80, 0x7F80, 0x3F80, 0xBF80  # inf - inf across the lanes
     c = rng.standard_normal((m, n)).astype(np.float32).view(np.uint32)
     c[3, 0], c[3, 1], c[0, 1] = 0x7F800001, 0xFFC12345, 0x7FA00000  # signalling/quiet NaN, and NaN + invalid
-    numerics = Numerics(nan=rule)
+    numerics = Numerics(nan=rule, structure=structure)
     assert _plan(a, b, numerics).tier == "fast"
     got = pyamx.matmul(a, b, c, backend="emulator", numerics=numerics).view(np.uint32)
-    want = np.array(reference.tdpbf16ps(c, a, bf16.pack_pairs(b)), dtype=np.uint64).astype(np.uint32)
+    want = np.array(reference.tdpbf16ps(c, a, bf16.pack_pairs(b), structure=structure), dtype=np.uint64).astype(np.uint32)
     if rule != "x86":
         nan = ((want & 0x7FFFFFFF) > 0x7F800000)
         want = np.where(nan, np.uint32(0xFFC00000 if rule == "default" else 0x7FC00000), want)
@@ -271,6 +273,22 @@ def test_one_float64_add_is_not_enough_for_wider_addends():
     assert int(_short_sum_bits(u, v)) == 0x3F800000  # fl64 drops 2**-71, the tie goes to even
     two_sum = fp32.add_values(np.array([u]), np.array([v]), "after").astype(np.float32).view(np.uint32)[0]
     assert int(two_sum) == 0x3F800001
+
+
+def test_straight_fast_tier_needs_a_coarse_c():
+    """straight starts its accumulator at C: a C below 2**-103 (quantum below 2**-126) sends the chunk to the values tier."""
+    rng = np.random.default_rng([SEED, 103])
+    a = bf16.from_float32(rng.standard_normal((4, 10)).astype(np.float32))
+    b = bf16.from_float32(rng.standard_normal((10, 3)).astype(np.float32))
+    numerics = Numerics(structure="straight", dest_daz=False)
+    for c_bits, fits in ((0x3F800000, True), (0x0C000000, True), (0x0B800000, False), (0x00000001, False)):
+        c = np.full((4, 3), c_bits, np.uint32)
+        assert dot._straight_c_fits(c, numerics) == fits
+        c[0, 0] = 0xBF812345  # a cancellation partner in one element
+        got = pyamx.matmul(a, b, c, backend="emulator", numerics=numerics).view(np.uint32)
+        want = np.array(reference.tdpbf16ps(c, a, bf16.pack_pairs(b), structure="straight", dest_daz=False),
+                        dtype=np.uint64).astype(np.uint32)
+        np.testing.assert_array_equal(got, want)
 
 
 def test_fast_tier_refuses_operands_whose_products_need_more_than_24_bits():

@@ -10,7 +10,7 @@ or per element.
 Three tiers compute the same bits (tests/test_emulator_exact.py and
 tests/test_matmul_engine.py hold each against tests/reference.py):
 
-1. ``fast``: the sdm structure in plain float32 ufuncs, where the operands
+1. ``fast``: the sdm and straight structures in plain float32 ufuncs, where the operands
    are proven to keep every product and every lane step away from the
    places where float32 arithmetic and the AMX rules differ (see
    :func:`fast_eligible`). This is what ordinary data runs.
@@ -196,6 +196,32 @@ def _fast_lanes(a_fast, b_fast, k_count, m, n):
     return lanes
 
 
+# The straight structure (one accumulator from C through every product) on the
+# fast tier: the claim's proof holds with the accumulator in place of the
+# lanes once C itself is a multiple of Q as well, i.e. (C's quantum being
+# 2**(Ec - 150)) when every finite non-zero C has Ec >= 24 after DAZ: every
+# block's result is then again such a multiple (step (2) of the proof), so
+# checking the first C covers every later block.
+
+
+def _straight_c_fits(c_bits, numerics: Numerics) -> bool:
+    c_range = _scan(c_bits, numerics.dest_daz)[2]
+    return c_range is None or c_range[0] >= 24
+
+
+def _fast_straight_block(c_bits, a_fast, b_fast, numerics: Numerics) -> np.ndarray:
+    """One instruction (straight) on the fast tier: per k the even, then the odd product into one accumulator."""
+    c_value = c_bits.view(np.float32)
+    with np.errstate(invalid="ignore", over="ignore"):
+        acc = _flush(c_value) if numerics.dest_daz else c_value.copy()
+        step = np.empty_like(acc)
+        for k in range(a_fast.shape[0]):
+            for lane in (0, 1):
+                np.multiply(a_fast[k, lane, :, None], b_fast[k, lane, None, :], out=step)
+                np.add(acc, step, out=acc)
+    return _nan_free_result(acc.view(np.uint32), c_bits, numerics.nan)
+
+
 def _nan_free_result(bits, c_bits, rule: str) -> np.ndarray:
     """NaN results of a block whose a and b hold no NaN: C's (quieted) where C is a NaN, else invalid's.
 
@@ -323,7 +349,7 @@ class _FloatPlan:
         width_b = 0 if range_b is None else min(significand_bits, range_b[2])
         product_bits = width_a + width_b
         self.short = product_bits <= 24  # one float64 add and one rounding suffice (fp32.add_short_values)
-        if numerics.structure == "sdm" and fast_eligible_ranges(range_a, range_b, product_bits):
+        if fast_eligible_ranges(range_a, range_b, product_bits):
             # (K, 2, M) and (K, 2, N): each step reads two contiguous rows
             self.fast = (
                 np.ascontiguousarray(self.a_clean.view(np.float32).transpose(1, 2, 0)),
@@ -339,7 +365,10 @@ class _FloatPlan:
         """The whole schedule (every K block in order) for output rows ``rows``."""
         if not self.split:
             return self._schedule(c, self.a[rows], self.b, "bits")
-        out = self._schedule(c, self.a_clean[rows], self.b_clean, self.tier, rows)
+        tier = self.tier
+        if tier == "fast" and self.numerics.structure == "straight" and not _straight_c_fits(c, self.numerics):
+            tier = "values"
+        out = self._schedule(c, self.a_clean[rows], self.b_clean, tier, rows)
         nan_rows = self.nan_rows[rows]
         if self.any_nan_rows and nan_rows.any():
             out[nan_rows] = self._schedule(c[nan_rows], self.a[rows][nan_rows], self.b, "bits")
@@ -353,7 +382,8 @@ class _FloatPlan:
         for k0 in range(0, k_count, BLOCK_DWORDS):
             block = slice(k0, min(k0 + BLOCK_DWORDS, k_count))
             if tier == "fast":
-                c = _fast_sdm_block(c, self.fast[0][block, :, rows], self.fast[1][block], self.numerics)
+                fast_block = _fast_sdm_block if self.numerics.structure == "sdm" else _fast_straight_block
+                c = fast_block(c, self.fast[0][block, :, rows], self.fast[1][block], self.numerics)
             elif tier == "values":
                 c = _values_block(c, a[:, block], b[block], self.numerics, self.input_daz, self.short)
             else:
