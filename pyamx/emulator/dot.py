@@ -214,11 +214,18 @@ def _fast_straight_block(c_bits, a_fast, b_fast, numerics: Numerics) -> np.ndarr
     c_value = c_bits.view(np.float32)
     with np.errstate(invalid="ignore", over="ignore"):
         acc = _flush(c_value) if numerics.dest_daz else c_value.copy()
-        step = np.empty_like(acc)
-        for k in range(a_fast.shape[0]):
-            for lane in (0, 1):
-                np.multiply(a_fast[k, lane, :, None], b_fast[k, lane, None, :], out=step)
-                np.add(acc, step, out=acc)
+        k_count, _, m = a_fast.shape
+        if k_count * m * acc.shape[1] <= 8192:  # small: every product in one call
+            products = np.multiply(a_fast[:, :, :, None], b_fast[:, :, None, :])
+            for k in range(k_count):
+                acc += products[k, 0]
+                acc += products[k, 1]
+        else:
+            step = np.empty_like(acc)
+            for k in range(k_count):
+                for lane in (0, 1):
+                    np.multiply(a_fast[k, lane, :, None], b_fast[k, lane, None, :], out=step)
+                    np.add(acc, step, out=acc)
     return _nan_free_result(acc.view(np.uint32), c_bits, numerics.nan)
 
 
