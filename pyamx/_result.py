@@ -6,11 +6,11 @@ import numpy as np
 
 
 class AMXResult(np.ndarray):
-    """An ordinary ndarray with a few extra attributes, ``backend`` first.
+    """An ordinary ndarray with one extra attribute, ``backend``.
 
     ``backend`` is ``"emulator"`` or ``"native"`` (``native_mode`` then says
-    ``"silicon"`` or ``"trap"``); ``engine`` names the emulator's arithmetic
-    engine where one ran (``"numpy"``, ...), else None. Arithmetic on the result gives plain arrays,
+    ``"silicon"`` or ``"trap"``; on the emulator ``engine`` names the
+    arithmetic engine, see :mod:`pyamx.engine`). Arithmetic on the result gives plain arrays,
     so the label never sticks to numbers pyamx did not compute.
     """
 
@@ -33,8 +33,9 @@ class AMXResult(np.ndarray):
         return f"{np.asarray(self)!r} (backend={label}{engine})"
 
 
-def label(array: np.ndarray, backend: str, native_mode: str | None = None) -> AMXResult:
+def label(array: np.ndarray, backend: str, native_mode: str | None = None, engine: str | None = None) -> AMXResult:
     result = np.ascontiguousarray(array).view(AMXResult)
     result.backend = backend
     result.native_mode = native_mode
+    result.engine = engine
     return result

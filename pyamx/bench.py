@@ -122,12 +122,12 @@ def _targets(engines):
     """[(backend, engine or None, why-not or None)] for every backend/engine pair asked for."""
     from . import _backend
     from .errors import AMXError
-    from .matmul import ENGINES, resolve_engine
+    from .engine import NAMES, resolve
 
     out = []
-    for name in [e for e in ENGINES if e != "auto"] if engines is None else engines:
+    for name in [e for e in NAMES if e != "auto"] if engines is None else engines:
         try:
-            out.append(("emulator", resolve_engine(name, "sdm").name, None))
+            out.append(("emulator", resolve(name, "sdm").name, None))
         except AMXError as exc:
             out.append(("emulator", name, str(exc)))
     usable, reason = _backend.native_status("bf16")
@@ -244,10 +244,10 @@ def main(args: argparse.Namespace) -> int:
         print("pyamx bench: sizes and --threads must be at least 1", file=sys.stderr)
         return 2
     engines = split(args.engines)
-    from .matmul import ENGINES
+    from .engine import NAMES
 
-    if engines is not None and [e for e in engines if e not in ENGINES]:
-        print(f"pyamx bench: --engines takes {', '.join(ENGINES)}, not {args.engines!r}", file=sys.stderr)
+    if engines is not None and [e for e in engines if e not in NAMES]:
+        print(f"pyamx bench: --engines takes {', '.join(NAMES)}, not {args.engines!r}", file=sys.stderr)
         return 2
     report = run(args.sizes, threads=args.threads, engines=engines, families=families, budget=args.budget,
                  progress=lambda message: print(message, file=sys.stderr, flush=True))

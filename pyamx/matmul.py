@@ -13,28 +13,21 @@ M x N output per K step.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 import numpy as np
 
-from . import _backend, _validate
+from . import _backend, _validate, isa
+from . import engine as _engine
 from ._result import AMXResult, label
-from .emulator import dot as _dot
 from .emulator import numerics as _numerics
-from .errors import BackendError
 
-#: values per dword and the value a padded dword holds in A and in B, per family
-_FAMILIES = {
-    "bf16": dict(lanes=2, pad_a=0x8000, significand_bits=8),
-    "fp16": dict(lanes=2, pad_a=0x8000, significand_bits=11),
-    "int8": dict(lanes=4, pad_a=0, significand_bits=0),
-}
-KINDS = tuple(_FAMILIES)
-_INT8_MNEMONIC = {(True, True): "tdpbssd", (True, False): "tdpbsud", (False, True): "tdpbusd", (False, False): "tdpbuud"}
-
-ENGINE_ENV = "PYAMX_ENGINE"
-ENGINES = ("auto", "avx512", "avx2", "portable", "numpy")
+#: the value a padded dword holds in A, per family (B is padded with 0): -0 for the float formats
+_PAD_A = {"bf16": 0x8000, "fp16": 0x8000, "int8": 0}
+KINDS = isa.FAMILIES
+#: (a signed, b signed) -> the int8 instruction, from the instruction table
+_INT8_MNEMONIC = {insn.signed: insn.name for insn in isa.DOTS if insn.family == "int8"}
+_FLOAT_MNEMONIC = {insn.family: insn.name for insn in isa.DOTS if insn.family != "int8"}
 
 
 @dataclass(frozen=True)
@@ -109,15 +102,15 @@ def plan(a, b, c=None, *, kind=None) -> Plan:
         to_bits = _validate.bf16_bits if family == "bf16" else _validate.fp16_bits
         a_bits = to_bits(a, "a", "matmul")
         b_bits = to_bits(b, "b", "matmul")
-        mnemonic = "tdpbf16ps" if family == "bf16" else "tdpfp16ps"
+        mnemonic = _FLOAT_MNEMONIC[family]
     c_bits = _accumulator(c, m, n, family)
-    lanes = _FAMILIES[family]["lanes"]
+    lanes = isa.get(mnemonic).lanes
     k_dwords = -(-k // lanes)
     width = k_dwords * lanes
     if width == k:
         a_pad = a_bits
     else:
-        a_pad = np.full((m, width), _FAMILIES[family]["pad_a"], dtype=a_bits.dtype)
+        a_pad = np.full((m, width), _PAD_A[family], dtype=a_bits.dtype)
         a_pad[:, :k] = a_bits
     b_pad = np.zeros((width, n), dtype=b_bits.dtype)
     b_pad[:k] = b_bits
@@ -136,53 +129,6 @@ def _accumulator(c, m: int, n: int, family: str) -> np.ndarray:
     if bits.shape != (m, n):
         raise ValueError(f"matmul: c has shape {bits.shape}; the product is {m}x{n}")
     return bits
-
-
-# -- engines ----------------------------------------------------------------------------
-
-
-class NumpyEngine:
-    """The numpy engine: every numerics option, bit-exact (pyamx/emulator/dot.py).
-
-    Implements the engine contract ``dot(op_name, c_bits, a, b_vnni, k_dwords,
-    threads)`` of docs/matmul.md; ``threads`` splits the output rows (numpy
-    releases the GIL inside its ufuncs); None means 1.
-    """
-
-    name = "numpy"
-
-    def __init__(self, numerics):
-        self.numerics = _numerics.resolve(numerics)
-
-    def dot(self, op_name, c_bits, a, b_vnni, k_dwords, threads=None):
-        return _dot.engine_dot(op_name, c_bits, a, b_vnni, k_dwords, threads or 1, self.numerics)
-
-
-def parse_engine(value, source: str) -> str:
-    if value not in ENGINES:
-        raise BackendError(f"{source} is {value!r}; it must be one of {', '.join(ENGINES)}")
-    return value
-
-
-def resolve_engine(engine, numerics):
-    """The emulator's arithmetic engine: ``engine`` by name, else ``PYAMX_ENGINE``, else auto.
-
-    This build has no compiled engine yet, so auto is numpy; a compiled
-    engine asked for by name fails (never silently replaced).
-    """
-    if engine is None:
-        env = os.environ.get(ENGINE_ENV)
-        name = "auto" if env is None else parse_engine(env, f"the environment variable {ENGINE_ENV}")
-        source = f"{ENGINE_ENV}={name}"
-    else:
-        name = parse_engine(engine, "engine")
-        source = f"engine={name!r}"
-    if name in ("auto", "numpy"):
-        return NumpyEngine(numerics)
-    raise BackendError(
-        f"the {name} engine was requested ({source}) but this build has no compiled engine; "
-        "use engine='numpy' (or PYAMX_ENGINE=numpy)"
-    )
 
 
 # -- the native path ----------------------------------------------------------------------
@@ -243,8 +189,6 @@ def matmul(a, b, c=None, *, kind=None, backend=None, engine=None, threads=None, 
             raise ValueError("matmul: numerics= selects an emulator model; the native backend computes what silicon computes")
         bits = _run_native(p, threads)
         return label(bits.view(np.int32 if p.family == "int8" else np.float32), "native", _backend.native_mode())
-    eng = resolve_engine(engine, numerics)
+    eng = _engine.resolve(engine, numerics)
     out = eng.dot(p.mnemonic, p.c, p.a, p.b_vnni, p.k_dwords, threads)
-    result = label(np.asarray(out).view(np.int32 if p.family == "int8" else np.float32), "emulator")
-    result.engine = eng.name
-    return result
+    return label(np.asarray(out).view(np.int32 if p.family == "int8" else np.float32), "emulator", engine=eng.name)

@@ -14,6 +14,10 @@ import pyamx
 import reference
 from pyamx import TileConfig, TileMachine, bf16
 
+# matmul runs on each of these engines; the schedule it is held against runs on the numpy engine's
+# one-instruction path. "auto" is the best compiled engine where one is built (else numpy again).
+ENGINES = ["numpy", "auto"]
+
 SEED = 20261210
 BF16_POOL = np.array(
     [0x0000, 0x8000, 0x0001, 0x8001, 0x007F, 0x807F,  # +-0, bf16 denormals
@@ -56,7 +60,7 @@ def tile_schedule(mnemonic, a_bits, b_bits, c_bits, numerics="sdm"):
     b_vnni = bf16.pack_pairs(b_pad) if lanes == 2 else bf16.pack_quads(b_pad)
     c_mem = np.array(c_bits, dtype=np.uint32)
     a_stride, b_stride, c_stride = a_pad.strides[0], b_vnni.strides[0], c_mem.strides[0]
-    machine = TileMachine(numerics)
+    machine = TileMachine(numerics, engine="numpy")
     for m0 in range(0, m, 16):
         rows = min(16, m - m0)
         for n0 in range(0, n, 16):
@@ -119,31 +123,35 @@ ODD_SHAPES = [(1, 1, 1), (1, 70, 1), (70, 1, 70), (17, 33, 15), (16, 32, 16), (3
               (31, 97, 2), (2, 129, 37), (47, 5, 53), (5, 3, 70), (19, 64, 23), (61, 11, 17)]
 
 
+@pytest.mark.parametrize("engine", ENGINES)
 @pytest.mark.parametrize("m, k, n", ODD_SHAPES)
 @pytest.mark.parametrize("adversarial", [False, True], ids=["random", "adversarial"])
-def test_bf16_matmul_is_the_tile_schedule(m, k, n, adversarial):
+def test_bf16_matmul_is_the_tile_schedule(m, k, n, adversarial, engine):
     rng = np.random.default_rng([SEED, m, k, n, adversarial])
     a, b, c = random_bf16(rng, (m, k), adversarial), random_bf16(rng, (k, n), adversarial), random_c(rng, (m, n), adversarial)
     want = tile_schedule("tdpbf16ps", a, b, c)
-    assert_same_bits(pyamx.matmul(a, b, c.view(np.float32), backend="emulator"), want, f"bf16 {m}x{k}x{n}")
+    got = pyamx.matmul(a, b, c.view(np.float32), backend="emulator", engine=engine)
+    assert_same_bits(got, want, f"bf16 {m}x{k}x{n} on {got.engine}")
 
 
+@pytest.mark.parametrize("engine", ENGINES)
 @pytest.mark.parametrize("m, k, n", ODD_SHAPES[::2])
 @pytest.mark.parametrize("adversarial", [False, True], ids=["random", "adversarial"])
-def test_fp16_matmul_is_the_tile_schedule(m, k, n, adversarial):
+def test_fp16_matmul_is_the_tile_schedule(m, k, n, adversarial, engine):
     rng = np.random.default_rng([SEED, 2, m, k, n, adversarial])
     a, b, c = random_fp16(rng, (m, k), adversarial), random_fp16(rng, (k, n), adversarial), random_c(rng, (m, n), adversarial)
     want = tile_schedule("tdpfp16ps", a, b, c)
-    got = pyamx.matmul(a.view(np.float16), b.view(np.float16), c.view(np.float32), backend="emulator")
-    assert_same_bits(got, want, f"fp16 {m}x{k}x{n}")
-    assert_same_bits(pyamx.matmul(a, b, c, kind="fp16", backend="emulator"), want, "fp16 given as uint16 bits")
+    got = pyamx.matmul(a.view(np.float16), b.view(np.float16), c.view(np.float32), backend="emulator", engine=engine)
+    assert_same_bits(got, want, f"fp16 {m}x{k}x{n} on {got.engine}")
+    assert_same_bits(pyamx.matmul(a, b, c, kind="fp16", backend="emulator", engine=engine), want, "fp16 as uint16 bits")
 
 
 @pytest.mark.parametrize("a_dtype, b_dtype, mnemonic", [
     (np.int8, np.int8, "tdpbssd"), (np.int8, np.uint8, "tdpbsud"),
     (np.uint8, np.int8, "tdpbusd"), (np.uint8, np.uint8, "tdpbuud")])
+@pytest.mark.parametrize("engine", ENGINES)
 @pytest.mark.parametrize("m, k, n", ODD_SHAPES[1::2] + [(9, 130, 11)])
-def test_int8_matmul_is_the_tile_schedule(a_dtype, b_dtype, mnemonic, m, k, n):
+def test_int8_matmul_is_the_tile_schedule(a_dtype, b_dtype, mnemonic, m, k, n, engine):
     rng = np.random.default_rng([SEED, 3, m, k, n])
     a = rng.integers(0, 256, (m, k)).astype(np.uint8)
     b = rng.integers(0, 256, (k, n)).astype(np.uint8)
@@ -151,7 +159,7 @@ def test_int8_matmul_is_the_tile_schedule(a_dtype, b_dtype, mnemonic, m, k, n):
     c = rng.integers(-(2**31), 2**31, (m, n)).astype(np.int32)
     c.flat[::5] = 2**31 - 1  # wrap-around
     want = tile_schedule(mnemonic, a, b, c.view(np.uint32))
-    got = pyamx.matmul(a.view(a_dtype), b.view(b_dtype), c, backend="emulator")
+    got = pyamx.matmul(a.view(a_dtype), b.view(b_dtype), c, backend="emulator", engine=engine)
     assert got.dtype == np.int32
     assert_same_bits(got, want, f"{mnemonic} {m}x{k}x{n}")
 
@@ -210,26 +218,31 @@ def _reference_matrix(a, b, c, decode, **kw):
                      for i in range(m)], dtype=np.uint64).astype(np.uint32)
 
 
+@pytest.mark.parametrize("engine", ENGINES)
 @pytest.mark.parametrize("m, k, n", [(3, 1, 2), (4, 33, 3), (2, 65, 5), (5, 7, 4), (3, 64, 3), (2, 45, 3)])
 @pytest.mark.parametrize("seed", range(3))
-def test_bf16_matmul_matches_the_reference_without_padding(m, k, n, seed):
+def test_bf16_matmul_matches_the_reference_without_padding(m, k, n, seed, engine):
     """Adversarial data (denormals, +-0, inf, NaN payloads, overflow, ties) and no padding step in the reference."""
     rng = np.random.default_rng([SEED, 5, m, k, n, seed])
     a, b, c = random_bf16(rng, (m, k), True), random_bf16(rng, (k, n), True), random_c(rng, (m, n), True)
     want = _reference_matrix(a, b, c, lambda x: reference.decode_bf16(x, True))
-    assert_same_bits(pyamx.matmul(a, b, c, backend="emulator"), want, f"bf16 {m}x{k}x{n} vs reference")
+    got = pyamx.matmul(a, b, c, backend="emulator", engine=engine)
+    assert_same_bits(got, want, f"bf16 {m}x{k}x{n} on {got.engine} vs reference")
 
 
+@pytest.mark.parametrize("engine", ENGINES)
 @pytest.mark.parametrize("m, k, n", [(3, 1, 2), (4, 33, 3), (2, 65, 5), (5, 7, 4)])
-def test_fp16_matmul_matches_the_reference_without_padding(m, k, n):
+def test_fp16_matmul_matches_the_reference_without_padding(m, k, n, engine):
     rng = np.random.default_rng([SEED, 6, m, k, n])
     a, b, c = random_fp16(rng, (m, k), True), random_fp16(rng, (k, n), True), random_c(rng, (m, n), True)
     want = _reference_matrix(a, b, c, reference.decode_fp16)
-    assert_same_bits(pyamx.matmul(a, b, c, kind="fp16", backend="emulator"), want, f"fp16 {m}x{k}x{n} vs reference")
+    got = pyamx.matmul(a, b, c, kind="fp16", backend="emulator", engine=engine)
+    assert_same_bits(got, want, f"fp16 {m}x{k}x{n} on {got.engine} vs reference")
 
 
+@pytest.mark.parametrize("engine", ENGINES)
 @pytest.mark.parametrize("signed_a, signed_b", [(True, True), (True, False), (False, True), (False, False)])
-def test_int8_matmul_matches_exact_integers(signed_a, signed_b):
+def test_int8_matmul_matches_exact_integers(signed_a, signed_b, engine):
     rng = np.random.default_rng([SEED, 7, signed_a, signed_b])
     m, k, n = 6, 4099, 5  # many blocks, K not a multiple of 4
     a = rng.integers(0, 256, (m, k)).astype(np.uint8)
@@ -241,7 +254,7 @@ def test_int8_matmul_matches_exact_integers(signed_a, signed_b):
     exact = [[(int(c[i, j]) + sum(int(x) * int(y) for x, y in zip(av[i], bv[:, j]))) % 2**32 for j in range(n)]
              for i in range(m)]
     want = np.array(exact, dtype=np.uint64).astype(np.uint32)
-    assert_same_bits(pyamx.matmul(av, bv, c, backend="emulator"), want, "int8 vs Python integers")
+    assert_same_bits(pyamx.matmul(av, bv, c, backend="emulator", engine=engine), want, "int8 vs Python integers")
 
 
 # -- padding ------------------------------------------------------------------------------------
@@ -288,7 +301,8 @@ def test_plus_zero_padding_would_be_visible_under_ftz():
     minus_zero_pad = reference_chain(a_values, b_values, 0x80000000,
                                      pad=(reference.decode_bf16(0x8000, True), reference.decode_bf16(0, True)))
     assert (unpadded, plus_zero_pad, minus_zero_pad) == (0x80000000, 0x00000000, 0x80000000)
-    assert int(_bits(pyamx.matmul(a, b, c, backend="emulator"))[0, 0]) == unpadded
+    for engine in ENGINES:
+        assert int(_bits(pyamx.matmul(a, b, c, backend="emulator", engine=engine))[0, 0]) == unpadded
 
 
 @pytest.mark.parametrize("options", [

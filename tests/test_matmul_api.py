@@ -24,10 +24,12 @@ def _operands(m=5, k=7, n=3):
 
 def test_result_is_labelled_and_typed():
     a, b = _operands()
-    r = pyamx.matmul(a, b, backend="emulator")
+    r = pyamx.matmul(a, b, backend="emulator", engine="numpy")
     assert isinstance(r, pyamx.AMXResult) and r.dtype == np.float32 and r.shape == (5, 3)
     assert (r.backend, r.engine, r.native_mode) == ("emulator", "numpy", None)
     assert "engine=numpy" in repr(r)
+    auto = pyamx.matmul(a, b, backend="emulator")
+    assert auto.engine in pyamx.engine.NAMES and auto.engine != "auto"
     i = pyamx.matmul(np.ones((2, 3), np.int8), np.ones((3, 4), np.uint8), backend="emulator")
     assert i.dtype == np.int32 and (np.asarray(i) == 3).all()
 
@@ -118,8 +120,9 @@ def test_threads_do_not_change_bits(monkeypatch):
     rng = np.random.default_rng(RNG_SEED)
     a = rng.integers(0, 2**16, (37, 70)).astype(np.uint16)
     b = rng.integers(0, 2**16, (70, 29)).astype(np.uint16)
-    one = pyamx.matmul(a, b, backend="emulator", threads=1).view(np.uint32)
-    assert np.array_equal(pyamx.matmul(a, b, backend="emulator", threads=3).view(np.uint32), one)
+    one = pyamx.matmul(a, b, backend="emulator", engine="numpy", threads=1).view(np.uint32)
+    assert np.array_equal(pyamx.matmul(a, b, backend="emulator", engine="numpy", threads=3).view(np.uint32), one)
+    assert np.array_equal(pyamx.matmul(a, b, backend="emulator", threads=2).view(np.uint32), one)  # auto
 
 
 def test_engine_choice_is_strict(monkeypatch):
@@ -133,11 +136,17 @@ def test_engine_choice_is_strict(monkeypatch):
             assert compiled in str(exc)  # asked for by name: used, or the call fails
         else:
             assert r.engine == compiled
-    monkeypatch.setenv("PYAMX_ENGINE", "nonsense")
-    with pytest.raises(BackendError, match="PYAMX_ENGINE"):
-        pyamx.matmul(a, b, backend="emulator")
-    monkeypatch.setenv("PYAMX_ENGINE", "numpy")
-    assert pyamx.matmul(a, b, backend="emulator").engine == "numpy"
+    try:
+        monkeypatch.setenv("PYAMX_ENGINE", "nonsense")
+        pyamx.engine.reset_environment()  # the environment is read once, like PYAMX_BACKEND
+        with pytest.raises(BackendError, match="PYAMX_ENGINE"):
+            pyamx.matmul(a, b, backend="emulator")
+        monkeypatch.setenv("PYAMX_ENGINE", "numpy")
+        pyamx.engine.reset_environment()
+        assert pyamx.matmul(a, b, backend="emulator").engine == "numpy"
+    finally:
+        monkeypatch.undo()
+        pyamx.engine.reset_environment()
 
 
 def test_native_backend_by_name_is_used_or_fails():
@@ -158,8 +167,7 @@ def test_auto_backend_says_what_ran():
     a, b = _operands()
     r = pyamx.matmul(a, b, backend="auto")
     assert r.backend in ("emulator", "native")
-    if r.backend == "emulator":
-        assert r.engine is not None
+    assert (r.engine is not None) == (r.backend == "emulator")
 
 
 @pytest.mark.parametrize("data", ["normal", "tiny", "fp16", "int8"])
@@ -179,9 +187,9 @@ def test_memory_is_linear_in_the_operands(data):
     else:
         scale = np.float32(2.0**-63 if data == "tiny" else 1.0)
         a, b = bf16.from_float32(a32 * scale), bf16.from_float32(b32 * scale)
-    pyamx.matmul(a[:2, :40], b[:40, :3], backend="emulator")  # imports and caches
-    tracemalloc.start()
-    pyamx.matmul(a, b, backend="emulator")
+    pyamx.matmul(a[:2, :40], b[:40, :3], backend="emulator", engine="numpy")  # imports and caches
+    tracemalloc.start()  # sees numpy's allocations (a compiled engine's own buffers it would not)
+    pyamx.matmul(a, b, backend="emulator", engine="numpy")
     peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
     linear = (m * k + k * n + m * n) * 4

@@ -95,7 +95,7 @@ def test_prescan_boundary_near_underflow(low_field):
     b[1::2] = b[0:-1:2] ^ np.uint16(0x8000)  # cancellation between consecutive k
     c = rng.choice(np.array([0, 0x80000000, 0x00800000, 0x80000001, 0x01000000], np.uint32), (m, n))
     assert _plan(a, b).tier == ("fast" if 2 * low_field >= 142 else "values")
-    got = pyamx.matmul(a, b, c, backend="emulator").view(np.uint32)
+    got = pyamx.matmul(a, b, c, backend="emulator", engine="numpy").view(np.uint32)
     np.testing.assert_array_equal(got, _reference_matmul(a, b, c))
 
 
@@ -109,7 +109,7 @@ def test_prescan_boundary_near_overflow(high_field):
     a[:, 0], b[0] = _bf16_from_fields(0, high_field, 127), _bf16_from_fields(0, high_field, 127)
     c = rng.choice(np.array([0x7F7FFFFF, 0xFF7FFFFF, 0, 0x7F000000], np.uint32), (m, n))
     assert _plan(a, b).tier == ("fast" if 2 * high_field <= 380 else "values")
-    got = pyamx.matmul(a, b, c, backend="emulator").view(np.uint32)
+    got = pyamx.matmul(a, b, c, backend="emulator", engine="numpy").view(np.uint32)
     np.testing.assert_array_equal(got, _reference_matmul(a, b, c))
 
 
@@ -157,7 +157,7 @@ def test_nan_rules_on_the_fast_tier_match_the_reference(rule, structure):
     c[3, 0], c[3, 1], c[0, 1] = 0x7F800001, 0xFFC12345, 0x7FA00000  # signalling/quiet NaN, and NaN + invalid
     numerics = Numerics(nan=rule, structure=structure)
     assert _plan(a, b, numerics).tier == "fast"
-    got = pyamx.matmul(a, b, c, backend="emulator", numerics=numerics).view(np.uint32)
+    got = pyamx.matmul(a, b, c, backend="emulator", engine="numpy", numerics=numerics).view(np.uint32)
     want = np.array(reference.tdpbf16ps(c, a, bf16.pack_pairs(b), structure=structure), dtype=np.uint64).astype(np.uint32)
     if rule != "x86":
         nan = ((want & 0x7FFFFFFF) > 0x7F800000)
@@ -202,14 +202,16 @@ def test_results_do_not_depend_on_the_callers_mxcsr(mxcsr):
     # C = -2**-127 (denormal, used as is) plus t = 2**-125: DAZ in MXCSR would drop C
     a_min, b_min = np.array([[0x2000, 0x0000, 0x3F80]], np.uint16), np.array([[0x2080], [0x0000], [0x0000]], np.uint16)
     c_min = np.array([[0x80400000]], np.uint32)
+    numpy = dict(backend="emulator", engine="numpy")
     cases = [
-        lambda: pyamx.matmul(a_min, b_min, c_min, backend="emulator", numerics=Numerics(dest_daz=False)),
-        lambda: pyamx.matmul(a, b, c, backend="emulator"),  # fast tier
-        lambda: pyamx.matmul(a_tiny, b * np.uint16(1), c, backend="emulator"),  # values tier
-        lambda: pyamx.matmul(a, b, c_denormal, backend="emulator", numerics=Numerics(dest_daz=False)),
-        lambda: pyamx.matmul(a, b, c, backend="emulator", threads=2),
-        lambda: emulator.tdpbf16ps(c[:16, :16], a[:16, :32], bf16.pack_pairs(b[:32, :16])),
-        lambda: pyamx.matmul(a.view(np.float16), b.view(np.float16), c, backend="emulator"),
+        lambda: pyamx.matmul(a_min, b_min, c_min, **numpy, numerics=Numerics(dest_daz=False)),
+        lambda: pyamx.matmul(a, b, c, **numpy),  # fast tier
+        lambda: pyamx.matmul(a_tiny, b * np.uint16(1), c, **numpy),  # values tier
+        lambda: pyamx.matmul(a, b, c_denormal, **numpy, numerics=Numerics(dest_daz=False)),
+        lambda: pyamx.matmul(a, b, c, **numpy, threads=2),
+        lambda: emulator.tdpbf16ps(c[:16, :16], a[:16, :32], bf16.pack_pairs(b[:32, :16]), engine="numpy"),
+        lambda: pyamx.matmul(a.view(np.float16), b.view(np.float16), c, **numpy),
+        lambda: pyamx.matmul(a, b, c, backend="emulator"),  # auto: a compiled engine where built
     ]
     want = [np.asarray(case()).view(np.uint32).copy() for case in cases]
     assert int(want[0][0, 0]) == 0x00C00000
@@ -285,7 +287,7 @@ def test_straight_fast_tier_needs_a_coarse_c():
         c = np.full((4, 3), c_bits, np.uint32)
         assert dot._straight_c_fits(c, numerics) == fits
         c[0, 0] = 0xBF812345  # a cancellation partner in one element
-        got = pyamx.matmul(a, b, c, backend="emulator", numerics=numerics).view(np.uint32)
+        got = pyamx.matmul(a, b, c, backend="emulator", engine="numpy", numerics=numerics).view(np.uint32)
         want = np.array(reference.tdpbf16ps(c, a, bf16.pack_pairs(b), structure="straight", dest_daz=False),
                         dtype=np.uint64).astype(np.uint32)
         np.testing.assert_array_equal(got, want)

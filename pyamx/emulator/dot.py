@@ -440,10 +440,6 @@ def float_matmul(c, a, b, numerics: Numerics, input_daz: bool, significand_bits:
     return out
 
 
-#: TDPB[SU][SU]D: (tsrc1 signed, tsrc2 signed)
-_INT8_SIGNEDNESS = {"tdpbssd": (True, True), "tdpbsud": (True, False), "tdpbusd": (False, True), "tdpbuud": (False, False)}
-
-
 def _words(c_bits, dtype) -> np.ndarray:
     """C as 4-byte words of ``dtype``, by reinterpreting its bits (float32 C is never converted)."""
     c_bits = np.ascontiguousarray(c_bits)
@@ -461,7 +457,7 @@ def engine_dot(op_name: str, c_bits, a, b_vnni, k_dwords: int, threads: int, num
     increasing order, each block one instruction whose C is the previous
     block's result. Returns (M, N) uint32 bits or int32.
     """
-    from .instructions import widen_fp16_bits  # the fp16 widening lives with the instructions
+    from .instructions import INT8_SIGNEDNESS, widen_fp16_bits  # the fp16 widening lives with the instructions
     from ..bf16 import widen_bits
 
     m, n = c_bits.shape
@@ -474,10 +470,10 @@ def engine_dot(op_name: str, c_bits, a, b_vnni, k_dwords: int, threads: int, num
             a32, b32, input_daz, precision = widen_fp16_bits(a), widen_fp16_bits(b_vnni), False, 11
         return float_matmul(_words(c_bits, np.uint32), a32.reshape(m, k_dwords, 2),
                             b32.reshape(k_dwords, n, 2), numerics, input_daz, precision, threads)
-    if op_name in _INT8_SIGNEDNESS:
+    if op_name in INT8_SIGNEDNESS:
         if a.shape != (m, 4 * k_dwords) or b_vnni.shape != (k_dwords, 4 * n):
             raise ValueError(f"engine_dot: shapes a {a.shape}, b {b_vnni.shape}, c {c_bits.shape} do not match Kd={k_dwords}")
-        signed_a, signed_b = _INT8_SIGNEDNESS[op_name]
+        signed_a, signed_b = INT8_SIGNEDNESS[op_name]
         a8 = a.view(np.int8 if signed_a else np.uint8).reshape(m, k_dwords, 4)
         b8 = b_vnni.view(np.int8 if signed_b else np.uint8).reshape(k_dwords, n, 4)
         return integer_dot(_words(c_bits, np.int32), a8, b8)
