@@ -419,12 +419,14 @@ def float_matmul(c, a, b, numerics: Numerics, input_daz: bool, significand_bits:
     only bound the size of each step's temporaries.
     """
     m, n = c.shape
-    with fp32.default_fp_env():
-        plan = _FloatPlan(a, b, numerics, input_daz, significand_bits)
     rows_per_chunk = max(1, CHUNK_ELEMENTS // max(n, 1))
     if threads > 1:
         rows_per_chunk = min(rows_per_chunk, -(-m // threads))
     chunks = [slice(r, min(r + rows_per_chunk, m)) for r in range(0, m, rows_per_chunk)]
+    with fp32.default_fp_env():
+        plan = _FloatPlan(a, b, numerics, input_daz, significand_bits)
+        if len(chunks) == 1:  # one tile's worth: no chunk bookkeeping
+            return plan.run_rows(c, slice(None))
     out = np.empty((m, n), dtype=np.uint32)
 
     def run(rows):
