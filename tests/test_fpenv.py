@@ -113,6 +113,7 @@ def test_the_callers_mxcsr_comes_back_exactly_flags_included(value):
     c, a, b = _cases(1, 4)[0]
     with mxcsr(value):
         pyamx.tdpbf16ps(c, a, b, backend="emulator")
+        pyamx.tdpbf16ps(c, a, b, backend="emulator", engine="numpy")
         emulator.tdpbf16ps(c, a, b, numerics="straight")
         machine = pyamx.TileMachine()
         machine.ldtilecfg(pyamx.TileConfig.make({0: (2, 8), 1: (2, 8), 2: (2, 8)}))
@@ -127,7 +128,11 @@ def test_one_shot_and_machine_entry_points_are_guarded():
     want = _bf16_bits(case, NUMERICS["sdm"])
     with mxcsr(RZ | 0x8040):
         got = pyamx.tdpbf16ps(c, a, b, backend="emulator").view(np.uint32)
+        got_numpy = pyamx.tdpbf16ps(c, a, b, backend="emulator", engine="numpy").view(np.uint32)
+        straight = emulator.tdpbf16ps(c, a, b, numerics="straight").view(np.uint32)
     np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(got_numpy, want)
+    np.testing.assert_array_equal(straight, _bf16_bits(case, NUMERICS["straight"]))
 
 
 def test_the_libc_way_works_when_the_extension_is_not_used(monkeypatch):
@@ -155,8 +160,12 @@ def test_bad_values_never_reach_the_register():
         _fpenv._LibcFenv().set(0x10000)
 
 
-def test_without_the_guard_the_same_check_sees_the_difference():
+def test_without_the_guard_the_same_check_sees_the_difference(monkeypatch):
     """The comparison above can fail: the unguarded arithmetic changes under round-toward-zero and FTZ/DAZ."""
+    from pyamx.emulator import fp32
+
+    # The numpy engine (dot.py) also sets the environment itself; switch that off too.
+    monkeypatch.setattr(fp32, "default_fp_env", contextlib.nullcontext)
     raw = instructions.tdpbf16ps.__wrapped__
     cases = _cases(300, 1)
     changed_rz = _check_same_bits(lambda case, num: raw(*case, num).view(np.uint32), cases, NUMERICS["sdm"], RZ)
