@@ -39,10 +39,11 @@ def _require_array(x, name: str, fn: str) -> np.ndarray:
 _DTYPE_NAMES: dict = {}  # dtype -> dtype.name, which numpy computes slowly (microseconds per call)
 
 
-def _bits(x, name: str, fn: str, allowed: dict, hint: str) -> np.ndarray:
+def _bits_view(x, name: str, fn: str, allowed: dict, hint: str) -> np.ndarray:
     """A view of ``x`` as the unsigned bit type for its dtype, or raise naming the allowed dtypes.
 
-    No copy is made here: the shape checks come first, and only then
+    No copy is made here (strides and byte order stay as they are): the
+    one-instruction functions check shapes first, and only then
     :func:`check_dot_shapes` makes the operands contiguous and native-endian,
     so a huge zero-stride view is refused before anything is allocated.
     """
@@ -67,28 +68,62 @@ def contiguous_bits(x: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(x, dtype=x.dtype.newbyteorder("="))
 
 
+def _bits(x, name: str, fn: str, allowed: dict, hint: str) -> np.ndarray:
+    """As :func:`_bits_view`, materialized: C-contiguous and native-endian."""
+    return contiguous_bits(_bits_view(x, name, fn, allowed, hint))
+
+
+_BF16 = ({"uint16": np.uint16, "int16": np.uint16, "bfloat16": np.uint16},
+         " (int16/uint16 are taken as bit patterns; convert float32 with pyamx.bf16.from_float32)" + _FRAMEWORK_HINT)
+_FP16 = ({"float16": np.uint16, "uint16": np.uint16, "int16": np.uint16},
+         " (int16/uint16 are taken as bit patterns)" + _FRAMEWORK_HINT)
+_FP32 = ({"float32": np.uint32, "uint32": np.uint32}, " (raw bits)")
+_INT32 = ({"int32": np.int32, "uint32": np.int32}, " (uint32 is taken as raw bits)")
+_BYTES = ({"int8": np.uint8, "uint8": np.uint8}, "")
+
+
 def bf16_bits(x, name: str, fn: str = "pyamx") -> np.ndarray:
-    """uint16 bf16 bit patterns from uint16, int16 (bit patterns) or ml_dtypes.bfloat16 arrays."""
-    return _bits(x, name, fn, {"uint16": np.uint16, "int16": np.uint16, "bfloat16": np.uint16},
-                 " (int16/uint16 are taken as bit patterns; convert float32 with pyamx.bf16.from_float32)"
-                 + _FRAMEWORK_HINT)
+    """uint16 bf16 bit patterns (C-contiguous) from uint16, int16 (bit patterns) or ml_dtypes.bfloat16."""
+    return _bits(x, name, fn, *_BF16)
 
 
 def fp16_bits(x, name: str, fn: str = "pyamx") -> np.ndarray:
-    return _bits(x, name, fn, {"float16": np.uint16, "uint16": np.uint16, "int16": np.uint16},
-                 " (int16/uint16 are taken as bit patterns)" + _FRAMEWORK_HINT)
+    return _bits(x, name, fn, *_FP16)
 
 
 def fp32_bits(x, name: str, fn: str = "pyamx") -> np.ndarray:
-    return _bits(x, name, fn, {"float32": np.uint32, "uint32": np.uint32}, " (raw bits)")
+    return _bits(x, name, fn, *_FP32)
 
 
 def int32_words(x, name: str, fn: str = "pyamx") -> np.ndarray:
-    return _bits(x, name, fn, {"int32": np.int32, "uint32": np.int32}, " (uint32 is taken as raw bits)")
+    return _bits(x, name, fn, *_INT32)
 
 
 def byte_lanes(x, name: str, fn: str = "pyamx") -> np.ndarray:
-    return _bits(x, name, fn, {"int8": np.uint8, "uint8": np.uint8}, "")
+    return _bits(x, name, fn, *_BYTES)
+
+
+# The same checks without the copy, for operands whose shapes are checked next (check_dot_shapes).
+
+
+def bf16_view(x, name: str, fn: str = "pyamx") -> np.ndarray:
+    return _bits_view(x, name, fn, *_BF16)
+
+
+def fp16_view(x, name: str, fn: str = "pyamx") -> np.ndarray:
+    return _bits_view(x, name, fn, *_FP16)
+
+
+def fp32_view(x, name: str, fn: str = "pyamx") -> np.ndarray:
+    return _bits_view(x, name, fn, *_FP32)
+
+
+def int32_view(x, name: str, fn: str = "pyamx") -> np.ndarray:
+    return _bits_view(x, name, fn, *_INT32)
+
+
+def byte_lanes_view(x, name: str, fn: str = "pyamx") -> np.ndarray:
+    return _bits_view(x, name, fn, *_BYTES)
 
 
 @dataclass(frozen=True)
