@@ -23,6 +23,7 @@ from .errors import (
     InvalidOpcodeFault,
     MemoryAccessFault,
     NativeUnavailableError,
+    ReentrantUseError,
     WrongThreadError,
 )
 from .tilecfg import TileConfig
@@ -47,5 +48,5 @@ __all__ = [
     "tdpbf16ps", "tdpfp16ps", "tdpbssd", "tdpbsud", "tdpbusd", "tdpbuud", "tile_machine",
     "TileMachine", "TileConfig", "Numerics", "AMXResult", "bf16", "emulator", "errors",
     "AMXError", "AMXFault", "BackendError", "GeneralProtectionFault", "InvalidOpcodeFault",
-    "MemoryAccessFault", "NativeUnavailableError", "WrongThreadError",
+    "MemoryAccessFault", "NativeUnavailableError", "ReentrantUseError", "WrongThreadError",
 ]
