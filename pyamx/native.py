@@ -96,8 +96,11 @@ def _before_entry() -> None:
     faulthandler (pytest enables it) replaces the handler; the trap module
     reinstalls it, and claims this thread's emulated tile state once.
     """
-    if detect.report().mode != "trap":
-        return
+    if detect.report().mode == "trap":
+        _trap_entry()
+
+
+def _trap_entry() -> None:
     from . import trap
 
     trap.ensure_installed()
@@ -295,7 +298,12 @@ class NativeMachine:
         # and the next use reads the registers (STTILECFG) instead.
         self._known = TileConfig()
         self._stash = _INIT_STATE
-        self._kernels = detect.report().kernels
+        report = detect.report()
+        self._kernels = report.kernels
+        # Decided once: detect.report() takes a lock, and an exception between
+        # its acquire and release (a profile hook raising at __exit__) would
+        # leave it held; nothing on an instruction's path may take one.
+        self._trap = report.mode == "trap"
 
     # -- plumbing -------------------------------------------------------------
 
@@ -334,7 +342,8 @@ class NativeMachine:
         becomes resident only after its state is in the registers. Retrying
         after an interruption simply redoes the remaining steps.
         """
-        _before_entry()
+        if self._trap:
+            _trap_entry()
         state = _thread
         ref = state.resident
         current = ref() if ref is not None else None
