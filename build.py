@@ -126,14 +126,16 @@ def make_ffibuilder(absolute_paths: bool = False) -> FFI:
         sources = [str(HERE / s) for s in sources]
         include = str(CSRC)
     builder = FFI()
-    builder.cdef(cdef_text())
+    # The compiled emulator engine keeps its API in its own header (csrc/engine.h).
+    builder.cdef(cdef_text() + "\n" + cdef_text(CSRC / "engine.h"))
     builder.set_source(
         MODULE,
-        '#include "pyamx.h"\n',
+        '#include "pyamx.h"\n#include "engine.h"\n',
         sources=sources,
         include_dirs=[include],
         define_macros=macros,
-        extra_compile_args=["-O2", "-std=gnu11"] if os.name != "nt" else [],
+        extra_compile_args=["-O2", "-std=gnu11", "-pthread"] if os.name != "nt" else [],
+        extra_link_args=["-pthread"] if os.name != "nt" else [],
     )
     return builder
 

@@ -103,6 +103,13 @@ class Op:
 OK, INTERRUPTED, REFUSED = "ok", "interrupted", "refused (re-entrant)"
 
 
+def _clone(machine: TileMachine) -> TileMachine:
+    """An independent copy of an emulator machine (its engine is shared: it holds no state)."""
+    twin = copy.copy(machine)
+    twin._tiles = machine._tiles.copy()  # _config is an immutable TileConfig
+    return twin
+
+
 def _same_exception(native: BaseException, emulated: BaseException) -> bool:
     if type(native) is not type(emulated):
         return False
@@ -131,7 +138,7 @@ class LockStep:
 
     def emulate(self, op: Op):
         """``(machine, memories, exception)`` after ``op`` on copies of the emulator side."""
-        emu, mems = copy.deepcopy(self.emu), [m.copy() for m in self.mems]
+        emu, mems = _clone(self.emu), [m.copy() for m in self.mems]
         args, kwargs = self._args(op, mems)
         try:
             getattr(emu, op.name)(*args, **kwargs)
