@@ -148,6 +148,11 @@ def _check(rc: int, what: str) -> None:
     raise AMXError(f"{what}: internal error, the C module rejected an argument (status {rc})")
 
 
+def _consumed(cfg: TileConfig) -> TileConfig:
+    """The configuration after an instruction that consumes start_row (the same object when none is pending)."""
+    return cfg.with_start_row(0) if cfg.start_row else cfg
+
+
 def _exact(value):
     """An integer operand as an exact ``int``, converted once with ``operator.index``.
 
@@ -470,7 +475,7 @@ class NativeMachine:
             fn, args = self._lib.pyamx_tilestored, (tmm, base, memory.size, offset, stride)
         else:
             fn, args = self._lib.pyamx_tileloadd, (tmm, base, memory.size, offset, stride, t1)
-        self._execute(mnemonic, fn, args, cfg.with_start_row(0), check)
+        self._execute(mnemonic, fn, args, _consumed(cfg), check)
 
     def _load(self, mnemonic, tmm, buf, stride, offset, t1) -> None:
         self._call(mnemonic, self._memory_op, mnemonic, tmm, buf, stride, offset, t1, False)
@@ -496,7 +501,7 @@ class NativeMachine:
             check_tile_index("TILEZERO", "tdest", tmm)
 
         check(cfg)
-        self._execute("TILEZERO", self._lib.pyamx_tilezero, (tmm,), cfg.with_start_row(0), check)
+        self._execute("TILEZERO", self._lib.pyamx_tilezero, (tmm,), _consumed(cfg), check)
 
     def tilezero(self, tmm: int) -> None:
         """TILEZERO: all 16 x 64 bytes of the tile become zero."""
@@ -517,7 +522,7 @@ class NativeMachine:
 
         check(cfg)
         self._execute(mnemonic, self._lib.pyamx_tdp, (insn.op_id, dst, src1, src2),
-                      cfg.with_start_row(0), check)
+                      _consumed(cfg), check)
 
     def _dot(self, name: str, dst, src1, src2) -> None:
         self._call(name.upper(), self._tdp, name, dst, src1, src2)
