@@ -22,6 +22,7 @@ the native backend cannot run here (unless ``--allow-skip``); 0 otherwise.
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import sys
 import time
@@ -115,6 +116,7 @@ def main(argv=None) -> int:
                 # The last session's machines go first: one of them may hold a pending
                 # start_row, which no switch to another machine can save.
                 locks = lock = None
+                gc.collect()  # tracebacks of caught faults keep machines alive in reference cycles
                 n = int(rng.integers(1, 3))
                 locks = [LockStep(native.NativeMachine(), rng, name=f"machine{i}") for i in range(n)]
             lock = locks[int(rng.integers(0, len(locks)))]
