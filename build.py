@@ -55,9 +55,19 @@ def read_version() -> str:
 
 
 def cdef_text(header: Path = CSRC / "pyamx.h") -> str:
-    """The header without preprocessor lines: what cffi's cdef() can parse."""
-    lines = header.read_text(encoding="utf-8").splitlines()
-    return "\n".join(line for line in lines if not line.lstrip().startswith("#"))
+    """The header without preprocessor lines: what cffi's cdef() can parse.
+
+    A local header it includes with quotes (csrc/pyamx_ops.h, shared by
+    both modules) is inlined in its place; system headers are not.
+    """
+    out = []
+    for line in header.read_text(encoding="utf-8").splitlines():
+        included = re.match(r'\s*#\s*include\s+"([^"]+)"', line)
+        if included:
+            out.append(cdef_text((header.parent / included.group(1)).resolve()))
+        elif not line.lstrip().startswith("#"):
+            out.append(line)
+    return "\n".join(out)
 
 
 def c_sources() -> list[str]:
@@ -140,22 +150,70 @@ def make_ffibuilder(absolute_paths: bool = False) -> FFI:
     return builder
 
 
-def main() -> None:
-    """Build in place: the module lands in pyamx/, the intermediates in build/."""
-    builder = make_ffibuilder(absolute_paths=True)
+TRAP_MODULE = "pyamx._trap"
+TRAP_SRC = CSRC / "trap"
+
+
+def trap_supported() -> bool:
+    """The trap mode (pyamx._trap) exists for x86-64 Linux only; elsewhere it is not built."""
+    import platform
+
+    return sys.platform.startswith("linux") and platform.machine().lower() in ("x86_64", "amd64")
+
+
+def trap_c_sources() -> list[str]:
+    """Every csrc/trap/*.c file, sorted, relative to this directory (as c_sources())."""
+    return [str(p.relative_to(HERE)) for p in sorted(TRAP_SRC.glob("*.c"))]
+
+
+def make_trap_ffibuilder(absolute_paths: bool = False) -> FFI:
+    """The cffi builder of ``pyamx._trap`` (csrc/trap/*.c, API in csrc/trap/trap.h).
+
+    It never executes a tile instruction, so any C compiler for x86-64 Linux
+    builds it; setup.py lists it on the same condition as :func:`trap_supported`.
+    """
+    sources = trap_c_sources()
+    include = "csrc/trap"
+    if absolute_paths:
+        sources = [str(HERE / s) for s in sources]
+        include = str(TRAP_SRC)
+    builder = FFI()
+    builder.cdef(cdef_text(TRAP_SRC / "trap.h"))
+    builder.set_source(
+        TRAP_MODULE,
+        '#include "trap.h"\n',
+        sources=sources,
+        include_dirs=[include],
+        define_macros=[("PYAMX_VERSION", f'"{read_version()}"')],
+        extra_compile_args=["-O2", "-std=gnu11", "-pthread"],  # the guard starts a thread
+        extra_link_args=["-pthread"],
+        depends=[str(p) for p in sorted(CSRC.glob("*.h")) + sorted(TRAP_SRC.glob("*.h"))],
+    )
+    return builder
+
+
+def _compile_in_place(builder: FFI, stem: str) -> None:
     tmpdir = HERE / "build" / "cffi"
     tmpdir.mkdir(parents=True, exist_ok=True)
     built = Path(builder.compile(tmpdir=str(tmpdir), verbose=False))
     target = HERE / "pyamx" / built.name
-    for stale in (HERE / "pyamx").glob("_native*.so"):
+    for stale in (HERE / "pyamx").glob(f"{stem}*.so"):
         stale.unlink()
     shutil.copy2(built, target)
     print(f"pyamx build: wrote {target.relative_to(HERE)}", file=sys.stderr)
 
 
+def main() -> None:
+    """Build in place: the modules land in pyamx/, the intermediates in build/."""
+    _compile_in_place(make_ffibuilder(absolute_paths=True), "_native")
+    if trap_supported():
+        _compile_in_place(make_trap_ffibuilder(absolute_paths=True), "_trap")
+
+
 # cffi_modules=["build.py:ffibuilder"] calls this when it is not an FFI, so
 # importing this file (tests do) compiles nothing.
 ffibuilder = make_ffibuilder
+trap_ffibuilder = make_trap_ffibuilder
 
 if __name__ == "__main__":
     main()

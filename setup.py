@@ -6,6 +6,7 @@ PYAMX_REQUIRE_EXTENSION=1, which turns that into a build failure (CI, wheels).
 """
 
 import os
+import platform
 import sys
 
 from setuptools import setup
@@ -49,4 +50,12 @@ class OptionalBuildExt(build_ext):
         )
 
 
-setup(cffi_modules=["build.py:ffibuilder"], cmdclass={"build_ext": OptionalBuildExt})
+def _cffi_modules():
+    modules = ["build.py:ffibuilder"]
+    # The trap mode (pyamx._trap) exists for x86-64 Linux only.
+    if sys.platform.startswith("linux") and platform.machine().lower() in ("x86_64", "amd64"):
+        modules.append("build.py:trap_ffibuilder")
+    return modules
+
+
+setup(cffi_modules=_cffi_modules(), cmdclass={"build_ext": OptionalBuildExt})

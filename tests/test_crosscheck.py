@@ -245,11 +245,12 @@ def _oneshot_step(rng, native, emu, nat, context):
 # before any C runs, so agreeing on them says nothing about the C side. A
 # faulting step is therefore also replayed as a raw lib call, every Python
 # check skipped, in a forked child (a fault there kills the child, not the
-# tests): the kernels' own guards (cfg_legal, distinct_tiles, register
-# numbers in csrc/kernels.c) must return PYAMX_E_ARG, and what passes them
-# must reach the instruction and die as the architecture says (#UD is
-# SIGILL, #GP is SIGSEGV: docs/semantics.md section 6) through the trap
-# handler's fault mapping, or the silicon's own.
+# tests): the kernels' own guards, which check each instruction against the
+# configuration loaded in the registers (csrc/kernels.c), must refuse it with
+# the status of the same fault (PYAMX_E_GP_CONFIG, PYAMX_E_UD_*) before it
+# executes. (The trap handler's own fault mapping, the #UD as SIGILL and the
+# #GP as SIGSEGV of docs/semantics.md section 6, is tested with the trap's
+# self-test kernels in tests/test_trap*.py.)
 
 FAULT_CHECKS = {}  # (method, expected outcome) -> count, over the random sequences
 _FAULT_BUDGET = 3  # children per (method, outcome): enough to prove the path, cheap enough to run always
@@ -292,7 +293,9 @@ def _raw_in_child(cfg: TileConfig, method, args):
             # trap handler (reinstalled below) chains to the default action: death by the signal.
             faulthandler.disable()
             if trapped:
-                lib.pyamx_trap_ensure_installed()
+                from pyamx import trap
+
+                trap.ensure_installed()  # pyamx._trap's, not _native's
             image = cfg.to_bytes()
             rc = lib.pyamx_tilerelease() if image[0] == 0 else lib.pyamx_ldtilecfg(ffi.from_buffer("uint8_t[]", image))
             code = 98 if rc != 0 else 0
