@@ -26,6 +26,7 @@ from .errors import (
     InvalidOpcodeFault,
     MemoryAccessFault,
     NativeUnavailableError,
+    ReentrantUseError,
     WrongThreadError,
 )
 from .tilecfg import TileConfig
@@ -55,6 +56,6 @@ __all__ = [
     "__version__", "backend", "backend_reason", "cpu_features", "show_runtime",
     *isa.DOT_NAMES, "tile_machine", "isa", "matmul",
     "TileMachine", "TileConfig", "Numerics", "AMXResult", "bf16", "emulator", "errors",
-    "AMXError", "AMXFault", "BackendError", "EnvironmentVariableError", "GeneralProtectionFault", "InvalidOpcodeFault",
-    "MemoryAccessFault", "NativeUnavailableError", "WrongThreadError",
+    "AMXError", "AMXFault", "BackendError", "EnvironmentVariableError", "GeneralProtectionFault",
+    "InvalidOpcodeFault", "MemoryAccessFault", "NativeUnavailableError", "ReentrantUseError", "WrongThreadError",
 ]

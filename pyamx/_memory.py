@@ -20,10 +20,12 @@ def byte_view(mnemonic: str, buf, *, writable: bool) -> np.ndarray:
     else:
         try:
             arr = np.frombuffer(buf, dtype=np.uint8) if not writable else np.asarray(memoryview(buf))
-        except (TypeError, BufferError):
+        except TypeError:
             raise TypeError(
                 f"{mnemonic}: the memory operand must be a numpy array or a buffer, not {type(buf).__name__}"
             ) from None
+        except BufferError as exc:  # an exporter that cannot give one flat block (a strided memoryview)
+            raise ValueError(f"{mnemonic}: the memory operand must be one contiguous buffer ({exc})") from None
     if not arr.flags.c_contiguous:
         raise ValueError(
             f"{mnemonic}: the memory operand must be C-contiguous (rows are addressed by a byte stride); "
@@ -43,12 +45,14 @@ def row_offsets(mnemonic: str, nbytes: int, offset, stride, first_row: int, rows
     for name, value in (("offset", offset), ("stride", stride)):
         if not -(2**63) <= value < 2**63:
             raise ValueError(f"{mnemonic}: {name} {value} does not fit a 64-bit register")
-    # Bounds are decided on Python ints: offset + r * stride can leave int64.
-    for bad in range(first_row, rows):
-        if not 0 <= offset + stride * bad <= nbytes - colsb:
+    # Exact integers: int64 arithmetic would wrap for extreme offsets and
+    # strides and could bring a far-away row back inside the buffer.
+    starts = [offset + stride * r for r in range(first_row, rows)]
+    for row, start in enumerate(starts, first_row):
+        if start < 0 or start + colsb > nbytes:
             raise MemoryAccessFault(
                 mnemonic,
-                f"row {bad} spans bytes [{offset + stride * bad}, {offset + stride * bad + colsb}) "
+                f"row {row} spans bytes [{start}, {start + colsb}) "
                 f"of a {nbytes}-byte buffer (offset={offset}, stride={stride}, colsb={colsb})",
             )
-    return offset + stride * np.arange(first_row, rows, dtype=np.int64)
+    return np.array(starts, dtype=np.int64)
