@@ -1,37 +1,118 @@
-"""Build the private C extension ``pyamx._native`` with cffi (API mode, out of line).
+"""Build pyamx's C extension modules with cffi (API mode, out of line) and setuptools.
 
-``python build.py`` builds it in place (``pyamx/_native*.so``) for
-development; ``pip install .`` builds it through setup.py's
-``cffi_modules=["build.py:ffibuilder"]``.
+``python build.py`` builds them in place (``pyamx/_native*.so``) for
+development; ``pip install .`` builds them through setup.py, which takes its
+commands from :func:`setuptools_options`. Both go through the same
+``build_ext``, so they compile the same thing.
 
-The C API is declared once, in csrc/pyamx.h, and fed whole to cdef(); every
-csrc/*.c file is compiled, so a new source file joins by existing. Whether
-the AMX kernels are compiled in is decided here by test-compiling the AMX
-target attributes and intrinsics with the compiler that will build the
-module: GCC >= 11 and clang >= 12 on x86-64 pass; anything else builds the
-module without kernels (detection still works and says so). Building never
-needs AMX hardware.
+The build decision (:func:`decide`) is made once per build, by a pure
+function of the environment, the platform and an injectable compiler check:
+is there a C compiler at all (if not, pyamx installs as a pure-Python package
+and says why), and does it accept the AMX target attributes and intrinsics
+(if not, the modules are built without the AMX kernels and say why). Its
+reason is compiled into ``pyamx._native`` and written, with the compiler's
+identity, to ``pyamx/_buildinfo.py``, so ``pyamx info`` can tell a user what
+happened at build time. Building never needs AMX hardware.
+
+Run as ``python -m build`` from the repository root, Python finds this file
+before the ``build`` package; it then hands over to the real package.
 """
 
 from __future__ import annotations
 
 import os
-import re
-import shutil
 import sys
-import tempfile
-from pathlib import Path
 
-from cffi import FFI
+
+def _hand_over_to_the_build_package() -> None:
+    """Run the real ``build`` package as ``python -m build`` would have, without this directory on sys.path."""
+    import importlib.util
+    import runpy
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != here]
+    if importlib.util.find_spec("build") is None:
+        sys.exit(
+            "python -m build: the `build` package is not installed (pip install build). "
+            "This directory's build.py only builds pyamx's C extension in place: python build.py"
+        )
+    runpy.run_module("build", run_name="__main__", alter_sys=True)
+    sys.exit(0)
+
+
+# `python -m build` imports this file as __main__ with __spec__.name == "build";
+# `python build.py` has no __spec__, and setup.py/tests load it under another name.
+if __name__ == "__main__" and globals().get("__spec__") is not None and __spec__.name == "build":
+    _hand_over_to_the_build_package()
+
+
+import json  # noqa: E402  (after the hand-over: nothing of this project runs under `-m build`)
+import platform  # noqa: E402
+import re  # noqa: E402
+import shutil  # noqa: E402
+import subprocess  # noqa: E402
+import sysconfig  # noqa: E402
+import tempfile  # noqa: E402
+from dataclasses import asdict, dataclass  # noqa: E402
+from pathlib import Path  # noqa: E402
+from typing import Callable, Mapping, Optional, Sequence  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 CSRC = HERE / "csrc"
-MODULE = "pyamx._native"
 
-# Forces a build without kernels, to exercise that configuration on any machine.
-DISABLE_ENV = "PYAMX_DISABLE_AMX_KERNELS"
+DISABLE_ENV = "PYAMX_DISABLE_AMX_KERNELS"  # build without kernels on purpose
+SANITIZE_ENV = "PYAMX_SANITIZE"  # ASan + UBSan build (CI); needs libasan preloaded at run time
+REQUIRE_ENV = "PYAMX_REQUIRE_EXTENSION"  # a build without the extension is an error (CI, wheels)
 
-_AMX_TEST_SOURCE = r"""
+BUILDINFO = Path("pyamx") / "_buildinfo.py"
+GENERATED_DIR = Path("build") / "pyamx-cffi"
+
+
+@dataclass(frozen=True)
+class Module:
+    """One compiled module: its cdef header (fed whole to cffi) and its C sources.
+
+    ``kernels``: its sources hold AMX code, compiled in only when the decision
+    says so (``PYAMX_HAVE_AMX``). A module without AMX code builds with any C
+    compiler.
+    """
+
+    name: str
+    header: str
+    sources: tuple  # glob patterns relative to the repository root
+    kernels: bool = False
+
+
+# A new module joins the build with one entry here.
+MODULES = (Module("pyamx._native", "csrc/pyamx.h", ("csrc/*.c",), kernels=True),)
+
+
+class BuildConfigError(ValueError):
+    """A build setting this script cannot interpret."""
+
+
+_TRUE = ("1", "true", "yes")
+_FALSE = ("", "0", "false", "no")
+
+
+def parse_flag(env: Mapping[str, str], name: str) -> bool:
+    """A boolean build setting: 1/true/yes, 0/false/no or empty (= unset); anything else is an error."""
+    raw = env.get(name)
+    if raw is None:
+        return False
+    value = raw.strip().lower()
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    raise BuildConfigError(f"{name}={raw!r} is not understood: use 1/0, true/false or yes/no (empty means unset)")
+
+
+# -- the decision (pure) ----------------------------------------------------------------
+
+BASIC_TEST_SOURCE = "int pyamx_probe_compiler(int x) { return x + 1; }\n"
+
+AMX_TEST_SOURCE = r"""
 #include <immintrin.h>
 #if !defined(__x86_64__) || !defined(__linux__)
 #error "AMX kernels are built for x86-64 Linux only"
@@ -45,6 +126,159 @@ __attribute__((target("amx-tile"))) void pyamx_probe_cfg(void *p)
 """
 
 
+@dataclass(frozen=True)
+class CompileResult:
+    """What one test compile did: ``found`` is False when the compiler could not be run at all."""
+
+    ok: bool
+    found: bool = True
+    output: str = ""
+
+
+CompileCheck = Callable[[str], CompileResult]
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What to build. ``cause``: why there is no extension (empty when there is one)."""
+
+    extension: bool
+    kernels: bool
+    reason: str  # why the AMX kernels are (not) compiled in
+    cause: str = ""
+    sanitize: bool = False
+
+
+def _summary(output: str, lines: int = 3) -> str:
+    picked = [line.strip() for line in output.splitlines() if line.strip()][:lines]
+    return " | ".join(picked) or "no diagnostics"
+
+
+def decide(env: Mapping[str, str], machine: str, system: str, check: CompileCheck) -> Decision:
+    """The build decision (pure but for ``check``, which is called at most twice).
+
+    Settings are validated first, so a typo fails the build whatever the
+    toolchain. Then: no working C compiler -> no extension; not x86-64 Linux
+    -> no kernels; ``PYAMX_DISABLE_AMX_KERNELS`` -> no kernels; a compiler
+    that rejects the AMX test source -> no kernels; else kernels.
+    """
+    disable = parse_flag(env, DISABLE_ENV)
+    sanitize = parse_flag(env, SANITIZE_ENV)
+    basic = check(BASIC_TEST_SOURCE)
+    if not basic.ok:
+        if not basic.found:
+            cause = f"no C compiler was found ({_summary(basic.output, 1)})"
+        else:
+            cause = f"the C compiler cannot compile a trivial C file ({_summary(basic.output)})"
+        return Decision(extension=False, kernels=False, reason=cause, cause=cause, sanitize=sanitize)
+    if machine.lower() not in ("x86_64", "amd64") or system != "Linux":
+        reason = f"the AMX kernels are built for x86-64 Linux only; this is {system} {machine}"
+        return Decision(True, False, reason, sanitize=sanitize)
+    if disable:
+        return Decision(True, False, f"{DISABLE_ENV}={env[DISABLE_ENV]} at build time", sanitize=sanitize)
+    amx = check(AMX_TEST_SOURCE)
+    if not amx.ok:
+        reason = ("the C compiler rejects the AMX target attributes or intrinsics (they need GCC >= 11 or "
+                  f"clang >= 12 with binutils >= 2.36): {_summary(amx.output, 1)}")
+        return Decision(True, False, reason, sanitize=sanitize)
+    return Decision(True, True, "the C compiler accepts the AMX target attributes and intrinsics", sanitize=sanitize)
+
+
+# -- the compiler (live) -----------------------------------------------------------------
+
+
+def compile_args(sanitize: bool) -> list:
+    if os.name == "nt":
+        return []
+    if sanitize:
+        return ["-O1", "-g", "-std=gnu11", "-fno-omit-frame-pointer", "-fsanitize=address,undefined"]
+    return ["-O2", "-std=gnu11"]
+
+
+def link_args(sanitize: bool) -> list:
+    return ["-fsanitize=address,undefined"] if sanitize and os.name != "nt" else []
+
+
+def _distutils_compiler():
+    import setuptools  # noqa: F401  (installs setuptools' distutils)
+    from distutils.ccompiler import new_compiler
+    from distutils.sysconfig import customize_compiler
+
+    compiler = new_compiler()
+    customize_compiler(compiler)  # honours CC, CFLAGS, CPPFLAGS as build_ext does
+    return compiler
+
+
+def compiler_command() -> list:
+    """The command build_ext compiles with (``CC`` and ``CFLAGS`` included)."""
+    return list(getattr(_distutils_compiler(), "compiler_so", None) or ["cc"])
+
+
+def make_compile_check(command: Sequence[str], extra: Sequence[str]) -> CompileCheck:
+    """A check that compiles a source text with ``command + extra``, capturing the compiler's output."""
+
+    def check(source: str) -> CompileResult:
+        with tempfile.TemporaryDirectory(prefix="pyamx-cc-") as tmp:
+            src = Path(tmp) / "probe.c"
+            src.write_text(source, encoding="utf-8")
+            argv = [*command, *extra, "-c", str(src), "-o", str(Path(tmp) / "probe.o")]
+            try:
+                done = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                                      errors="replace", timeout=300)
+            except (OSError, subprocess.SubprocessError) as exc:
+                return CompileResult(ok=False, found=False, output=f"{command[0]}: {exc}")
+            return CompileResult(ok=done.returncode == 0, output=done.stderr + done.stdout)
+
+    return check
+
+
+def compiler_identity(command: Sequence[str]) -> str:
+    """The compiler command and its version line: a different compiler gives a different string."""
+    try:
+        done = subprocess.run([command[0], "--version"], stdin=subprocess.DEVNULL, capture_output=True,
+                              text=True, errors="replace", timeout=60)
+        version = _summary(done.stdout, 1)
+    except (OSError, subprocess.SubprocessError) as exc:
+        version = f"not runnable: {exc}"
+    return f"{' '.join(command)} ({version})"
+
+
+@dataclass(frozen=True)
+class BuildPlan:
+    """The decision plus what it was made with; its JSON is stamped into every generated source."""
+
+    decision: Decision
+    compiler: str
+    version: str
+    python: str
+
+    def stamp(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True)
+
+
+_plan: Optional[BuildPlan] = None
+
+
+def plan(env: Optional[Mapping[str, str]] = None) -> BuildPlan:
+    """The build plan of this process: decided on first use, then reused by every command."""
+    global _plan
+    if _plan is None:
+        env = os.environ if env is None else env
+        command = compiler_command()
+        sanitize = parse_flag(env, SANITIZE_ENV)
+        check = make_compile_check(command, compile_args(sanitize))
+        decision = decide(env, platform.machine(), platform.system(), check)
+        _plan = BuildPlan(decision, compiler_identity(command), read_version(), sysconfig.get_platform())
+        state = "WITH" if decision.kernels else "WITHOUT"
+        what = f"{state} the AMX kernels" if decision.extension else "WITHOUT the C extension"
+        print(f"pyamx build: {read_version()} {what}: {decision.reason}"
+              f"{' (ASan+UBSan)' if decision.sanitize else ''}", file=sys.stderr)
+    return _plan
+
+
+# -- sources and the cffi wrappers ----------------------------------------------------------
+
+
 def read_version() -> str:
     """The package version, from pyamx/_version.py (the single source)."""
     text = (HERE / "pyamx" / "_version.py").read_text(encoding="utf-8")
@@ -56,104 +290,233 @@ def read_version() -> str:
 
 def cdef_text(header: Path = CSRC / "pyamx.h") -> str:
     """The header without preprocessor lines: what cffi's cdef() can parse."""
-    lines = header.read_text(encoding="utf-8").splitlines()
+    lines = Path(header).read_text(encoding="utf-8").splitlines()
     return "\n".join(line for line in lines if not line.lstrip().startswith("#"))
 
 
-def c_sources() -> list[str]:
-    """Every csrc/*.c file, sorted, relative to this directory when possible.
-
-    setuptools wants relative source paths; cffi's in-place compile runs in
-    its own temporary directory and needs absolute ones, so main() asks for
-    those.
-    """
-    return [str(p.relative_to(HERE)) for p in sorted(CSRC.glob("*.c"))]
+def module_sources(module: Module) -> list:
+    """The module's C sources, sorted, relative to the repository root."""
+    found = set()
+    for pattern in module.sources:
+        found.update(p.relative_to(HERE).as_posix() for p in HERE.glob(pattern))
+    return sorted(found)
 
 
-def _new_compiler():
-    import setuptools  # noqa: F401  (installs setuptools' distutils)
-    from distutils.ccompiler import new_compiler
-    from distutils.sysconfig import customize_compiler
-
-    compiler = new_compiler()
-    customize_compiler(compiler)
-    return compiler
+def c_sources() -> list:
+    """The sources of ``pyamx._native`` (every csrc/*.c file): a new file joins by existing."""
+    return module_sources(MODULES[0])
 
 
-def amx_kernels_supported() -> tuple[bool, str]:
-    """Test-compile the AMX intrinsics; ``(supported, why)``."""
-    if os.environ.get(DISABLE_ENV) == "1":
-        return False, f"{DISABLE_ENV}=1"
-    tmp = tempfile.mkdtemp(prefix="pyamx-amx-test-")
-    try:
-        src = Path(tmp) / "amx_test.c"
-        src.write_text(_AMX_TEST_SOURCE, encoding="utf-8")
-        compiler = _new_compiler()
-        # The compiler's diagnostics are expected on old toolchains; keep the
-        # build log readable by collecting them instead of printing.
-        with open(Path(tmp) / "log", "w") as log:
-            stdout, stderr = os.dup(1), os.dup(2)
-            try:
-                os.dup2(log.fileno(), 1)
-                os.dup2(log.fileno(), 2)
-                compiler.compile([str(src)], output_dir=tmp)
-            finally:
-                os.dup2(stdout, 1)
-                os.dup2(stderr, 2)
-                os.close(stdout)
-                os.close(stderr)
-        return True, "the compiler accepts the AMX target attributes and intrinsics"
-    except Exception as exc:  # any failure means: build without kernels
-        log_path = Path(tmp) / "log"
-        detail = log_path.read_text(errors="replace").strip().splitlines()[:3] if log_path.exists() else []
-        return False, f"test compile failed ({type(exc).__name__}): {' | '.join(detail) or exc}"
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+def header_dependencies() -> list:
+    """Every header under csrc/ and this script: editing one rebuilds every module."""
+    headers = sorted(p.relative_to(HERE).as_posix() for p in CSRC.rglob("*.h"))
+    return [*headers, "build.py"]
 
 
-def make_ffibuilder(absolute_paths: bool = False) -> FFI:
-    """The cffi builder of ``pyamx._native``; prints whether the kernels are in."""
-    version = read_version()
-    have_amx, why = amx_kernels_supported()
-    state = "WITH" if have_amx else "WITHOUT"
-    print(f"pyamx build: compiling pyamx._native {version} {state} the AMX kernels ({why})", file=sys.stderr)
-    macros = [("PYAMX_VERSION", f'"{version}"')]
-    if have_amx:
+def c_string(text: str) -> str:
+    """``text`` as a C string literal, printable ASCII only (it travels on a compiler command line)."""
+    out = []
+    for ch in text:
+        if ch in '"\\':
+            out.append("\\" + ch)
+        elif " " <= ch <= "~":
+            out.append(ch)
+        else:
+            out.append("?")
+    return '"' + "".join(out) + '"'
+
+
+def define_macros(module: Module, p: BuildPlan) -> list:
+    macros = [("PYAMX_VERSION", c_string(p.version)),
+              ("PYAMX_BUILD_KERNELS_REASON", c_string(p.decision.reason))]
+    if module.kernels and p.decision.kernels:
         macros.append(("PYAMX_HAVE_AMX", "1"))
-    sources = c_sources()
-    include = "csrc"
-    if absolute_paths:
-        sources = [str(HERE / s) for s in sources]
-        include = str(CSRC)
+    return macros
+
+
+def make_ffi(module: Module, p: BuildPlan):
+    """The cffi builder of one module. The plan's stamp is part of the generated C, so a changed
+    compiler or setting changes that file and setuptools rebuilds the module instead of reusing it."""
+    from cffi import FFI
+
     builder = FFI()
-    builder.cdef(cdef_text())
-    builder.set_source(
-        MODULE,
-        '#include "pyamx.h"\n',
-        sources=sources,
-        include_dirs=[include],
-        define_macros=macros,
-        extra_compile_args=["-O2", "-std=gnu11"] if os.name != "nt" else [],
-    )
+    builder.cdef(cdef_text(HERE / module.header))
+    include = os.path.basename(module.header)
+    preamble = f'/* pyamx build configuration: {p.stamp().replace("*/", "* /")} */\n#include "{include}"\n'
+    builder.set_source(module.name, preamble)
     return builder
 
 
+def _limited_api() -> bool:
+    # cffi's generated code uses the stable ABI except on debug and free-threaded builds.
+    return not hasattr(sys, "gettotalrefcount") and not sysconfig.get_config_var("Py_GIL_DISABLED")
+
+
+def extension(module: Module, p: BuildPlan):
+    """The setuptools Extension of one module, its cffi wrapper (re)generated under build/."""
+    from setuptools import Extension
+
+    generated = GENERATED_DIR / (module.name.replace(".", "_") + ".c")
+    (HERE / GENERATED_DIR).mkdir(parents=True, exist_ok=True)
+    make_ffi(module, p).emit_c_code(str(HERE / generated))  # rewrites the file only when it changed
+    return Extension(
+        module.name,
+        sources=[generated.as_posix(), *module_sources(module)],
+        include_dirs=sorted({os.path.dirname(module.header)}),
+        define_macros=define_macros(module, p),
+        extra_compile_args=compile_args(p.decision.sanitize),
+        extra_link_args=link_args(p.decision.sanitize),
+        depends=header_dependencies(),
+        py_limited_api=_limited_api(),
+    )
+
+
+def buildinfo_text(p: BuildPlan, failure: str = "") -> str:
+    """pyamx/_buildinfo.py: what was built and why, readable without the extension."""
+    d = p.decision
+    cause = failure or d.cause
+    fields = {
+        "EXTENSION": d.extension and not failure,
+        "CAUSE": cause,
+        "KERNELS": d.kernels and not cause,
+        "KERNELS_REASON": d.reason if not cause else cause,
+        "SANITIZE": d.sanitize,
+        "COMPILER": p.compiler,
+        "VERSION": p.version,
+    }
+    body = "".join(f"{key} = {value!r}\n" for key, value in fields.items())
+    return ('"""What the build of this pyamx decided and why (written by build.py at build time)."""\n\n'
+            + body)
+
+
+def write_buildinfo(directory: Path, text: str) -> None:
+    path = Path(directory) / BUILDINFO
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if not path.exists() or path.read_text(encoding="utf-8") != text:
+        path.write_text(text, encoding="utf-8")
+
+
+# -- setuptools commands -------------------------------------------------------------------
+
+
+def setuptools_options() -> dict:
+    """setup() keywords: placeholder extensions (filled in by build_ext) and the commands.
+
+    The decision is made lazily, by the first command that needs it (build_py
+    writes _buildinfo.py, bdist_wheel picks the wheel tag, build_ext
+    compiles), so metadata-only steps of a pip install compile nothing.
+    """
+    from setuptools import Distribution, Extension
+    from setuptools.command.build_ext import build_ext
+    from setuptools.command.build_py import build_py
+
+    class PyamxDistribution(Distribution):
+        def has_ext_modules(self):
+            # Before the decision, assume an extension; a no-compiler build is pure (py3-none-any).
+            return _plan is None or _plan.decision.extension
+
+    class BuildPy(build_py):
+        def run(self):
+            write_buildinfo(HERE, buildinfo_text(plan()))
+            super().run()
+
+    class BuildExt(build_ext):
+        """build_ext that fills in the modules from the plan; optional unless REQUIRE_ENV or in place."""
+
+        require = False
+
+        def run(self):
+            p = plan()
+            require = self.require or parse_flag(os.environ, REQUIRE_ENV)
+            if not p.decision.extension:
+                if require:
+                    raise SystemExit(f"pyamx build: {REQUIRE_ENV} is set but {p.decision.cause}")
+                self._give_up(p, p.decision.cause)
+                return
+            by_name = {m.name: m for m in MODULES}
+            for ext in self.extensions:  # the placeholders setuptools finalized, filled in place
+                built = extension(by_name[ext.name], p)
+                for attr in ("sources", "include_dirs", "define_macros", "extra_compile_args",
+                             "extra_link_args", "depends", "py_limited_api"):
+                    setattr(ext, attr, getattr(built, attr))
+            try:
+                super().run()
+            except Exception as exc:
+                if require:
+                    raise
+                self._give_up(p, f"compiling it failed: {type(exc).__name__}: {exc}")
+                return
+            write_buildinfo(HERE, buildinfo_text(p))
+            if self.inplace:
+                self._remove_other_builds()
+
+        def _give_up(self, p, cause):
+            self.extensions = []
+            text = buildinfo_text(p, failure=cause if p.decision.extension else "")
+            write_buildinfo(HERE, text)
+            build_lib = self.get_finalized_command("build_py").build_lib
+            if not self.inplace and os.path.isdir(os.path.join(build_lib, "pyamx")):
+                write_buildinfo(Path(build_lib), text)
+            if self.inplace:
+                self._remove_other_builds(keep=False)
+            bar = "*" * 78
+            print(f"\n{bar}\nWARNING: pyamx is installed WITHOUT its C extension because {cause}.\n"
+                  "The bit-exact emulator works; the native backend and the trap mode do not.\n"
+                  "Install a C compiler (GCC >= 11 or clang >= 12 for the AMX kernels) and reinstall,\n"
+                  f"or set {REQUIRE_ENV}=1 to make this a build error.\n{bar}\n", file=sys.stderr)
+
+        def _remove_other_builds(self, keep=True):
+            # An in-place module with another suffix (cpython-3xx vs abi3) would shadow the new one.
+            for m in MODULES:
+                wanted = Path(self.get_ext_fullpath(m.name)).resolve() if keep else None
+                package, _, leaf = m.name.rpartition(".")
+                for old in (HERE / package.replace(".", "/")).glob(leaf + ".*"):
+                    if old.suffix in (".so", ".pyd") and old.resolve() != wanted:
+                        old.unlink()
+
+    cmdclass = {"build_py": BuildPy, "build_ext": BuildExt}
+    options = {}
+    try:
+        from setuptools.command.bdist_wheel import bdist_wheel
+    except ImportError:  # setuptools < 70.1: pyproject.toml requires newer, this is only `python build.py`
+        bdist_wheel = None
+    if bdist_wheel is not None:
+        class BdistWheel(bdist_wheel):
+            def finalize_options(self):
+                plan()  # the wheel tag depends on whether there is an extension
+                if _plan.decision.extension and _limited_api():
+                    self.py_limited_api = "cp310"  # cffi modules use the stable ABI; pyamx needs >= 3.10
+                super().finalize_options()
+
+        cmdclass["bdist_wheel"] = BdistWheel
+    return {
+        "distclass": PyamxDistribution,
+        "cmdclass": cmdclass,
+        "ext_modules": [Extension(m.name, sources=[], py_limited_api=_limited_api()) for m in MODULES],
+        "options": options,
+    }
+
+
 def main() -> None:
-    """Build in place: the module lands in pyamx/, the intermediates in build/."""
-    builder = make_ffibuilder(absolute_paths=True)
-    tmpdir = HERE / "build" / "cffi"
-    tmpdir.mkdir(parents=True, exist_ok=True)
-    built = Path(builder.compile(tmpdir=str(tmpdir), verbose=False))
-    target = HERE / "pyamx" / built.name
-    for stale in (HERE / "pyamx").glob("_native*.so"):
-        stale.unlink()
-    shutil.copy2(built, target)
-    print(f"pyamx build: wrote {target.relative_to(HERE)}", file=sys.stderr)
+    """Build in place: the modules land in pyamx/, the intermediates in build/; failures are errors."""
+    from setuptools import Distribution  # noqa: F401
 
+    os.chdir(HERE)
+    opts = setuptools_options()
+    dist = opts["distclass"]({"name": "pyamx", "script_name": "build.py", "ext_modules": opts["ext_modules"],
+                              "cmdclass": opts["cmdclass"]})
+    cmd = dist.get_command_obj("build_ext")
+    cmd.inplace = True
+    cmd.require = True
+    dist.run_command("build_ext")
+    write_buildinfo(HERE, buildinfo_text(plan()))
+    for m in MODULES:
+        print(f"pyamx build: {m.name} is in place: {Path(cmd.get_ext_fullpath(m.name)).relative_to(HERE)}",
+              file=sys.stderr)
 
-# cffi_modules=["build.py:ffibuilder"] calls this when it is not an FFI, so
-# importing this file (tests do) compiles nothing.
-ffibuilder = make_ffibuilder
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except BuildConfigError as exc:
+        sys.exit(f"pyamx build: {exc}")
