@@ -18,7 +18,6 @@ Run as ``python -m build`` from the repository root, Python finds this file
 before the ``build`` package; it then hands over to the real package.
 """
 
-from __future__ import annotations
 
 import os
 import sys
@@ -227,7 +226,8 @@ def make_compile_check(command: Sequence[str], extra: Sequence[str]) -> CompileC
                                       errors="replace", timeout=300)
             except (OSError, subprocess.SubprocessError) as exc:
                 return CompileResult(ok=False, found=False, output=f"{command[0]}: {exc}")
-            return CompileResult(ok=done.returncode == 0, output=done.stderr + done.stdout)
+            output = (done.stderr + done.stdout).strip() or f"{command[0]} exited with status {done.returncode}"
+            return CompileResult(ok=done.returncode == 0, output=output)
 
     return check
 
@@ -273,7 +273,17 @@ def plan(env: Optional[Mapping[str, str]] = None) -> BuildPlan:
         what = f"{state} the AMX kernels" if decision.extension else "WITHOUT the C extension"
         print(f"pyamx build: {read_version()} {what}: {decision.reason}"
               f"{' (ASan+UBSan)' if decision.sanitize else ''}", file=sys.stderr)
+        if not decision.extension:
+            warn_no_extension(decision.cause)
     return _plan
+
+
+def warn_no_extension(cause: str) -> None:
+    bar = "*" * 78
+    print(f"\n{bar}\nWARNING: pyamx is installed WITHOUT its C extension because {cause}.\n"
+          "The bit-exact emulator works; the native backend and the trap mode do not.\n"
+          "Install a C compiler (GCC >= 11 or clang >= 12 for the AMX kernels) and reinstall,\n"
+          f"or set {REQUIRE_ENV}=1 to make this a build error.\n{bar}\n", file=sys.stderr)
 
 
 # -- sources and the cffi wrappers ----------------------------------------------------------
@@ -459,11 +469,8 @@ def setuptools_options() -> dict:
                 write_buildinfo(Path(build_lib), text)
             if self.inplace:
                 self._remove_other_builds(keep=False)
-            bar = "*" * 78
-            print(f"\n{bar}\nWARNING: pyamx is installed WITHOUT its C extension because {cause}.\n"
-                  "The bit-exact emulator works; the native backend and the trap mode do not.\n"
-                  "Install a C compiler (GCC >= 11 or clang >= 12 for the AMX kernels) and reinstall,\n"
-                  f"or set {REQUIRE_ENV}=1 to make this a build error.\n{bar}\n", file=sys.stderr)
+            if p.decision.extension:  # plan() already warned when there was no compiler
+                warn_no_extension(cause)
 
         def _remove_other_builds(self, keep=True):
             # An in-place module with another suffix (cpython-3xx vs abi3) would shadow the new one.
