@@ -425,10 +425,18 @@ def setuptools_options() -> dict:
             # Before the decision, assume an extension; a no-compiler build is pure (py3-none-any).
             return _plan is None or _plan.decision.extension
 
+    def buildinfo_dirs(cmd, in_place):
+        # In place (python build.py, editable installs) the record sits next to the module in the
+        # checkout; otherwise only in the build's output, so `pip install .` leaves the checkout alone.
+        if in_place:
+            return [HERE]
+        return [Path(cmd.get_finalized_command("build_py").build_lib)]
+
     class BuildPy(build_py):
         def run(self):
-            write_buildinfo(HERE, buildinfo_text(plan()))
             super().run()
+            for d in buildinfo_dirs(self, getattr(self, "editable_mode", False)):
+                write_buildinfo(d, buildinfo_text(plan()))
 
     class BuildExt(build_ext):
         """build_ext that fills in the modules from the plan; optional unless REQUIRE_ENV or in place."""
@@ -456,17 +464,19 @@ def setuptools_options() -> dict:
                     raise
                 self._give_up(p, f"compiling it failed: {type(exc).__name__}: {exc}")
                 return
-            write_buildinfo(HERE, buildinfo_text(p))
+            for d in buildinfo_dirs(self, self._in_place()):
+                write_buildinfo(d, buildinfo_text(p))
             if self.inplace:
                 self._remove_other_builds()
+
+        def _in_place(self):
+            return bool(self.inplace or getattr(self, "editable_mode", False))
 
         def _give_up(self, p, cause):
             self.extensions = []
             text = buildinfo_text(p, failure=cause if p.decision.extension else "")
-            write_buildinfo(HERE, text)
-            build_lib = self.get_finalized_command("build_py").build_lib
-            if not self.inplace and os.path.isdir(os.path.join(build_lib, "pyamx")):
-                write_buildinfo(Path(build_lib), text)
+            for d in buildinfo_dirs(self, self._in_place()):
+                write_buildinfo(d, text)
             if self.inplace:
                 self._remove_other_builds(keep=False)
             if p.decision.extension:  # plan() already warned when there was no compiler
@@ -516,7 +526,6 @@ def main() -> None:
     cmd.inplace = True
     cmd.require = True
     dist.run_command("build_ext")
-    write_buildinfo(HERE, buildinfo_text(plan()))
     for m in MODULES:
         print(f"pyamx build: {m.name} is in place: {Path(cmd.get_ext_fullpath(m.name)).relative_to(HERE)}",
               file=sys.stderr)
