@@ -499,11 +499,15 @@ def setuptools_options() -> dict:
         bdist_wheel = None
     if bdist_wheel is not None:
         class BdistWheel(bdist_wheel):
-            def finalize_options(self):
-                plan()  # the wheel tag depends on whether there is an extension
-                if _plan.decision.extension and _limited_api():
+            # The tag depends on the decision, made here and not in finalize_options, which
+            # pip's metadata step also runs: one decision per build.
+            def run(self):
+                extension = plan().decision.extension
+                self.root_is_pure = not extension  # a build without a compiler is py3-none-any
+                if extension and _limited_api():
                     self.py_limited_api = "cp310"  # cffi modules use the stable ABI; pyamx needs >= 3.10
-                super().finalize_options()
+                    self._validate_py_limited_api()
+                super().run()
 
         cmdclass["bdist_wheel"] = BdistWheel
     return {
