@@ -226,7 +226,9 @@ def make_compile_check(command: Sequence[str], extra: Sequence[str]) -> CompileC
                                       errors="replace", timeout=300)
             except (OSError, subprocess.SubprocessError) as exc:
                 return CompileResult(ok=False, found=False, output=f"{command[0]}: {exc}")
-            output = (done.stderr + done.stdout).strip() or f"{command[0]} exited with status {done.returncode}"
+            # The scratch directory's name would only make the recorded reason differ from build to build.
+            output = (done.stderr + done.stdout).replace(tmp + os.sep, "").strip()
+            output = output or f"{command[0]} exited with status {done.returncode}"
             return CompileResult(ok=done.returncode == 0, output=output)
 
     return check

@@ -162,6 +162,8 @@ def test_the_ci_wrapper_compiler_rejects_amx_and_compiles_the_rest():
     assert check("#include <immintrin.h>\nint f(int x) { return x; }\n").ok
     rejected = check(build.AMX_TEST_SOURCE)
     assert not rejected.ok and "amx" in rejected.output
+    # the reason is stamped into the generated source: it must not vary between builds (scratch paths)
+    assert check(build.AMX_TEST_SOURCE).output == rejected.output
 
 
 # -- what the build writes ------------------------------------------------------------------------
