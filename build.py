@@ -259,6 +259,7 @@ class BuildPlan:
 
 
 _plan: Optional[BuildPlan] = None
+_compile_failure: Optional[str] = None  # set when compiling failed and the build went on without the extension
 
 
 def plan(env: Optional[Mapping[str, str]] = None) -> BuildPlan:
@@ -401,6 +402,17 @@ def buildinfo_text(p: BuildPlan, failure: str = "") -> str:
             + body)
 
 
+def compile_failure_text(exc: BaseException) -> str:
+    """A short cause for a failed extension compile: the file and the status, not the whole command."""
+    text = str(exc)
+    source = re.search(r"'-c', '([^']+)'", text)
+    status = re.search(r"exit status (\d+)", text)
+    if source:
+        tail = f" (exit status {status.group(1)}; the compiler's messages are in the build log)" if status else ""
+        return f"compiling {source.group(1)} failed{tail}"
+    return f"compiling it failed: {type(exc).__name__}: {text[:300]}"
+
+
 def write_buildinfo(directory: Path, text: str) -> None:
     path = Path(directory) / BUILDINFO
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -424,8 +436,8 @@ def setuptools_options() -> dict:
 
     class PyamxDistribution(Distribution):
         def has_ext_modules(self):
-            # Before the decision, assume an extension; a no-compiler build is pure (py3-none-any).
-            return _plan is None or _plan.decision.extension
+            # Before the decision, assume an extension; a build without one is pure (py3-none-any).
+            return _plan is None or (_plan.decision.extension and _compile_failure is None)
 
     def buildinfo_dirs(cmd, in_place):
         # In place (python build.py, editable installs) the record sits next to the module in the
@@ -464,7 +476,9 @@ def setuptools_options() -> dict:
             except Exception as exc:
                 if require:
                     raise
-                self._give_up(p, f"compiling it failed: {type(exc).__name__}: {exc}")
+                global _compile_failure
+                _compile_failure = compile_failure_text(exc)
+                self._give_up(p, _compile_failure)
                 return
             for d in buildinfo_dirs(self, self._in_place()):
                 write_buildinfo(d, buildinfo_text(p))
@@ -494,7 +508,6 @@ def setuptools_options() -> dict:
                         old.unlink()
 
     cmdclass = {"build_py": BuildPy, "build_ext": BuildExt}
-    options = {}
     try:
         from setuptools.command.bdist_wheel import bdist_wheel
     except ImportError:  # setuptools < 70.1: pyproject.toml requires newer, this is only `python build.py`
@@ -503,9 +516,13 @@ def setuptools_options() -> dict:
         class BdistWheel(bdist_wheel):
             # The tag depends on the decision, made here and not in finalize_options, which
             # pip's metadata step also runs: one decision per build.
+            # Building first (run_command runs a command once) lets a failed compile make it pure too.
             def run(self):
-                extension = plan().decision.extension
-                self.root_is_pure = not extension  # a build without a compiler is py3-none-any
+                plan()
+                if not self.skip_build:
+                    self.run_command("build")
+                extension = self.distribution.has_ext_modules()
+                self.root_is_pure = not extension  # no compiler, or a failed compile: py3-none-any
                 if extension and _limited_api():
                     self.py_limited_api = "cp310"  # cffi modules use the stable ABI; pyamx needs >= 3.10
                     self._validate_py_limited_api()
@@ -516,7 +533,6 @@ def setuptools_options() -> dict:
         "distclass": PyamxDistribution,
         "cmdclass": cmdclass,
         "ext_modules": [Extension(m.name, sources=[], py_limited_api=_limited_api()) for m in MODULES],
-        "options": options,
     }
 
 

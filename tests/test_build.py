@@ -238,6 +238,14 @@ def test_buildinfo_records_a_missing_extension_and_a_failed_compile():
     assert ns["EXTENSION"] is True and ns["KERNELS"] is False and ns["KERNELS_REASON"] == "why not"
 
 
+def test_a_failed_compile_is_named_by_its_file_not_its_command_line():
+    exc = Exception("Command '['cc', '-O2', '-DX=\"a b\"', '-c', 'csrc/detect.c', '-o', 'x.o']' "
+                    "returned non-zero exit status 1.")
+    assert build.compile_failure_text(exc) == ("compiling csrc/detect.c failed (exit status 1; the compiler's "
+                                               "messages are in the build log)")
+    assert build.compile_failure_text(OSError("boom")) == "compiling it failed: OSError: boom"
+
+
 def test_the_built_module_reports_the_reason_it_was_built_with():
     native = pytest.importorskip("pyamx._native", reason="the C extension is not built (python build.py)")
     from pyamx import _nativelib
@@ -384,3 +392,28 @@ def test_a_changed_setting_rebuilds_in_place_and_a_header_edit_too(tmp_path):
     header.write_text(header.read_text() + "\n/* edited */\n")
     edited, _ = run(**{build.DISABLE_ENV: "1"})
     assert edited != disabled
+
+
+@slow_build
+@pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
+def test_a_compile_that_fails_after_the_probes_gives_a_pure_wheel_that_says_why(tmp_path):
+    src = _scratch_copy(tmp_path)
+    cc = tmp_path / "cc-refuses-detect"
+    cc.write_text('#!/bin/sh\nfor a in "$@"; do case "$a" in *detect.c) echo "refusing $a" >&2; exit 1;; esac; done\n'
+                  'exec gcc "$@"\n')
+    cc.chmod(0o755)
+    env = dict(os.environ, CC=str(cc))
+    env.pop("PYAMX_REQUIRE_EXTENSION", None)
+    done = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-w", str(tmp_path / "wh"), str(src)],
+                          env=env, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    (wheel,) = os.listdir(tmp_path / "wh")
+    assert wheel.endswith("-py3-none-any.whl"), wheel
+    with zipfile.ZipFile(tmp_path / "wh" / wheel) as whl:
+        assert not any(n.endswith(".so") for n in whl.namelist())
+        info = whl.read("pyamx/_buildinfo.py").decode()
+    assert "EXTENSION = False" in info and "compiling csrc/detect.c failed" in info
+    env["PYAMX_REQUIRE_EXTENSION"] = "1"
+    strict = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-w", str(tmp_path / "wh2"),
+                             str(src)], env=env, capture_output=True, text=True, timeout=900)
+    assert strict.returncode != 0
