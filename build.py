@@ -80,10 +80,18 @@ class Module:
     header: str
     sources: tuple  # glob patterns relative to the repository root
     kernels: bool = False
+    include_dirs: tuple = ("csrc",)
+    x86_64_linux_only: bool = False  # not built at all elsewhere
 
 
 # A new module joins the build with one entry here.
 MODULES = (Module("pyamx._native", "csrc/pyamx.h", ("csrc/*.c",), kernels=True),)
+
+
+def modules_for(machine: str, system: str, modules=MODULES) -> tuple:
+    """The modules this platform builds (pure)."""
+    x86_64_linux = machine.lower() in ("x86_64", "amd64") and system == "Linux"
+    return tuple(m for m in modules if x86_64_linux or not m.x86_64_linux_only)
 
 
 class BuildConfigError(ValueError):
@@ -302,9 +310,20 @@ def read_version() -> str:
 
 
 def cdef_text(header: Path = CSRC / "pyamx.h") -> str:
-    """The header without preprocessor lines: what cffi's cdef() can parse."""
-    lines = Path(header).read_text(encoding="utf-8").splitlines()
-    return "\n".join(line for line in lines if not line.lstrip().startswith("#"))
+    """The header without preprocessor lines: what cffi's cdef() can parse.
+
+    A local header it includes with quotes (one shared by several modules) is
+    inlined in its place; system headers are not.
+    """
+    header = Path(header)
+    out = []
+    for line in header.read_text(encoding="utf-8").splitlines():
+        included = re.match(r'\s*#\s*include\s+"([^"]+)"', line)
+        if included:
+            out.append(cdef_text((header.parent / included.group(1)).resolve()))
+        elif not line.lstrip().startswith("#"):
+            out.append(line)
+    return "\n".join(out)
 
 
 def module_sources(module: Module) -> list:
@@ -375,7 +394,7 @@ def extension(module: Module, p: BuildPlan):
     return Extension(
         module.name,
         sources=[generated.as_posix(), *module_sources(module)],
-        include_dirs=sorted({os.path.dirname(module.header)}),
+        include_dirs=list(module.include_dirs),
         define_macros=define_macros(module, p),
         extra_compile_args=compile_args(p.decision.sanitize),
         extra_link_args=link_args(p.decision.sanitize),
@@ -465,7 +484,8 @@ def setuptools_options() -> dict:
                     raise SystemExit(f"pyamx build: {REQUIRE_ENV} is set but {p.decision.cause}")
                 self._give_up(p, p.decision.cause)
                 return
-            by_name = {m.name: m for m in MODULES}
+            by_name = {m.name: m for m in modules_for(platform.machine(), platform.system())}
+            self.extensions = [ext for ext in self.extensions if ext.name in by_name]
             for ext in self.extensions:  # the placeholders setuptools finalized, filled in place
                 built = extension(by_name[ext.name], p)
                 for attr in ("sources", "include_dirs", "define_macros", "extra_compile_args",
@@ -548,7 +568,7 @@ def main() -> None:
     cmd.inplace = True
     cmd.require = True
     dist.run_command("build_ext")
-    for m in MODULES:
+    for m in modules_for(platform.machine(), platform.system()):
         print(f"pyamx build: {m.name} is in place: {Path(cmd.get_ext_fullpath(m.name)).relative_to(HERE)}",
               file=sys.stderr)
 

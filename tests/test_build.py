@@ -207,6 +207,24 @@ def test_macros_carry_the_reason_and_kernels_only_for_modules_with_amx_code():
     assert "PYAMX_HAVE_AMX" not in off
 
 
+def test_modules_limited_to_x86_64_linux_are_left_out_elsewhere():
+    everywhere = build.Module("pyamx._a", "csrc/pyamx.h", ("csrc/*.c",))
+    x86_only = build.Module("pyamx._b", "csrc/pyamx.h", ("csrc/*.c",), x86_64_linux_only=True)
+    both = (everywhere, x86_only)
+    assert build.modules_for("x86_64", "Linux", both) == both
+    assert build.modules_for("aarch64", "Linux", both) == (everywhere,)
+    assert build.modules_for("x86_64", "Darwin", both) == (everywhere,)
+    assert build.MODULES[0] in build.modules_for("aarch64", "Linux")  # the product module is everywhere
+
+
+def test_cdef_inlines_quoted_local_headers_and_drops_system_ones(tmp_path):
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "shared.h").write_text("#ifndef S\n#define S\nenum op { OP_A = 1 };\n#endif\n")
+    (tmp_path / "sub" / "mod.h").write_text('#include <stdint.h>\n#include "../shared.h"\nint f(enum op);\n')
+    text = build.cdef_text(tmp_path / "sub" / "mod.h")
+    assert text.split() == "enum op { OP_A = 1 }; int f(enum op);".split()
+
+
 def test_every_header_is_a_dependency_of_every_module():
     deps = build.header_dependencies()
     headers = {f"csrc/{n}" for n in os.listdir(os.path.join(CHECKOUT, "csrc")) if n.endswith(".h")}
