@@ -28,8 +28,8 @@ def _hand_over_to_the_build_package() -> None:
     import importlib.util
     import runpy
 
-    here = os.path.dirname(os.path.abspath(__file__))
-    sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != here]
+    here = os.path.dirname(os.path.realpath(__file__))
+    sys.path[:] = [p for p in sys.path if os.path.realpath(p or os.curdir) != here]
     if importlib.util.find_spec("build") is None:
         sys.exit(
             "python -m build: the `build` package is not installed (pip install build). "
