@@ -327,6 +327,16 @@ def test_python_m_build_without_the_build_package_says_what_to_do(tmp_path):
     assert not (src / "dist").exists() and not (src / "build").exists()
 
 
+def test_python_m_build_at_the_root_reaches_the_build_package(tmp_path):
+    pytest.importorskip("build", reason="needs the `build` package (pip install build)")
+    src = _scratch_copy(tmp_path)
+    done = subprocess.run([sys.executable, "-m", "build", "--version"], cwd=src, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("build ") and "pyamx" not in done.stdout + done.stderr
+    assert not (src / "build").exists()
+
+
 @slow_build
 def test_python_m_build_at_the_root_builds_an_abi3_wheel_and_a_complete_sdist(tmp_path):
     pytest.importorskip("build", reason="needs the `build` package (pip install build)")
