@@ -30,9 +30,11 @@
  * a build; weak references let this file link either way. */
 int pyamx_trap_active(void);
 int pyamx_trap_grant_permission(void);
+int32_t pyamx_trap_thread_prepare(void);
 #if defined(__GNUC__) && !defined(_WIN32)
 #pragma weak pyamx_trap_active
 #pragma weak pyamx_trap_grant_permission
+#pragma weak pyamx_trap_thread_prepare
 #define PYAMX_TRAP_LINKED (pyamx_trap_active != 0 && pyamx_trap_grant_permission != 0)
 #else
 #define PYAMX_TRAP_LINKED 0
@@ -49,6 +51,22 @@ int pyamx_trap_grant_permission(void);
 static volatile int g_native_state = 0;
 
 int pyamx_internal_ready(void) { return g_native_state == 2; }
+
+/* Set with g_native_state = 2 when the grant came from the trap mode. */
+static volatile int g_trapped = 0;
+
+int pyamx_internal_trapped(void) { return g_trapped; }
+
+int pyamx_internal_thread_prepare(void)
+{
+#if defined(__GNUC__) && !defined(_WIN32)
+    /* Without it a worker's emulated tile state would stay claimed after
+     * the thread ends (until the trap's table fills and reaps it). */
+    if (g_trapped && pyamx_trap_thread_prepare != 0)
+        return pyamx_trap_thread_prepare() == 0 ? 0 : -1;
+#endif
+    return 0;
+}
 
 const char *pyamx_build_version(void) { return PYAMX_VERSION; }
 
@@ -147,8 +165,10 @@ int pyamx_request_permission(void)
         /* No tile instruction reaches silicon in trap mode, so the grant
          * is final: there is nothing for a child probe to prove. */
         int err = pyamx_trap_grant_permission();
-        if (err == 0)
+        if (err == 0) {
+            g_trapped = 1;
             g_native_state = 2;
+        }
         return err;
     }
     if (syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, (unsigned long)XFEATURE_XTILEDATA) != 0)

@@ -24,4 +24,46 @@ int pyamx_internal_ready(void);
  * of pyamx_probe_child(). */
 void pyamx_internal_probe_tile_instruction(void);
 
+/* Set when readiness came from the trap mode's emulated permission: no tile
+ * instruction reaches silicon in this process. */
+int pyamx_internal_trapped(void);
+
+/* From normal context, at the start of a thread the bindings create (a
+ * kernel's worker): in trap mode it claims the thread's emulated tile state
+ * and arms its release at thread exit (pyamx_trap_thread_prepare); else a
+ * no-op. 0 when the thread may execute tile instructions. */
+int pyamx_internal_thread_prepare(void);
+
+#include <stdint.h>
+
+/* A thread's tile state as kernels save it around their own work: the
+ * STTILECFG image and every configured tile stored with stride 64. */
+typedef struct {
+    uint8_t cfg[64] __attribute__((aligned(64)));
+    uint8_t tiles[8][16][64] __attribute__((aligned(64)));
+} pyamx_tile_state;
+
+#if PYAMX_HAVE_AMX
+/* kernels.c: save (PYAMX_OK, or PYAMX_E_START_ROW with nothing changed) and
+ * restore the calling thread's tile state. */
+int pyamx_internal_save_state(pyamx_tile_state *s);
+void pyamx_internal_restore_state(const pyamx_tile_state *s);
+
+/* The tile intrinsics are asm statements that do not tell the compiler they
+ * touch memory; a barrier keeps C accesses to tile buffers on their side. */
+#define BARRIER() __asm__ volatile("" ::: "memory")
+
+/* A dot product on any register triple as raw bytes: the register numbers
+ * are immediates, and GAS rejects the (unreachable, #UD) cases of equal
+ * registers that a generated switch must still spell out; it is also how
+ * TDPFP16PS is spelled, since GCC 12 has no -mamx-fp16. Encoding:
+ * VEX.128.<pp>.0F38.W0 <opc> /r, ModRM 11:dst:src1, VEX.vvvv = ~src2;
+ * pp 0 = NP, 1 = 66, 2 = F3, 3 = F2. Checked against GAS's own encoding of
+ * TDPBF16PS/TDPBxxD with objdump. */
+#define DP_BYTES(pp, opc, d, s1, s2)                                        \
+    __asm__ volatile(".byte 0xc4, 0xe2, %c0, " #opc ", %c1"                 \
+                     :                                                      \
+                     : "i"(((~(s2) & 15) << 3) | (pp)), "i"(0xc0 | ((d) << 3) | (s1)))
+#endif
+
 #endif

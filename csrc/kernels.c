@@ -70,22 +70,7 @@ static int distinct_tiles(int dst, int src1, int src2)
 #define AMX_BF16 __attribute__((target("amx-tile,amx-bf16")))
 #define AMX_INT8 __attribute__((target("amx-tile,amx-int8")))
 
-/* The tile intrinsics are asm statements that do not tell the compiler they
- * touch memory; a barrier keeps C accesses to tile buffers on their side. */
-#define BARRIER() __asm__ volatile("" ::: "memory")
-
 #define EACH_TILE(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7)
-
-/* A dot product on any register triple as raw bytes: the register numbers
- * are immediates, and GAS rejects the (unreachable, #UD) cases of equal
- * registers that a generated switch must still spell out. Encoding:
- * VEX.128.<pp>.0F38.W0 <opc> /r, ModRM 11:dst:src1, VEX.vvvv = ~src2;
- * pp 0 = NP, 1 = 66, 2 = F3, 3 = F2. Checked against GAS's own encoding of
- * TDPBF16PS/TDPBxxD with objdump. */
-#define DP_BYTES(pp, opc, d, s1, s2)                                        \
-    __asm__ volatile(".byte 0xc4, 0xe2, %c0, " #opc ", %c1"                 \
-                     :                                                      \
-                     : "i"(((~(s2) & 15) << 3) | (pp)), "i"(0xc0 | ((d) << 3) | (s1)))
 
 #define DP_CASE(pp, opc, d, s1, s2) case (d) * 64 + (s1) * 8 + (s2): DP_BYTES(pp, opc, d, s1, s2); break;
 #define DP_S2(pp, opc, d, s1)                                                                  \
@@ -104,10 +89,7 @@ static int distinct_tiles(int dst, int src1, int src2)
 
 /* ---- saving and restoring the thread's tile state ---- */
 
-typedef struct {
-    uint8_t cfg[64] __attribute__((aligned(64)));
-    uint8_t tiles[8][16][64] __attribute__((aligned(64)));
-} tile_state;
+typedef pyamx_tile_state tile_state;
 
 static inline int cfg_rows(const uint8_t *cfg, int t) { return cfg[48 + t]; }
 
@@ -164,6 +146,10 @@ AMX_TILE static void restore_state(const tile_state *s)
         if (cfg_rows(s->cfg, t))
             load_tile(t, s->tiles[t], 64, 0);
 }
+
+/* For other kernel files (internal.h): the same save/restore around their own work. */
+int pyamx_internal_save_state(pyamx_tile_state *s) { return save_state(s); }
+void pyamx_internal_restore_state(const pyamx_tile_state *s) { restore_state(s); }
 
 /* ---- one-shot dot products: tmm0 (C) += tmm1 (A) . tmm2 (B) ---- */
 

@@ -84,6 +84,32 @@ int pyamx_tdp(int op, int dst, int src1, int src2);
 int pyamx_save_tiles(uint8_t *cfg64, uint8_t *tiles8192);
 int pyamx_restore_tiles(const uint8_t *cfg64, const uint8_t *tiles8192);
 
+/* ---- matmul_amx.c: native AMX matmul (owner: amxkernel) ---- */
+
+enum pyamx_matmul_limits {
+    PYAMX_MATMUL_MAX_THREADS = 256,  /* largest `threads` pyamx_matmul_amx() accepts */
+    PYAMX_MATMUL_K_PANEL = 32,       /* default K panel: 32 blocks of 16 dwords (1024 bf16 values) */
+    PYAMX_MATMUL_N_PANEL = 8         /* default N panel: 8 blocks of 32 columns (B panel 512 KiB) */
+};
+
+/* c (m x n dwords, row stride ldc_bytes) = c + a . b through tile
+ * instructions, K consumed in blocks of 16 dwords in increasing order (the
+ * pyamx.matmul schedule). op: PYAMX_OP_TDPBF16PS..TDPBUUD. a: m rows of
+ * k_dwords dwords (bf16/fp16 pairs or byte quads), row stride lda_bytes.
+ * b_vnni: k_dwords rows of n dwords, pair-/quad-interleaved as the
+ * instruction takes tsrc2, row stride ldb_bytes. threads: 1..MAX, worker
+ * threads splitting 32 x 32 output blocks (the result does not depend on
+ * it). The calling thread's tile state is saved and restored. Returns
+ * PYAMX_OK, PYAMX_E_NOT_READY, PYAMX_E_NO_KERNEL (not built, or AMX-FP16
+ * missing), PYAMX_E_START_ROW or PYAMX_E_ARG (nothing ran). */
+int pyamx_matmul_amx(int op, int64_t m, int64_t n, int64_t k_dwords, const void *a, int64_t lda_bytes,
+                     const void *b_vnni, int64_t ldb_bytes, uint32_t *c, int64_t ldc_bytes, int threads);
+/* The same with the cache panels chosen (k_panel K blocks of 16 dwords, n_panel
+ * block columns of 32, both >= 1): the bits do not depend on them. */
+int pyamx_matmul_amx_panels(int op, int64_t m, int64_t n, int64_t k_dwords, const void *a, int64_t lda_bytes,
+                            const void *b_vnni, int64_t ldb_bytes, uint32_t *c, int64_t ldc_bytes, int threads,
+                            int64_t k_panel, int64_t n_panel);
+
 /* ---- trap.c: trap-and-emulate test mode (SIGILL handler) ---- */
 
 /* pyamx_trap_decode results other than a length (> 0). */

@@ -1,0 +1,431 @@
+/* Native AMX matmul: C (M x N) += A (M x K) . B (K x N) as tile instructions.
+ *
+ * The schedule (the one pyamx.matmul defines, docs and issue 10): for every
+ * output element K is consumed in blocks of 16 dwords in increasing order,
+ * each block one dot-product instruction whose C is the previous block's
+ * result. Edge tiles use smaller tile shapes (rows, colsb), as real code
+ * does, so the result is what that sequence of instructions computes on this
+ * machine -- silicon, or the trap mode's emulation of it.
+ *
+ * Register use: the output is cut into 32 x 32 blocks of 2 x 2 accumulator
+ * tiles tmm0..3 (tmm0 rows 0-15 x cols 0-15, tmm1 rows 0-15 x cols 16-31,
+ * tmm2 rows 16-31 x cols 0-15, tmm3 rows 16-31 x cols 16-31); each K block
+ * loads two A tiles (tmm4, tmm5) and two B tiles (tmm6, tmm7) and runs four
+ * dot products, so every loaded tile feeds two of them.
+ *
+ * Configurations: a block's shape is (rows of its upper and lower tile row,
+ * columns of its left and right tile column, dwords of the K block). Only
+ * the last block row/column and the last K block can differ from the
+ * interior, so one call needs at most 2 x 2 x 2 shapes per thread, and each
+ * thread loads each shape it uses once: it runs every block of one shape
+ * before loading the next. Within a shape, blocks are visited in panels (a
+ * few block columns x a K range) so that a panel of B stays in cache while
+ * all block rows pass over it. LDTILECFG zeroes the tiles, so a K remainder is
+ * a second pass over the shape's blocks (C stored after the full K blocks
+ * and reloaded); passes run in K order, so each element still sees its K
+ * blocks in increasing order, and storing and reloading fp32/int32 bits is
+ * exact. When several block rows reuse B, it is first copied into a
+ * tile-contiguous layout (pack_b).
+ *
+ * Threads split the blocks; every element belongs to exactly one block, so
+ * the result does not depend on the thread count. The caller's own tile
+ * state (a NativeMachine) is saved and restored around its part; workers
+ * start from the init state and release their tiles before they end.
+ */
+#include "pyamx.h"
+#include "internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#if PYAMX_HAVE_AMX
+#include <cpuid.h>
+#include <immintrin.h>
+#include <pthread.h>
+#include <signal.h>
+
+#define AMX_TILE __attribute__((target("amx-tile")))
+#define AMX_BF16 __attribute__((target("amx-tile,amx-bf16")))
+#define AMX_INT8 __attribute__((target("amx-tile,amx-int8")))
+
+struct shape {
+    int r0, r1;  /* rows of the upper / lower tile row (r1 may be 0) */
+    int c0, c1;  /* dword columns of the left / right tile column (c1 may be 0) */
+};
+
+struct job {
+    int op;
+    int64_t m, n, kd;
+    const uint8_t *a;
+    int64_t lda;
+    const uint8_t *b;        /* B's K block kb, block column bj: b_tile() */
+    int64_t ldb;             /* row stride of the B tiles */
+    int64_t b_right;         /* from a left B tile to the right one */
+    int packed;              /* b is the tile-contiguous copy of pack_b() */
+    uint8_t *c;
+    int64_t ldc;
+    int64_t nbn;             /* blocks per block row */
+    int64_t k_panel;         /* K blocks per panel */
+    int64_t n_panel;         /* block columns per panel */
+    int64_t first, last;     /* this thread's blocks: linear indices [first, last) */
+    int started;             /* worker: its thread exists and must be joined */
+    int status;              /* worker: 0 when its blocks were done */
+};
+
+static inline int min64(int64_t x, int64_t y) { return (int)(x < y ? x : y); }
+
+static struct shape block_shape(const struct job *j, int64_t bi, int64_t bj)
+{
+    int64_t mrest = j->m - 32 * bi, nrest = j->n - 32 * bj;
+    struct shape s;
+    s.r0 = min64(mrest, 16);
+    s.r1 = mrest > 16 ? min64(mrest - 16, 16) : 0;
+    s.c0 = min64(nrest, 16);
+    s.c1 = nrest > 16 ? min64(nrest - 16, 16) : 0;
+    return s;
+}
+
+static int same_shape(struct shape x, struct shape y)
+{
+    return x.r0 == y.r0 && x.r1 == y.r1 && x.c0 == y.c0 && x.c1 == y.c1;
+}
+
+static void set_tile(uint8_t *cfg, int t, int rows, int colsb)
+{
+    if (rows == 0 || colsb == 0)
+        return; /* unconfigured: both stay zero */
+    cfg[16 + 2 * t] = (uint8_t)colsb;
+    cfg[48 + t] = (uint8_t)rows;
+}
+
+AMX_TILE static void load_shape(struct shape s, int kc)
+{
+    uint8_t cfg[64] __attribute__((aligned(64)));
+    memset(cfg, 0, sizeof cfg);
+    cfg[0] = 1;
+    set_tile(cfg, 0, s.r0, 4 * s.c0);
+    set_tile(cfg, 1, s.r0, 4 * s.c1);
+    set_tile(cfg, 2, s.r1, 4 * s.c0);
+    set_tile(cfg, 3, s.r1, 4 * s.c1);
+    set_tile(cfg, 4, s.r0, 4 * kc);
+    set_tile(cfg, 5, s.r1, 4 * kc);
+    set_tile(cfg, 6, kc, 4 * s.c0);
+    set_tile(cfg, 7, kc, 4 * s.c1);
+    BARRIER();
+    _tile_loadconfig(cfg);
+}
+
+/* Where B's K block kb of block column bj starts (its left tile). */
+static inline const uint8_t *b_tile(const struct job *j, int64_t kb, int64_t bj)
+{
+    if (j->packed)
+        return j->b + (bj * ((j->kd + 15) / 16) + kb) * 2048;
+    return j->b + (16 * kb) * j->ldb + 4 * (32 * bj);
+}
+
+/* B copied so that each B tile is one 1 KiB run (row stride 64), the two
+ * tiles of a K block side by side and a block column's K blocks in order:
+ * a tile load then touches 16 consecutive cache lines instead of 16 lines
+ * 4N bytes apart (16 pages for a large N), and streaming along K is
+ * sequential. Bytes past a tile's rows/colsb are never loaded. NULL when
+ * there is no memory for it; the caller then reads B in place. */
+static uint8_t *pack_b(const uint8_t *b, int64_t ldb, int64_t kd, int64_t n)
+{
+    int64_t kblocks = (kd + 15) / 16, nbn = (n + 31) / 32;
+    if (nbn > (int64_t)(SIZE_MAX / 2048) / kblocks)
+        return 0;
+    uint8_t *packed = aligned_alloc(64, (size_t)(nbn * kblocks) * 2048);
+    if (!packed)
+        return 0;
+    for (int64_t bj = 0; bj < nbn; bj++)
+        for (int64_t kb = 0; kb < kblocks; kb++)
+            for (int half = 0; half < 2; half++) {
+                int64_t col = 32 * bj + 16 * half;
+                int rows = min64(kd - 16 * kb, 16), cols = col < n ? min64(n - col, 16) : 0;
+                uint8_t *dst = packed + (bj * kblocks + kb) * 2048 + 1024 * half;
+                for (int r = 0; r < rows && cols > 0; r++)
+                    memcpy(dst + 64 * r, b + (16 * kb + r) * ldb + 4 * col, (size_t)(4 * cols));
+            }
+    return packed;
+}
+
+/* One block, K blocks [kb0, kb1): load C, the dot products, store C. The
+ * tile numbers are immediates, so each instruction form gets its own copy of
+ * this body through the macro. */
+#define DEFINE_BLOCK(NAME, ATTR, DP)                                                           \
+    ATTR static void NAME(const struct job *j, int64_t bi, int64_t bj, struct shape s,         \
+                          int64_t kb0, int64_t kb1)                                            \
+    {                                                                                          \
+        const int lower = s.r1 > 0, right = s.c1 > 0;                                          \
+        uint8_t *c0 = j->c + (32 * bi) * j->ldc + 4 * (32 * bj);                               \
+        uint8_t *c1 = c0 + 16 * j->ldc;                                                        \
+        BARRIER();                                                                             \
+        _tile_loadd(0, c0, j->ldc);                                                            \
+        if (right) _tile_loadd(1, c0 + 64, j->ldc);                                            \
+        if (lower) _tile_loadd(2, c1, j->ldc);                                                 \
+        if (lower && right) _tile_loadd(3, c1 + 64, j->ldc);                                   \
+        for (int64_t kb = kb0; kb < kb1; kb++) {                                               \
+            const uint8_t *a0 = j->a + (32 * bi) * j->lda + 64 * kb;                           \
+            const uint8_t *b0 = b_tile(j, kb, bj);                                             \
+            _tile_loadd(4, a0, j->lda);                                                        \
+            _tile_loadd(6, b0, j->ldb);                                                        \
+            DP(0, 4, 6);                                                                       \
+            if (right) {                                                                       \
+                _tile_loadd(7, b0 + j->b_right, j->ldb);                                       \
+                DP(1, 4, 7);                                                                   \
+            }                                                                                  \
+            if (lower) {                                                                       \
+                _tile_loadd(5, a0 + 16 * j->lda, j->lda);                                      \
+                DP(2, 5, 6);                                                                   \
+                if (right) DP(3, 5, 7);                                                        \
+            }                                                                                  \
+        }                                                                                      \
+        _tile_stored(0, c0, j->ldc);                                                           \
+        if (right) _tile_stored(1, c0 + 64, j->ldc);                                           \
+        if (lower) _tile_stored(2, c1, j->ldc);                                                \
+        if (lower && right) _tile_stored(3, c1 + 64, j->ldc);                                  \
+        BARRIER();                                                                             \
+    }
+
+#define DP_BF16(d, s1, s2) _tile_dpbf16ps(d, s1, s2)
+#define DP_FP16(d, s1, s2) DP_BYTES(3, 0x5c, d, s1, s2) /* TDPFP16PS */
+#define DP_SSD(d, s1, s2) _tile_dpbssd(d, s1, s2)
+#define DP_SUD(d, s1, s2) _tile_dpbsud(d, s1, s2)
+#define DP_USD(d, s1, s2) _tile_dpbusd(d, s1, s2)
+#define DP_UUD(d, s1, s2) _tile_dpbuud(d, s1, s2)
+
+DEFINE_BLOCK(block_bf16, AMX_BF16, DP_BF16)
+DEFINE_BLOCK(block_fp16, AMX_TILE, DP_FP16)
+DEFINE_BLOCK(block_ssd, AMX_INT8, DP_SSD)
+DEFINE_BLOCK(block_sud, AMX_INT8, DP_SUD)
+DEFINE_BLOCK(block_usd, AMX_INT8, DP_USD)
+DEFINE_BLOCK(block_uud, AMX_INT8, DP_UUD)
+
+typedef void (*block_fn)(const struct job *, int64_t, int64_t, struct shape, int64_t, int64_t);
+
+static block_fn block_for(int op)
+{
+    switch (op) {
+    case PYAMX_OP_TDPBF16PS: return block_bf16;
+    case PYAMX_OP_TDPFP16PS: return block_fp16;
+    case PYAMX_OP_TDPBSSD: return block_ssd;
+    case PYAMX_OP_TDPBSUD: return block_sud;
+    case PYAMX_OP_TDPBUSD: return block_usd;
+    case PYAMX_OP_TDPBUUD: return block_uud;
+    default: return 0;
+    }
+}
+
+/* The blocks of [first, last) with shape s and block column in [bj0, bj1),
+ * each over K blocks [kb0, kb1). */
+static void run_panel(const struct job *j, block_fn block, struct shape s, int64_t bj0, int64_t bj1,
+                      int64_t kb0, int64_t kb1)
+{
+    int64_t bi_first = j->first / j->nbn, bi_last = (j->last - 1) / j->nbn;
+    for (int64_t bi = bi_first; bi <= bi_last; bi++) {
+        int64_t lo = bi == bi_first ? j->first % j->nbn : 0;
+        int64_t hi = bi == bi_last ? (j->last - 1) % j->nbn + 1 : j->nbn;
+        if (lo < bj0) lo = bj0;
+        if (hi > bj1) hi = bj1;
+        for (int64_t bj = lo; bj < hi; bj++) {
+            struct shape here = block_shape(j, bi, bj);
+            if (same_shape(here, s))
+                block(j, bi, bj, here, kb0, kb1);
+        }
+    }
+}
+
+/* The blocks [first, last): per shape one LDTILECFG per K-block size; full
+ * K blocks first, then the remainder. Within a shape, panels of
+ * n_panel block columns x k_panel K blocks keep the B panel in cache while
+ * every block row of the range passes over it; C goes back to memory
+ * between K panels (exact), and each block still sees its K blocks in
+ * increasing order. */
+AMX_TILE static void run_blocks(const struct job *j)
+{
+    block_fn block = block_for(j->op);
+    int64_t full = j->kd / 16, rem = j->kd % 16;
+    /* Distinct shapes of this range: at most 4 (interior/last row x column). */
+    struct shape shapes[4];
+    int nshapes = 0;
+    for (int64_t x = j->first; x < j->last; x++) {
+        struct shape s = block_shape(j, x / j->nbn, x % j->nbn);
+        int seen = 0;
+        for (int i = 0; i < nshapes; i++)
+            seen |= same_shape(shapes[i], s);
+        if (!seen && nshapes < 4)
+            shapes[nshapes++] = s;
+    }
+    for (int i = 0; i < nshapes; i++) {
+        if (full > 0) {
+            load_shape(shapes[i], 16);
+            for (int64_t bj0 = 0; bj0 < j->nbn; bj0 += j->n_panel)
+                for (int64_t kb0 = 0; kb0 < full; kb0 += j->k_panel)
+                    run_panel(j, block, shapes[i], bj0, bj0 + j->n_panel, kb0,
+                              kb0 + j->k_panel < full ? kb0 + j->k_panel : full);
+        }
+        if (rem > 0) {
+            load_shape(shapes[i], (int)rem);
+            for (int64_t bj0 = 0; bj0 < j->nbn; bj0 += j->n_panel)
+                run_panel(j, block, shapes[i], bj0, bj0 + j->n_panel, full, full + 1);
+        }
+    }
+}
+
+AMX_TILE static void *worker(void *arg)
+{
+    struct job *j = arg;
+    if (pyamx_internal_thread_prepare() != 0) {
+        j->status = -1; /* the caller does these blocks itself */
+        return 0;
+    }
+    run_blocks(j);
+    _tile_release();
+    j->status = 0;
+    return 0;
+}
+
+/* AMX-FP16 is its own CPUID bit (7.1:EAX[21], Granite Rapids on); the
+ * trap mode emulates it everywhere. */
+static int fp16_runnable(void)
+{
+    if (pyamx_internal_trapped())
+        return 1;
+    unsigned a, b, c, d;
+    if (!__get_cpuid_count(7, 1, &a, &b, &c, &d))
+        return 0;
+    return (a >> 21) & 1;
+}
+
+int pyamx_matmul_amx_panels(int op, int64_t m, int64_t n, int64_t k_dwords, const void *a, int64_t lda_bytes,
+                            const void *b_vnni, int64_t ldb_bytes, uint32_t *c, int64_t ldc_bytes, int threads,
+                            int64_t k_panel, int64_t n_panel)
+{
+    if (!pyamx_internal_ready())
+        return PYAMX_E_NOT_READY;
+    if (op < PYAMX_OP_TDPBF16PS || op > PYAMX_OP_TDPBUUD)
+        return PYAMX_E_ARG;
+    int family = op == PYAMX_OP_TDPBF16PS ? PYAMX_KERNEL_BF16
+                 : op == PYAMX_OP_TDPFP16PS ? PYAMX_KERNEL_FP16 : PYAMX_KERNEL_INT8;
+    if (!(pyamx_build_kernels() & family))
+        return PYAMX_E_NO_KERNEL;
+    if (op == PYAMX_OP_TDPFP16PS && !fp16_runnable())
+        return PYAMX_E_NO_KERNEL;
+    /* Bounds that keep every product below (4 * 16 * dim, stride * dim) in int64. */
+    const int64_t dim_max = INT64_MAX / 64;
+    if (m < 1 || n < 1 || k_dwords < 1 || m > dim_max || n > dim_max || k_dwords > dim_max)
+        return PYAMX_E_ARG;
+    if (!a || !b_vnni || !c || threads < 1 || threads > PYAMX_MATMUL_MAX_THREADS || k_panel < 1 || n_panel < 1)
+        return PYAMX_E_ARG;
+    /* Rows may not overlap, and the last byte of each operand must be
+     * addressable in int64 (the tile loads add row * stride). */
+    if (lda_bytes < 4 * k_dwords || ldb_bytes < 4 * n || ldc_bytes < 4 * n ||
+        lda_bytes > INT64_MAX / m || ldb_bytes > INT64_MAX / k_dwords || ldc_bytes > INT64_MAX / m)
+        return PYAMX_E_ARG;
+
+    struct job base = {
+        .op = op, .m = m, .n = n, .kd = k_dwords,
+        .a = a, .lda = lda_bytes, .b = b_vnni, .ldb = ldb_bytes, .b_right = 64, .packed = 0,
+        .c = (uint8_t *)c, .ldc = ldc_bytes, .nbn = (n + 31) / 32, .k_panel = k_panel, .n_panel = n_panel,
+    };
+    int64_t blocks = ((m + 31) / 32) * base.nbn;
+    /* B is reused by every block row: with more than one, a contiguous
+     * copy (once, shared by all threads) pays for itself. */
+    uint8_t *packed = m > 32 ? pack_b(b_vnni, ldb_bytes, k_dwords, n) : 0;
+    if (packed) {
+        base.b = packed;
+        base.ldb = 64;
+        base.b_right = 1024;
+        base.packed = 1;
+    }
+    int nthreads = blocks < threads ? (int)blocks : threads;
+
+    pyamx_tile_state saved;
+    int rc = pyamx_internal_save_state(&saved);
+    if (rc != PYAMX_OK) {
+        free(packed);
+        return rc;
+    }
+
+    /* Heap, not stack: a Python thread's stack may be small. Without
+     * memory the caller does every block itself. */
+    struct job one, *jobs = &one;
+    pthread_t *tids = 0;
+    if (nthreads > 1) {
+        jobs = malloc(sizeof(*jobs) * (size_t)nthreads);
+        tids = malloc(sizeof(*tids) * (size_t)nthreads);
+        if (!jobs || !tids) {
+            free(jobs);
+            free(tids);
+            jobs = &one;
+            tids = 0;
+            nthreads = 1;
+        }
+    }
+    for (int t = 0; t < nthreads; t++) {
+        jobs[t] = base;
+        jobs[t].first = blocks * t / nthreads;
+        jobs[t].last = blocks * (t + 1) / nthreads;
+        jobs[t].started = 0;
+        jobs[t].status = -1;
+    }
+    if (nthreads > 1) {
+        /* Workers take no asynchronous signals, so SIGINT and friends keep
+         * reaching Python's threads; the synchronous ones (the trap mode's
+         * SIGILL, a fault) must stay deliverable. */
+        sigset_t all, old;
+        sigfillset(&all);
+        sigdelset(&all, SIGILL);
+        sigdelset(&all, SIGSEGV);
+        sigdelset(&all, SIGBUS);
+        sigdelset(&all, SIGFPE);
+        sigdelset(&all, SIGTRAP);
+        pthread_sigmask(SIG_SETMASK, &all, &old);
+        for (int t = 1; t < nthreads; t++)
+            jobs[t].started = pthread_create(&tids[t], 0, worker, &jobs[t]) == 0;
+        pthread_sigmask(SIG_SETMASK, &old, 0);
+    }
+    run_blocks(&jobs[0]);
+    for (int t = 1; t < nthreads; t++) {
+        if (jobs[t].started)
+            pthread_join(tids[t], 0);
+        /* A worker that could not start (or could not claim tile state)
+         * leaves its blocks to this thread: same blocks, same result. */
+        if (jobs[t].status != 0)
+            run_blocks(&jobs[t]);
+    }
+    pyamx_internal_restore_state(&saved);
+    if (jobs != &one) {
+        free(jobs);
+        free(tids);
+    }
+    free(packed);
+    return PYAMX_OK;
+}
+
+int pyamx_matmul_amx(int op, int64_t m, int64_t n, int64_t k_dwords, const void *a, int64_t lda_bytes,
+                     const void *b_vnni, int64_t ldb_bytes, uint32_t *c, int64_t ldc_bytes, int threads)
+{
+    return pyamx_matmul_amx_panels(op, m, n, k_dwords, a, lda_bytes, b_vnni, ldb_bytes, c, ldc_bytes, threads,
+                                   PYAMX_MATMUL_K_PANEL, PYAMX_MATMUL_N_PANEL);
+}
+
+#else /* !PYAMX_HAVE_AMX: the module installs without kernels */
+
+int pyamx_matmul_amx(int op, int64_t m, int64_t n, int64_t k_dwords, const void *a, int64_t lda_bytes,
+                     const void *b_vnni, int64_t ldb_bytes, uint32_t *c, int64_t ldc_bytes, int threads)
+{
+    (void)op; (void)m; (void)n; (void)k_dwords; (void)a; (void)lda_bytes;
+    (void)b_vnni; (void)ldb_bytes; (void)c; (void)ldc_bytes; (void)threads;
+    return PYAMX_E_NO_KERNEL;
+}
+
+int pyamx_matmul_amx_panels(int op, int64_t m, int64_t n, int64_t k_dwords, const void *a, int64_t lda_bytes,
+                            const void *b_vnni, int64_t ldb_bytes, uint32_t *c, int64_t ldc_bytes, int threads,
+                            int64_t k_panel, int64_t n_panel)
+{
+    (void)k_panel; (void)n_panel;
+    return pyamx_matmul_amx(op, m, n, k_dwords, a, lda_bytes, b_vnni, ldb_bytes, c, ldc_bytes, threads);
+}
+
+#endif

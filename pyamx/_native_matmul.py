@@ -1,0 +1,138 @@
+"""The native AMX matmul kernel (``csrc/matmul_amx.c``) behind ``pyamx.matmul(backend="native")``.
+
+Contract of :func:`matmul_native` (the caller, :mod:`pyamx.matmul`, packs and pads):
+
+``matmul_native(op_name, a_bits, b_vnni, c_bits, k_dwords, threads) -> out``
+
+- ``op_name``: ``"tdpbf16ps"``, ``"tdpfp16ps"``, ``"tdpbssd"``, ``"tdpbsud"``,
+  ``"tdpbusd"`` or ``"tdpbuud"``; lanes per dword L is 2 for the first two, 4
+  for the int8 ones.
+- ``a_bits``: (M, k_dwords * L) array of the operand's bits, row-major, K
+  already padded with zeros to whole dwords: 2-byte items (uint16/int16
+  bits, float16, bfloat16) for L = 2, 1-byte items (uint8/int8) for L = 4.
+  The signedness is the mnemonic's, not the dtype's.
+- ``b_vnni``: (k_dwords, N * L) array of the same item size, pair- or
+  quad-interleaved exactly as the instruction takes tsrc2 (row k holds, for
+  every column n, B[L*k + i][n] for i in 0..L-1), packed once by the caller.
+- ``c_bits``: (M, N) array of 4-byte items (float32, uint32 or int32): the
+  accumulator. It is not modified.
+- ``k_dwords``: int >= 1. ``threads``: int from 1 to
+  ``lib.PYAMX_MATMUL_MAX_THREADS``, or None for the number of CPUs this
+  process may run on (``os.sched_getaffinity``), capped there. The kernel
+  never starts more threads than there are 32 x 32 output blocks, and the
+  result does not depend on ``threads``.
+- Each array must have contiguous rows (unit item stride) and non-negative
+  row strides at least one row long, and native byte order; a C-contiguous
+  array always qualifies. Nothing is copied except ``c_bits`` into ``out``.
+- Returns ``out``, a new C-contiguous (M, N) array of ``c_bits``' dtype:
+  ``c + a . b`` as the tile-instruction schedule of :mod:`pyamx.matmul`
+  computes it (for every element K in blocks of 16 dwords in increasing
+  order, one dot-product instruction per block, its C the previous block's
+  result; edge tiles with smaller shapes), bit for bit what this machine's
+  AMX (or the trap mode's emulation of it) produces.
+- Raises ``ValueError`` (unknown op, shapes,
+  strides, threads), ``TypeError`` (not an ndarray, wrong item size or
+  dtype kind, non-native byte order), ``NativeUnavailableError`` (no AMX,
+  no permission, kernel family not built or not in this CPU),
+  ``BackendError`` (the thread's tile state has a pending start_row).
+
+The GIL is released while the kernel runs (cffi API mode releases it around
+every call).
+"""
+
+from __future__ import annotations
+
+import operator
+import os
+
+import numpy as np
+
+from . import native
+
+__all__ = ["matmul_native", "default_threads"]
+
+
+def _operand(fn, name, x, itemsize, kinds):
+    if not isinstance(x, np.ndarray):
+        raise TypeError(f"{fn}: {name} must be a numpy array, not {type(x).__name__}")
+    if x.ndim != 2:
+        raise ValueError(f"{fn}: {name} must be 2-D, got shape {x.shape}")
+    if x.dtype.itemsize != itemsize or (x.dtype.kind not in kinds and x.dtype.name != "bfloat16"):
+        raise TypeError(f"{fn}: {name} must hold {itemsize}-byte items ({kinds!r} kinds), got dtype {x.dtype}")
+    if not x.dtype.isnative:
+        raise TypeError(f"{fn}: {name} must be in native byte order, got dtype {x.dtype.str}")
+    rows, cols = x.shape
+    if rows > 1 and x.strides[0] < cols * itemsize:
+        raise ValueError(f"{fn}: {name} rows overlap or run backwards (row stride {x.strides[0]} bytes)")
+    if cols > 1 and x.strides[1] != itemsize:
+        raise ValueError(f"{fn}: {name} rows must be contiguous (item stride {x.strides[1]}, need {itemsize})")
+    # A single row may report any stride; the kernel never steps it.
+    return x.strides[0] if rows > 1 else cols * itemsize
+
+
+def _count(fn, name, value, low, high=None):
+    if isinstance(value, bool):
+        raise ValueError(f"{fn}: {name} must be an int count, not {value!r}")
+    try:
+        value = operator.index(value)
+    except TypeError:
+        raise TypeError(f"{fn}: {name} must be an int, not {type(value).__name__}") from None
+    if value < low or (high is not None and value > high):
+        bound = f"{low}..{high}" if high is not None else f">= {low}"
+        raise ValueError(f"{fn}: {name} must be {bound}, got {value!r}")
+    return value
+
+
+def default_threads() -> int:
+    """The CPUs this process may run on: what ``threads=None`` uses."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+def matmul_native(op_name, a_bits, b_vnni, c_bits, k_dwords, threads, *, panels=None):
+    """``c_bits + a_bits . b_vnni`` through the native AMX matmul kernel (see the module docstring).
+
+    ``panels``: ``(k_panel, n_panel)``, the kernel's cache blocking in K blocks
+    of 16 dwords and block columns of 32 (default ``lib.PYAMX_MATMUL_K_PANEL``,
+    ``lib.PYAMX_MATMUL_N_PANEL``): a tuning and test knob, the bits do not
+    depend on it.
+    """
+    fn = f"native matmul ({op_name})"
+    if op_name not in native.OPS:
+        raise ValueError(f"native matmul: unknown instruction {op_name!r}; expected one of {', '.join(native.OPS)}")
+    op_attr, family, lanes = native.OPS[op_name]
+    k_dwords = _count(fn, "k_dwords", k_dwords, 1)
+    item = 4 // lanes
+    lda = _operand(fn, "a_bits", a_bits, item, "uif")
+    ldb = _operand(fn, "b_vnni", b_vnni, item, "uif")
+    _operand(fn, "c_bits", c_bits, 4, "uif")
+    m, n = c_bits.shape
+    if m < 1 or n < 1:
+        raise ValueError(f"{fn}: c_bits must be at least 1 x 1, got {c_bits.shape}")
+    if a_bits.shape != (m, k_dwords * lanes) or b_vnni.shape != (k_dwords, n * lanes):
+        raise ValueError(
+            f"{fn}: shapes do not fit: c{c_bits.shape}, k_dwords={k_dwords} needs a({m}, {k_dwords * lanes}) "
+            f"and b({k_dwords}, {n * lanes}), got a{a_bits.shape} b{b_vnni.shape}"
+        )
+    ffi, lib = native._lib(family)
+    if threads is None:
+        threads = min(default_threads(), lib.PYAMX_MATMUL_MAX_THREADS)
+    threads = _count(fn, "threads", threads, 1, lib.PYAMX_MATMUL_MAX_THREADS)
+    if panels is None:
+        panels = (lib.PYAMX_MATMUL_K_PANEL, lib.PYAMX_MATMUL_N_PANEL)
+    if not isinstance(panels, tuple) or len(panels) != 2:
+        raise TypeError(f"{fn}: panels must be None or a (k_panel, n_panel) tuple, not {panels!r}")
+    k_panel, n_panel = (_count(fn, name, x, 1) for name, x in zip(("k_panel", "n_panel"), panels))
+    out = np.array(c_bits, copy=True, order="C")
+    native._before_entry()
+    rc = lib.pyamx_matmul_amx_panels(
+        getattr(lib, op_attr), m, n, k_dwords,
+        ffi.cast("const void *", native._address(a_bits)), lda,
+        ffi.cast("const void *", native._address(b_vnni)), ldb,
+        ffi.cast("uint32_t *", native._address(out)), 4 * n,
+        threads, k_panel, n_panel,
+    )
+    native._check(rc, fn)
+    return out
