@@ -345,6 +345,17 @@ def header_dependencies() -> list:
     return [*headers, "build.py"]
 
 
+def dependency_digest() -> str:
+    """A hash of every header and this script: stamped into the generated sources, so an edit
+    rebuilds even where file times are too coarse to show it (an edit in the second of the build)."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for rel in header_dependencies():
+        h.update(rel.encode() + b"\0" + (HERE / rel).read_bytes() + b"\0")
+    return h.hexdigest()[:16]
+
+
 def c_string(text: str) -> str:
     """``text`` as a C string literal, printable ASCII only (it travels on a compiler command line)."""
     out = []
@@ -366,15 +377,17 @@ def define_macros(module: Module, p: BuildPlan) -> list:
     return macros
 
 
-def make_ffi(module: Module, p: BuildPlan):
-    """The cffi builder of one module. The plan's stamp is part of the generated C, so a changed
-    compiler or setting changes that file and setuptools rebuilds the module instead of reusing it."""
+def make_ffi(module: Module, p: BuildPlan, digest: str = ""):
+    """The cffi builder of one module. The plan's stamp and the headers' digest are part of the
+    generated C, so a changed compiler, setting or header changes that file, and build_ext then
+    rebuilds the modules instead of reusing them."""
     from cffi import FFI
 
     builder = FFI()
     builder.cdef(cdef_text(HERE / module.header))
     include = os.path.basename(module.header)
-    preamble = f'/* pyamx build configuration: {p.stamp().replace("*/", "* /")} */\n#include "{include}"\n'
+    preamble = (f'/* pyamx build configuration: {p.stamp().replace("*/", "* /")} */\n'
+                f'/* pyamx headers: {digest} */\n#include "{include}"\n')
     builder.set_source(module.name, preamble)
     return builder
 
@@ -385,12 +398,16 @@ def _limited_api() -> bool:
 
 
 def extension(module: Module, p: BuildPlan):
-    """The setuptools Extension of one module, its cffi wrapper (re)generated under build/."""
+    """``(Extension, changed)`` of one module, its cffi wrapper (re)generated under build/;
+    ``changed``: the wrapper differs from the last build's (configuration or headers)."""
     from setuptools import Extension
 
     generated = GENERATED_DIR / (module.name.replace(".", "_") + ".c")
-    (HERE / GENERATED_DIR).mkdir(parents=True, exist_ok=True)
-    make_ffi(module, p).emit_c_code(str(HERE / generated))  # rewrites the file only when it changed
+    path = HERE / generated
+    path.parent.mkdir(parents=True, exist_ok=True)
+    before = path.read_bytes() if path.exists() else None
+    make_ffi(module, p, dependency_digest()).emit_c_code(str(path))  # rewrites the file only when it changed
+    changed = before != path.read_bytes()
     return Extension(
         module.name,
         sources=[generated.as_posix(), *module_sources(module)],
@@ -400,7 +417,7 @@ def extension(module: Module, p: BuildPlan):
         extra_link_args=link_args(p.decision.sanitize),
         depends=header_dependencies(),
         py_limited_api=_limited_api(),
-    )
+    ), changed
 
 
 def buildinfo_text(p: BuildPlan, failure: str = "") -> str:
@@ -486,11 +503,19 @@ def setuptools_options() -> dict:
                 return
             by_name = {m.name: m for m in modules_for(platform.machine(), platform.system())}
             self.extensions = [ext for ext in self.extensions if ext.name in by_name]
+            changed = []
             for ext in self.extensions:  # the placeholders setuptools finalized, filled in place
-                built = extension(by_name[ext.name], p)
+                built, differs = extension(by_name[ext.name], p)
                 for attr in ("sources", "include_dirs", "define_macros", "extra_compile_args",
                              "extra_link_args", "depends", "py_limited_api"):
                     setattr(ext, attr, getattr(built, attr))
+                if differs:
+                    changed.append(ext.name)
+            if changed and not self.force:
+                # File times alone can miss a change made within the second of the last build.
+                print(f"pyamx build: rebuilding {', '.join(changed)}: the build configuration or a header "
+                      "changed", file=sys.stderr)
+                self.force = True
             try:
                 super().run()
             except Exception as exc:
