@@ -494,7 +494,7 @@ def evaluate(raw: RawFacts) -> Report:
     else:
         kernels_text = ", ".join(sorted(build.kernels)) or f"none ({build.kernels_reason or 'reason not recorded'})"
         build_info = {"version": build.version, "compiler": build.compiler, "kernels": sorted(build.kernels),
-                      "trap_linked": build.trap_linked}
+                      "trap_linked": build.trap_linked, "kernels_reason": build.kernels_reason}
         st.add("native module (pyamx._native)", f"{build.version}, {build.compiler}, kernels: {kernels_text}", True)
 
     cpu = {}

@@ -450,3 +450,35 @@ def test_a_compile_that_fails_after_the_probes_gives_a_pure_wheel_that_says_why(
     strict = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-w", str(tmp_path / "wh2"),
                              str(src)], env=env, capture_output=True, text=True, timeout=900)
     assert strict.returncode != 0
+
+
+# -- what `pyamx info` makes of it (pure: detect.evaluate on recorded facts) ----------------------------
+
+
+def _stage_value(rep, prefix):
+    (value,) = [s.value for s in rep.stages if s.name.startswith(prefix)]
+    return value
+
+
+def test_info_says_why_a_module_has_no_kernels():
+    from pyamx.detect import BuildFacts, RawFacts, evaluate
+
+    build_facts = BuildFacts(version="0.1.0", compiler="gcc 10.2.1", kernels=frozenset(), x86_64_linux=True,
+                             kernels_reason="the C compiler rejects the AMX target attributes or intrinsics (...)")
+    rep = evaluate(RawFacts(system="Linux", machine="x86_64", python=(3, 11, 7), build=build_facts))
+    assert _stage_value(rep, "native module").endswith(
+        "kernels: none (the C compiler rejects the AMX target attributes or intrinsics (...))")
+    assert rep.build["kernels_reason"].startswith("the C compiler rejects")
+
+
+def test_info_without_the_extension_gives_the_cause_and_the_cpuinfo_flags():
+    from pyamx.detect import RawFacts, evaluate
+
+    cause = "pyamx was built without the C extension because no C compiler was found (gcc: not found); ..."
+    rep = evaluate(RawFacts(system="Linux", machine="x86_64", python=(3, 11, 7), build_error=cause,
+                            cpuinfo_flags=("amx_tile", "amx_bf16")))
+    assert _stage_value(rep, "native module") == cause
+    assert _stage_value(rep, "cpu flags (/proc/cpuinfo)") == "amx_tile amx_bf16"
+    assert not rep.amx_usable and cause in rep.reason
+    none = evaluate(RawFacts(system="Linux", machine="x86_64", python=(3, 11, 7), build_error=cause, cpuinfo_flags=()))
+    assert _stage_value(none, "cpu flags (/proc/cpuinfo)") == "no AMX flags"
