@@ -69,7 +69,7 @@ GENERATED_DIR = Path("build") / "pyamx-cffi"
 
 @dataclass(frozen=True)
 class Module:
-    """One compiled module: its cdef header (fed whole to cffi) and its C sources.
+    """One compiled module: its cdef headers (fed whole to cffi) and its C sources.
 
     ``kernels``: its sources hold AMX code, compiled in only when the decision
     says so (``PYAMX_HAVE_AMX``). A module without AMX code builds with any C
@@ -77,7 +77,7 @@ class Module:
     """
 
     name: str
-    header: str
+    headers: tuple  # its C API, fed whole to cffi's cdef() and included by the wrapper, in this order
     sources: tuple  # glob patterns relative to the repository root
     kernels: bool = False
     include_dirs: tuple = ("csrc",)
@@ -85,7 +85,10 @@ class Module:
 
 
 # A new module joins the build with one entry here.
-MODULES = (Module("pyamx._native", "csrc/pyamx.h", ("csrc/*.c",), kernels=True),)
+MODULES = (
+    # The compiled emulator engine keeps its API in its own header (csrc/engine.h).
+    Module("pyamx._native", ("csrc/pyamx.h", "csrc/engine.h"), ("csrc/*.c",), kernels=True),
+)
 
 
 def modules_for(machine: str, system: str, modules=MODULES) -> tuple:
@@ -197,13 +200,16 @@ def decide(env: Mapping[str, str], machine: str, system: str, check: CompileChec
 def compile_args(sanitize: bool) -> list:
     if os.name == "nt":
         return []
+    # -pthread: the compiled engine splits work over threads.
     if sanitize:
-        return ["-O1", "-g", "-std=gnu11", "-fno-omit-frame-pointer", "-fsanitize=address,undefined"]
-    return ["-O2", "-std=gnu11"]
+        return ["-O1", "-g", "-std=gnu11", "-pthread", "-fno-omit-frame-pointer", "-fsanitize=address,undefined"]
+    return ["-O2", "-std=gnu11", "-pthread"]
 
 
 def link_args(sanitize: bool) -> list:
-    return ["-fsanitize=address,undefined"] if sanitize and os.name != "nt" else []
+    if os.name == "nt":
+        return []
+    return ["-pthread", "-fsanitize=address,undefined"] if sanitize else ["-pthread"]
 
 
 def _distutils_compiler():
@@ -384,10 +390,10 @@ def make_ffi(module: Module, p: BuildPlan, digest: str = ""):
     from cffi import FFI
 
     builder = FFI()
-    builder.cdef(cdef_text(HERE / module.header))
-    include = os.path.basename(module.header)
+    builder.cdef("\n".join(cdef_text(HERE / h) for h in module.headers))
+    includes = "".join(f'#include "{os.path.basename(h)}"\n' for h in module.headers)
     preamble = (f'/* pyamx build configuration: {p.stamp().replace("*/", "* /")} */\n'
-                f'/* pyamx headers: {digest} */\n#include "{include}"\n')
+                f'/* pyamx headers: {digest} */\n{includes}')
     builder.set_source(module.name, preamble)
     return builder
 

@@ -34,7 +34,7 @@ void pyamx_internal_probe_tile_instruction(void)
 void pyamx_internal_probe_tile_instruction(void) {}
 #endif
 
-/* The LDTILECFG #GP rules (SEMANTICS.md section 1), repeated in C because a
+/* The LDTILECFG #GP rules (docs/semantics.md section 1), repeated in C because a
  * #GP here is a SIGSEGV that kills the interpreter. */
 static int cfg_legal(const uint8_t *cfg)
 {

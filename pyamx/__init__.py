@@ -8,10 +8,10 @@ reports every detection stage.
 
 from __future__ import annotations
 
-from . import bf16, emulator, errors
+from . import _ops, bf16, emulator, errors, isa
 from ._backend import default_backend as backend
 from ._backend import default_reason as backend_reason
-from ._ops import tdpbf16ps, tdpbssd, tdpbsud, tdpbusd, tdpbuud, tdpfp16ps, tile_machine
+from ._ops import tile_machine
 from ._result import AMXResult
 from ._version import __version__
 from .emulator import Numerics, TileMachine
@@ -26,6 +26,11 @@ from .errors import (
     WrongThreadError,
 )
 from .tilecfg import TileConfig
+
+
+# The one-instruction functions, one per dot product of pyamx.isa: tdpbf16ps, tdpfp16ps,
+# tdpbssd, tdpbsud, tdpbusd, tdpbuud.
+globals().update({name: getattr(_ops, name) for name in isa.DOT_NAMES})
 
 
 def cpu_features() -> dict:
@@ -44,7 +49,7 @@ def show_runtime() -> None:
 
 __all__ = [
     "__version__", "backend", "backend_reason", "cpu_features", "show_runtime",
-    "tdpbf16ps", "tdpfp16ps", "tdpbssd", "tdpbsud", "tdpbusd", "tdpbuud", "tile_machine",
+    *isa.DOT_NAMES, "tile_machine", "isa",
     "TileMachine", "TileConfig", "Numerics", "AMXResult", "bf16", "emulator", "errors",
     "AMXError", "AMXFault", "BackendError", "GeneralProtectionFault", "InvalidOpcodeFault",
     "MemoryAccessFault", "NativeUnavailableError", "WrongThreadError",

@@ -1,19 +1,39 @@
-"""Which backend runs: the process default and per-call choices.
+"""Which backend runs: the process default and per-call choices, as objects.
 
 Like python-zstandard's import policy: one environment variable with strict
 values, read once at import. ``auto`` picks native only when every detection
 stage said yes and records why not otherwise; a backend asked for by name is
 used or the call fails, never silently replaced.
+
+What :func:`resolve` returns is a :class:`Backend`: a ``str`` (``"native"``
+or ``"emulator"``, so comparisons and JSON keep working) that also knows its
+mode (``"silicon"``/``"trap"`` for native) and which numerics it runs. The
+numerics rule lives here and nowhere else:
+
+* the emulator runs every :class:`~pyamx.Numerics` option;
+* native runs what the silicon (or, in trap mode, the trap handler)
+  computes, which pyamx holds to the default model (docs/semantics.md,
+  section 3); so it accepts ``numerics`` only when it is None or equal to
+  the default ``"sdm"`` model (``"sdm"``, ``Numerics()``);
+* ``auto`` (the argument, or the process default ``PYAMX_BACKEND=auto``)
+  with another model picks the emulator, on every machine, so a script that
+  asks for ``numerics="straight"`` behaves the same on a laptop and on a
+  Sapphire Rapids server; ``native`` named by the call or by
+  ``PYAMX_BACKEND`` with another model raises ValueError.
 """
 
 from __future__ import annotations
 
 import os
 
+from .emulator.numerics import PRESETS
+from .emulator.numerics import resolve as resolve_numerics
 from .errors import BackendError, NativeUnavailableError
 
 ENV_VAR = "PYAMX_BACKEND"
 CHOICES = ("auto", "native", "emulator")
+
+_DEFAULT_NUMERICS = PRESETS["sdm"]
 
 
 def parse_choice(value, source: str) -> str:
@@ -39,40 +59,104 @@ def _check_trap_env() -> None:
 
 _check_trap_env()
 
-_decision = None  # (backend, reason), decided on first use
+
+# -- the numerics rule -------------------------------------------------------------
+
+
+def native_runs(numerics) -> bool:
+    """Whether the native backend computes ``numerics`` (None: whatever the backend computes)."""
+    return numerics is None or resolve_numerics(numerics) == _DEFAULT_NUMERICS
+
+
+def native_numerics_error(numerics) -> ValueError:
+    name = resolve_numerics(numerics).name
+    return ValueError(
+        f"numerics={name!r} selects an emulator model; the native backend computes what the silicon "
+        "computes (held to the default 'sdm' model). Use backend='emulator' (or backend='auto', which "
+        "picks the emulator for such a model) to run it"
+    )
+
+
+class Backend(str):
+    """A resolved backend: its name as the string value, plus ``mode`` and the numerics rule.
+
+    ``mode``: ``"silicon"`` or ``"trap"`` for native, None for the emulator.
+    """
+
+    mode: str | None
+
+    def __new__(cls, name: str, mode: str | None = None):
+        self = super().__new__(cls, name)
+        self.mode = mode
+        return self
+
+    @property
+    def name(self) -> str:
+        return str(self)
+
+    @property
+    def is_native(self) -> bool:
+        return str.__eq__(self, "native")
+
+    @property
+    def label(self) -> str:
+        """``"emulator"``, ``"native (silicon)"`` or ``"native (trap)"``."""
+        return str(self) if self.mode is None else f"{self} ({self.mode})"
+
+    def runs(self, numerics) -> bool:
+        """Whether this backend computes the ``numerics`` option (a name, a Numerics, or None)."""
+        return not self.is_native or native_runs(numerics)
+
+    def numerics(self, numerics):
+        """The :class:`Numerics` this backend runs for the request (None: its default); ValueError if it cannot."""
+        if not self.runs(numerics):
+            raise native_numerics_error(numerics)
+        return _DEFAULT_NUMERICS if numerics is None else resolve_numerics(numerics)
+
+    def __repr__(self) -> str:
+        return f"Backend({self.label!r})"
+
+    def __reduce__(self):
+        return (Backend, (str(self), self.mode))
+
+
+EMULATOR = Backend("emulator")  # the one emulator backend: resolve() returns this object
 
 
 def native_status(family: str = "bf16"):
     """``(usable, reason)`` of the native ``family`` kernels (bf16, int8, fp16), from the cached report."""
-    try:
-        from . import native
-    except ImportError as exc:  # the extension was not built on this install
-        return False, f"the native module is not available: {exc}"
+    from . import native
+
     return native.available(family)
 
 
 def native_mode():
     """``"silicon"`` or ``"trap"`` when native is usable, else None."""
-    try:
-        from .detect import report
-    except ImportError:
-        return None
+    from .detect import report
+
     return report().mode
+
+
+def _native() -> Backend:
+    return Backend("native", native_mode())
+
+
+_decision = None  # (backend, reason), decided on first use
 
 
 def _decide():
     global _decision
     if _decision is None:
         if REQUESTED == "emulator":
-            _decision = ("emulator", f"{ENV_VAR}=emulator")
+            _decision = (EMULATOR, f"{ENV_VAR}=emulator")
         else:
             usable, reason = native_status()
             if usable:
-                _decision = ("native", f"native is usable: {reason}")
+                _decision = (_native(), f"native is usable: {reason}")
             elif REQUESTED == "native":
                 _decision = (None, reason)
             else:
-                _decision = ("emulator", f"native is not usable: {reason}")
+                _decision = (EMULATOR, f"native is not usable: {reason}")
     return _decision
 
 
@@ -84,8 +168,8 @@ def _unavailable(reason: str, source: str) -> NativeUnavailableError:
     )
 
 
-def default_backend() -> str:
-    """The process default backend, decided once: ``"native"`` or ``"emulator"``."""
+def default_backend() -> Backend:
+    """The process default backend, decided once: native or the emulator."""
     backend, reason = _decide()
     if backend is None:
         raise _unavailable(reason, f"{ENV_VAR}=native")
@@ -97,12 +181,13 @@ def default_reason() -> str:
     return _decide()[1]
 
 
-def resolve(backend, family: str = "bf16") -> str:
+def resolve(backend, family: str = "bf16", numerics=None) -> Backend:
     """The backend a call of the ``family`` kernels runs on: ``None`` means the process default.
 
     ``auto`` decides per family (a Sapphire Rapids has AMX-BF16 but not
-    AMX-FP16, so its fp16 calls run on the emulator and say so); a backend
-    named by the call or by PYAMX_BACKEND is used or the call fails.
+    AMX-FP16, so its fp16 calls run on the emulator and say so) and per
+    ``numerics`` (see the module docstring); a backend named by the call or
+    by PYAMX_BACKEND is used or the call fails.
     """
     if backend is None:
         choice, source = REQUESTED, f"{ENV_VAR}=native"
@@ -111,8 +196,12 @@ def resolve(backend, family: str = "bf16") -> str:
     else:
         choice, source = parse_choice(backend, "backend"), "backend='native'"
     if choice == "emulator":
-        return "emulator"
+        return EMULATOR
+    if numerics is not None and not native_runs(numerics):
+        if choice == "native":
+            raise native_numerics_error(numerics)
+        return EMULATOR
     usable, reason = native_status(family)
     if choice == "native" and not usable:
         raise _unavailable(reason, source)
-    return "native" if usable else "emulator"
+    return _native() if usable else EMULATOR

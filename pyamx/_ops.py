@@ -1,28 +1,28 @@
-"""The public one-instruction functions, dispatched to a backend."""
+"""The public one-instruction functions, dispatched to a backend.
+
+One function per dot product of :mod:`pyamx.isa`, generated from its row:
+``tdpbf16ps``, ``tdpfp16ps``, ``tdpbssd``, ``tdpbsud``, ``tdpbusd``, ``tdpbuud``.
+"""
 
 from __future__ import annotations
 
 import numpy as np
 
-from . import _backend, emulator
+from . import _backend, emulator, isa
+from . import engine as _engine
 from ._result import AMXResult, label
 
-
-_FAMILY = {"tdpbf16ps": "bf16", "tdpfp16ps": "fp16"}
-
-
-def _run(fn, operands, backend, emulate, c_view):
-    chosen = _backend.resolve(backend, _FAMILY.get(fn, "int8"))
-    if chosen == "emulator":
-        return label(emulate(operands).view(c_view), "emulator")
-    from . import native
-
-    bits = getattr(native, fn)(operands.c, operands.a, operands.b)
-    return label(bits.view(c_view), "native", _backend.native_mode())
+_EMULATOR = _backend.EMULATOR
 
 
-def tdpbf16ps(c, a, b, *, backend=None) -> AMXResult:
-    """Run one TDPBF16PS: a new (M, N) float32 array ``c + a . b``; inputs are never modified.
+def _sign(signed: bool) -> str:
+    return "signed" if signed else "unsigned"
+
+
+def _doc(insn: isa.Instruction) -> str:
+    m = insn.mnemonic
+    if insn.family == "bf16":
+        return f"""Run one {m}: a new (M, N) float32 array ``c + a . b``; inputs are never modified.
 
     ``c``: (M, N) float32, or uint32 taken as raw bits. ``a``: (M, 2K) bf16;
     ``b``: (K, 2N) bf16 in the pair-interleaved layout (row k holds
@@ -33,57 +33,67 @@ def tdpbf16ps(c, a, b, *, backend=None) -> AMXResult:
     ``backend``: None for the process default (``PYAMX_BACKEND``), or
     ``"auto"``, ``"native"``, ``"emulator"``. The result's ``.backend`` says
     which ran. The emulator uses the SDM numerics; for other models call
-    :func:`pyamx.emulator.tdpbf16ps` with ``numerics=``.
+    :func:`pyamx.emulator.{insn.name}` with ``numerics=``.
+
+    ``engine``: the emulator's arithmetic engine (:mod:`pyamx.engine`):
+    None for ``PYAMX_ENGINE`` (default ``"auto"``), or ``"auto"``,
+    ``"avx512"``, ``"avx2"``, ``"portable"``, ``"numpy"``; all give the same
+    bits, the result's ``.engine`` says which ran. Ignored by the native
+    backend.
     """
-    ops = emulator.bf16_operands("tdpbf16ps", c, a, b)
-    return _run("tdpbf16ps", ops, backend,
-                lambda o: emulator.instructions.tdpbf16ps(o.c, o.a, o.b, emulator.PRESETS["sdm"]), np.float32)
-
-
-def tdpfp16ps(c, a, b, *, backend=None) -> AMXResult:
-    """Run one TDPFP16PS (AMX-FP16): as :func:`tdpbf16ps` with float16 (or uint16 bit) ``a``, ``b``."""
-    ops = emulator.fp16_operands("tdpfp16ps", c, a, b)
-    return _run("tdpfp16ps", ops, backend,
-                lambda o: emulator.instructions.tdpfp16ps(o.c, o.a, o.b, emulator.PRESETS["sdm"]), np.float32)
-
-
-def _int8(mnemonic, c, a, b, backend) -> AMXResult:
-    ops = emulator.int8_operands(mnemonic, c, a, b)
-    return _run(mnemonic, ops, backend,
-                lambda o: emulator.instructions.tdpb_int8(mnemonic, o.c, o.a, o.b), np.int32)
-
-
-def tdpbssd(c, a, b, *, backend=None) -> AMXResult:
-    """Run one TDPBSSD: ``c`` (M, N) int32 + signed (M, 4K) ``a`` . signed (K, 4N) ``b``, wrapping.
+    if insn.family == "fp16":
+        return f"Run one {m} (AMX-FP16): as :func:`tdpbf16ps` with float16 (or uint16 bit) ``a``, ``b``."
+    s1, s2 = (_sign(x) for x in insn.signed)
+    if insn.signed == (True, True):
+        return f"""Run one {m}: ``c`` (M, N) int32 + {s1} (M, 4K) ``a`` . {s2} (K, 4N) ``b``, wrapping.
 
     ``a``/``b`` are int8 or uint8 arrays whose bytes the mnemonic reads as
     signed or unsigned; ``b`` is quad-interleaved (:func:`pyamx.bf16.pack_quads`).
     """
-    return _int8("tdpbssd", c, a, b, backend)
+    return f"Run one {m}: {s1} ``a`` bytes, {s2} ``b`` bytes (see :func:`tdpbssd`)."
 
 
-def tdpbsud(c, a, b, *, backend=None) -> AMXResult:
-    """Run one TDPBSUD: signed ``a`` bytes, unsigned ``b`` bytes (see :func:`tdpbssd`)."""
-    return _int8("tdpbsud", c, a, b, backend)
+def _function(insn: isa.Instruction):
+    """The public function of one dot product, generated from its pyamx.isa row."""
+    name, family = insn.name, insn.family
+    check = emulator._OPERANDS[family]
+    c_view = np.float32 if insn.is_float else np.int32
+
+    def fn(c, a, b, *, backend=None, engine=None) -> AMXResult:
+        ops = check(name, c, a, b)
+        chosen = _backend.resolve(backend, family)
+        if chosen is _EMULATOR:
+            # The SDM numerics on the engine (compiled when available); one instruction is K <= 16 dwords.
+            eng = _engine.resolve(engine)
+            bits = eng.dot(name, ops.c, ops.a, ops.b, ops.k)
+            return label(bits.view(c_view), "emulator", engine=eng.name)
+        from . import native
+
+        return label(native.run(name, ops.c, ops.a, ops.b).view(c_view), "native", chosen.mode)
+
+    fn.__name__ = fn.__qualname__ = name
+    fn.__module__ = __name__
+    fn.__doc__ = _doc(insn)
+    return fn
 
 
-def tdpbusd(c, a, b, *, backend=None) -> AMXResult:
-    """Run one TDPBUSD: unsigned ``a`` bytes, signed ``b`` bytes (see :func:`tdpbssd`)."""
-    return _int8("tdpbusd", c, a, b, backend)
+for _insn in isa.DOTS:
+    globals()[_insn.name] = _function(_insn)
+del _insn
 
 
-def tdpbuud(c, a, b, *, backend=None) -> AMXResult:
-    """Run one TDPBUUD: unsigned ``a`` and ``b`` bytes (see :func:`tdpbssd`)."""
-    return _int8("tdpbuud", c, a, b, backend)
+def tile_machine(*, backend=None, numerics="sdm", engine=None):
+    """A tile machine on the chosen backend.
 
-
-def tile_machine(*, backend=None, numerics="sdm"):
-    """A tile machine on the chosen backend (``numerics`` applies to the emulator only)."""
-    chosen = _backend.resolve(backend)
-    if chosen == "emulator":
-        return emulator.TileMachine(numerics)
-    if emulator.numerics.resolve(numerics) != emulator.PRESETS["sdm"]:
-        raise ValueError("numerics= selects an emulator model; the native machine computes what silicon computes")
+    ``numerics`` is an emulator model; the native machine runs only the
+    default one, so ``backend="auto"`` (or None with ``PYAMX_BACKEND=auto``)
+    picks the emulator for any other model on every machine, and a
+    ``native`` backend named by the call or ``PYAMX_BACKEND`` refuses it
+    with ValueError (see :mod:`pyamx._backend`).
+    """
+    chosen = _backend.resolve(backend, numerics=numerics)
+    if not chosen.is_native:
+        return emulator.TileMachine(numerics, engine=engine)
     from .native import NativeMachine
 
-    return NativeMachine()
+    return NativeMachine(numerics)

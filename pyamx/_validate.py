@@ -22,10 +22,17 @@ def _require_array(x, name: str, fn: str) -> np.ndarray:
     return x
 
 
+_DTYPE_NAMES: dict = {}  # dtype -> dtype.name, which numpy computes slowly (microseconds per call)
+
+
 def _bits(x, name: str, fn: str, allowed: dict, hint: str) -> np.ndarray:
     """View ``x`` as the unsigned bit type for its dtype, or raise naming the allowed dtypes."""
     x = _require_array(x, name, fn)
-    bits_dtype = allowed.get(x.dtype.name)
+    dtype = x.dtype
+    dtype_name = _DTYPE_NAMES.get(dtype)
+    if dtype_name is None:
+        dtype_name = _DTYPE_NAMES[dtype] = dtype.name
+    bits_dtype = allowed.get(dtype_name)
     if bits_dtype is None:
         raise TypeError(
             f"{fn}: {name} has dtype {x.dtype}; expected {' or '.join(allowed)}{hint}"

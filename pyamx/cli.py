@@ -93,7 +93,9 @@ def info(args: argparse.Namespace) -> int:
 
 
 def _backend_argument(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--backend", choices=("auto", "native", "emulator"), default=None,
+    from ._backend import CHOICES
+
+    parser.add_argument("--backend", choices=CHOICES, default=None,
                         help="backend to run (default: the process default, PYAMX_BACKEND)")
 
 

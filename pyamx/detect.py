@@ -9,7 +9,7 @@ Two halves:
   for those raw values one stage at a time, never goes past a failed stage
   into anything with side effects, and is decided once per process.
 
-The stages follow SEMANTICS.md section 5: CPUID feature bits and palette,
+The stages follow docs/semantics.md section 5: CPUID feature bits and palette,
 OSXSAVE and XCR0, the kernel's XCOMP_SUPP, the permission request, the
 granted permission, and finally a forked child that executes one tile
 instruction, so a hypervisor that advertises AMX without delivering it kills
@@ -44,7 +44,7 @@ ARCH_REQ_XCOMP_PERM = 0x1023
 #: the (leaf, sub-leaf) pairs detection reads
 CPUID_LEAVES = ((0, 0), (1, 0), (7, 0), (7, 1), (0x1D, 0), (0x1D, 1), (0x1E, 0))
 
-#: what pyamx's tile model (SEMANTICS.md section 1) assumes of palette 1
+#: what pyamx's tile model (docs/semantics.md section 1) assumes of palette 1
 PALETTE1 = MappingProxyType(
     {"total_tile_bytes": 8192, "bytes_per_tile": 1024, "bytes_per_row": 64, "max_names": 8, "max_rows": 16}
 )
@@ -56,10 +56,29 @@ AMX_MODELS = MappingProxyType(
     {143: "Sapphire Rapids", 207: "Emerald Rapids", 173: "Granite Rapids", 174: "Granite Rapids-D"}
 )
 
-#: C status codes (csrc/pyamx.h, enum pyamx_status)
-E_NOT_READY, E_NO_KERNEL, E_ARG, E_START_ROW, E_UNSUPPORTED = -1, -2, -3, -4, -5
+#: C status codes (csrc/pyamx.h, enum pyamx_status): ``detect.E_ARG`` is ``lib.PYAMX_E_ARG``, read
+#: from the compiled module on first use (None without it: then no C code runs to return one)
+_C_STATUS = ("E_NOT_READY", "E_NO_KERNEL", "E_ARG", "E_START_ROW", "E_UNSUPPORTED")
 
-KERNEL_BITS = MappingProxyType({"bf16": 1, "int8": 2, "fp16": 4})
+
+def _c(name: str):
+    from .isa import c_constant
+
+    return c_constant("PYAMX_" + name)
+
+
+def _kernel_bits():
+    """family -> bit of pyamx_build_kernels() (csrc/pyamx.h, enum pyamx_kernel_bits)."""
+    return MappingProxyType({family: _c("KERNEL_" + family.upper()) for family in KERNEL_FEATURE})
+
+
+def __getattr__(name):
+    if name in _C_STATUS:
+        return _c(name)
+    if name == "KERNEL_BITS":
+        return _kernel_bits()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 KERNEL_FEATURE = MappingProxyType({"bf16": "amx_bf16", "int8": "amx_int8", "fp16": "amx_fp16"})
 
 TRAP_ENV = "PYAMX_TRAP_EMULATION"
@@ -213,9 +232,9 @@ def errno_name(err: int) -> str:
     """``"ENOSPC"`` for 28 on Linux; C status codes and unknown numbers get a readable name."""
     if err == 0:
         return "OK"
-    if err == E_UNSUPPORTED:
+    if err == _c("E_UNSUPPORTED"):
         return "UNSUPPORTED (not x86-64 Linux)"
-    if err == E_NOT_READY:
+    if err == _c("E_NOT_READY"):
         return "NOT_READY"
     return _errno.errorcode.get(err, f"errno {err}")
 
@@ -267,16 +286,16 @@ def permission_remedy(err: int, python: Tuple[int, int, int] = (3, 11, 0)) -> st
         )
     if err == _errno.ENOSYS:
         return "ENOSYS: this kernel (or sandbox) has no arch_prctl AMX interface; Linux >= 5.16 is needed"
-    if err == E_UNSUPPORTED:
+    if err == _c("E_UNSUPPORTED"):
         return "arch_prctl exists on x86-64 Linux only"
     return f"{errno_name(err)}: unexpected error from arch_prctl(ARCH_REQ_XCOMP_PERM, 18)"
 
 
 def child_verdict(err: int, status: int) -> Tuple[bool, str]:
     """Judge the forked child that ran one tile instruction: ``(ok, text)``."""
-    if err == E_NOT_READY:
+    if err == _c("E_NOT_READY"):
         return False, "not run: the permission was not granted first"
-    if err == E_UNSUPPORTED:
+    if err == _c("E_UNSUPPORTED"):
         return False, "not run: x86-64 Linux only"
     if err != 0:
         return False, f"could not fork/wait for the probe child: {errno_name(err)}"
@@ -573,7 +592,7 @@ def read_build(lib, ffi) -> BuildFacts:
     return BuildFacts(
         version=ffi.string(lib.pyamx_build_version()).decode(),
         compiler=ffi.string(lib.pyamx_build_compiler()).decode(),
-        kernels=frozenset(name for name, b in KERNEL_BITS.items() if bits & b),
+        kernels=frozenset(name for name, b in _kernel_bits().items() if bits & b),
         x86_64_linux=bool(lib.pyamx_build_x86_64_linux()),
         trap_linked=bool(lib.pyamx_trap_linked()),
         kernels_reason=ffi.string(lib.pyamx_build_kernels_reason()).decode(),

@@ -18,7 +18,7 @@ import weakref
 
 import numpy as np
 
-from . import _memory, detect
+from . import _memory, detect, isa
 from .errors import AMXError, BackendError, NativeUnavailableError, WrongThreadError
 from .tilecfg import (
     MAX_COLSB,
@@ -32,17 +32,14 @@ from .tilecfg import (
     parse_tilecfg,
 )
 
-#: mnemonic -> (C op name in lib, kernel family, lanes per dword); the id itself is read from lib.
-OPS = {
-    "tdpbf16ps": ("PYAMX_OP_TDPBF16PS", "bf16", 2),
-    "tdpfp16ps": ("PYAMX_OP_TDPFP16PS", "fp16", 2),
-    "tdpbssd": ("PYAMX_OP_TDPBSSD", "int8", 4),
-    "tdpbsud": ("PYAMX_OP_TDPBSUD", "int8", 4),
-    "tdpbusd": ("PYAMX_OP_TDPBUSD", "int8", 4),
-    "tdpbuud": ("PYAMX_OP_TDPBUUD", "int8", 4),
-}
+#: mnemonic -> (C op name in lib, kernel family, lanes per dword), from pyamx.isa; the id itself is read from lib.
+OPS = {insn.name: (insn.c_op, insn.family, insn.lanes) for insn in isa.DOTS}
 
-FAMILY_FEATURE = {"bf16": "AMX-BF16", "int8": "AMX-INT8", "fp16": "AMX-FP16 (Granite Rapids and later)"}
+#: kernel family -> what it needs (the CPUID feature of pyamx.isa, with where to find it)
+FAMILY_FEATURE = {
+    family: feature + (" (Granite Rapids and later)" if family == "fp16" else "")
+    for family, feature in isa.FAMILY_FEATURE.items()
+}
 
 _MASK64 = (1 << 64) - 1
 
@@ -98,14 +95,14 @@ def _check(rc: int, what: str) -> None:
     """Turn a C status code into the exception it stands for."""
     if rc == 0:
         return
-    if rc == detect.E_NOT_READY:
+    if rc == isa.c_constant("PYAMX_E_NOT_READY"):
         raise NativeUnavailableError(
             f"{what}: the C module refused to run a tile instruction because detection and the "
             "permission request have not said yes in this process"
         )
-    if rc == detect.E_NO_KERNEL:
+    if rc == isa.c_constant("PYAMX_E_NO_KERNEL"):
         raise NativeUnavailableError(f"{what}: this build of pyamx._native has no AMX kernels")
-    if rc == detect.E_START_ROW:
+    if rc == isa.c_constant("PYAMX_E_START_ROW"):
         raise BackendError(
             f"{what}: this thread's tile state has a pending start_row (set by LDTILECFG, consumed by "
             "the next load, store or dot product); it cannot be saved without consuming it, so nothing ran"
@@ -121,9 +118,10 @@ def _address(arr: np.ndarray) -> int:
 
 
 def _oneshot(name: str, c: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    op, family, lanes = OPS[name]
-    ffi, lib = _lib(family)
-    op = getattr(lib, op)
+    insn = isa.BY_NAME[name]
+    lanes = insn.lanes
+    ffi, lib = _lib(insn.family)
+    op = insn.op_id
     # The caller validated dtypes and shapes (pyamx._validate); these checks
     # only guard the memory the C code will touch.
     for x, size in ((c, 4), (a, 4 // lanes), (b, 4 // lanes)):
@@ -146,40 +144,46 @@ def _oneshot(name: str, c: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarr
     return out
 
 
-def tdpbf16ps(c_bits: np.ndarray, a_bits: np.ndarray, b_bits: np.ndarray) -> np.ndarray:
-    """One TDPBF16PS on silicon: (M,N) uint32 fp32 bits + (M,2K) uint16 bf16 . (K,2N) uint16 pairs.
+def run(name: str, c: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """One dot product ``name`` (a :mod:`pyamx.isa` row) on silicon; see the per-mnemonic functions."""
+    return _oneshot(name, c, a, b)
+
+
+def _oneshot_doc(insn: isa.Instruction) -> str:
+    m = insn.mnemonic
+    if insn.family == "bf16":
+        return f"""One {m} on silicon: (M,N) uint32 fp32 bits + (M,2K) uint16 bf16 . (K,2N) uint16 pairs.
 
     Operands must already be validated and C-contiguous; returns a new (M,N)
     array of the dtype of ``c_bits``. The thread's own tile state (a
     :class:`NativeMachine` in use) is saved and restored around the call;
     the GIL is released while the instructions run.
     """
-    return _oneshot("tdpbf16ps", c_bits, a_bits, b_bits)
+    if insn.family == "fp16":
+        return f"One {m} (AMX-FP16): as :func:`tdpbf16ps` with fp16 bits in ``a_bits``/``b_bits``."
+    s1, s2 = ("signed" if x else "unsigned" for x in insn.signed)
+    if insn.signed == (True, True):
+        return f"One {m}: (M,N) int32 + {s1} (M,4K) bytes . {s2} (K,4N) quad-interleaved bytes."
+    return f"One {m}: {s1} ``a`` bytes, {s2} ``b`` bytes (see :func:`tdpbssd`)."
 
 
-def tdpfp16ps(c_bits: np.ndarray, a_bits: np.ndarray, b_bits: np.ndarray) -> np.ndarray:
-    """One TDPFP16PS (AMX-FP16): as :func:`tdpbf16ps` with fp16 bits in ``a_bits``/``b_bits``."""
-    return _oneshot("tdpfp16ps", c_bits, a_bits, b_bits)
+def _oneshot_function(insn: isa.Instruction):
+    name = insn.name
+    if insn.is_float:  # fp32 and bf16/fp16 operands are raw bits here, as the names say
+        def fn(c_bits: np.ndarray, a_bits: np.ndarray, b_bits: np.ndarray) -> np.ndarray:
+            return _oneshot(name, c_bits, a_bits, b_bits)
+    else:
+        def fn(c: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+            return _oneshot(name, c, a, b)
+
+    fn.__name__ = fn.__qualname__ = name
+    fn.__module__ = __name__
+    fn.__doc__ = _oneshot_doc(insn)
+    return fn
 
 
-def tdpbssd(c: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """One TDPBSSD: (M,N) int32 + signed (M,4K) bytes . signed (K,4N) quad-interleaved bytes."""
-    return _oneshot("tdpbssd", c, a, b)
-
-
-def tdpbsud(c: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """One TDPBSUD: signed ``a`` bytes, unsigned ``b`` bytes (see :func:`tdpbssd`)."""
-    return _oneshot("tdpbsud", c, a, b)
-
-
-def tdpbusd(c: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """One TDPBUSD: unsigned ``a`` bytes, signed ``b`` bytes (see :func:`tdpbssd`)."""
-    return _oneshot("tdpbusd", c, a, b)
-
-
-def tdpbuud(c: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """One TDPBUUD: unsigned ``a`` and ``b`` bytes (see :func:`tdpbssd`)."""
-    return _oneshot("tdpbuud", c, a, b)
+for _insn in isa.DOTS:
+    globals()[_insn.name] = _oneshot_function(_insn)
 
 
 # -- the tile machine -----------------------------------------------------------
@@ -196,7 +200,8 @@ class NativeMachine:
     """The AMX tile machine of this OS thread, one C call per instruction.
 
     Same methods and semantics as :class:`pyamx.emulator.TileMachine`; the
-    arithmetic is whatever the silicon computes (hence no ``numerics``).
+    arithmetic is whatever the silicon computes (``numerics``: None or the default
+    model only, the rule of :mod:`pyamx._backend`).
     Every argument is checked against the shared fault rules before the
     instruction runs, so a rule violation raises the same exception as the
     emulator instead of killing the process. Tile registers belong to one
@@ -206,10 +211,10 @@ class NativeMachine:
     backend = "native"
 
     def __init__(self, numerics=None):
-        if numerics not in (None, "sdm"):
-            raise ValueError(
-                "numerics= selects an emulator model; the native machine computes what silicon computes"
-            )
+        from ._backend import native_numerics_error, native_runs
+
+        if not native_runs(numerics):  # the one numerics rule of pyamx._backend
+            raise native_numerics_error(numerics)
         self._ffi, self._lib = _lib()
         # The Thread object, not get_ident(): CPython reuses the ident of a finished thread.
         self._owner = weakref.ref(threading.current_thread())
@@ -352,33 +357,27 @@ class NativeMachine:
     def _dot(self, name: str, dst, src1, src2) -> None:
         mnemonic = name.upper()
         self._enter(mnemonic)
-        op, family, _ = OPS[name]
-        if family not in self._kernels:
-            raise NativeUnavailableError(available(family)[1])
+        insn = isa.BY_NAME[name]
+        if insn.family not in self._kernels:
+            raise NativeUnavailableError(available(insn.family)[1])
         check_dot_product(mnemonic, self._config, dst, src1, src2)
-        self._run(mnemonic, self._lib.pyamx_tdp, getattr(self._lib, op), int(dst), int(src1), int(src2))
+        self._run(mnemonic, self._lib.pyamx_tdp, insn.op_id, int(dst), int(src1), int(src2))
         self._config = self._config.with_start_row(0)
 
-    def tdpbf16ps(self, dst: int, src1: int, src2: int) -> None:
-        """TDPBF16PS dst += src1 . src2 over bf16 pairs, fp32 accumulation, on silicon."""
-        self._dot("tdpbf16ps", dst, src1, src2)
 
-    def tdpfp16ps(self, dst: int, src1: int, src2: int) -> None:
-        """TDPFP16PS dst += src1 . src2 over fp16 pairs (needs AMX-FP16)."""
-        self._dot("tdpfp16ps", dst, src1, src2)
+def _dot_method(insn: isa.Instruction):
+    name = insn.name
 
-    def tdpbssd(self, dst: int, src1: int, src2: int) -> None:
-        """TDPBSSD: signed x signed bytes, int32 wrap-around accumulation."""
-        self._dot("tdpbssd", dst, src1, src2)
+    def method(self, dst: int, src1: int, src2: int) -> None:
+        self._dot(name, dst, src1, src2)
 
-    def tdpbsud(self, dst: int, src1: int, src2: int) -> None:
-        """TDPBSUD: signed (src1) x unsigned (src2) bytes."""
-        self._dot("tdpbsud", dst, src1, src2)
+    method.__name__ = name
+    method.__qualname__ = f"NativeMachine.{name}"
+    method.__module__ = __name__
+    method.__doc__ = f"{insn.mnemonic}: {insn.summary}, on silicon."
+    return method
 
-    def tdpbusd(self, dst: int, src1: int, src2: int) -> None:
-        """TDPBUSD: unsigned (src1) x signed (src2) bytes."""
-        self._dot("tdpbusd", dst, src1, src2)
 
-    def tdpbuud(self, dst: int, src1: int, src2: int) -> None:
-        """TDPBUUD: unsigned x unsigned bytes."""
-        self._dot("tdpbuud", dst, src1, src2)
+for _insn in isa.DOTS:
+    setattr(NativeMachine, _insn.name, _dot_method(_insn))
+del _insn

@@ -1,6 +1,6 @@
 """Which numerics does a backend implement? Discriminating experiments, point by point.
 
-Each point of SEMANTICS.md section 3 (and a few more a user of silicon asks
+Each point of docs/semantics.md section 3 (and a few more a user of silicon asks
 about) gets experiments whose answers differ between the candidate options.
 The backend's bits are compared with what the emulator predicts under each
 candidate; the candidates that reproduce every experiment of a point are
@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import _backend, emulator
+from . import _backend, emulator, isa
 from .emulator.numerics import NAN_RULES, STRUCTURES, TININESS, Numerics, resolve
 from .testing import operands
 
@@ -60,17 +60,41 @@ def _random_fp16(name: str, seed: int) -> Experiment:
 ONE = 0x3F80
 HALF_ONE = 0x3C00  # fp16 1.0
 
+#: The probes of docs/semantics.md section 3, defined here once for the probe, the tests and the docs:
+#: name -> (description, c bits, A as (even, odd) bf16 pairs per k, B as (even, odd) pairs per k).
+#: One output element; "products per k" are (A even * B even, A odd * B odd).
+POINTS = {
+    "P1": ("C=1, k0 products (2^-24, 2^-24)", 0x3F800000, [(0x3980, 0x3980)], [(0x3980, 0x3980)]),
+    "P2": ("C=0, k0 (1, 2^-24), k1 (0, 2^-24)", 0, [(ONE, 0x3380), (0, 0x3380)], [(ONE, ONE), (ONE, ONE)]),
+    "P7": ("C=-0, all products -0", 0x80000000, [(0x8000, 0x8000)], [(ONE, ONE)]),
+}
+#: The same three questions asked of TDPFP16PS (fp16 bits: 0x0C00 = 2^-12, HALF_ONE = 1).
+FP16_POINTS = {
+    "P1": ("C=1, k0 products (2^-24, 2^-24)", 0x3F800000, [(0x0C00, 0x0C00)], [(0x0C00, 0x0C00)]),
+    "P2": ("C=0, k0 (1, 2^-24), k1 (0, 2^-24)", 0, [(HALF_ONE, 0x0C00), (0, 0x0C00)],
+           [(HALF_ONE, 0x0C00), (HALF_ONE, 0x0C00)]),
+    "P7": ("C=-0, all products -0", 0x80000000, [(0x8000, 0x8000)], [(HALF_ONE, HALF_ONE)]),
+}
+
+
+def point(name: str, instruction: str = "tdpbf16ps") -> Experiment:
+    """Probe ``name`` (P1, P2, P7) as an experiment: c (1, 1) uint32, a (1, 2K), b (K, 2) uint16 bits."""
+    points, prefix = (FP16_POINTS, "FP16 ") if instruction == "tdpfp16ps" else (POINTS, "")
+    text, c, a_pairs, b_pairs = points[name]
+    return _one(f"{prefix}{name}: {text}", c, a_pairs, b_pairs, instruction)
+
+
 EXPERIMENTS = {
     "structure": [
-        _one("P1: C=1, k0 products (2^-24, 2^-24)", 0x3F800000, [(0x3980, 0x3980)], [(0x3980, 0x3980)]),
-        _one("P2: C=0, k0 (1, 2^-24), k1 (0, 2^-24)", 0, [(ONE, 0x3380), (0, 0x3380)], [(ONE, ONE), (ONE, ONE)]),
+        point("P1"),
+        point("P2"),
         _one("P3: C=2^-24, k0 (1, 2^-25)", 0x33800000, [(ONE, 0x3300)], [(ONE, ONE)]),
         _random("random normal 16x16x16", 11, "normal"),
         _random("random ties 16x16x16", 12, "ties"),
         _random("random cancellation 16x16x16", 13, "cancel"),
     ],
     "zero_signs": [
-        _one("P7: C=-0, all products -0", 0x80000000, [(0x8000, 0x8000)], [(ONE, ONE)]),
+        point("P7"),
         _one("C=-0, products (+0, -0)", 0x80000000, [(0x0000, 0x8000)], [(ONE, ONE)]),
         _one("C=+0, x - x", 0, [(ONE, ONE)], [(ONE, 0xBF80)]),
         _random("random zeros 16x16x16", 14, "zeros"),
@@ -104,10 +128,9 @@ EXPERIMENTS = {
     ],
     # TDPFP16PS (AMX-FP16): the same structure question, and whether fp16 denormals are honoured.
     "fp16_structure": [
-        _one("FP16 P1: C=1, k0 products (2^-24, 2^-24)", 0x3F800000, [(0x0C00, 0x0C00)], [(0x0C00, 0x0C00)], "tdpfp16ps"),
-        _one("FP16 P2: C=0, k0 (1, 2^-24), k1 (0, 2^-24)", 0,
-             [(HALF_ONE, 0x0C00), (0, 0x0C00)], [(HALF_ONE, 0x0C00), (HALF_ONE, 0x0C00)], "tdpfp16ps"),
-        _one("FP16 P7: C=-0, all products -0", 0x80000000, [(0x8000, 0x8000)], [(HALF_ONE, HALF_ONE)], "tdpfp16ps"),
+        point("P1", "tdpfp16ps"),
+        point("P2", "tdpfp16ps"),
+        point("P7", "tdpfp16ps"),
         _random_fp16("random fp16 16x16x16", 17),
     ],
     "fp16_denormals": [
@@ -152,12 +175,10 @@ def _emulate(e: Experiment, model: Numerics, flush_fp16: bool = False) -> np.nda
     return emulator.tdpbf16ps(e.c, e.a, e.b, numerics=model).view(np.uint32)
 
 
-def _runner(backend: str, numerics):
-    if backend == "emulator":
-        model = resolve("sdm" if numerics is None else numerics)
+def _runner(backend, numerics):
+    model = backend.numerics(numerics)  # the numerics rule of pyamx._backend: ValueError on native
+    if not backend.is_native:
         return lambda e: _emulate(e, model)
-    if numerics not in (None, "sdm"):
-        raise ValueError("--numerics selects an emulator model; it cannot apply to the native backend")
     from . import _ops
 
     return lambda e: getattr(_ops, e.instruction)(e.c, e.a, e.b, backend=backend).view(np.uint32)
@@ -169,17 +190,22 @@ def _predict(base: Numerics, changes: dict, experiment: Experiment) -> np.ndarra
     return _emulate(experiment, base.replace(**changes), flush)
 
 
-def _points_for(backend: str) -> tuple:
-    """Every point; the fp16 ones only where the backend has AMX-FP16."""
-    points = ("structure", "zero_signs", "dest_daz", "input_daz", "tininess", "products", "nan")
-    if backend == "emulator" or _backend.native_status("fp16")[0]:
-        points += ("fp16_structure", "fp16_denormals")
-    return points
+def _points_for(backend) -> tuple:
+    """Every point whose experiments the backend can run (the fp16 ones need AMX-FP16 on native)."""
+    return tuple(
+        p for p in _ORDER
+        if not backend.is_native or all(_backend.native_status(isa.family_of(e.instruction))[0] for e in EXPERIMENTS[p])
+    )
+
+
+# The order points are settled in: each one's experiments depend only on points settled before.
+_ORDER = ("structure", "zero_signs", "dest_daz", "input_daz", "tininess", "products", "nan",
+          "fp16_structure", "fp16_denormals")
 
 
 def probe(backend: str = "emulator", numerics=None) -> dict:
     """Run every experiment on ``backend`` and return the verdicts (see module docstring)."""
-    chosen = _backend.resolve(backend)
+    chosen = _backend.resolve(backend, numerics=numerics)
     run = _runner(chosen, numerics)
     points = _points_for(chosen)
     observed = {p: [run(e) for e in EXPERIMENTS[p]] for p in points}
@@ -211,9 +237,8 @@ def probe(backend: str = "emulator", numerics=None) -> dict:
             for e, o in zip(EXPERIMENTS[p], observed[p])
         ):
             complete = model.name
-    label = chosen if chosen == "emulator" else f"native ({_backend.native_mode()})"
     return {
-        "backend": label,
+        "backend": chosen.label,
         "numerics_requested": None if numerics is None else resolve(numerics).name,
         **{p: r.verdict for p, r in results.items()},
         "candidates": {p: r.matches for p, r in results.items()},

@@ -1,7 +1,7 @@
 """Seeded operand generators for differential testing: random and adversarial bit patterns.
 
 Used by pyamx's own tests, by ``python -m pyamx record`` and by anyone who
-wants to hold their own emulator against pyamx or silicon. Each class aims at one rule of SEMANTICS.md section 2: DAZ on inputs and on
+wants to hold their own emulator against pyamx or silicon. Each class aims at one rule of docs/semantics.md section 2: DAZ on inputs and on
 the destination, FTZ near 2**-126 (flushed, and rounding up to 2**-126),
 overflow, infinities, NaN payloads and priority, zero signs, exact
 cancellation, ties. Everything is built from bit fields, not from pyamx.

@@ -3,7 +3,7 @@
 Shared by every backend: the emulator enforces these rules, and the native
 backend checks them in Python *before* the instruction runs, because on
 silicon an illegal configuration is a fatal signal, not an exception.
-Layout and rules: SEMANTICS.md section 1 (palette 1).
+Layout and rules: docs/semantics.md section 1 (palette 1).
 """
 
 from __future__ import annotations
@@ -148,7 +148,7 @@ class DotShape:
 
 
 def check_dot_product(mnemonic: str, cfg: TileConfig, dst, src1, src2) -> DotShape:
-    """The #UD rules shared by TDPBF16PS, TDPFP16PS and TDPB[SU][SU]D (SEMANTICS.md section 2)."""
+    """The #UD rules shared by TDPBF16PS, TDPFP16PS and TDPB[SU][SU]D (docs/semantics.md section 2)."""
     dst = check_tile_usable(mnemonic, "tsrcdest", cfg, dst)
     src1 = check_tile_usable(mnemonic, "tsrc1", cfg, src1)
     src2 = check_tile_usable(mnemonic, "tsrc2", cfg, src2)

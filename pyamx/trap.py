@@ -30,13 +30,14 @@ import os
 import platform
 import sys
 
+from . import isa
 from .errors import BackendError
 
 ENV_VAR = "PYAMX_TRAP_EMULATION"
 _ALLOWED = {"0": False, "1": True}
 
 # Instruction families the handler emulates (the names pyamx.detect uses).
-_KERNELS = frozenset({"bf16", "fp16", "int8"})
+_KERNELS = frozenset(isa.FAMILIES)
 
 
 def requested() -> bool:
@@ -95,8 +96,7 @@ def enable() -> None:
     lib = _lib()
     if not lib.pyamx_trap_supported():
         raise BackendError("this build of pyamx._native was not compiled for x86-64 Linux; no trap mode")
-    bits = lib.pyamx_trap_cpu_amx_bits()
-    if bits == 7:
+    if lib.pyamx_trap_cpu_has_amx():
         raise BackendError(
             "refusing the trap mode: this CPU has usable AMX (CPUID.7.0:EDX[24] AMX-TILE set and "
             "XCR0 bits 17/18 enabled); the native path must run on the silicon here"
@@ -127,8 +127,9 @@ def ensure_installed() -> bool:
 
 def thread_prepare() -> None:
     """Claim this thread's emulated tile state from normal context (see module doc)."""
-    rc = _lib().pyamx_trap_thread_prepare()
-    if rc == -6:
+    lib = _lib()
+    rc = lib.pyamx_trap_thread_prepare()
+    if rc == lib.PYAMX_TRAP_E_TABLE_FULL:
         raise BackendError("the trap mode's per-thread tile state table is full (256 live threads)")
     if rc < 0:
         raise BackendError("the trap mode is not enabled; call pyamx.trap.enable() first")
@@ -150,8 +151,10 @@ def op_counts() -> dict:
     lib = _lib()
     from ._native import ffi
 
+    from . import isa
+
     out = {}
-    for op in range(1, 14):
+    for op in (insn.op_id for insn in isa.TABLE):
         n = int(lib.pyamx_trap_op_count(op))
         if n:
             out[ffi.string(lib.pyamx_trap_op_name(op)).decode()] = n

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import _backend, _ops
+from . import _backend, _ops, isa
 from ._version import __version__
 from .errors import AMXError
 from .probe import EXPERIMENTS
@@ -27,16 +27,10 @@ from .testing import CLASSES, operands, shapes
 FORMAT = "pyamx-vectors"
 VERSION = 1
 
-# instruction -> (dtype of c, dtype of a and b, lanes per dword)
-INSTRUCTIONS = {
-    "tdpbf16ps": ("<u4", "<u2", 2),
-    "tdpfp16ps": ("<u4", "<u2", 2),
-    "tdpbssd": ("<i4", "u1", 4),
-    "tdpbsud": ("<i4", "u1", 4),
-    "tdpbusd": ("<i4", "u1", 4),
-    "tdpbuud": ("<i4", "u1", 4),
-}
-_CALL_DTYPES = {"tdpbf16ps": (np.uint32, np.uint16), "tdpfp16ps": (np.uint32, np.float16)}
+# instruction -> (dtype of c, dtype of a and b, lanes per dword) as the file stores them, from pyamx.isa
+INSTRUCTIONS = {insn.name: (insn.c_dtype, insn.ab_dtype, insn.lanes) for insn in isa.DOTS}
+# instruction -> (dtype of c, dtype of a and b) the public function is called with
+_CALL_DTYPES = {insn.name: (np.dtype(insn.c_dtype), np.dtype(insn.call_dtype)) for insn in isa.DOTS}
 
 
 class VectorFileError(AMXError, ValueError):
@@ -101,7 +95,8 @@ def generate(seed: int, per_class: int = 4, instructions=tuple(INSTRUCTIONS)) ->
                 c, a, b = operands(rng, m, k, n, cls)
                 cases.append(Case("tdpbf16ps", f"{cls} {m}x{k}x{n}", c, a, b))
         for point, experiments in EXPERIMENTS.items():
-            cases += [Case("tdpbf16ps", f"probe {point}: {e.name}", e.c, e.a, e.b) for e in experiments]
+            cases += [Case(e.instruction, f"probe {point}: {e.name}", e.c, e.a, e.b)
+                      for e in experiments if e.instruction in instructions]
     fp16_specials = np.array([0x0001, 0x03FF, 0x8001, 0x7C00, 0xFC00, 0x7C01, 0x7E05, 0x0000, 0x8000, 0x7BFF], np.uint16)
     for m, k, n in shapes(rng, 10):
         if "tdpfp16ps" in instructions:
@@ -111,7 +106,7 @@ def generate(seed: int, per_class: int = 4, instructions=tuple(INSTRUCTIONS)) ->
             b = np.where(rng.random(b.shape) < 0.2, rng.choice(fp16_specials, b.shape), b)
             c = rng.integers(0, 2**32, (m, n), dtype=np.uint64).astype(np.uint32)
             cases.append(Case("tdpfp16ps", f"random bits {m}x{k}x{n}", c, a, b))
-        for mnemonic in ("tdpbssd", "tdpbsud", "tdpbusd", "tdpbuud"):
+        for mnemonic in (insn.name for insn in isa.DOTS if insn.family == "int8"):
             if mnemonic in instructions:
                 a = rng.integers(0, 256, (m, 4 * k), dtype=np.uint8)
                 b = rng.integers(0, 256, (k, 4 * n), dtype=np.uint8)
@@ -122,7 +117,7 @@ def generate(seed: int, per_class: int = 4, instructions=tuple(INSTRUCTIONS)) ->
 
 def run_case(case: Case, backend: str) -> np.ndarray:
     """The backend's output bits for one case (uint32 for fp32 results, int32 for int8 ones)."""
-    c_dtype, ab_dtype = _CALL_DTYPES.get(case.instruction, (np.int32, np.uint8))
+    c_dtype, ab_dtype = _CALL_DTYPES[case.instruction]
     fn = getattr(_ops, case.instruction)
     result = fn(case.c.view(c_dtype), case.a.view(ab_dtype), case.b.view(ab_dtype), backend=backend)
     return np.asarray(result).view(np.dtype(INSTRUCTIONS[case.instruction][0]))
@@ -134,7 +129,7 @@ def _supported(backend: str) -> tuple:
         return tuple(INSTRUCTIONS)
     from . import native
 
-    return tuple(i for i in INSTRUCTIONS if native.available(native.OPS[i][1])[0])
+    return tuple(i for i in INSTRUCTIONS if native.available(isa.family_of(i))[0])
 
 
 def record(path, backend: str = "emulator", seed: int = 2026, per_class: int = 4) -> dict:

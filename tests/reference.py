@@ -1,4 +1,4 @@
-"""A slow scalar reference for the AMX dot products, written from SEMANTICS.md.
+"""A slow scalar reference for the AMX dot products, written from docs/semantics.md.
 
 Exact rational arithmetic (fractions) with one explicit rounding per fma32
 and add32. It shares no code with pyamx: it decodes bit patterns itself,
@@ -28,8 +28,13 @@ def decode32(bits: int, daz: bool):
             return ("num", Fraction(0), negative)
         magnitude = Fraction(mantissa, 2**149)
     else:
-        magnitude = Fraction(mantissa + 2**23) * Fraction(2) ** (exponent - 150)
+        magnitude = _times_pow2(mantissa + 2**23, exponent - 150)
     return ("num", -magnitude if negative else magnitude, negative)
+
+
+def _times_pow2(integer: int, e: int) -> Fraction:
+    """integer * 2**e, exactly (shifts: Fraction powers are the slow part of this module)."""
+    return Fraction(integer << e) if e >= 0 else Fraction(integer, 1 << -e)
 
 
 def decode_bf16(bits: int, daz: bool):
@@ -46,17 +51,16 @@ def decode_fp16(bits: int):
     if exponent == 0:
         magnitude = Fraction(mantissa, 2**24)
     else:
-        magnitude = Fraction(mantissa + 2**10) * Fraction(2) ** (exponent - 25)
+        magnitude = _times_pow2(mantissa + 2**10, exponent - 25)
     return ("num", -magnitude if negative else magnitude, negative)
 
 
 def _floor_log2(x: Fraction) -> int:
-    e = x.numerator.bit_length() - x.denominator.bit_length()
-    if Fraction(2) ** e > x:
-        e -= 1
-    elif Fraction(2) ** (e + 1) <= x:
-        e += 1
-    return e
+    """floor(log2(x)) of a positive x, in integer arithmetic."""
+    p, q = x.numerator, x.denominator
+    e = p.bit_length() - q.bit_length()
+    # 2**e <= p/q  <=>  p << -e >= q (e < 0)  or  p >= q << e (e >= 0); else one less
+    return e if (p << max(0, -e)) >= (q << max(0, e)) else e - 1
 
 
 def encode(value, tininess: str = "after") -> int:
@@ -74,10 +78,13 @@ def encode(value, tininess: str = "after") -> int:
     if tininess == "before" and magnitude < MIN_NORMAL:
         return sign
     e = _floor_log2(magnitude) - 23  # scale so the significand has 24 integer bits
-    scaled = magnitude / Fraction(2) ** e
-    q = scaled.numerator // scaled.denominator
-    remainder = scaled - q
-    if remainder > Fraction(1, 2) or (remainder == Fraction(1, 2) and q % 2 == 1):
+    num, den = magnitude.numerator, magnitude.denominator  # scaled = num / den = magnitude / 2**e
+    if e >= 0:
+        den <<= e
+    else:
+        num <<= -e
+    q, remainder = divmod(num, den)  # remainder / den is the fraction below the last kept bit
+    if 2 * remainder > den or (2 * remainder == den and q % 2 == 1):
         q += 1
     if q == 2**24:
         q, e = 2**23, e + 1
@@ -165,7 +172,7 @@ def dot_float(c_bits, a_values, b_values, *, structure="sdm", dest_daz=True, tin
     """c_bits: M x N fp32 bits; a_values: M x 2K decoded; b_values: K x 2N decoded (pair-interleaved).
 
     Returns M x N fp32 bits computed element by element, straight from the
-    pseudo-code of SEMANTICS.md section 2 (sdm) or the intrinsics guide (straight).
+    pseudo-code of docs/semantics.md section 2 (sdm) or the intrinsics guide (straight).
     """
     m_count, n_count, k_count = len(c_bits), len(c_bits[0]), len(b_values)
     out = []
@@ -219,6 +226,19 @@ def tdpfp16ps(c_bits, a_bits, b_bits):
     b_values = [[decode_fp16(int(x)) for x in row] for row in b_bits]
     c = [[int(x) for x in row] for row in c_bits]
     return dot_float(c, a_values, b_values)
+
+
+def int8_signedness(mnemonic: str):
+    """``(tsrc1 signed, tsrc2 signed)`` of TDPB[SU][SU]D, read off the mnemonic as docs/semantics.md
+    section 4 defines it (first letter: tsrc1, second: tsrc2; S signed, U unsigned).
+
+    The tests' one statement of signedness that does not come from pyamx.isa: tests that hold the
+    code to this reference must not take the expectation from the table under test.
+    """
+    name = mnemonic.lower()
+    if not (len(name) == 7 and name.startswith("tdpb") and name.endswith("d") and set(name[4:6]) <= {"s", "u"}):
+        raise ValueError(f"{mnemonic!r} is not TDPB[SU][SU]D")
+    return name[4] == "s", name[5] == "s"
 
 
 def tdpb_int8(signed_a: bool, signed_b: bool, c_words, a_bytes, b_bytes):

@@ -97,3 +97,83 @@ def test_result_label_does_not_stick_to_derived_arrays():
     result = pyamx.tdpbf16ps(*_ops(), backend="emulator")
     assert isinstance(result, pyamx.AMXResult) and result.backend == "emulator"
     assert type(result + 1) is np.ndarray and type(np.sum(result)) is not pyamx.AMXResult
+
+
+# ---- backends as objects; the numerics rule (docs/semantics.md section 3) -------------------
+
+
+def test_resolve_returns_a_backend_that_compares_as_its_name_and_knows_its_mode():
+    chosen = _backend.resolve("emulator")
+    assert chosen == "emulator" and isinstance(chosen, str) and chosen.mode is None and not chosen.is_native
+    assert chosen.label == "emulator" and chosen.runs("straight") and chosen.numerics(None) == pyamx.Numerics()
+    import json
+    import pickle
+
+    assert json.dumps({"backend": chosen}) == '{"backend": "emulator"}'
+    assert pickle.loads(pickle.dumps(_backend.Backend("native", "trap"))).label == "native (trap)"
+
+
+def test_native_backend_runs_only_the_default_numerics():
+    native = _backend.Backend("native", "silicon")
+    assert native.runs(None) and native.runs("sdm") and native.runs(pyamx.Numerics())
+    assert not native.runs("straight") and not native.runs(pyamx.Numerics(tininess="before"))
+    with pytest.raises(ValueError, match="emulator model"):
+        native.numerics("wide")
+
+
+@pytest.fixture(params=[True, False], ids=["auto-would-pick-native", "auto-would-pick-emulator"])
+def forced_native(request, monkeypatch):
+    """Native usable or not, forced, so the rule is checked both ways on any machine."""
+    usable = request.param
+    monkeypatch.setattr(_backend, "native_status", lambda family="bf16": (usable, "forced by the test"))
+    monkeypatch.setattr(_backend, "native_mode", lambda: "silicon" if usable else None)
+    monkeypatch.setattr(_backend, "REQUESTED", "auto")
+    return usable
+
+
+def test_auto_with_a_non_default_numerics_picks_the_emulator_whether_or_not_native_is_usable(forced_native):
+    for backend in (None, "auto"):
+        assert _backend.resolve(backend, numerics="straight") == "emulator"
+        machine = pyamx.tile_machine(backend=backend, numerics="straight")
+        assert type(machine) is pyamx.TileMachine and machine.numerics.structure == "straight"
+    assert _backend.resolve("auto", numerics=pyamx.Numerics()) == ("native" if forced_native else "emulator")
+
+
+def test_named_native_with_a_non_default_numerics_raises_value_error_either_way(forced_native, monkeypatch):
+    with pytest.raises(ValueError, match="emulator model"):
+        pyamx.tile_machine(backend="native", numerics="straight")
+    monkeypatch.setattr(_backend, "REQUESTED", "native")
+    with pytest.raises(ValueError, match="emulator model"):
+        _backend.resolve(None, numerics=pyamx.Numerics(nan="canonical"))
+
+
+_SAME_SCRIPT = r"""
+import pyamx
+from pyamx import probe
+from pyamx.native import NativeMachine
+m = pyamx.tile_machine(numerics="straight")
+print("straight:", type(m).__name__, m.numerics.name)
+print("probe:", probe.probe("auto", "straight")["backend"])
+try:
+    pyamx.tile_machine(backend="native", numerics="straight")
+except ValueError:
+    print("named native straight: ValueError")
+if pyamx.backend() == "native":
+    print("default numerics object:", type(pyamx.tile_machine(numerics=pyamx.Numerics())).__name__,
+          type(NativeMachine(numerics=pyamx.Numerics())).__name__)
+"""
+
+
+def test_the_same_numerics_script_behaves_the_same_where_auto_picks_native_and_where_it_picks_the_emulator():
+    """Issue 9: on a machine where auto picks native (here: the trap mode) as on one where it cannot."""
+    without = _python(_SAME_SCRIPT, PYAMX_TRAP_EMULATION="0")
+    assert without.returncode == 0, without.stderr
+    # On AMX silicon auto already picks native (and the trap mode is refused there).
+    with_native = without if NATIVE_OK and "default numerics object" in without.stdout else \
+        _python(_SAME_SCRIPT, PYAMX_TRAP_EMULATION="1")
+    if with_native.returncode != 0 or "default numerics object" not in with_native.stdout:
+        pytest.skip(f"auto cannot pick native here, even in trap mode: {with_native.stderr[-300:]}")
+    first = ["straight: TileMachine straight", "probe: emulator", "named native straight: ValueError"]
+    assert without.stdout.splitlines()[:3] == first
+    assert with_native.stdout.splitlines()[:3] == first
+    assert with_native.stdout.splitlines()[3] == "default numerics object: NativeMachine NativeMachine"

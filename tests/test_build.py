@@ -120,7 +120,7 @@ def test_sanitize_setting_is_carried_and_adds_the_sanitizer_flags():
     d = build.decide({build.SANITIZE_ENV: "1"}, "x86_64", "Linux", FakeCompiler())
     assert d.sanitize and d.kernels
     assert "-fsanitize=address,undefined" in build.compile_args(True)
-    assert build.link_args(True) == ["-fsanitize=address,undefined"]
+    assert "-fsanitize=address,undefined" in build.link_args(True)
     assert not any("sanitize" in a for a in build.compile_args(False) + build.link_args(False))
 
 
@@ -203,15 +203,15 @@ def test_macros_carry_the_reason_and_kernels_only_for_modules_with_amx_code():
     native = dict(build.define_macros(build.MODULES[0], p))
     assert native["PYAMX_HAVE_AMX"] == "1"
     assert native["PYAMX_BUILD_KERNELS_REASON"] == r'"the \"quoted\" reason \\ with a backslash"'
-    plain = build.Module("pyamx._plain", "csrc/pyamx.h", ("csrc/*.c",), kernels=False)
+    plain = build.Module("pyamx._plain", ("csrc/pyamx.h",), ("csrc/*.c",), kernels=False)
     assert "PYAMX_HAVE_AMX" not in dict(build.define_macros(plain, p))
     off = dict(build.define_macros(build.MODULES[0], _plan(build.Decision(True, False, "no"))))
     assert "PYAMX_HAVE_AMX" not in off
 
 
 def test_modules_limited_to_x86_64_linux_are_left_out_elsewhere():
-    everywhere = build.Module("pyamx._a", "csrc/pyamx.h", ("csrc/*.c",))
-    x86_only = build.Module("pyamx._b", "csrc/pyamx.h", ("csrc/*.c",), x86_64_linux_only=True)
+    everywhere = build.Module("pyamx._a", ("csrc/pyamx.h",), ("csrc/*.c",))
+    x86_only = build.Module("pyamx._b", ("csrc/pyamx.h",), ("csrc/*.c",), x86_64_linux_only=True)
     both = (everywhere, x86_only)
     assert build.modules_for("x86_64", "Linux", both) == both
     assert build.modules_for("aarch64", "Linux", both) == (everywhere,)

@@ -19,13 +19,15 @@ promises silicon accepts: on silicon a #UD there would kill the test process.
 from __future__ import annotations
 
 import os
+import resource
+import signal
 
 import numpy as np
 import pytest
 
-from pyamx import emulator
+from pyamx import emulator, isa
 from pyamx.emulator import PRESETS, instructions
-from pyamx.errors import BackendError
+from pyamx.errors import BackendError, GeneralProtectionFault, InvalidOpcodeFault
 from pyamx.tilecfg import TileConfig
 
 SEQUENCES = int(os.environ.get("PYAMX_CROSSCHECK_SEQUENCES", "200"))
@@ -160,10 +162,12 @@ def random_step(rng, state, families):
         return "tilezero", (int(rng.choice(configured)),)
     if r < 0.70:
         return "oneshot", ()
-    ops = {"bf16": ["tdpbf16ps"] * 4, "int8": ["tdpbssd", "tdpbsud", "tdpbusd", "tdpbuud"], "fp16": ["tdpfp16ps"] * 2}
-    names = [name for fam in sorted(families) for name in ops[fam]]
+    names = [name for fam in sorted(families) for name in _FAMILY_NAMES[fam] * (4 // len(_FAMILY_NAMES[fam]))]
     triple = roles if rng.random() < 0.9 else tuple(int(x) for x in rng.integers(0, 8, 3))
     return str(rng.choice(names)), triple
+
+
+_FAMILY_NAMES = {fam: [i.name for i in isa.DOTS if i.family == fam] for fam in isa.FAMILIES}
 
 
 # -- running one step on both machines ----------------------------------------------
@@ -235,8 +239,120 @@ def _oneshot_step(rng, native, emu, nat, context):
     )
 
 
-def run_sequence(native, seed: int, families) -> None:
-    """One random sequence on both machines, compared after every step."""
+# -- a fault must fault in C too ------------------------------------------------------
+#
+# Both machines raise their exceptions from the same Python rules (pyamx.tilecfg)
+# before any C runs, so agreeing on them says nothing about the C side. A
+# faulting step is therefore also replayed as a raw lib call, every Python
+# check skipped, in a forked child (a fault there kills the child, not the
+# tests): the kernels' own guards (cfg_legal, distinct_tiles, register
+# numbers in csrc/kernels.c) must return PYAMX_E_ARG, and what passes them
+# must reach the instruction and die as the architecture says (#UD is
+# SIGILL, #GP is SIGSEGV: docs/semantics.md section 6) through the trap
+# handler's fault mapping, or the silicon's own.
+
+FAULT_CHECKS = {}  # (method, expected outcome) -> count, over the random sequences
+_FAULT_BUDGET = 3  # children per (method, outcome): enough to prove the path, cheap enough to run always
+
+
+def _raw_step(ffi, lib, method, args, buf) -> int:
+    ptr = ffi.cast("uint8_t *", buf.ctypes.data)
+    if method == "ldtilecfg":
+        return lib.pyamx_ldtilecfg(ffi.from_buffer("uint8_t[]", args[0]))
+    if method in ("tileloadd", "tileloaddt1"):
+        return lib.pyamx_tileloadd(args[0], ptr, 64, int(method == "tileloaddt1"))
+    if method == "tilestored":
+        return lib.pyamx_tilestored(args[0], ptr, 64)
+    if method == "tilezero":
+        return lib.pyamx_tilezero(args[0])
+    return lib.pyamx_tdp(isa.BY_NAME[method].op_id, *args)
+
+
+def _raw_in_child(cfg: TileConfig, method, args):
+    """``(outcome, stderr)`` of the raw step in a forked child.
+
+    outcome: ``("status", rc)``, ``("signal", signo)`` or ``("exit", code)``.
+    """
+    import faulthandler
+
+    from pyamx import _nativelib, detect
+
+    ffi, lib = _nativelib.load()
+    trapped = detect.report().mode == "trap"
+    buf = np.zeros(16 * 64 + 64, np.uint8)  # 16 rows of 64 bytes at stride 64: every load/store stays inside
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - runs in the child
+        code = 97
+        try:
+            os.close(read_end)
+            os.dup2(write_end, 2)
+            resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+            # pytest's faulthandler would report the fault on its own fd; without it the
+            # trap handler (reinstalled below) chains to the default action: death by the signal.
+            faulthandler.disable()
+            if trapped:
+                lib.pyamx_trap_ensure_installed()
+            image = cfg.to_bytes()
+            rc = lib.pyamx_tilerelease() if image[0] == 0 else lib.pyamx_ldtilecfg(ffi.from_buffer("uint8_t[]", image))
+            code = 98 if rc != 0 else 0
+            if rc == 0:
+                rc = _raw_step(ffi, lib, method, args, buf)
+                code = 100 - rc if rc < 0 else (99 if rc else 0)
+        finally:
+            os._exit(code)
+    os.close(write_end)
+    with os.fdopen(read_end, "rb") as f:
+        stderr = f.read().decode(errors="replace")
+    _, status = os.waitpid(pid, 0)
+    if os.WIFSIGNALED(status):
+        return ("signal", os.WTERMSIG(status)), stderr
+    code = os.WEXITSTATUS(status)
+    return (("status", 100 - code) if code > 100 else ("exit", code)), stderr
+
+
+def _expected_in_c(lib, method, args, err):
+    """What the raw call must do for a step the Python rules refused with ``err``; None: not comparable."""
+    e_arg = ("status", lib.PYAMX_E_ARG)
+    if isinstance(err, GeneralProtectionFault):
+        return e_arg  # only LDTILECFG raises #GP: cfg_legal refuses every illegal image
+    if not isinstance(err, InvalidOpcodeFault):
+        return None  # MemoryAccessFault guards Python buffers; silicon would touch whatever is mapped
+    if method.startswith("tdp"):
+        d, s1, s2 = args
+        distinct = all(0 <= t < 8 for t in args) and len({d, s1, s2}) == 3
+        return ("signal", signal.SIGILL) if distinct else e_arg
+    return ("signal", signal.SIGILL) if 0 <= args[0] < 8 else e_arg
+
+
+def _check_fault_in_c(cfg, method, args, err):
+    from pyamx import _nativelib
+
+    _, lib = _nativelib.load()
+    expected = _expected_in_c(lib, method, args, err)
+    if expected is None:
+        return
+    key = (method, expected)
+    if FAULT_CHECKS.get(key, 0) >= _FAULT_BUDGET:
+        return
+    from pyamx import detect
+
+    got, stderr = _raw_in_child(cfg, method, args)
+    assert got == expected, (
+        f"{method}{args!r} on config {cfg.to_bytes().hex()}: Python raised {err!r}; the raw C call gave {got}, "
+        f"expected {expected}; child stderr: {stderr[-500:]}"
+    )
+    if expected[0] == "signal" and detect.report().mode == "trap":  # the trap handler decided it, not the CPU
+        assert "#UD" in stderr, f"{method}{args!r}: the trap handler did not report a #UD: {stderr[-500:]}"
+    FAULT_CHECKS[key] = FAULT_CHECKS.get(key, 0) + 1
+
+
+def run_sequence(native, seed: int, families, check_faults_in_c: bool = False) -> None:
+    """One random sequence on both machines, compared after every step.
+
+    ``check_faults_in_c``: replay faulting steps as raw C calls in a forked
+    child (single-threaded callers only; see above).
+    """
     rng = np.random.default_rng(seed)
     emu, nat = emulator.TileMachine(), native.NativeMachine()
     mem = adversarial_memory(rng, MEM_BYTES)
@@ -251,11 +367,14 @@ def run_sequence(native, seed: int, families) -> None:
         if method == "oneshot":
             _oneshot_step(rng, native, emu, nat, context)
         else:
+            cfg_before = emu.config
             err_e, out_e = _apply(emu, method, args, bufs_e)
             err_n, out_n = _apply(nat, method, args, bufs_n)
             assert type(err_e) is type(err_n), (
                 f"{context}\n  emulator raised {err_e!r}\n  native raised   {err_n!r}"
             )
+            if check_faults_in_c and err_e is not None:
+                _check_fault_in_c(cfg_before, method, args, err_e)
             state["cfg"] = emu.config  # what the next random step is generated against
             STATS[method, err_e is None] = STATS.get((method, err_e is None), 0) + 1
             assert out_e == out_n, f"{context}\n  results differ: emulator {out_e!r}, native {out_n!r}"
@@ -265,12 +384,18 @@ def run_sequence(native, seed: int, families) -> None:
 # -- the tests --------------------------------------------------------------------------
 
 
-def test_random_sequences_match_emulator(native):
-    from pyamx import detect
+def test_random_sequences_match_emulator_and_faults_reach_the_c_guards_and_the_trap(native):
+    from pyamx import _nativelib, detect
 
+    _, lib = _nativelib.load()
     STATS.clear()
+    FAULT_CHECKS.clear()
     for s in range(SEQUENCES):
-        run_sequence(native, SEED + s, detect.report().kernels)
+        run_sequence(native, SEED + s, detect.report().kernels, check_faults_in_c=True)
+    # Every kind of fault the sequences make went through C: cfg_legal, distinct_tiles, and the #UD itself.
+    outcomes = {(m == "ldtilecfg", m.startswith("tdp"), e) for m, e in FAULT_CHECKS}
+    e_arg, sigill = ("status", lib.PYAMX_E_ARG), ("signal", signal.SIGILL)
+    assert {(True, False, e_arg), (False, True, e_arg), (False, True, sigill)} <= outcomes, FAULT_CHECKS
     # The sequences must mostly run instructions, not just agree on faults.
     ran = sum(v for (m, ok), v in STATS.items() if ok)
     assert ran > 0.6 * sum(STATS.values()), STATS
@@ -278,7 +403,7 @@ def test_random_sequences_match_emulator(native):
         assert STATS.get((method, True), 0) > 0, f"no successful {method} in the random sequences: {STATS}"
 
 
-def test_random_sequences_in_parallel_threads(native):
+def test_random_sequences_in_four_threads_at_once_match_emulator(native):
     """Four threads at once, each with its own pair of machines: native calls release the GIL, so
     their tile instructions interleave, and per-thread tile state must keep them apart."""
     import threading
@@ -356,7 +481,7 @@ def test_oneshot_int8_matches_emulator(native_family):
         c = rng.integers(-(2**31), 2**31, (m, n), dtype=np.int64).astype(np.int32)
         a = rng.integers(0, 256, (m, 4 * k), dtype=np.uint8)
         b = rng.integers(0, 256, (k, 4 * n), dtype=np.uint8)
-        for name in ("tdpbssd", "tdpbsud", "tdpbusd", "tdpbuud"):
+        for name in _FAMILY_NAMES["int8"]:
             expected = instructions.tdpb_int8(name, c, a, b)
             got = getattr(native, name)(c, a, b)
             assert np.array_equal(expected, got), f"{name} trial {trial}"
@@ -390,26 +515,25 @@ def test_oneshot_keeps_a_machine_state_intact(native):
     assert before[0] == after[0] and np.array_equal(before[1], after[1])
 
 
-# SEMANTICS.md section 3: (name, c, a, b, SDM value, straight value)
-PROBES = [
-    ("P1", [[0x3F800000]], [[0x3980, 0x3980]], [[0x3980, 0x3980]], 0x3F800001, 0x3F800000),
-    ("P2", [[0x00000000]], [[0x3F80, 0x3980, 0x0000, 0x3980]], [[0x3F80, 0x3980], [0x0000, 0x3980]],
-     0x3F800001, 0x3F800000),
-    ("P7", [[0x80000000]], [[0x8000, 0x8000]], [[0x0000, 0x0000]], 0x00000000, 0x80000000),
-]
+# docs/semantics.md section 3: the operands come from pyamx.probe.POINTS (defined once); the values
+# each model gives are the spec's, restated here so the probe's bytes are checked against them.
+PROBES = [("P1", 0x3F800001, 0x3F800000), ("P2", 0x3F800001, 0x3F800000), ("P7", 0x00000000, 0x80000000)]
 
 
 @pytest.mark.parametrize("probe", PROBES, ids=[p[0] for p in PROBES])
-def test_semantics_probe_on_native(native, probe, capsys):
+def test_semantics_probes_on_native_give_the_emulators_default_bits(native, probe, capsys):
     """Silicon's answer to each probe is surfaced, then held to the emulator's default model."""
-    name, c, a, b, sdm, straight = probe
-    c, a, b = (np.array(x, dtype=t) for x, t in ((c, np.uint32), (a, np.uint16), (b, np.uint16)))
+    from pyamx.probe import point
+
+    name, sdm, straight = probe
+    e = point(name)
+    c, a, b = e.c, e.a, e.b
     got = int(native.tdpbf16ps(c, a, b)[0, 0])
     emu = int(instructions.tdpbf16ps(c, a, b, PRESETS["sdm"])[0, 0])
     model = {sdm: "SDM even/odd", straight: "straight (intrinsics guide)"}.get(got, "neither documented model")
     from pyamx import detect
 
-    line = (f"SEMANTICS probe {name} on native ({detect.report().mode}): 0x{got:08X} = {model} "
+    line = (f"docs/semantics.md probe {name} on native ({detect.report().mode}): 0x{got:08X} = {model} "
             f"(SDM 0x{sdm:08X}, straight 0x{straight:08X}, emulator default 0x{emu:08X})")
     with capsys.disabled():
         print("\n" + line)

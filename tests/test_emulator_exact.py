@@ -97,10 +97,8 @@ def test_adversarial_classes_reach_their_rules():
     assert seen >= {"min_normal", "overflow", "nan", "default_nan", "negative_zero", "cancellation", "flushed"}, seen
 
 
-# Probes of SEMANTICS.md section 3: (c bits, a bits, b bits) and the published bits per model.
-P1 = ([[0x3F800000]], [[0x3980, 0x3980]], [[0x3980, 0x3980]])
-P2 = ([[0x00000000]], [[0x3F80, 0x3380, 0x0000, 0x3380]], [[0x3F80, 0x3F80], [0x3F80, 0x3F80]])
-P7 = ([[0x80000000]], [[0x8000, 0x8000]], [[0x3F80, 0x3F80]])
+# Probes of docs/semantics.md section 3: the operands are pyamx.probe.POINTS (defined once, used by
+# `pyamx probe` too); the bits each model gives are the spec's, restated here as the expectation.
 PROBES = {
     "sdm": {"P1": 0x3F800001, "P2": 0x3F800001, "P7": 0x00000000},
     "straight": {"P1": 0x3F800000, "P2": 0x3F800000, "P7": 0x80000000},
@@ -110,15 +108,18 @@ PROBES = {
 
 
 @pytest.mark.parametrize("model", sorted(PROBES))
-def test_probes_give_the_published_bits(model):
-    for probe, expected in PROBES[model].items():
-        c, a, b = (np.array(x, dtype=dt) for x, dt in zip(globals()[probe], (np.uint32, np.uint16, np.uint16)))
-        got = int(emulator.tdpbf16ps(c, a, b, numerics=model).view(np.uint32)[0, 0])
-        assert got == expected, f"{probe} under {model}: got {got:08x}, SEMANTICS.md says {expected:08x}"
+def test_probe_points_give_the_published_bits_on_emulator_and_reference(model):
+    from pyamx.probe import point
+
+    for name, expected in PROBES[model].items():
+        e = point(name)
+        got = int(emulator.tdpbf16ps(e.c, e.a, e.b, numerics=model).view(np.uint32)[0, 0])
+        ref = reference.tdpbf16ps(e.c, e.a, e.b, structure=model)[0][0]
+        assert got == ref == expected, f"{name} under {model}: emulator {got:08x}, reference {ref:08x}, spec {expected:08x}"
 
 
 def test_single_rules_by_hand():
-    """A few rules of SEMANTICS.md section 2 spelled out, one element each."""
+    """A few rules of docs/semantics.md section 2 spelled out, one element each."""
 
     def run(c, a_pair, b_pair, **kw):
         c = np.array([[c]], np.uint32)

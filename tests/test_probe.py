@@ -49,9 +49,15 @@ def test_report_text_lists_every_point_and_the_observed_bits():
     assert "complete option set matching bit for bit on every experiment: straight" in text
 
 
-def test_numerics_cannot_be_applied_to_native():
+def test_named_native_refuses_a_non_default_numerics_before_running_anything():
+    # The rule of pyamx._backend: no native detection is needed to refuse it, so this holds everywhere.
     with pytest.raises(ValueError, match="emulator model"):
-        probe._runner("native", "straight")
+        probe.probe("native", "straight")
+
+
+def test_auto_with_a_non_default_numerics_probes_the_emulator_wherever_it_runs():
+    report = probe.probe("auto", "wide")
+    assert report["backend"] == "emulator" and report["complete_match"] == "wide"
 
 
 def test_fp16_denormal_point_tells_flushing_apart():

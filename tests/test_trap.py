@@ -3,8 +3,8 @@
 Real AMX instructions compiled into the extension (csrc/trap_selftest.c)
 run under the SIGILL handler in this very pytest process -- whose
 faulthandler was enabled before the handler, so chaining is exercised --
-and their results are compared with a small independent model written
-here (exact rational arithmetic, not pyamx's emulator). The fatal cases
+and their results are compared with the independent Fraction reference
+of tests/reference.py (exact rational arithmetic, not pyamx's emulator). The fatal cases
 run in subprocesses and must die with the signal silicon would raise.
 """
 
@@ -26,6 +26,8 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
+import reference
+from pyamx import isa
 from pyamx.errors import BackendError
 
 native = pytest.importorskip("pyamx._native", reason="the C extension is not built (python build.py)")
@@ -47,9 +49,7 @@ def _why_not():
 WHY_NOT = _why_not()
 needs_trap = pytest.mark.skipif(WHY_NOT is not None, reason=WHY_NOT or "")
 
-OP = {n: getattr(lib, f"PYAMX_OP_{n}") for n in
-      ("LDTILECFG", "STTILECFG", "TILERELEASE", "TILEZERO", "TILELOADD", "TILESTORED",
-       "TDPBF16PS", "TDPFP16PS", "TDPBSSD", "TDPBSUD", "TDPBUSD", "TDPBUUD")}
+OP = {i.mnemonic: getattr(lib, i.c_op) for i in isa.TABLE}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -88,6 +88,9 @@ class _FakeLib:
 
     def pyamx_trap_cpu_amx_bits(self):
         return self.bits
+
+    def pyamx_trap_cpu_has_amx(self):  # as csrc/trap.c: all three bits (AMX-TILE, OSXSAVE, XCR0 17+18)
+        return int(self.bits == 7)
 
     def pyamx_trap_install(self):
         self.installed = True
@@ -559,128 +562,45 @@ def test_tilezero(trapped):
     lib.pyamx_trap_selftest_release()
 
 
-# ---- an independent model of the default numerics (SEMANTICS.md sections 2-4) ----
+# ---- the independent model: tests/reference.py (docs/semantics.md sections 2-4) ----
+# The trap's scalar primitives take and return fp32 bit patterns; these adapt the one Fraction
+# reference of the tests to that interface (it shares no code with the trap or the emulator).
 
-QNAN_BIT = 0x00400000
-DEFAULT_NAN = 0xFFC00000
+DEFAULT_NAN = reference.DEFAULT_NAN
 SIGN = 0x80000000
 
 
-def _daz(b):
-    return b & SIGN if (b & 0x7F800000) == 0 else b
+def _f32(bits):
+    return reference.decode32(bits, True)  # every fp32 operand of fma32/add32 counts a denormal as zero
 
 
-def _is_nan(b):
-    return (b & 0x7FFFFFFF) > 0x7F800000
+def m_fma32(a, b, c):
+    return reference.fma32(_f32(a), _f32(b), _f32(c))
 
 
-def _is_inf(b):
-    return (b & 0x7FFFFFFF) == 0x7F800000
+def m_add32_direct(x, y):
+    return reference.add32(_f32(x), _f32(y))
 
 
-def _value(b):
-    e, m = (b >> 23) & 0xFF, b & 0x7FFFFF
-    if e == 0:
-        return Fraction(0)
-    v = Fraction(m | 1 << 23, 1 << 23) * Fraction(2) ** (e - 127)
-    return -v if b & SIGN else v
+def f16_to_f32(h):
+    return reference.encode(reference.decode_fp16(h))
 
 
 def _round32(x: Fraction) -> int:
     """Round a non-zero exact value to fp32: RNE, overflow to inf, FTZ with tininess after rounding."""
-    sign = SIGN if x < 0 else 0
-    a = abs(x)
-    e = a.numerator.bit_length() - a.denominator.bit_length()
-    while a < Fraction(2) ** e:
-        e -= 1
-    while a >= Fraction(2) ** (e + 1):
-        e += 1
-    q = a / Fraction(2) ** (e - 23)
-    n = q.numerator // q.denominator
-    rest = q - n
-    if rest > Fraction(1, 2) or (rest == Fraction(1, 2) and n & 1):
-        n += 1
-    if n == 1 << 24:
-        n, e = n >> 1, e + 1
-    if e > 127:
-        return sign | 0x7F800000
-    if e < -126:
-        return sign
-    return sign | (e + 127) << 23 | (n - (1 << 23))
-
-
-def m_fma32(a, b, c):
-    a, b, c = _daz(a), _daz(b), _daz(c)
-    for v in (a, b, c):
-        if _is_nan(v):
-            return v | QNAN_BIT
-    psign = (a ^ b) & SIGN
-    if _is_inf(a) or _is_inf(b):
-        if (a & 0x7FFFFFFF) == 0 or (b & 0x7FFFFFFF) == 0:
-            return DEFAULT_NAN
-        if _is_inf(c) and (c & SIGN) != psign:
-            return DEFAULT_NAN
-        return psign | 0x7F800000
-    if _is_inf(c):
-        return c
-    p, cv = _value(a) * _value(b), _value(c)
-    x = p + cv
-    if x == 0:
-        if p == 0 and cv == 0:
-            return psign if psign == (c & SIGN) else 0
-        return 0
-    return _round32(x)
-
-
-def m_add32_direct(x, y):
-    x, y = _daz(x), _daz(y)
-    for v in (x, y):
-        if _is_nan(v):
-            return v | QNAN_BIT
-    if _is_inf(x) or _is_inf(y):
-        if _is_inf(x) and _is_inf(y) and (x ^ y) & SIGN:
-            return DEFAULT_NAN
-        return x if _is_inf(x) else y
-    xv, yv = _value(x), _value(y)
-    s = xv + yv
-    if s == 0:
-        if xv == 0 and yv == 0:
-            return x & SIGN if (x & SIGN) == (y & SIGN) else 0
-        return 0
-    return _round32(s)
-
-
-def f16_to_f32(h):
-    s = (h & 0x8000) << 16
-    e, m = (h >> 10) & 0x1F, h & 0x3FF
-    if e == 0x1F:
-        return s | 0x7F800000 | m << 13
-    if e == 0:
-        return s if m == 0 else s | _round32(Fraction(m, 1 << 24))
-    return s | (e + 112) << 23 | m << 13
+    return reference.encode(("num", x, x < 0))
 
 
 def model_float_dot(a_words, b_words, c_bits, fp16):
     """SDM even/odd model. a_words: M x K uint32, b_words: K x N uint32, c_bits: M x N uint32."""
-    widen = (lambda h: f16_to_f32(h)) if fp16 else (lambda h: h << 16)
-    M, K = a_words.shape
-    N = b_words.shape[1]
-    out = np.zeros((M, N), np.uint32)
-    for m in range(M):
-        even, odd = [0] * N, [0] * N
-        for k in range(K):
-            a0, a1 = widen(int(a_words[m, k]) & 0xFFFF), widen(int(a_words[m, k]) >> 16)
-            for n in range(N):
-                w = int(b_words[k, n])
-                even[n] = m_fma32(a0, widen(w & 0xFFFF), even[n])
-                odd[n] = m_fma32(a1, widen(w >> 16), odd[n])
-        for n in range(N):
-            out[m, n] = m_add32_direct(int(c_bits[m, n]), m_add32_direct(even[n], odd[n]))
-    return out
+    # Little-endian dwords: the low half is the even lane, as the reference's (M, 2K) / (K, 2N) layout.
+    a = np.ascontiguousarray(a_words, np.uint32).view(np.uint16)
+    b = np.ascontiguousarray(b_words, np.uint32).view(np.uint16)
+    return np.array((reference.tdpfp16ps if fp16 else reference.tdpbf16ps)(c_bits, a, b), np.uint32)
 
 
 FP_CASES = [
-    # (a, b, c, expected) fp32 bits, straight from SEMANTICS.md
+    # (a, b, c, expected) fp32 bits, straight from docs/semantics.md
     (0x7FA00001, 0x7FC00002, 0x7F800003, 0x7FE00001),  # first NaN (a), quieted
     (0x3F800000, 0xFF900000, 0x7FC00000, 0xFFD00000),  # b before acc
     (0x3F800000, 0x3F800000, 0x7F800001, 0x7FC00001),  # sNaN acc quieted
@@ -705,13 +625,13 @@ FP_CASES.append((_round32(Fraction(18631) * Fraction(2) ** -76), _B, 0, 0))
 
 @needs_trap
 @pytest.mark.parametrize("a,b,c,expected", FP_CASES)
-def test_fma32_cases(a, b, c, expected):
+def test_fma32_gives_the_specs_bits_on_each_rule(a, b, c, expected):
     assert lib.pyamx_trap_fma32(a, b, c) == expected
     assert m_fma32(a, b, c) == expected  # the model agrees with the document too
 
 
 @needs_trap
-def test_add32_cases():
+def test_add32_gives_the_specs_bits_on_each_rule():
     cases = [
         (0x7FA00000, 0xFFC00001, 0x7FE00000),
         (0x3F800000, 0xFF800001, 0xFFC00001),
@@ -727,7 +647,7 @@ def test_add32_cases():
 
 
 @needs_trap
-def test_fma32_random_against_model():
+def test_fma32_and_add32_match_the_reference_on_random_bits():
     rng = random.Random(1234)
     for _ in range(3000):
         vals = []
@@ -744,7 +664,7 @@ def test_fma32_random_against_model():
         assert lib.pyamx_trap_add32(vals[0], vals[1]) == m_add32_direct(vals[0], vals[1])
 
 
-def test_f16_widening():
+def test_f16_widening_is_exact_and_keeps_nan_payloads():
     for h in list(range(0, 0x10000, 97)) + [0x0001, 0x03FF, 0x7C00, 0xFC00, 0x7C01, 0x7E00, 0x8001, 0xFBFF]:
         assert lib.pyamx_trap_f16_to_f32(h) == f16_to_f32(h), hex(h)
         if (h & 0x7C00) != 0x7C00:
@@ -774,20 +694,14 @@ def _bf16_pair(hi, lo):
     return (hi << 16) | lo
 
 
-def test_semantics_probes(trapped):
-    one, tiny = 0x3F80, 0x3380  # bf16 1.0 and 2^-24
-    # P1: C = 1.0; k0 products (2^-24, 2^-24)
-    c = run_dot(OP["TDPBF16PS"], np.array([[_bf16_pair(0x3980, 0x3980)]]),
-                np.array([[_bf16_pair(0x3980, 0x3980)]]), np.array([[0x3F800000]]))
-    assert c[0, 0] == 0x3F800001
-    # P2: C = 0; k0 products (1, 2^-24), k1 (0, 2^-24)
-    c = run_dot(OP["TDPBF16PS"], np.array([[_bf16_pair(tiny, one), _bf16_pair(tiny, 0)]]),
-                np.array([[_bf16_pair(one, one)], [_bf16_pair(one, one)]]), np.array([[0]]))
-    assert c[0, 0] == 0x3F800001
-    # P7: C = -0; all products -0
-    c = run_dot(OP["TDPBF16PS"], np.array([[_bf16_pair(0x8000, 0x8000)]]),
-                np.array([[_bf16_pair(one, one)]]), np.array([[0x80000000]]))
-    assert c[0, 0] == 0x00000000
+@pytest.mark.parametrize("name, sdm_bits", [("P1", 0x3F800001), ("P2", 0x3F800001), ("P7", 0x00000000)])
+def test_semantics_probes_give_the_sdm_bits(trapped, name, sdm_bits):
+    # operands from pyamx.probe.POINTS (defined once); the SDM bits are docs/semantics.md section 3's
+    from pyamx.probe import point
+
+    e = point(name)
+    words = lambda x: np.ascontiguousarray(x, np.uint16).view(np.uint32)  # noqa: E731 - (even, odd) -> dword
+    assert run_dot(OP["TDPBF16PS"], words(e.a), words(e.b), e.c.astype(np.uint32))[0, 0] == sdm_bits
 
 
 def _random_halves(rng, shape, specials, fp16):
@@ -834,7 +748,7 @@ def _random_c(rng, shape, specials):
 @pytest.mark.parametrize("fp16", [False, True], ids=["TDPBF16PS", "TDPFP16PS"])
 @pytest.mark.parametrize("specials", [False, True], ids=["finite", "inf-nan"])
 @pytest.mark.parametrize("shape", [(1, 1, 1), (3, 5, 7), (16, 16, 16), (16, 2, 9)])
-def test_float_dot_against_model(trapped, fp16, specials, shape):
+def test_float_dot_products_match_the_reference_bit_for_bit(trapped, fp16, specials, shape):
     M, K, N = shape
     rng = random.Random(hash((fp16, specials, shape)) & 0xFFFF)
     a = _random_halves(rng, (M, K), specials, fp16)
@@ -856,12 +770,13 @@ def test_float_dot_overflow_in_the_fast_path(trapped):
     assert got[0, 0] == model_float_dot(a, b, c, False)[0, 0] == DEFAULT_NAN  # +inf + -inf
 
 
-INT8_SIGNS = {"TDPBSSD": (True, True), "TDPBSUD": (True, False), "TDPBUSD": (False, True), "TDPBUUD": (False, False)}
+# signedness from the reference, not from pyamx.isa: the trap is held to the spec, not to the table
+INT8_SIGNS = {i.mnemonic: reference.int8_signedness(i.mnemonic) for i in isa.DOTS if i.family == "int8"}
 
 
 @pytest.mark.parametrize("name", list(INT8_SIGNS))
 @pytest.mark.parametrize("shape", [(1, 1, 1), (16, 16, 16), (7, 3, 11)])
-def test_int8_family(trapped, name, shape):
+def test_int8_dot_products_match_the_reference_with_wraparound(trapped, name, shape):
     M, K, N = shape
     rng = np.random.default_rng(len(name) * 31 + M)
     a = rng.integers(0, 256, (M, K * 4), dtype=np.uint8)

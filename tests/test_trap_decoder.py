@@ -19,11 +19,9 @@ lib, ffi = native.lib, native.ffi
 if not hasattr(lib, "pyamx_trap_decode"):
     pytest.skip("this build has no trap mode", allow_module_level=True)
 
-OP = {
-    name: getattr(lib, f"PYAMX_OP_{name}")
-    for name in ("LDTILECFG", "STTILECFG", "TILERELEASE", "TILEZERO", "TILELOADD", "TILELOADDT1",
-                 "TILESTORED", "TDPBF16PS", "TDPFP16PS", "TDPBSSD", "TDPBSUD", "TDPBUSD", "TDPBUUD")
-}
+from pyamx import isa  # noqa: E402 - after the skip: the table's ids come from the module
+
+OP = {i.mnemonic: getattr(lib, i.c_op) for i in isa.TABLE}
 NOT_AMX, TRUNCATED, UD = (lib.PYAMX_TRAP_DECODE_NOT_AMX, lib.PYAMX_TRAP_DECODE_TRUNCATED,
                           lib.PYAMX_TRAP_DECODE_UD)
 REGS = ["rax", "rcx", "rdx", "rbx", "rsp", "rbp", "rsi", "rdi",
@@ -236,7 +234,7 @@ def _grid():
     for dst, s1, s2 in itertools.permutations(range(8), 3):
         if (dst + 2 * s1 + 3 * s2) % 5:
             continue
-        for mnem in ("tdpbf16ps", "tdpbssd", "tdpbsud", "tdpbusd", "tdpbuud", "tdpfp16ps"):
+        for mnem in isa.DOT_NAMES:
             lines.append(f"{mnem} %tmm{s2}, %tmm{s1}, %tmm{dst}")
     return lines
 

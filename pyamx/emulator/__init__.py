@@ -9,16 +9,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import _validate
+from .. import _validate, isa
+from .. import engine as _engine
 from .._result import AMXResult, label
 from . import instructions
 from .machine import TileMachine
 from .numerics import PRESETS, Numerics, resolve
 
-__all__ = [
-    "TileMachine", "Numerics", "PRESETS",
-    "tdpbf16ps", "tdpfp16ps", "tdpbssd", "tdpbsud", "tdpbusd", "tdpbuud",
-]
+__all__ = ["TileMachine", "Numerics", "PRESETS", *isa.DOT_NAMES]
 
 
 def bf16_operands(fn, c, a, b) -> _validate.DotOperands:
@@ -42,50 +40,60 @@ def int8_operands(fn, c, a, b) -> _validate.DotOperands:
     return _validate.check_dot_shapes(fn, c, a, b, 4, "byte")
 
 
-def tdpbf16ps(c, a, b, *, numerics="sdm") -> AMXResult:
-    """One TDPBF16PS on arrays: returns a new (M, N) float32 array ``c + a . b``.
+_OPERANDS = {"bf16": bf16_operands, "fp16": fp16_operands, "int8": int8_operands}
+
+
+def operands(name: str, c, a, b) -> _validate.DotOperands:
+    """Validate the operands of dot product ``name`` (dtypes, shapes) as its family requires."""
+    return _OPERANDS[isa.family_of(name)](name, c, a, b)
+
+
+def _sign(signed: bool) -> str:
+    return "signed" if signed else "unsigned"
+
+
+def _doc(insn: isa.Instruction) -> str:
+    m = insn.mnemonic
+    if insn.family == "bf16":
+        return f"""One {m} on arrays: returns a new (M, N) float32 array ``c + a . b``.
 
     ``c`` is (M, N) float32 (or uint32 raw bits), ``a`` (M, 2K) and ``b``
     (K, 2N) bf16 bits (uint16 or ml_dtypes.bfloat16), ``b`` pair-interleaved
     (see :func:`pyamx.bf16.pack_pairs`); 1 <= M, K, N <= 16. ``numerics`` is
     a preset name or a :class:`Numerics`. Inputs are never modified.
     """
-    ops = bf16_operands("tdpbf16ps", c, a, b)
-    bits = instructions.tdpbf16ps(ops.c, ops.a, ops.b, resolve(numerics))
-    return label(bits.view(np.float32), "emulator")
-
-
-def tdpfp16ps(c, a, b, *, numerics="sdm") -> AMXResult:
-    """One TDPFP16PS (AMX-FP16): as :func:`tdpbf16ps` with float16 (or uint16 bits) ``a`` and ``b``."""
-    ops = fp16_operands("tdpfp16ps", c, a, b)
-    bits = instructions.tdpfp16ps(ops.c, ops.a, ops.b, resolve(numerics))
-    return label(bits.view(np.float32), "emulator")
-
-
-def _int8(mnemonic, c, a, b) -> AMXResult:
-    ops = int8_operands(mnemonic, c, a, b)
-    return label(instructions.tdpb_int8(mnemonic, ops.c, ops.a, ops.b), "emulator")
-
-
-def tdpbssd(c, a, b) -> AMXResult:
-    """One TDPBSSD: ``c`` (M, N) int32 plus signed (M, 4K) ``a`` times signed (K, 4N) quad-interleaved ``b``.
+    if insn.family == "fp16":
+        return f"One {m} (AMX-FP16): as :func:`tdpbf16ps` with float16 (or uint16 bits) ``a`` and ``b``."
+    s1, s2 = (_sign(x) for x in insn.signed)
+    if insn.signed == (True, True):
+        return f"""One {m}: ``c`` (M, N) int32 plus {s1} (M, 4K) ``a`` times {s2} (K, 4N) quad-interleaved ``b``.
 
     ``a`` and ``b`` are int8 or uint8 arrays (their bytes are reinterpreted
     per the mnemonic); the int32 sum wraps around. See :func:`pyamx.bf16.pack_quads`.
     """
-    return _int8("tdpbssd", c, a, b)
+    return f"One {m}: {s1} ``a`` bytes times {s2} ``b`` bytes (see :func:`tdpbssd`)."
 
 
-def tdpbsud(c, a, b) -> AMXResult:
-    """One TDPBSUD: signed ``a`` bytes times unsigned ``b`` bytes (see :func:`tdpbssd`)."""
-    return _int8("tdpbsud", c, a, b)
+def _function(insn: isa.Instruction):
+    """The array-level function of one dot product, generated from its pyamx.isa row."""
+    name, check = insn.name, _OPERANDS[insn.family]
+    if insn.is_float:
+        def fn(c, a, b, *, numerics="sdm", engine=None) -> AMXResult:
+            ops = check(name, c, a, b)
+            eng = _engine.resolve(engine, numerics)
+            return label(eng.dot(name, ops.c, ops.a, ops.b, ops.k).view(np.float32),
+                         "emulator", engine=eng.name)
+    else:
+        def fn(c, a, b, *, engine=None) -> AMXResult:
+            ops = check(name, c, a, b)
+            eng = _engine.resolve(engine)
+            return label(eng.dot(name, ops.c, ops.a, ops.b, ops.k), "emulator", engine=eng.name)
+    fn.__name__ = fn.__qualname__ = name
+    fn.__module__ = __name__
+    fn.__doc__ = _doc(insn)
+    return fn
 
 
-def tdpbusd(c, a, b) -> AMXResult:
-    """One TDPBUSD: unsigned ``a`` bytes times signed ``b`` bytes (see :func:`tdpbssd`)."""
-    return _int8("tdpbusd", c, a, b)
-
-
-def tdpbuud(c, a, b) -> AMXResult:
-    """One TDPBUUD: unsigned ``a`` bytes times unsigned ``b`` bytes (see :func:`tdpbssd`)."""
-    return _int8("tdpbuud", c, a, b)
+for _insn in isa.DOTS:
+    globals()[_insn.name] = _function(_insn)
+del _insn

@@ -8,17 +8,13 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import isa
 from ..bf16 import widen_bits
 from .dot import float_dot, integer_dot
 from .numerics import Numerics
 
-#: sign extension per operand for TDPB[SU][SU]D: (tsrc1 signed, tsrc2 signed)
-INT8_SIGNEDNESS = {
-    "tdpbssd": (True, True),
-    "tdpbsud": (True, False),
-    "tdpbusd": (False, True),
-    "tdpbuud": (False, False),
-}
+#: sign extension per operand for TDPB[SU][SU]D: (tsrc1 signed, tsrc2 signed), from pyamx.isa
+INT8_SIGNEDNESS = {insn.name: insn.signed for insn in isa.DOTS if insn.family == "int8"}
 
 
 def _lanes(matrix: np.ndarray, lanes: int) -> np.ndarray:
@@ -55,3 +51,16 @@ def tdpb_int8(mnemonic: str, c: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.
     a = a.view(np.int8) if a_signed else a.view(np.uint8)
     b = b.view(np.int8) if b_signed else b.view(np.uint8)
     return integer_dot(c.view(np.int32), _lanes(a, 4), _lanes(b, 4))
+
+
+def compute(name: str):
+    """The arithmetic of dot product ``name`` as ``f(c, a, b, numerics) -> out``.
+
+    The int8 family ignores ``numerics`` (integer arithmetic has no open point).
+    """
+    family = isa.family_of(name)
+    if family == "bf16":
+        return tdpbf16ps
+    if family == "fp16":
+        return tdpfp16ps
+    return lambda c, a, b, numerics=None: tdpb_int8(name, c, a, b)

@@ -1,10 +1,10 @@
 """The emulated AMX tile machine: TILECFG, eight 1 KiB tiles, one method per instruction.
 
-Faults are raised exactly where SEMANTICS.md section 1-2 says silicon raises
-them, before any state changes, so a faulting instruction leaves the machine
+Faults are raised exactly where docs/semantics.md sections 1-2 say silicon raises
+them (section 6), before any state changes, so a faulting instruction leaves the machine
 as it was (as a fault does on silicon).
 
-Where SEMANTICS.md is silent, pyamx follows the SDM pseudo-code: TILELOADD,
+Where the SDM is silent, pyamx follows its pseudo-code (docs/semantics.md section 7): TILELOADD,
 TILESTORED and TILEZERO need configured tiles (palette 1) and a register
 below 8, but not a configured operand tile (rows = 0 loads and stores
 nothing; the load still zeroes the whole tile).
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import _memory
+from .. import _memory, isa
 from ..tilecfg import (
     MAX_COLSB,
     MAX_ROWS,
@@ -25,7 +25,7 @@ from ..tilecfg import (
     check_tile_index,
     parse_tilecfg,
 )
-from . import instructions
+from .. import engine as _engine
 from .numerics import resolve
 
 
@@ -37,12 +37,16 @@ class TileMachine:
     floating-point dot products. Memory operands are numpy arrays (or
     buffers) addressed with a byte ``offset`` and a byte ``stride`` between
     rows, as the instruction's base and index registers would address them.
+    ``engine`` names the arithmetic engine (:func:`pyamx.engine.resolve`:
+    None for ``PYAMX_ENGINE``, default auto); ``self.engine`` is the one chosen.
     """
 
     backend = "emulator"
 
-    def __init__(self, numerics="sdm"):
+    def __init__(self, numerics="sdm", engine=None):
         self.numerics = resolve(numerics)
+        self._engine = _engine.resolve(engine, self.numerics)
+        self.engine = self._engine.name
         self._config = TileConfig()
         self._tiles = np.zeros((NUM_TILES, MAX_ROWS, MAX_COLSB), dtype=np.uint8)
 
@@ -124,43 +128,37 @@ class TileMachine:
 
     # -- dot products -------------------------------------------------------
 
-    def _dot(self, mnemonic, dst, src1, src2, compute, c_dtype, ab_dtype) -> None:
-        shape = check_dot_product(mnemonic, self._config, dst, src1, src2)
+    def _dot(self, name, dst, src1, src2) -> None:
+        insn = _DOTS[name]
+        shape = check_dot_product(insn.mnemonic, self._config, dst, src1, src2)
         m, k, n = shape.m, shape.k, shape.n
-        c = self._tiles[dst, :m, : 4 * n].copy().view(c_dtype)
-        a = self._tiles[src1, :m, : 4 * k].copy().view(ab_dtype)
-        b = self._tiles[src2, :k, : 4 * n].copy().view(ab_dtype)
-        result = np.ascontiguousarray(compute(c, a, b)).view(np.uint8)
+        c = self._tiles[dst, :m, : 4 * n].copy().view(insn.c_dtype)
+        a = self._tiles[src1, :m, : 4 * k].copy().view(insn.ab_dtype)
+        b = self._tiles[src2, :k, : 4 * n].copy().view(insn.ab_dtype)
+        result = np.ascontiguousarray(self._engine.dot(name, c, a, b)).view(np.uint8)
         self._tiles[dst] = 0  # bytes past N*4 and rows past M are zeroed
         self._tiles[dst, :m, : 4 * n] = result.reshape(m, 4 * n)
         self._config = self._config.with_start_row(0)
 
-    def tdpbf16ps(self, dst: int, src1: int, src2: int) -> None:
-        """TDPBF16PS dst += src1 . src2 over bf16 pairs, fp32 accumulation (see Numerics)."""
-        self._dot("TDPBF16PS", dst, src1, src2,
-                  lambda c, a, b: instructions.tdpbf16ps(c, a, b, self.numerics), "<u4", "<u2")
 
-    def tdpfp16ps(self, dst: int, src1: int, src2: int) -> None:
-        """TDPFP16PS dst += src1 . src2 over fp16 pairs (AMX-FP16), fp32 accumulation."""
-        self._dot("TDPFP16PS", dst, src1, src2,
-                  lambda c, a, b: instructions.tdpfp16ps(c, a, b, self.numerics), "<u4", "<u2")
+#: name -> pyamx.isa row
+_DOTS = {insn.name: insn for insn in isa.DOTS}
 
-    def _int8(self, mnemonic, dst, src1, src2) -> None:
-        self._dot(mnemonic.upper(), dst, src1, src2,
-                  lambda c, a, b: instructions.tdpb_int8(mnemonic, c, a, b), "<i4", np.uint8)
 
-    def tdpbssd(self, dst: int, src1: int, src2: int) -> None:
-        """TDPBSSD: signed x signed bytes, int32 wrap-around accumulation."""
-        self._int8("tdpbssd", dst, src1, src2)
+def _dot_method(insn):
+    name = insn.name
 
-    def tdpbsud(self, dst: int, src1: int, src2: int) -> None:
-        """TDPBSUD: signed (src1) x unsigned (src2) bytes."""
-        self._int8("tdpbsud", dst, src1, src2)
+    def method(self, dst: int, src1: int, src2: int) -> None:
+        self._dot(name, dst, src1, src2)
 
-    def tdpbusd(self, dst: int, src1: int, src2: int) -> None:
-        """TDPBUSD: unsigned (src1) x signed (src2) bytes."""
-        self._int8("tdpbusd", dst, src1, src2)
+    method.__name__ = name
+    method.__qualname__ = f"TileMachine.{name}"
+    method.__module__ = __name__
+    suffix = " (see Numerics)" if insn.family == "bf16" else " (AMX-FP16)" if insn.family == "fp16" else ""
+    method.__doc__ = f"{insn.mnemonic}: {insn.summary}{suffix}."
+    return method
 
-    def tdpbuud(self, dst: int, src1: int, src2: int) -> None:
-        """TDPBUUD: unsigned x unsigned bytes."""
-        self._int8("tdpbuud", dst, src1, src2)
+
+for _insn in isa.DOTS:
+    setattr(TileMachine, _insn.name, _dot_method(_insn))
+del _insn

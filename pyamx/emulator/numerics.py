@@ -1,6 +1,6 @@
 """The numerics options of the emulator: one frozen object per open point.
 
-SEMANTICS.md section 3 lists what no public document decides. Each point is
+docs/semantics.md section 3 lists what no public document decides. Each point is
 a field here; the defaults are the SDM model with the x86 rules, and real
 silicon decides which option is right (``python -m pyamx probe``).
 """

@@ -1,0 +1,78 @@
+/* The compiled emulator engine: the default ("sdm") numerics of the six
+ * tile dot products over whole matrices, bit-identical to the numpy engine.
+ *
+ * build.py feeds this file to cffi's cdef() after pyamx.h (preprocessor
+ * lines stripped), so it holds plain declarations only. Op ids are the
+ * PYAMX_OP_TDP* values of enum pyamx_op in pyamx.h.
+ *
+ * The schedule (docs: pyamx.matmul): for every output element, K is
+ * consumed in blocks of 16 dwords in increasing order; per block the even
+ * and odd fp32 lanes start at +0, take one fma32 per dword, then
+ * C = add32(C, add32(even, odd)). Integer ops add the 4 byte products of
+ * every dword to C with 32-bit wrap-around. DAZ, FTZ (tininess after
+ * rounding), round to nearest even and the x86 NaN rule of SEMANTICS.md
+ * section 2-3, whatever the caller's floating-point environment.
+ */
+#ifndef PYAMX_ENGINE_H
+#define PYAMX_ENGINE_H
+
+#include <stdint.h>
+
+/* Compiled variants. */
+enum pyamx_engine_kind {
+    PYAMX_ENGINE_PORTABLE = 0, /* plain C, any platform */
+    PYAMX_ENGINE_AVX2 = 1,     /* x86-64 AVX2 + FMA, hardware FMA under MXCSR DAZ|FTZ|RNE */
+    PYAMX_ENGINE_AVX512 = 2    /* x86-64 AVX-512 F + BW, likewise */
+};
+
+/* Results of pyamx_engine_dot(). */
+enum pyamx_engine_status {
+    PYAMX_ENGINE_OK = 0,
+    PYAMX_ENGINE_E_ARG = -1,         /* bad op, size, stride or overlapping output */
+    PYAMX_ENGINE_E_UNAVAILABLE = -2, /* the variant is not compiled in or this CPU/OS lacks it */
+    PYAMX_ENGINE_E_NOMEM = -3        /* packing buffers could not be allocated */
+};
+
+/* 1 when `kind` is compiled in and this CPU and OS run it (CPUID and XCR0). */
+int pyamx_engine_available(int kind);
+/* Why (not) available, one line, static storage. */
+const char *pyamx_engine_reason(int kind);
+
+/* out = C after the schedule above, for M x N outputs and K = kd dwords.
+ *   a:  M rows of kd dwords (2 bf16/fp16 or 4 int8 values each), row r at a + r*lda_bytes
+ *   b:  kd rows of N dwords, pair-/quad-interleaved ("VNNI", as the
+ *       instructions take it), row k at b + k*ldb_bytes
+ *   c_in, c_out: M x N uint32 (fp32 bits or int32), rows ldc_in / ldc_out
+ *       elements apart; c_out must not overlap c_in or the operands.
+ * Strides may be any value >= the row width (element-aligned). threads is
+ * an upper bound (>= 1); small products use fewer. Operands are packed
+ * once and shared by the threads. Releases nothing itself: cffi drops the
+ * GIL around the call. */
+int pyamx_engine_dot(int kind, int op,
+                     const void *a, int64_t lda_bytes,
+                     const void *b, int64_t ldb_bytes,
+                     const uint32_t *c_in, int64_t ldc_in,
+                     uint32_t *c_out, int64_t ldc_out,
+                     int64_t m, int64_t n, int64_t kd, int threads);
+
+/* The exact scalar primitives the engine falls back to for NaN operands
+ * (and that the portable variant is built on): fp32 bit patterns in and
+ * out, DAZ on every operand, FTZ after rounding, RNE, x86 NaN rule. */
+uint32_t pyamx_engine_fma32(uint32_t a, uint32_t b, uint32_t acc);
+uint32_t pyamx_engine_add32(uint32_t x, uint32_t y);
+
+/* Test hooks for the floating-point environment: run pyamx_engine_dot()
+ * with the calling thread's MXCSR set to `mxcsr` and report in
+ * *mxcsr_after what it was right after the call (the engine must leave it
+ * as it found it); the caller's own MXCSR is restored before returning.
+ * PYAMX_ENGINE_E_UNAVAILABLE off x86-64. */
+int pyamx_engine_dot_under_mxcsr(uint32_t mxcsr, uint32_t *mxcsr_after, int kind, int op,
+                                 const void *a, int64_t lda_bytes,
+                                 const void *b, int64_t ldb_bytes,
+                                 const uint32_t *c_in, int64_t ldc_in,
+                                 uint32_t *c_out, int64_t ldc_out,
+                                 int64_t m, int64_t n, int64_t kd, int threads);
+/* The calling thread's MXCSR, or 0 off x86-64. */
+uint32_t pyamx_engine_getcsr(void);
+
+#endif

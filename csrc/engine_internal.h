@@ -1,0 +1,69 @@
+/* What the engine's C files share and Python never sees (engine.h is the
+ * cffi API; this file is not fed to cdef).
+ *
+ * Packed layouts (built once per call by engine.c, shared by all threads):
+ *   A: row panels of MR rows; panel p holds, for k = 0..kd-1, 2*MR words
+ *      [r][h]: h = 0/1 is the even/odd fp32 value of dword k of row r
+ *      (bf16/fp16 widened, bf16 with DAZ applied), or for int8 the int16
+ *      pair of bytes 2h, 2h+1 (sign- or zero-extended) in one word.
+ *   B: column panels of NR columns; panel q holds, for each k, 2*NR words
+ *      [h][j] with the same meaning for column j.
+ * Rows and columns past M and N are zero.
+ */
+#ifndef PYAMX_ENGINE_INTERNAL_H
+#define PYAMX_ENGINE_INTERNAL_H
+
+#include <fenv.h>
+#include <stdint.h>
+
+#include "engine.h"
+
+#define ENG_BLOCK 16  /* dwords per tile instruction (tmul_maxk) */
+#define ENG_KC 256    /* K panel in dwords; a multiple of ENG_BLOCK so panels start on block boundaries (256: measured best on Zen 4, 64..1024 tried) */
+#define ENG_MAX_MR 8
+#define ENG_MAX_NR 32
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define ENG_X86 1
+#else
+#define ENG_X86 0
+#endif
+
+/* A compiled variant. The float kernel runs kd dwords starting on a block
+ * boundary over one MR x NR tile of C (ldc in elements), in place; the int
+ * kernel adds the byte products with wrap-around. in_range = 1 promises
+ * that every product of the packed operands is zero, infinite or an fp32
+ * normal number (exact in fp32): the portable kernel then runs on fp32
+ * arithmetic; the hardware kernels ignore it. enter() puts the calling
+ * thread's floating-point environment in the state the kernels need and
+ * returns what is needed to undo it; leave() undoes it. */
+struct eng_fpenv { uint32_t mxcsr; fenv_t env; };
+
+struct eng_variant {
+    int mr, nr;
+    void (*float_kernel)(int64_t kd, const uint32_t *ap, const uint32_t *bp, uint32_t *c, int64_t ldc, int in_range);
+    void (*int_kernel)(int64_t kd, const uint32_t *ap, const uint32_t *bp, uint32_t *c, int64_t ldc);
+    void (*enter)(struct eng_fpenv *saved);
+    void (*leave)(const struct eng_fpenv *saved);
+};
+
+/* engine_x86.c (zero/NULL off x86-64) */
+int eng_x86_cpu_has(int kind, const char **why);
+const struct eng_variant *eng_x86_variant(int kind);
+uint32_t eng_x86_getcsr(void);
+void eng_x86_setcsr(uint32_t v);
+
+/* engine_portable.c */
+const struct eng_variant *eng_portable_variant(void);
+int eng_portable_supported(const char **why);
+
+/* engine_scalar.c: the exact scalar arithmetic (rounding mode must be to nearest) */
+uint32_t eng_fma32(uint32_t a, uint32_t b, uint32_t acc);
+uint32_t eng_add32(uint32_t x, uint32_t y);
+uint32_t eng_fma32_nonan(uint32_t a, uint32_t b, uint32_t acc);
+uint32_t eng_add32_nonan(uint32_t x, uint32_t y);
+
+static inline uint32_t eng_daz(uint32_t x) { return (x & 0x7F800000u) == 0 ? x & 0x80000000u : x; }
+static inline int eng_isnan(uint32_t x) { return (x & 0x7FFFFFFFu) > 0x7F800000u; }
+
+#endif

@@ -1,0 +1,102 @@
+/* Exact scalar fp32 fma32/add32 with the AMX rules (SEMANTICS.md section 2-3),
+ * from double arithmetic. The engine's fallback for NaN operands and the
+ * portable variant's path when a product may leave the fp32 normal range.
+ *
+ * Why it is exact: DAZ is applied to the bit patterns first, so no
+ * denormal ever enters the hardware (the caller's DAZ/FTZ bits cannot
+ * matter). The product of two fp32 values has at most 48 significant bits
+ * and a magnitude within [2^-252, 2^256], so it is exact in double (a
+ * contracted fma would round the same exact value, so -ffp-contract cannot
+ * change anything). The sum is computed as double plus its exact TwoSum
+ * error; folding a non-zero error into the last bit (round to odd) makes
+ * the final rounding to 24 bits correct (53 >= 24 + 2). TwoSum needs round
+ * to nearest: every caller runs with it (MXCSR set by the x86 variants,
+ * fesetround by the portable one). Doubles here are never subnormal (the
+ * smallest non-zero error is far above 2^-1022), so FTZ/DAZ on doubles
+ * cannot matter either. FTZ is decided on the value rounded with an
+ * unbounded exponent (scaled by 2^192 into the normal range): tininess
+ * after rounding, as x86 detects it.
+ */
+#include "engine_internal.h"
+
+#include <math.h>
+#include <string.h>
+
+#define QUIET 0x00400000u
+#define DEFAULT_NAN 0xFFC00000u
+#define SIGN 0x80000000u
+
+static inline float u2f(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
+static inline uint32_t f2u(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
+
+/* fp32 bits of the exact value s + e (e the TwoSum error of s), RNE, FTZ after rounding. */
+static uint32_t round_pair(double s, double e)
+{
+    if (isnan(s))
+        return DEFAULT_NAN; /* no NaN operand reaches here: an invalid operation */
+    if (isinf(s))
+        return signbit(s) ? 0xFF800000u : 0x7F800000u;
+    if (s == 0)
+        return signbit(s) ? SIGN : 0u; /* an exact zero: e is 0 too */
+    if (e != 0) {
+        uint64_t bits;
+        memcpy(&bits, &s, 8);
+        if ((bits & 1) == 0) {
+            /* round to odd: step toward the lost error */
+            if ((e > 0) == (s > 0))
+                bits += 1;
+            else
+                bits -= 1;
+            memcpy(&s, &bits, 8);
+        }
+    }
+    if (fabs(s) >= 0x1p-126)
+        return f2u((float)s); /* RNE; overflow gives infinity */
+    uint32_t sign = s < 0 ? SIGN : 0u;
+    float scaled = (float)(s * 0x1p192); /* exact scaling, then the rounding with an unbounded exponent */
+    return fabsf(scaled) >= 0x1p66f ? (sign | 0x00800000u) : sign;
+}
+
+uint32_t eng_fma32_nonan(uint32_t a, uint32_t b, uint32_t acc)
+{
+    double p = (double)u2f(eng_daz(a)) * (double)u2f(eng_daz(b));
+    double y = (double)u2f(eng_daz(acc));
+    double s = p + y;
+    if (!isfinite(s))
+        return round_pair(s, 0.0);
+    double yv = s - p;
+    double e = (p - (s - yv)) + (y - yv);
+    return round_pair(s, e);
+}
+
+uint32_t eng_add32_nonan(uint32_t x, uint32_t y)
+{
+    double xv = (double)u2f(eng_daz(x));
+    double yv = (double)u2f(eng_daz(y));
+    double s = xv + yv;
+    if (!isfinite(s))
+        return round_pair(s, 0.0);
+    double t = s - xv;
+    double e = (xv - (s - t)) + (yv - t);
+    return round_pair(s, e);
+}
+
+uint32_t eng_fma32(uint32_t a, uint32_t b, uint32_t acc)
+{
+    if (eng_isnan(a))
+        return a | QUIET;
+    if (eng_isnan(b))
+        return b | QUIET;
+    if (eng_isnan(acc))
+        return acc | QUIET;
+    return eng_fma32_nonan(a, b, acc);
+}
+
+uint32_t eng_add32(uint32_t x, uint32_t y)
+{
+    if (eng_isnan(x))
+        return x | QUIET;
+    if (eng_isnan(y))
+        return y | QUIET;
+    return eng_add32_nonan(x, y);
+}

@@ -1,0 +1,310 @@
+/* The x86-64 variants: AVX-512 and AVX2+FMA kernels on the hardware FMA.
+ *
+ * Only the kernel functions carry target attributes, so this file (and the
+ * module) builds with any x86-64 compiler flags; run-time CPUID + XCR0
+ * decide whether a variant may run.
+ *
+ * Why the hardware gives the SEMANTICS.md bits: under MXCSR = DAZ | FTZ |
+ * round to nearest even | all exceptions masked (0x9FC0), vfmadd is fma32
+ * and vaddps is add32 for everything but the choice among several NaN
+ * operands: DAZ zeroes subnormal operands keeping their sign, FTZ flushes
+ * a result that is tiny after rounding (x86 detects tininess after
+ * rounding) to the zero of its sign, overflow gives infinity, an invalid
+ * operation gives 0xFFC00000, and a single NaN operand comes out quieted.
+ * Without NaN operands every NaN is 0xFFC00000, so operand order cannot
+ * matter; engine.c recomputes every output element that has a NaN among its
+ * operands with the exact scalar functions. The caller's MXCSR is saved and
+ * restored around every call, in every thread (flags included).
+ */
+#include "engine_internal.h"
+
+#if ENG_X86
+
+#include <cpuid.h>
+#include <immintrin.h>
+
+#define KERNEL_MXCSR 0x9FC0u /* DAZ (bit 6), FTZ (bit 15), RC = nearest, exceptions masked */
+
+#define T512 __attribute__((target("avx512f,avx512bw,avx2,fma")))
+#define T256 __attribute__((target("avx2,fma")))
+
+uint32_t eng_x86_getcsr(void) { return _mm_getcsr(); }
+void eng_x86_setcsr(uint32_t v) { _mm_setcsr(v); }
+
+static void enter(struct eng_fpenv *saved)
+{
+    saved->mxcsr = _mm_getcsr();
+    _mm_setcsr(KERNEL_MXCSR);
+}
+
+static void leave(const struct eng_fpenv *saved) { _mm_setcsr(saved->mxcsr); }
+
+/* ---- AVX-512: 6 rows x 32 columns, even/odd lanes in 24 registers ---- */
+
+/* Read through a may_alias type: the packed words were written as uint32. A
+ * float operand lets the compiler fold the broadcast into the FMA ({1to16}). */
+typedef float f32_alias __attribute__((may_alias));
+#define F32(p) (*(const f32_alias *)&(p))
+#define B512(p) _mm512_set1_ps(F32(p))
+
+/* The C tile lives in a contiguous local copy while the kernel runs: rows of
+ * the caller's C are often 4 KiB apart, and stores then loads at that
+ * distance stall on false store-to-load dependencies (4K aliasing). */
+T512 static void f512_tile(int64_t kd, const uint32_t *ap, const uint32_t *bp, float *cf);
+
+T512 static void f512(int64_t kd, const uint32_t *ap, const uint32_t *bp, uint32_t *c, int64_t ldc, int in_range)
+{
+    (void)in_range;
+    __attribute__((aligned(64))) float tile[6 * 32];
+    for (int r = 0; r < 6; r++) {
+        _mm512_store_ps(tile + 32 * r, _mm512_loadu_ps((const float *)c + r * ldc));
+        _mm512_store_ps(tile + 32 * r + 16, _mm512_loadu_ps((const float *)c + r * ldc + 16));
+    }
+    f512_tile(kd, ap, bp, tile);
+    for (int r = 0; r < 6; r++) {
+        _mm512_storeu_ps((float *)c + r * ldc, _mm512_load_ps(tile + 32 * r));
+        _mm512_storeu_ps((float *)c + r * ldc + 16, _mm512_load_ps(tile + 32 * r + 16));
+    }
+}
+
+T512 static inline void f512_tile(int64_t kd, const uint32_t *ap, const uint32_t *bp, float *cf)
+{
+    const int64_t ldc = 32;
+    for (int64_t kb = 0; kb < kd; kb += ENG_BLOCK) {
+        int64_t len = kd - kb < ENG_BLOCK ? kd - kb : ENG_BLOCK;
+        __m512 e00 = _mm512_setzero_ps(), e01 = e00, o00 = e00, o01 = e00;
+        __m512 e10 = e00, e11 = e00, o10 = e00, o11 = e00;
+        __m512 e20 = e00, e21 = e00, o20 = e00, o21 = e00;
+        __m512 e30 = e00, e31 = e00, o30 = e00, o31 = e00;
+        __m512 e40 = e00, e41 = e00, o40 = e00, o41 = e00;
+        __m512 e50 = e00, e51 = e00, o50 = e00, o51 = e00;
+        for (int64_t k = 0; k < len; k++) {
+            __m512 be0 = _mm512_load_ps((const float *)bp), be1 = _mm512_load_ps((const float *)bp + 16);
+            __m512 bo0 = _mm512_load_ps((const float *)bp + 32), bo1 = _mm512_load_ps((const float *)bp + 48);
+#define ROW(r)                                              \
+    do {                                                    \
+        __m512 x = B512(ap[2 * r]);                         \
+        e##r##0 = _mm512_fmadd_ps(x, be0, e##r##0);         \
+        e##r##1 = _mm512_fmadd_ps(x, be1, e##r##1);         \
+        x = B512(ap[2 * r + 1]);                            \
+        o##r##0 = _mm512_fmadd_ps(x, bo0, o##r##0);         \
+        o##r##1 = _mm512_fmadd_ps(x, bo1, o##r##1);         \
+    } while (0)
+            ROW(0); ROW(1); ROW(2); ROW(3); ROW(4); ROW(5);
+#undef ROW
+            ap += 12;
+            bp += 64;
+        }
+#define OUT(r)                                                                                     \
+    do {                                                                                           \
+        float *cr = cf + (r) * ldc;                                                                \
+        _mm512_storeu_ps(cr, _mm512_add_ps(_mm512_loadu_ps(cr), _mm512_add_ps(e##r##0, o##r##0)));           \
+        _mm512_storeu_ps(cr + 16, _mm512_add_ps(_mm512_loadu_ps(cr + 16), _mm512_add_ps(e##r##1, o##r##1))); \
+    } while (0)
+        OUT(0); OUT(1); OUT(2); OUT(3); OUT(4); OUT(5);
+#undef OUT
+    }
+}
+
+T512 static void i512(int64_t kd, const uint32_t *ap, const uint32_t *bp, uint32_t *c, int64_t ldc)
+{
+    __m512i a00 = _mm512_setzero_si512(), a01 = a00, a10 = a00, a11 = a00, a20 = a00, a21 = a00;
+    __m512i a30 = a00, a31 = a00, a40 = a00, a41 = a00, a50 = a00, a51 = a00;
+    for (int64_t k = 0; k < kd; k++) {
+        __m512i b0 = _mm512_load_si512(bp), b1 = _mm512_load_si512(bp + 16);
+        __m512i b2 = _mm512_load_si512(bp + 32), b3 = _mm512_load_si512(bp + 48);
+        /* vpmaddwd: int16 pairs (values -128..255) give exact int32 pair sums; vpaddd wraps */
+#define ROW(r)                                                                   \
+    do {                                                                         \
+        __m512i x = _mm512_set1_epi32((int)ap[2 * r]);                           \
+        a##r##0 = _mm512_add_epi32(a##r##0, _mm512_madd_epi16(x, b0));           \
+        a##r##1 = _mm512_add_epi32(a##r##1, _mm512_madd_epi16(x, b1));           \
+        x = _mm512_set1_epi32((int)ap[2 * r + 1]);                               \
+        a##r##0 = _mm512_add_epi32(a##r##0, _mm512_madd_epi16(x, b2));           \
+        a##r##1 = _mm512_add_epi32(a##r##1, _mm512_madd_epi16(x, b3));           \
+    } while (0)
+        ROW(0); ROW(1); ROW(2); ROW(3); ROW(4); ROW(5);
+#undef ROW
+        ap += 12;
+        bp += 64;
+    }
+#define OUT(r)                                                                                          \
+    do {                                                                                                \
+        uint32_t *cr = c + (r) * ldc;                                                                   \
+        _mm512_storeu_si512(cr, _mm512_add_epi32(_mm512_loadu_si512(cr), a##r##0));                     \
+        _mm512_storeu_si512(cr + 16, _mm512_add_epi32(_mm512_loadu_si512(cr + 16), a##r##1));           \
+    } while (0)
+    OUT(0); OUT(1); OUT(2); OUT(3); OUT(4); OUT(5);
+#undef OUT
+}
+
+/* ---- AVX2: 3 rows x 16 columns, 12 accumulators (even lanes, then odd lanes per k) ---- */
+
+#define B256(p) _mm256_set1_ps(F32(p))
+
+T256 static void f256(int64_t kd, const uint32_t *ap, const uint32_t *bp, uint32_t *c, int64_t ldc, int in_range)
+{
+    (void)in_range;
+    float *cf = (float *)c;
+    for (int64_t kb = 0; kb < kd; kb += ENG_BLOCK) {
+        int64_t len = kd - kb < ENG_BLOCK ? kd - kb : ENG_BLOCK;
+        __m256 e00 = _mm256_setzero_ps(), e01 = e00, o00 = e00, o01 = e00;
+        __m256 e10 = e00, e11 = e00, o10 = e00, o11 = e00;
+        __m256 e20 = e00, e21 = e00, o20 = e00, o21 = e00;
+        for (int64_t k = 0; k < len; k++) {
+            __m256 b0 = _mm256_load_ps((const float *)bp), b1 = _mm256_load_ps((const float *)bp + 8);
+            __m256 x = B256(ap[0]);
+            e00 = _mm256_fmadd_ps(x, b0, e00); e01 = _mm256_fmadd_ps(x, b1, e01);
+            x = B256(ap[2]);
+            e10 = _mm256_fmadd_ps(x, b0, e10); e11 = _mm256_fmadd_ps(x, b1, e11);
+            x = B256(ap[4]);
+            e20 = _mm256_fmadd_ps(x, b0, e20); e21 = _mm256_fmadd_ps(x, b1, e21);
+            b0 = _mm256_load_ps((const float *)bp + 16);
+            b1 = _mm256_load_ps((const float *)bp + 24);
+            x = B256(ap[1]);
+            o00 = _mm256_fmadd_ps(x, b0, o00); o01 = _mm256_fmadd_ps(x, b1, o01);
+            x = B256(ap[3]);
+            o10 = _mm256_fmadd_ps(x, b0, o10); o11 = _mm256_fmadd_ps(x, b1, o11);
+            x = B256(ap[5]);
+            o20 = _mm256_fmadd_ps(x, b0, o20); o21 = _mm256_fmadd_ps(x, b1, o21);
+            ap += 6;
+            bp += 32;
+        }
+#define OUT(r)                                                                                     \
+    do {                                                                                           \
+        float *cr = cf + (r) * ldc;                                                                \
+        _mm256_storeu_ps(cr, _mm256_add_ps(_mm256_loadu_ps(cr), _mm256_add_ps(e##r##0, o##r##0)));         \
+        _mm256_storeu_ps(cr + 8, _mm256_add_ps(_mm256_loadu_ps(cr + 8), _mm256_add_ps(e##r##1, o##r##1))); \
+    } while (0)
+        OUT(0); OUT(1); OUT(2);
+#undef OUT
+    }
+}
+
+T256 static void i256(int64_t kd, const uint32_t *ap, const uint32_t *bp, uint32_t *c, int64_t ldc)
+{
+    __m256i a00 = _mm256_setzero_si256(), a01 = a00, a10 = a00, a11 = a00, a20 = a00, a21 = a00;
+    for (int64_t k = 0; k < kd; k++) {
+        const __m256i *b = (const __m256i *)bp;
+        __m256i b0 = _mm256_load_si256(b), b1 = _mm256_load_si256(b + 1);
+        __m256i b2 = _mm256_load_si256(b + 2), b3 = _mm256_load_si256(b + 3);
+#define ROW(r)                                                                   \
+    do {                                                                         \
+        __m256i x = _mm256_set1_epi32((int)ap[2 * r]);                           \
+        a##r##0 = _mm256_add_epi32(a##r##0, _mm256_madd_epi16(x, b0));           \
+        a##r##1 = _mm256_add_epi32(a##r##1, _mm256_madd_epi16(x, b1));           \
+        x = _mm256_set1_epi32((int)ap[2 * r + 1]);                               \
+        a##r##0 = _mm256_add_epi32(a##r##0, _mm256_madd_epi16(x, b2));           \
+        a##r##1 = _mm256_add_epi32(a##r##1, _mm256_madd_epi16(x, b3));           \
+    } while (0)
+        ROW(0); ROW(1); ROW(2);
+#undef ROW
+        ap += 6;
+        bp += 32;
+    }
+#define OUT(r)                                                                                          \
+    do {                                                                                                \
+        __m256i *cr = (__m256i *)(c + (r) * ldc);                                                       \
+        _mm256_storeu_si256(cr, _mm256_add_epi32(_mm256_loadu_si256(cr), a##r##0));                     \
+        _mm256_storeu_si256(cr + 1, _mm256_add_epi32(_mm256_loadu_si256(cr + 1), a##r##1));             \
+    } while (0)
+    OUT(0); OUT(1); OUT(2);
+#undef OUT
+}
+
+static const struct eng_variant v512 = {6, 32, f512, i512, enter, leave};
+static const struct eng_variant v256 = {3, 16, f256, i256, enter, leave};
+
+static uint64_t xgetbv0(void)
+{
+    uint32_t lo, hi;
+    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    return ((uint64_t)hi << 32) | lo;
+}
+
+static int cpu_has_uncached(int kind, const char **why)
+{
+    unsigned a, b, c, d;
+    if (!__get_cpuid(1, &a, &b, &c, &d)) {
+        *why = "CPUID leaf 1 is not available";
+        return 0;
+    }
+    int fma = (c >> 12) & 1, osxsave = (c >> 27) & 1, avx = (c >> 28) & 1;
+    if (!avx || !fma) {
+        *why = "the CPU lacks AVX or FMA (CPUID.1:ECX)";
+        return 0;
+    }
+    if (!osxsave) {
+        *why = "the OS has not enabled XSAVE (CPUID.1:ECX.OSXSAVE = 0)";
+        return 0;
+    }
+    if (__get_cpuid_max(0, 0) < 7) {
+        *why = "CPUID leaf 7 is not available";
+        return 0;
+    }
+    __cpuid_count(7, 0, a, b, c, d);
+    int avx2 = (b >> 5) & 1, avx512f = (b >> 16) & 1, avx512bw = (b >> 30) & 1;
+    uint64_t xcr0 = xgetbv0();
+    if (!avx2) {
+        *why = "the CPU lacks AVX2 (CPUID.7.0:EBX[5])";
+        return 0;
+    }
+    if ((xcr0 & 0x6) != 0x6) {
+        *why = "the OS does not save YMM state (XCR0 bits 1-2)";
+        return 0;
+    }
+    if (kind == PYAMX_ENGINE_AVX2) {
+        *why = "CPU has AVX2 and FMA; OS saves YMM state";
+        return 1;
+    }
+    if (!avx512f || !avx512bw) {
+        *why = "the CPU lacks AVX-512 F/BW (CPUID.7.0:EBX[16], [30])";
+        return 0;
+    }
+    if ((xcr0 & 0xE6) != 0xE6) {
+        *why = "the OS does not save ZMM/opmask state (XCR0 bits 5-7)";
+        return 0;
+    }
+    *why = "CPU has AVX-512 F/BW and FMA; OS saves ZMM state";
+    return 1;
+}
+
+/* CPUID traps to the hypervisor in a VM (tens of microseconds), so the
+ * answer is computed once; racing first callers store the same values. */
+int eng_x86_cpu_has(int kind, const char **why)
+{
+    static int known[3], answer[3];
+    static const char *reason[3];
+    if (kind < 0 || kind > 2) {
+        *why = "unknown engine kind";
+        return 0;
+    }
+    if (!__atomic_load_n(&known[kind], __ATOMIC_ACQUIRE)) {
+        const char *r = "";
+        answer[kind] = cpu_has_uncached(kind, &r);
+        reason[kind] = r;
+        __atomic_store_n(&known[kind], 1, __ATOMIC_RELEASE);
+    }
+    *why = reason[kind];
+    return answer[kind];
+}
+
+const struct eng_variant *eng_x86_variant(int kind) { return kind == PYAMX_ENGINE_AVX512 ? &v512 : kind == PYAMX_ENGINE_AVX2 ? &v256 : 0; }
+
+#else /* not x86-64 */
+
+int eng_x86_cpu_has(int kind, const char **why)
+{
+    (void)kind;
+    *why = "not an x86-64 build";
+    return 0;
+}
+const struct eng_variant *eng_x86_variant(int kind)
+{
+    (void)kind;
+    return 0;
+}
+uint32_t eng_x86_getcsr(void) { return 0; }
+void eng_x86_setcsr(uint32_t v) { (void)v; }
+
+#endif

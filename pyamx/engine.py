@@ -1,0 +1,305 @@
+"""The emulator backend's arithmetic engines: a named, strict choice.
+
+An engine computes the tile dot products of the emulator backend on whole
+matrices with the schedule of :func:`pyamx.matmul`: for every output element
+K is consumed in blocks of 16 dwords in increasing order, each block one
+dot-product instruction whose C is the previous block's result. One
+instruction is the special case K <= 16 dwords.
+
+Engines (``engine=`` argument, ``PYAMX_ENGINE`` environment variable):
+
+``avx512``, ``avx2``
+    compiled x86-64 variants: the CPU's own FMA under MXCSR DAZ|FTZ|RNE
+    (the caller's MXCSR is saved and restored on every call and in every
+    worker thread), an exact scalar path for outputs with NaN operands.
+``portable``
+    compiled plain C for any platform (software DAZ, an exact FTZ decision).
+``numpy``
+    the numpy implementation in :mod:`pyamx.emulator`; the only engine of
+    the non-default numerics options.
+``auto`` (default)
+    the best compiled variant this CPU and build run, else ``numpy``; always
+    ``numpy`` for numerics other than the default ``"sdm"``.
+
+Every engine gives the same bits. An engine asked for by name runs or the
+call fails (:class:`EngineUnavailableError`); it is never replaced. The
+compiled engines release the GIL and split the work over ``threads``
+threads (default: ``PYAMX_ENGINE_THREADS``, else ``os.cpu_count()``), with
+the operands packed once and shared.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from . import isa
+from .errors import BackendError
+
+ENV_VAR = "PYAMX_ENGINE"
+THREADS_ENV_VAR = "PYAMX_ENGINE_THREADS"
+NAMES = ("auto", "avx512", "avx2", "portable", "numpy")
+#: compiled variants, best first (auto's order of preference), with their C kind names
+_KINDS = {"avx512": "PYAMX_ENGINE_AVX512", "avx2": "PYAMX_ENGINE_AVX2", "portable": "PYAMX_ENGINE_PORTABLE"}
+_SIMD = {"avx512": "AVX-512", "avx2": "AVX2+FMA", "portable": "none (plain C)", "numpy": "numpy"}
+#: op name -> (values per dword, float op), from the instruction table
+OPS = {insn.name: (insn.lanes, insn.is_float) for insn in isa.DOTS}
+BLOCK_DWORDS = 16  # K dwords per tile instruction (tmul_maxk)
+
+
+def _sdm():
+    from .emulator.numerics import PRESETS
+
+    return PRESETS["sdm"]
+
+
+class EngineUnavailableError(BackendError):
+    """An engine was asked for by name but cannot run here (not built, or this CPU/OS lacks it)."""
+
+
+def parse_name(value, source: str) -> str:
+    """Validate an engine name; ``source`` says where it came from, for the message."""
+    if value not in NAMES:
+        raise BackendError(f"{source} is {value!r}; it must be one of {', '.join(NAMES)}")
+    return value
+
+
+def requested() -> str:
+    """The engine ``PYAMX_ENGINE`` asks for (unset or empty: ``auto``)."""
+    value = os.environ.get(ENV_VAR, "")
+    return "auto" if value == "" else parse_name(value, f"the environment variable {ENV_VAR}")
+
+
+_CPU_COUNT = os.cpu_count() or 1  # os.cpu_count() costs microseconds per call
+# The environment is read on first use and then kept (as PYAMX_BACKEND is): a
+# lookup per call would cost a tenth of a one-instruction call. Tests that
+# change it call reset_environment().
+_env: dict = {}
+
+
+def reset_environment() -> None:
+    """Forget what PYAMX_ENGINE / PYAMX_ENGINE_THREADS said: the next call reads them again."""
+    _env.clear()
+    _resolved.clear()
+
+
+def _threads_default() -> int:
+    threads = _env.get("threads")
+    if threads is None:
+        threads = _env["threads"] = default_threads()
+    return threads
+
+
+def default_threads() -> int:
+    """``PYAMX_ENGINE_THREADS`` (a positive integer) when set and not empty, else ``os.cpu_count()``."""
+    value = os.environ.get(THREADS_ENV_VAR, "")
+    if value == "":
+        return _CPU_COUNT
+    try:
+        threads = int(value)
+    except ValueError:
+        threads = 0
+    if threads < 1:
+        raise ValueError(f"the environment variable {THREADS_ENV_VAR} is {value!r}; it must be a positive integer")
+    return threads
+
+
+def _lib():
+    """``(ffi, lib)`` of the extension, or None when it is not built."""
+    try:
+        from ._nativelib import load
+
+        return load()
+    except ImportError:
+        return None
+
+
+def _compiled_status(name: str):
+    """``(available, reason)`` of a compiled variant."""
+    loaded = _lib()
+    if loaded is None:
+        return False, "the C extension pyamx._native is not built"
+    ffi, lib = loaded
+    if not hasattr(lib, "pyamx_engine_dot"):
+        return False, "this build of pyamx._native has no compiled engine"
+    kind = getattr(lib, _KINDS[name])
+    reason = ffi.string(lib.pyamx_engine_reason(kind)).decode()
+    return bool(lib.pyamx_engine_available(kind)), reason
+
+
+def available_engines() -> list:
+    """``[(name, available, reason), ...]`` for every concrete engine, best first (for ``pyamx info``)."""
+    rows = [(name, *_compiled_status(name)) for name in _KINDS]
+    rows.append(("numpy", True, "always available; the only engine of non-default numerics"))
+    return rows
+
+
+class Engine:
+    """One engine. ``name`` (``"avx512"``, ..., ``"numpy"``), ``simd`` (the instruction set it uses)."""
+
+    def __init__(self, name: str, numerics=None):
+        self.name = name
+        self.simd = _SIMD[name]
+        self.compiled = name in _KINDS
+        self._numerics = numerics  # the numpy engine's Numerics
+        if self.compiled:
+            self._ffi, self._lib = _lib()
+            self._kind = getattr(self._lib, _KINDS[name])
+            self._op_ids = {insn.name: getattr(self._lib, insn.c_op) for insn in isa.DOTS}
+
+    def __repr__(self):
+        return f"<pyamx engine {self.name} ({self.simd})>"
+
+    def dot(self, op_name: str, c_bits: np.ndarray, a: np.ndarray, b_vnni: np.ndarray, k_dwords=None, threads=None):
+        """``C`` after the instruction schedule over all K, as a new (M, N) array.
+
+        ``c_bits``: (M, N) uint32 fp32 bits (float ops) or int32/uint32
+        words (int8 ops); ``a``: (M, K*lanes) uint16 bits / 8-bit values;
+        ``b_vnni``: (K, N*lanes), interleaved as the instructions take it;
+        ``k_dwords``: K (default: from ``b_vnni``); ``threads``: an upper
+        bound on the threads (default :func:`default_threads`; compiled
+        engines only). Returns uint32 bits for float ops, int32 for int8.
+        Inputs are never modified. Operands are assumed validated (the
+        public functions do that); shapes are checked here.
+        """
+        lanes, is_float = OPS[op_name]
+        m, n = c_bits.shape
+        kd = b_vnni.shape[0] if k_dwords is None else k_dwords
+        if a.shape != (m, kd * lanes) or b_vnni.shape != (kd, n * lanes) or min(m, n, kd) < 1:
+            raise ValueError(
+                f"{op_name}: engine operands must be c (M, N), a (M, K*{lanes}), b (K, N*{lanes}) with "
+                f"M, N, K >= 1; got c {c_bits.shape}, a {a.shape}, b {b_vnni.shape}, K={kd}"
+            )
+        if a.itemsize != 4 // lanes or b_vnni.itemsize != 4 // lanes or c_bits.itemsize != 4:
+            raise TypeError(
+                f"{op_name}: engine operands are {32 // lanes}-bit values in a and b and 32-bit words in c; "
+                f"got {a.dtype}, {b_vnni.dtype}, {c_bits.dtype}"
+            )
+        if threads is not None and (not isinstance(threads, int) or threads < 1):
+            raise ValueError(f"threads must be a positive integer or None, not {threads!r}")
+        if not self.compiled:
+            return self._numpy_dot(op_name, is_float, c_bits, a, b_vnni, kd)
+        return self._compiled_dot(op_name, is_float, c_bits, a, b_vnni, m, n, kd, threads)
+
+    def _compiled_dot(self, op_name, is_float, c, a, b, m, n, kd, threads):
+        ffi, lib = self._ffi, self._lib
+        if c.dtype != np.uint32:
+            c = c.view(np.uint32)
+        if not c.flags.c_contiguous:
+            c = np.ascontiguousarray(c)
+        if not a.flags.c_contiguous:
+            a = np.ascontiguousarray(a)
+        if not b.flags.c_contiguous:
+            b = np.ascontiguousarray(b)
+        out = np.empty((m, n), dtype=np.uint32)
+        if threads is None:
+            threads = _threads_default()
+        rc = lib.pyamx_engine_dot(
+            self._kind, self._op_ids[op_name],
+            ffi.from_buffer(a), a.strides[0], ffi.from_buffer(b), b.strides[0],
+            ffi.from_buffer("uint32_t[]", c), n, ffi.from_buffer("uint32_t[]", out), n,
+            m, n, kd, threads,
+        )
+        if rc:
+            raise _error(lib, rc, self.name)
+        return out if is_float else out.view(np.int32)
+
+    def _numpy_dot(self, op_name, is_float, c, a, b, kd):
+        from .emulator import instructions
+
+        if not is_float:
+            # wrap-around makes the order of the int32 sums irrelevant: all of K at once
+            return instructions.tdpb_int8(op_name, c.view(np.int32), a, b)
+        step = instructions.tdpbf16ps if op_name == "tdpbf16ps" else instructions.tdpfp16ps
+        bits = c.view(np.uint32)
+        for k0 in range(0, kd, BLOCK_DWORDS):
+            k1 = min(kd, k0 + BLOCK_DWORDS)
+            bits = step(bits, a[:, 2 * k0 : 2 * k1], b[k0:k1], self._numerics)
+        return bits
+
+
+def _error(lib, rc: int, name: str) -> Exception:
+    if rc == lib.PYAMX_ENGINE_E_NOMEM:
+        return MemoryError(f"engine {name}: could not allocate the packed operands")
+    if rc == lib.PYAMX_ENGINE_E_UNAVAILABLE:
+        return EngineUnavailableError(f"engine {name} cannot run here: {_compiled_status(name)[1]}")
+    return ValueError(f"engine {name}: the C engine refused the arguments (status {rc})")
+
+
+_engines: dict = {}
+_resolved: dict = {}  # (name or env value) -> Engine, for the default numerics: the per-call fast path
+
+
+def _concrete(name: str, source: str) -> Engine:
+    engine = _engines.get(name)
+    if engine is None:
+        if name in _KINDS:
+            available, reason = _compiled_status(name)
+            if not available:
+                raise EngineUnavailableError(
+                    f"the {name} engine was requested ({source}) but cannot run here: {reason}. "
+                    f"Run `pyamx info` for the engines this build and CPU offer; use engine='auto' "
+                    f"(or unset {ENV_VAR}) to take the best one."
+                )
+        engine = _engines[name] = Engine(name)
+    return engine
+
+
+def resolve(name=None, numerics="sdm") -> Engine:
+    """The engine a call runs on. ``name``: None (``PYAMX_ENGINE``, default auto) or one of :data:`NAMES`.
+
+    ``numerics`` (a preset name or :class:`~pyamx.Numerics`): compiled
+    engines implement only the default ``"sdm"``; for other numerics
+    ``auto`` and ``PYAMX_ENGINE`` give ``numpy``, a compiled engine named
+    by the ``name`` argument raises ValueError.
+    """
+    key = name
+    if numerics == "sdm" if isinstance(numerics, str) else numerics is _SDM:
+        engine = _resolved.get(key)
+        if engine is not None:
+            return engine
+        engine = _resolved[key] = _resolve(name, _SDM)
+        return engine
+    return _resolve(name, numerics)
+
+
+def _resolve(name, numerics) -> Engine:
+    from .emulator.numerics import PRESETS
+    from .emulator.numerics import resolve as resolve_numerics
+
+    from_env = name is None
+    if from_env:
+        name = _env.get("name")
+        if name is None:
+            name = _env["name"] = requested()
+        source = f"{ENV_VAR}={name}"
+    else:
+        source = f"engine={name!r}"
+        name = parse_name(name, "engine")
+    numerics = resolve_numerics(numerics)
+    default = numerics == PRESETS["sdm"]
+    # PYAMX_ENGINE chooses the engine of the default numerics (the only ones
+    # compiled engines run): other numerics keep running on numpy under it.
+    if name == "numpy" or (not default and (name == "auto" or from_env)):
+        return Engine("numpy", numerics)
+    if not default:
+        raise ValueError(
+            f"the {name} engine ({source}) implements only the default 'sdm' numerics, not {numerics.name!r}; "
+            "use engine='numpy' (or 'auto') for the other numerics options"
+        )
+    if name == "auto":
+        cached = _engines.get("auto")
+        if cached is None:
+            for candidate in _KINDS:
+                if _compiled_status(candidate)[0]:
+                    cached = _concrete(candidate, source)
+                    break
+            else:
+                cached = Engine("numpy", numerics)
+            _engines["auto"] = cached
+        return cached
+    return _concrete(name, source)
+
+
+_SDM = _sdm()

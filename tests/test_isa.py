@@ -1,0 +1,209 @@
+"""pyamx/isa.py, the one instruction table: complete, consistent with C, and documented row by row."""
+
+from __future__ import annotations
+
+import importlib
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import pyamx
+from pyamx import emulator, isa, native
+
+ROOT = Path(__file__).resolve().parent.parent
+ISA_MD = ROOT / "docs" / "isa.md"
+
+
+def _lib():
+    try:
+        from pyamx import _nativelib
+
+        return _nativelib.load()
+    except ImportError as exc:
+        pytest.skip(f"the C extension is not built: {exc}")
+
+
+def test_table_has_the_thirteen_instructions_once_each():
+    names = [i.mnemonic for i in isa.TABLE]
+    assert len(names) == len(set(names)) == 13
+    assert [i.kind for i in isa.TABLE].count("dot") == 6
+
+
+def test_every_c_op_of_the_header_has_a_row_and_every_row_an_id():
+    ffi, lib = _lib()
+    header = (ROOT / "csrc" / "pyamx.h").read_text()
+    enum = re.search(r"enum pyamx_op \{(.*?)\};", header, re.S).group(1)
+    in_c = {m for m in re.findall(r"PYAMX_OP_(\w+)\s*=", enum) if m != "NONE"}
+    assert in_c == {i.mnemonic for i in isa.TABLE}
+    ids = [i.op_id for i in isa.TABLE]
+    assert len(set(ids)) == len(ids) and lib.PYAMX_OP_NONE not in ids
+    for insn in isa.TABLE:
+        assert isa.by_op_id(insn.op_id) is insn
+
+
+def test_c_names_the_op_ids_as_the_table_does():
+    ffi, lib = _lib()
+    for insn in isa.TABLE:
+        assert ffi.string(lib.pyamx_trap_op_name(insn.op_id)).decode() == insn.mnemonic
+
+
+def test_encodings_decode_to_the_rows_op_in_the_trap_decoder():
+    """The VEX bytes built from each row (map, pp, opcode, ModRM form) are what the trap decoder reads."""
+    ffi, lib = _lib()
+    out = ffi.new("struct pyamx_trap_insn *")
+    for insn in isa.TABLE:
+        enc = insn.encoding
+        if enc.form == "reg":
+            # dot products: tmm1 (reg) <- tmm2 (rm) . tmm3 (vvvv); TILEZERO tmm1 (reg); TILERELEASE: ModRM C0
+            modrm = {"dot": 0xC0 | (1 << 3) | 2, "memory": 0xC0 | (1 << 3)}.get(insn.kind, 0xC0)
+            code = enc.vex3(vvvv=(~3 & 15) if insn.kind == "dot" else 0b1111) + bytes((enc.opcode, modrm))
+        elif enc.form == "mem":
+            code = enc.vex3() + bytes((enc.opcode, 0x00))  # (%rax)
+        else:
+            code = enc.vex3() + bytes((enc.opcode, 0x0C, 0x08))  # (%rax,%rcx,1): SIB with an index
+        buf = ffi.new("uint8_t[]", code + b"\x90" * 8)
+        rc = lib.pyamx_trap_decode(buf, len(code) + 8, ffi.NULL, 0, out)
+        assert rc == len(code), (insn.mnemonic, code.hex(), rc)
+        assert out.op == insn.op_id, (insn.mnemonic, code.hex(), out.op)
+
+
+def test_kernel_dot_switches_use_the_tables_pp_and_opcode():
+    """csrc/kernels.c spells the dot products as raw bytes: DP_SWITCH(index, pp, opcode) per op case."""
+    source = (ROOT / "csrc" / "kernels.c").read_text()
+    switches = dict(re.findall(r"static int (tdp_\w+)\(int index\) \{ DP_SWITCH\(index, (\d, 0x[0-9a-f]+)\)", source))
+    cases = dict(re.findall(r"case PYAMX_OP_(\w+): return (tdp_\w+)\(index\);", source))
+    assert set(cases) == {i.mnemonic for i in isa.DOTS}
+    for insn in isa.DOTS:
+        pp, opcode = switches[cases[insn.mnemonic]].split(", ")
+        assert (int(pp), int(opcode, 16)) == (insn.encoding.pp, insn.encoding.opcode), insn.mnemonic
+
+
+def test_every_layer_has_exactly_the_tables_dot_products():
+    for layer in (pyamx, emulator, native, pyamx.TileMachine, native.NativeMachine):
+        for name in isa.DOT_NAMES:
+            assert callable(getattr(layer, name)), (layer, name)
+    from pyamx import vectors
+
+    assert tuple(vectors.INSTRUCTIONS) == isa.DOT_NAMES
+    assert set(emulator.instructions.INT8_SIGNEDNESS) == {i.name for i in isa.DOTS if i.family == "int8"}
+
+
+def test_generated_functions_keep_their_names_signatures_and_docstrings():
+    import inspect
+
+    for name in isa.DOT_NAMES:
+        public = getattr(pyamx, name)
+        assert public.__name__ == name and name.upper() in public.__doc__
+        assert list(inspect.signature(public).parameters) == ["c", "a", "b", "backend", "engine"]
+        emu = getattr(emulator, name)
+        expected = ["c", "a", "b", "numerics", "engine"] if isa.get(name).is_float else ["c", "a", "b", "engine"]
+        assert list(inspect.signature(emu).parameters) == expected and name.upper() in emu.__doc__
+        for machine in (pyamx.TileMachine, native.NativeMachine):
+            method = getattr(machine, name)
+            assert list(inspect.signature(method).parameters) == ["self", "dst", "src1", "src2"]
+            assert method.__doc__.startswith(name.upper())
+
+
+def test_unknown_instruction_names_are_refused_with_the_known_ones():
+    with pytest.raises(KeyError, match="tdpbf16ps"):
+        isa.get("tdpbf8ps")
+
+
+def test_c_constants_are_read_from_lib():
+    from pyamx import detect
+
+    ffi, lib = _lib()
+    assert detect.E_ARG == lib.PYAMX_E_ARG and detect.E_NOT_READY == lib.PYAMX_E_NOT_READY
+    assert dict(detect.KERNEL_BITS) == {"bf16": lib.PYAMX_KERNEL_BF16, "int8": lib.PYAMX_KERNEL_INT8,
+                                        "fp16": lib.PYAMX_KERNEL_FP16}
+
+
+def test_dtypes_of_a_row_run_its_public_function():
+    rng = np.random.default_rng(0)
+    for insn in isa.DOTS:
+        c = np.zeros((2, 3), insn.c_dtype)
+        a = rng.integers(0, 4, (2, 2 * insn.lanes)).astype(insn.call_dtype)
+        b = rng.integers(0, 4, (2, 3 * insn.lanes)).astype(insn.call_dtype)
+        out = getattr(pyamx, insn.name)(c.view(np.float32) if insn.is_float else c, a, b, backend="emulator")
+        assert out.shape == (2, 3) and out.dtype == (np.float32 if insn.is_float else np.int32)
+
+
+# -- docs/isa.md: one row per instruction, every reference resolvable ------------------------
+
+
+def _doc_rows():
+    rows = {}
+    for line in ISA_MD.read_text().splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) >= 8 and re.fullmatch(r"`[A-Z0-9]+`", cells[0]):
+            rows[cells[0].strip("`")] = cells
+    return rows
+
+
+def _ticks(cell):
+    return re.findall(r"`([^`]+)`", cell)
+
+
+def _links(cell):
+    return re.findall(r"\]\(([^)]+)\)", cell)
+
+
+def _c_defines(path: Path, function: str) -> bool:
+    # a definition starts in column 0 (type, then the name); calls are indented
+    return re.search(rf"^\S[^\n=;]*\b{re.escape(function)}\(", path.read_text(), re.M) is not None
+
+
+def test_isa_md_has_one_row_per_table_row_with_its_encoding():
+    rows = _doc_rows()
+    assert set(rows) == {i.mnemonic for i in isa.TABLE}, set(rows) ^ {i.mnemonic for i in isa.TABLE}
+    pp = {isa.PP_NP: "NP", isa.PP_66: "66", isa.PP_F3: "F3", isa.PP_F2: "F2"}
+    for insn in isa.TABLE:
+        cells = rows[insn.mnemonic]
+        assert cells[1] == insn.kind and cells[2] in (insn.family or "-") and cells[3] == insn.cpuid, cells
+        enc = insn.encoding
+        assert cells[4].startswith(f"{pp[enc.pp]} {enc.map} {enc.opcode:02X}"), cells[4]
+
+
+def test_isa_md_emulator_references_import():
+    for mnemonic, cells in _doc_rows().items():
+        for dotted in _ticks(cells[5]):
+            module, _, attr = dotted.rpartition(".")
+            try:
+                obj = importlib.import_module(module)
+            except ImportError:  # Class.method
+                module, _, cls = module.rpartition(".")
+                obj = getattr(importlib.import_module(module), cls)
+            assert callable(getattr(obj, attr)), (mnemonic, dotted)
+
+
+def test_isa_md_kernel_and_trap_functions_exist_in_the_c_sources():
+    trap_sources = sorted((ROOT / "csrc").glob("trap*.c")) + sorted((ROOT / "csrc").glob("trap/*.c"))
+    assert trap_sources
+    for mnemonic, cells in _doc_rows().items():
+        (kernel_file,) = _links(cells[6])
+        for function in _ticks(cells[6]):
+            assert _c_defines(ROOT / "docs" / kernel_file, function), (mnemonic, kernel_file, function)
+        for function in _ticks(cells[7]):
+            assert any(_c_defines(p, function) for p in trap_sources), (mnemonic, function)
+
+
+def test_isa_md_tests_exist():
+    for mnemonic, cells in _doc_rows().items():
+        refs = re.findall(r"\[([\w.]+)::(\w+)\]\(([^)]+)\)", cells[8])
+        assert refs, mnemonic
+        for file_name, test, link in refs:
+            path = (ROOT / "docs" / link).resolve()
+            assert path.name == file_name and path.exists(), (mnemonic, link)
+            assert re.search(rf"^def {test}\(", path.read_text(), re.M), (mnemonic, file_name, test)
+
+
+def test_without_the_extension_ids_and_constants_are_none_and_the_emulator_still_runs(monkeypatch):
+    from pyamx import detect
+
+    monkeypatch.setattr(isa, "_LIB", [None])  # as on an install without a C compiler
+    assert all(i.op_id is None for i in isa.TABLE) and isa.by_op_id(8) is None
+    assert isa.c_constant("PYAMX_E_ARG") is None and detect.E_ARG is None
+    c, a = np.zeros((1, 1), np.float32), np.full((1, 2), 0x3F80, np.uint16)
+    assert pyamx.tdpbf16ps(c, a, a, backend="emulator")[0, 0] == 2.0
