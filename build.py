@@ -88,6 +88,9 @@ class Module:
 MODULES = (
     # The compiled emulator engine keeps its API in its own header (csrc/engine.h).
     Module("pyamx._native", ("csrc/pyamx.h", "csrc/engine.h"), ("csrc/*.c",), kernels=True),
+    # The trap mode never executes a tile instruction: any C compiler for x86-64 Linux builds it.
+    Module("pyamx._trap", ("csrc/trap/trap.h",), ("csrc/trap/*.c",), include_dirs=("csrc/trap",),
+           x86_64_linux_only=True),
 )
 
 

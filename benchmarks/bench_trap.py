@@ -7,19 +7,26 @@ run under the trap handler, and the ratios against an untrapped cffi call
 (ud2 caught by a handler that does nothing but skip it), all in the same
 process. The bare round trip is the floor no trap handler can beat.
 
-    python benchmarks/bench_trap.py [--seconds 0.5]
+    python benchmarks/bench_trap.py [--seconds 0.5] [--no-guard]
 
-Needs a CPU without usable AMX (the mode refuses to run on one with AMX).
+Needs a CPU without usable AMX (the mode refuses to run on one with AMX),
+and a compiler with AMX support: the loops are the tests' self-test kernels
+(tests/csrc/trap_selftest.c), built into a temporary directory first.
+``--no-guard`` installs the handler without its seccomp guard, to compare.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import sys
+import tempfile
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.join(ROOT, "tests"))
 
 KINDS = [
     (0, "STTILECFG", "a trap with almost no work: the signal round trip"),
@@ -44,20 +51,30 @@ def per_call(fn, seconds: float) -> float:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seconds", type=float, default=0.5, help="time per measurement")
+    ap.add_argument("--no-guard", action="store_true", help="install the handler without the seccomp guard")
     args = ap.parse_args()
 
-    from pyamx import trap
-    from pyamx._native import lib
+    from trap_selftest_build import build
 
+    workdir = tempfile.mkdtemp(prefix="pyamx-bench-trap-")
     try:
-        trap.enable()
-    except Exception as exc:  # BackendError: AMX present, no extension, ...
-        print(f"trap mode unavailable: {exc}")
-        return 1
-    lib.pyamx_trap_grant_permission()
-    lib.pyamx_trap_set_verbose(0)
+        ok, where = build(workdir)
+        if not ok:
+            print(where)
+            return 1
+        sys.path.insert(0, where)
+        return measure(args)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
 
-    nop = lib.pyamx_trap_selftest_nop
+
+def measure(args) -> int:
+    from _pyamx_trap_selftest import lib as st
+
+    from pyamx import trap
+
+    lib = trap._lib()
+    nop = st.pyamx_trap_selftest_nop
 
     def ref(n):
         for _ in range(n):
@@ -68,17 +85,31 @@ def main() -> int:
     raw_ns = []
 
     def raw(n):
-        raw_ns.append(lib.pyamx_trap_selftest_raw_sigill_ns(n) / n)
+        raw_ns.append(st.pyamx_trap_selftest_raw_sigill_ns(n) / n)
 
+    # Before the trap is installed: the swap of the SIGILL disposition it does is real only then.
     per_call(raw, args.seconds)
     raw_s = raw_ns[-1] * 1e-9
     print(f"floor: bare SIGILL round trip (ud2 + a handler that only skips it): {raw_s * 1e6:8.2f} us "
           f"({raw_s / ref_s:.1f} x an untrapped cffi call)")
+
+    try:
+        if args.no_guard:
+            if lib.pyamx_trap_install() != 0:
+                raise RuntimeError("pyamx_trap_install failed")
+        else:
+            trap.enable()
+    except Exception as exc:  # BackendError: AMX present, no extension, ...
+        print(f"trap mode unavailable: {exc}")
+        return 1
+    lib.pyamx_trap_grant_permission()
+    lib.pyamx_trap_set_verbose(0)
+    print(f"guard: {trap.guard().reason}")
     for kind, name, what in KINDS:
         # One C call runs n trapped instructions plus a LDTILECFG and a TILERELEASE.
         def run(n, kind=kind):
             before = lib.pyamx_trap_count()
-            if lib.pyamx_trap_selftest_loop(kind, n) != 0:
+            if st.pyamx_trap_selftest_loop(kind, n) != 0:
                 raise RuntimeError("selftest loop failed")
             got = lib.pyamx_trap_count() - before
             if got != n + 2:

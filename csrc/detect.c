@@ -26,20 +26,6 @@
 #define PYAMX_BUILD_KERNELS_REASON "not recorded: this module was not built by build.py"
 #endif
 
-/* The trap mode (csrc/trap.c) is written separately and may be absent from
- * a build; weak references let this file link either way. */
-int pyamx_trap_active(void);
-int pyamx_trap_grant_permission(void);
-int32_t pyamx_trap_thread_prepare(void);
-#if defined(__GNUC__) && !defined(_WIN32)
-#pragma weak pyamx_trap_active
-#pragma weak pyamx_trap_grant_permission
-#pragma weak pyamx_trap_thread_prepare
-#define PYAMX_TRAP_LINKED (pyamx_trap_active != 0 && pyamx_trap_grant_permission != 0)
-#else
-#define PYAMX_TRAP_LINKED 0
-#endif
-
 #define XFEATURE_XTILEDATA 18
 #define ARCH_GET_XCOMP_SUPP 0x1021
 #define ARCH_GET_XCOMP_PERM 0x1022
@@ -50,6 +36,18 @@ int32_t pyamx_trap_thread_prepare(void);
  * by the permission request and the child probe, read by every kernel. */
 static volatile int g_native_state = 0;
 
+/* Set by pyamx/trap.py: the trap module's emulated permission request and
+ * its per-thread preparation (the one link between pyamx._trap and this
+ * module). */
+static int (*volatile g_trap_grant)(void);
+static int32_t (*volatile g_trap_thread_prepare)(void);
+
+void pyamx_set_trap_hook(int (*grant)(void), int32_t (*thread_prepare)(void))
+{
+    g_trap_thread_prepare = thread_prepare;
+    g_trap_grant = grant;
+}
+
 int pyamx_internal_ready(void) { return g_native_state == 2; }
 
 /* Set with g_native_state = 2 when the grant came from the trap mode. */
@@ -59,12 +57,11 @@ int pyamx_internal_trapped(void) { return g_trapped; }
 
 int pyamx_internal_thread_prepare(void)
 {
-#if defined(__GNUC__) && !defined(_WIN32)
     /* Without it a worker's emulated tile state would stay claimed after
      * the thread ends (until the trap's table fills and reaps it). */
-    if (g_trapped && pyamx_trap_thread_prepare != 0)
-        return pyamx_trap_thread_prepare() == 0 ? 0 : -1;
-#endif
+    int32_t (*prepare)(void) = g_trap_thread_prepare;
+    if (g_trapped && prepare)
+        return prepare() == 0 ? 0 : -1;
     return 0;
 }
 
@@ -95,8 +92,6 @@ int pyamx_build_kernels(void)
 const char *pyamx_build_kernels_reason(void) { return PYAMX_BUILD_KERNELS_REASON; }
 
 int pyamx_build_x86_64_linux(void) { return PYAMX_X86_64_LINUX; }
-
-int pyamx_trap_linked(void) { return PYAMX_TRAP_LINKED ? 1 : 0; }
 
 int pyamx_native_ready(void) { return pyamx_internal_ready(); }
 
@@ -157,14 +152,15 @@ int pyamx_arch_prctl_get(int code, uint64_t *out)
 }
 
 /* Returns 0 or the errno of ARCH_REQ_XCOMP_PERM (or of the trap mode's
- * emulated grant, when the trap mode is active). */
+ * emulated grant, when the trap mode set its hook). */
 int pyamx_request_permission(void)
 {
 #if PYAMX_X86_64_LINUX
-    if (PYAMX_TRAP_LINKED && pyamx_trap_active()) {
+    int (*grant)(void) = g_trap_grant;
+    if (grant) {
         /* No tile instruction reaches silicon in trap mode, so the grant
          * is final: there is nothing for a child probe to prove. */
-        int err = pyamx_trap_grant_permission();
+        int err = grant();
         if (err == 0) {
             g_trapped = 1;
             g_native_state = 2;

@@ -14,6 +14,7 @@ from ._backend import default_reason as backend_reason
 from ._ops import tile_machine
 from ._result import AMXResult
 from ._version import __version__
+from .matmul import matmul
 from .emulator import Numerics, TileMachine
 from .errors import (
     AMXError,
@@ -49,7 +50,7 @@ def show_runtime() -> None:
 
 __all__ = [
     "__version__", "backend", "backend_reason", "cpu_features", "show_runtime",
-    *isa.DOT_NAMES, "tile_machine", "isa",
+    *isa.DOT_NAMES, "tile_machine", "isa", "matmul",
     "TileMachine", "TileConfig", "Numerics", "AMXResult", "bf16", "emulator", "errors",
     "AMXError", "AMXFault", "BackendError", "GeneralProtectionFault", "InvalidOpcodeFault",
     "MemoryAccessFault", "NativeUnavailableError", "WrongThreadError",

@@ -168,6 +168,22 @@ def replay_command(args: argparse.Namespace) -> int:
     return 1 if result.mismatches else 0
 
 
+# -- bench (owner: matmul) ---------------------------------------------------------
+
+
+def _bench_arguments(parser: argparse.ArgumentParser) -> None:
+    from . import bench
+
+    bench.add_arguments(parser)
+
+
+@subcommand("bench", "time pyamx.matmul per dtype family against numpy float32 matmul", _bench_arguments)
+def bench_command(args: argparse.Namespace) -> int:
+    from . import bench
+
+    return bench.main(args)
+
+
 # -- demo ------------------------------------------------------------------------
 
 

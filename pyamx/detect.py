@@ -96,7 +96,6 @@ class BuildFacts:
     compiler: str
     kernels: frozenset  # families compiled in: {"bf16", "int8", "fp16"}
     x86_64_linux: bool
-    trap_linked: bool = False
     kernels_reason: str = ""  # the build's decision: why the AMX kernels are (not) compiled in
 
 
@@ -109,6 +108,7 @@ class TrapFacts:
     error: Optional[str] = None  # why requested() / enable() / the grant failed
     active: bool = False
     kernels: Optional[frozenset] = None  # families the trap emulates; None = all built ones
+    guard: Optional[str] = None  # pyamx.trap.guard().reason: whether other SIGILL handlers are kept out
 
 
 @dataclass(frozen=True)
@@ -490,8 +490,9 @@ def _trap_stage(raw: RawFacts, st: _Stages, silicon_reason: str) -> bool:
     if trap.error or not trap.active:
         st.add(name, f"requested but failed: {trap.error or 'not active'}", None)
         return False
+    guard = f"; guard: {trap.guard}" if trap.guard else ""
     st.add(name, "ACTIVE: native code runs, but every tile instruction is TRAPPED and EMULATED, "
-           f"not executed by AMX silicon (silicon: {silicon_reason})", True)
+           f"not executed by AMX silicon (silicon: {silicon_reason}){guard}", True)
     return True
 
 
@@ -513,7 +514,7 @@ def evaluate(raw: RawFacts) -> Report:
     else:
         kernels_text = ", ".join(sorted(build.kernels)) or f"none ({build.kernels_reason or 'reason not recorded'})"
         build_info = {"version": build.version, "compiler": build.compiler, "kernels": sorted(build.kernels),
-                      "trap_linked": build.trap_linked, "kernels_reason": build.kernels_reason}
+                      "kernels_reason": build.kernels_reason}
         st.add("native module (pyamx._native)", f"{build.version}, {build.compiler}, kernels: {kernels_text}", True)
 
     cpu = {}
@@ -594,7 +595,6 @@ def read_build(lib, ffi) -> BuildFacts:
         compiler=ffi.string(lib.pyamx_build_compiler()).decode(),
         kernels=frozenset(name for name, b in _kernel_bits().items() if bits & b),
         x86_64_linux=bool(lib.pyamx_build_x86_64_linux()),
-        trap_linked=bool(lib.pyamx_trap_linked()),
         kernels_reason=ffi.string(lib.pyamx_build_kernels_reason()).decode(),
     )
 
@@ -636,11 +636,9 @@ def _read_u64(ffi, fn, *args) -> Tuple[int, int]:
 
 
 def _trap_facts(lib, built: frozenset) -> TrapFacts:
-    """Consult pyamx.trap (written separately; tolerated when absent) and enable it if requested."""
-    try:
-        from . import trap
-    except ImportError as exc:
-        return TrapFacts(available=False, error=f"pyamx.trap cannot be imported ({exc})")
+    """Consult pyamx.trap and enable it if requested."""
+    from . import trap
+
     try:
         requested = bool(trap.requested())
     except Exception as exc:  # a strict env parser refusing a value
@@ -651,15 +649,15 @@ def _trap_facts(lib, built: frozenset) -> TrapFacts:
         trap.enable()
     except Exception as exc:
         return TrapFacts(available=True, requested=True, error=f"{type(exc).__name__}: {exc}")
-    err = lib.pyamx_request_permission()  # in trap mode the C side asks the trap for its grant
+    err = lib.pyamx_request_permission()  # enable() hooked the trap's emulated grant into this call
     if err != 0:
         return TrapFacts(available=True, requested=True,
                          error=f"the trap mode's emulated permission failed: {errno_name(err)}")
     active = bool(trap.active()) and bool(lib.pyamx_native_ready())
-    supported = getattr(trap, "supported_kernels", None)
-    kernels = frozenset(supported()) if callable(supported) else None
+    kernels = frozenset(trap.supported_kernels())
     return TrapFacts(available=True, requested=True, active=active,
-                     error=None if active else "the trap mode did not become active", kernels=kernels)
+                     error=None if active else "the trap mode did not become active", kernels=kernels,
+                     guard=trap.guard().reason)
 
 
 def collect() -> RawFacts:

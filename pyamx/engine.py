@@ -179,7 +179,7 @@ class Engine:
         if threads is not None and (not isinstance(threads, int) or threads < 1):
             raise ValueError(f"threads must be a positive integer or None, not {threads!r}")
         if not self.compiled:
-            return self._numpy_dot(op_name, is_float, c_bits, a, b_vnni, kd)
+            return self._numpy_dot(op_name, is_float, c_bits, a, b_vnni, kd, threads)
         return self._compiled_dot(op_name, is_float, c_bits, a, b_vnni, m, n, kd, threads)
 
     def _compiled_dot(self, op_name, is_float, c, a, b, m, n, kd, threads):
@@ -205,18 +205,12 @@ class Engine:
             raise _error(lib, rc, self.name)
         return out if is_float else out.view(np.int32)
 
-    def _numpy_dot(self, op_name, is_float, c, a, b, kd):
-        from .emulator import instructions
+    def _numpy_dot(self, op_name, is_float, c, a, b, kd, threads):
+        # the whole schedule at once (pyamx/emulator/dot.py): operands scanned once, every K
+        # block per row chunk, the output rows split over ``threads`` (default 1)
+        from .emulator.dot import engine_dot
 
-        if not is_float:
-            # wrap-around makes the order of the int32 sums irrelevant: all of K at once
-            return instructions.tdpb_int8(op_name, c.view(np.int32), a, b)
-        step = instructions.tdpbf16ps if op_name == "tdpbf16ps" else instructions.tdpfp16ps
-        bits = c.view(np.uint32)
-        for k0 in range(0, kd, BLOCK_DWORDS):
-            k1 = min(kd, k0 + BLOCK_DWORDS)
-            bits = step(bits, a[:, 2 * k0 : 2 * k1], b[k0:k1], self._numerics)
-        return bits
+        return engine_dot(op_name, c, a, b, kd, threads or 1, self._numerics)
 
 
 def _error(lib, rc: int, name: str) -> Exception:

@@ -1,9 +1,10 @@
 """The trap-and-emulate test mode: the native code path on a CPU without AMX.
 
 With ``PYAMX_TRAP_EMULATION=1`` the detection code calls :func:`enable`,
-which installs a SIGILL handler written in C (``csrc/trap.c``). Every AMX
-instruction the extension executes then raises #UD, and the handler decodes
-it, performs it on a per-thread emulated tile state and resumes after it.
+which installs a SIGILL handler written in C (the extension module
+``pyamx._trap``, built from ``csrc/trap/``). Every AMX instruction that
+``pyamx._native`` executes then raises #UD, and the handler decodes it,
+performs it on a per-thread emulated tile state and resumes after it.
 Results therefore prove the extension's compiled code -- its addressing,
 its tile configurations, its instruction sequence -- but not the hardware.
 Faults behave as on silicon: an illegal LDTILECFG kills the process with
@@ -13,22 +14,30 @@ with SIGILL. See docs/trap.md.
 The mode is never on by default and is refused on a CPU with usable AMX,
 so real and emulated tile state can never mix.
 
+The two modules are joined by one hook: :func:`enable` hands the addresses
+of ``pyamx_trap_grant_permission`` and ``pyamx_trap_thread_prepare`` to
+``pyamx._native``'s ``pyamx_set_trap_hook``, so the native permission
+request asks the trap for its emulated grant instead of calling
+``arch_prctl``, and native worker threads claim their emulated tile state.
+
 What the bindings do in this mode (all cheap, all idempotent):
 
-* once, after :func:`enable`: request permission as usual; the C
-  permission code calls ``pyamx_trap_grant_permission()`` instead of
-  ``arch_prctl`` (until then every tile instruction dies with SIGILL);
-* before each native entry: :func:`ensure_installed` (reinstalls the
-  handler if faulthandler or anyone else replaced it) and, on each thread,
-  :func:`thread_prepare` (frees the thread's emulated tile state when the
-  thread exits; without it the state is reclaimed lazily).
+* once, after :func:`enable`: request permission as usual (until then
+  every tile instruction dies with SIGILL);
+* before each native entry: :func:`ensure_installed` (a no-op while the
+  guard is active; otherwise reinstalls the handler if faulthandler or
+  anyone else replaced it) and, on each thread, :func:`thread_prepare`
+  (frees the thread's emulated tile state when the thread exits; without
+  it the state is reclaimed lazily).
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import platform
 import sys
+from typing import NamedTuple
 
 from . import isa
 from .errors import BackendError
@@ -58,22 +67,29 @@ def requested() -> bool:
     )
 
 
-def _lib():
-    """The cffi ``lib`` of pyamx._native, or BackendError saying why not."""
+@functools.lru_cache(maxsize=None)
+def _load():
+    """``(ffi, lib)`` of pyamx._trap; ImportError saying why not (missing or stale)."""
+    from ._nativelib import REBUILD_HINT
+    from ._version import __version__
+
     try:
-        from . import _nativelib
-    except ModuleNotFoundError:
-        _nativelib = None
-    try:
-        if _nativelib is not None:
-            _, lib = _nativelib.load()
-        else:
-            from ._native import lib
+        from . import _trap
     except ImportError as exc:
-        raise BackendError(f"the trap mode needs the C extension pyamx._native: {exc}") from exc
-    if not hasattr(lib, "pyamx_trap_install"):
-        raise BackendError("this build of pyamx._native has no trap mode (csrc/trap.c was not compiled in)")
-    return lib
+        raise ImportError(f"the trap mode's C extension pyamx._trap is not built ({exc}); {REBUILD_HINT}") from exc
+    built = _trap.ffi.string(_trap.lib.pyamx_trap_build_version()).decode()
+    if built != __version__:
+        raise ImportError(f"pyamx._trap was built for pyamx {built} but this is pyamx {__version__} "
+                          f"(a stale build): {REBUILD_HINT}")
+    return _trap.ffi, _trap.lib
+
+
+def _lib():
+    """The cffi ``lib`` of pyamx._trap, or BackendError saying why not."""
+    try:
+        return _load()[1]
+    except ImportError as exc:
+        raise BackendError(f"the trap mode is unavailable: {exc}") from exc
 
 
 def _platform_reason():
@@ -83,19 +99,44 @@ def _platform_reason():
     return None
 
 
-def enable() -> None:
-    """Install the SIGILL handler; BackendError with the reason if impossible.
+def _native():
+    """``(ffi, lib)`` of pyamx._native, whose kernels the trap mode exists to run."""
+    from . import _nativelib
 
-    Refused when this is not x86-64 Linux, the extension (or its trap part)
-    is missing, or the CPU has usable AMX (CPUID.7.0:EDX bit 24 and XCR0
-    bits 17 and 18): there the real instructions must run. Idempotent.
+    try:
+        return _nativelib.load()
+    except ImportError as exc:
+        raise BackendError(f"the trap mode needs the C extension pyamx._native: {exc}") from exc
+
+
+def _hook_into_native(lib) -> None:
+    """The one link between the modules: native's permission request calls the trap's grant.
+
+    The addresses cross between the two modules' cffi instances as integers.
+    """
+    nffi, nlib = _native()
+    tffi = _load()[0]
+
+    def address(name):
+        return int(tffi.cast("uintptr_t", tffi.addressof(lib, name)))
+
+    nlib.pyamx_set_trap_hook(nffi.cast("int (*)(void)", address("pyamx_trap_grant_permission")),
+                             nffi.cast("int32_t (*)(void)", address("pyamx_trap_thread_prepare")))
+
+
+def enable() -> None:
+    """Install the SIGILL handler and its guard; BackendError with the reason if impossible.
+
+    Refused when this is not x86-64 Linux, an extension is missing, or the
+    CPU has usable AMX (CPUID.7.0:EDX bit 24 and XCR0 bits 17 and 18):
+    there the real instructions must run. A guard that cannot be installed
+    is not an error (see :func:`guard`). Idempotent.
     """
     reason = _platform_reason()
     if reason:
         raise BackendError(reason)
     lib = _lib()
-    if not lib.pyamx_trap_supported():
-        raise BackendError("this build of pyamx._native was not compiled for x86-64 Linux; no trap mode")
+    _native()
     if lib.pyamx_trap_cpu_has_amx():
         raise BackendError(
             "refusing the trap mode: this CPU has usable AMX (CPUID.7.0:EDX[24] AMX-TILE set and "
@@ -103,9 +144,31 @@ def enable() -> None:
         )
     rc = lib.pyamx_trap_install()
     if rc != 0:
-        from ._native import ffi
-
+        ffi = _load()[0]
         raise BackendError(f"the trap mode cannot be installed: {ffi.string(lib.pyamx_trap_strerror(rc)).decode()}")
+    lib.pyamx_trap_guard_install()
+    _hook_into_native(lib)
+
+
+class GuardStatus(NamedTuple):
+    """Whether seccomp keeps the handler installed (see docs/trap.md, "Other SIGILL handlers")."""
+
+    active: bool
+    reason: str
+    answered: int  # sigaction(SIGILL) calls of other code the guard answered
+
+
+def guard() -> GuardStatus:
+    """The state of the guard that keeps other code from replacing the handler."""
+    try:
+        ffi, lib = _load()
+    except ImportError as exc:
+        return GuardStatus(False, str(exc), 0)
+    return GuardStatus(
+        lib.pyamx_trap_guard_state() == lib.PYAMX_TRAP_GUARD_ACTIVE,
+        ffi.string(lib.pyamx_trap_guard_reason()).decode(),
+        int(lib.pyamx_trap_guard_calls()),
+    )
 
 
 def active() -> bool:
@@ -130,7 +193,9 @@ def thread_prepare() -> None:
     lib = _lib()
     rc = lib.pyamx_trap_thread_prepare()
     if rc == lib.PYAMX_TRAP_E_TABLE_FULL:
-        raise BackendError("the trap mode's per-thread tile state table is full (256 live threads)")
+        raise BackendError(
+            f"the trap mode's per-thread tile state table is full ({lib.PYAMX_TRAP_MAX_THREADS} live threads)"
+        )
     if rc < 0:
         raise BackendError("the trap mode is not enabled; call pyamx.trap.enable() first")
 
@@ -148,13 +213,9 @@ def trapped_count() -> int:
 
 def op_counts() -> dict:
     """Trapped instructions per mnemonic (only those seen)."""
-    lib = _lib()
-    from ._native import ffi
-
-    from . import isa
-
+    ffi, lib = _load()
     out = {}
-    for op in (insn.op_id for insn in isa.TABLE):
+    for op in (getattr(lib, insn.c_op) for insn in isa.TABLE):
         n = int(lib.pyamx_trap_op_count(op))
         if n:
             out[ffi.string(lib.pyamx_trap_op_name(op)).decode()] = n

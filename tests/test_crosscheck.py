@@ -292,7 +292,9 @@ def _raw_in_child(cfg: TileConfig, method, args):
             # trap handler (reinstalled below) chains to the default action: death by the signal.
             faulthandler.disable()
             if trapped:
-                lib.pyamx_trap_ensure_installed()
+                from pyamx import trap
+
+                trap.ensure_installed()  # pyamx._trap's, not _native's
             image = cfg.to_bytes()
             rc = lib.pyamx_tilerelease() if image[0] == 0 else lib.pyamx_ldtilecfg(ffi.from_buffer("uint8_t[]", image))
             code = 98 if rc != 0 else 0

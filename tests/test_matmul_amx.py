@@ -492,7 +492,7 @@ def test_instruction_counts_follow_the_schedule(m, kd, n, k_panel, trap_lib, fam
     thread.start()
     thread.join()
     counts["DOT"] = counts.pop("TDPBF16PS")
-    assert counts == _expected_counts(m, kd, n, k_panel or lib.PYAMX_MATMUL_K_PANEL)
+    assert counts == _expected_counts(m, kd, n, k_panel or ids.PYAMX_MATMUL_K_PANEL)
 
 
 # -- bad arguments ----------------------------------------------------------------------

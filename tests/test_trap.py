@@ -1,7 +1,7 @@
-"""The trap-and-emulate mode (csrc/trap.c, pyamx/trap.py), end to end.
+"""The trap-and-emulate mode (pyamx._trap from csrc/trap/, pyamx/trap.py), end to end.
 
-Real AMX instructions compiled into the extension (csrc/trap_selftest.c)
-run under the SIGILL handler in this very pytest process -- whose
+Real AMX instructions compiled for the tests only (tests/csrc/trap_selftest.c,
+built by tests/trap_selftest_build.py) run under the SIGILL handler in this very pytest process -- whose
 faulthandler was enabled before the handler, so chaining is exercised --
 and their results are compared with the independent Fraction reference
 of tests/reference.py (exact rational arithmetic, not pyamx's emulator). The fatal cases
@@ -30,16 +30,15 @@ import reference
 from pyamx import isa
 from pyamx.errors import BackendError
 
-native = pytest.importorskip("pyamx._native", reason="the C extension is not built (python build.py)")
-lib, ffi = native.lib, native.ffi
-if not hasattr(lib, "pyamx_trap_install"):
-    pytest.skip("this build has no trap mode", allow_module_level=True)
+_trap = pytest.importorskip("pyamx._trap", reason="the trap module is not built (x86-64 Linux only; python build.py)")
+lib, ffi = _trap.lib, _trap.ffi
 
 from childproc import PYAMX_HOME as ROOT  # the pyamx under test, not necessarily this checkout
+from trap_selftest_build import selftest_dir, selftest_lib
 
 
 def _why_not():
-    if not lib.pyamx_trap_supported() or platform.machine().lower() not in ("x86_64", "amd64"):
+    if platform.machine().lower() not in ("x86_64", "amd64"):
         return "the trap mode needs x86-64 Linux"
     if lib.pyamx_trap_cpu_has_amx():
         return "this CPU has usable AMX: the trap mode is refused here by design"
@@ -83,13 +82,13 @@ class _FakeLib:
         self.bits = bits
         self.installed = False
 
-    def pyamx_trap_supported(self):
-        return 1
+    def pyamx_trap_guard_install(self):
+        return 0
 
     def pyamx_trap_cpu_amx_bits(self):
         return self.bits
 
-    def pyamx_trap_cpu_has_amx(self):  # as csrc/trap.c: all three bits (AMX-TILE, OSXSAVE, XCR0 17+18)
+    def pyamx_trap_cpu_has_amx(self):  # as csrc/trap/signals.c: all three bits (AMX-TILE, OSXSAVE, XCR0 17+18)
         return int(self.bits == 7)
 
     def pyamx_trap_install(self):
@@ -105,6 +104,7 @@ def test_enable_refuses_a_cpu_with_amx(monkeypatch):
 
     fake = _FakeLib(bits=7)
     monkeypatch.setattr(trap, "_lib", lambda: fake)
+    monkeypatch.setattr(trap, "_hook_into_native", lambda lib: None)
     monkeypatch.setattr(trap.platform, "machine", lambda: "x86_64")
     monkeypatch.setattr(trap.sys, "platform", "linux")
     with pytest.raises(BackendError, match="usable AMX"):
@@ -136,12 +136,86 @@ def test_enable_refuses_without_the_extension(monkeypatch):
     def boom():
         raise ImportError("no module named pyamx._native")
 
+    was_installed = lib.pyamx_trap_installed()
     monkeypatch.setattr(_nativelib, "load", boom)
     monkeypatch.setattr(trap.platform, "machine", lambda: "x86_64")
     monkeypatch.setattr(trap.sys, "platform", "linux")
     with pytest.raises(BackendError, match="needs the C extension"):
         trap.enable()
-    assert trap.active() is False
+    assert lib.pyamx_trap_installed() == was_installed  # refused before installing anything
+
+
+# ---------------------------------------------------------------------------------------------
+# The module boundary: pyamx._trap on its own, one hook into pyamx._native
+
+
+def _build_script():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("pyamx_build_script", os.path.join(ROOT, "build.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)  # compiles nothing
+    return module
+
+
+def test_build_script_makes_the_trap_module_from_csrc_trap():
+    if not os.path.exists(os.path.join(ROOT, "build.py")):
+        pytest.skip("not a source checkout")
+    build = _build_script()
+    (trap_module,) = [m for m in build.MODULES if m.name == "pyamx._trap"]
+    assert trap_module.x86_64_linux_only and not trap_module.kernels  # no AMX support needed from the compiler
+    cdef = build.cdef_text(build.HERE / trap_module.headers[0])
+    assert "pyamx_trap_decode" in cdef and "PYAMX_OP_TDPBUUD" in cdef  # pyamx_ops.h inlined
+    assert "pyamx_request_permission" not in cdef  # none of _native's API
+    assert "PYAMX_OP_TDPBUUD" in build.cdef_text()  # the same enum in _native's cdef
+    sources = build.module_sources(trap_module)
+    want = sorted(f"csrc/trap/{n}" for n in os.listdir(os.path.join(ROOT, "csrc", "trap")) if n.endswith(".c"))
+    assert sources == want
+    plan = build.BuildPlan(build.Decision(True, False, "test"), compiler="cc", version="0", python="test")
+    build.make_ffi(trap_module, plan)  # declares, compiles nothing
+
+
+def test_the_product_module_holds_no_trap_code_and_no_self_test_kernels():
+    from pyamx import _nativelib
+
+    try:
+        _, nlib = _nativelib.load()
+    except ImportError as exc:
+        pytest.skip(f"pyamx._native is not built: {exc}")
+    names = dir(nlib)
+    assert not [n for n in names if n.startswith("pyamx_trap")]
+    assert "pyamx_set_trap_hook" in names  # the one hook
+    assert not [n for n in dir(lib) if "selftest" in n]
+
+
+def test_op_ids_are_one_numbering_in_both_modules():
+    from pyamx import _nativelib
+
+    try:
+        _, nlib = _nativelib.load()
+    except ImportError as exc:
+        pytest.skip(f"pyamx._native is not built: {exc}")
+    names = [n for n in dir(lib) if n.startswith("PYAMX_OP_")]
+    assert len(names) == 14
+    assert {n: getattr(lib, n) for n in names} == {n: getattr(nlib, n) for n in names}
+    for n in names:
+        if n != "PYAMX_OP_NONE":
+            assert ffi.string(lib.pyamx_trap_op_name(getattr(lib, n))).decode() == n[len("PYAMX_OP_"):]
+
+
+@needs_trap
+def test_native_permission_goes_through_the_hook_only_after_enable():
+    res = run_py("""
+        from pyamx import _nativelib
+        nffi, nlib = _nativelib.load()
+        from pyamx import trap
+        before = lib.pyamx_trap_permission_granted()
+        trap.enable()
+        rc = nlib.pyamx_request_permission()
+        print(before, rc, lib.pyamx_trap_permission_granted(), nlib.pyamx_native_ready())
+    """)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.split() == ["0", "0", "1", "1"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -149,11 +223,13 @@ def test_enable_refuses_without_the_extension(monkeypatch):
 
 
 def run_py(code: str, env_extra=None, timeout=60):
+    """Runs code in a child Python: ``lib``/``ffi`` are pyamx._trap's, ``st`` the self-test kernels."""
     env = dict(os.environ)
     env.pop("PYAMX_TRAP_EMULATION", None)
-    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
+    env["PYTHONPATH"] = os.pathsep.join([ROOT, selftest_dir(), env.get("PYTHONPATH", "")])
     env.update(env_extra or {})
-    prelude = "from pyamx._native import lib, ffi\nimport numpy as np\n" + CFG_HELPERS
+    prelude = ("from pyamx._trap import lib, ffi\nfrom _pyamx_trap_selftest import lib as st\n"
+               "import numpy as np\n" + CFG_HELPERS)
     return subprocess.run(
         [sys.executable, "-c", prelude + textwrap.dedent(code)],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout,
@@ -204,9 +280,9 @@ def test_enable_through_the_module():
         trap.enable()  # idempotent
         assert trap.active()
         trap.grant_permission()
-        lib.pyamx_trap_selftest_ldtilecfg(u8p(make_cfg({0: (2, 8)})))
+        st.pyamx_trap_selftest_ldtilecfg(u8p(make_cfg({0: (2, 8)})))
         out = np.zeros(64, np.uint8)
-        lib.pyamx_trap_selftest_sttilecfg(u8p(out))
+        st.pyamx_trap_selftest_sttilecfg(u8p(out))
         print(trap.trapped_count(), sorted(trap.op_counts().items()), out[0], out[16], out[48])
     """, env_extra={"PYAMX_TRAP_EMULATION": "1"})
     assert res.returncode == 0, res.stderr
@@ -223,7 +299,7 @@ def test_enable_through_the_module():
 def test_tile_instruction_before_permission_dies_with_sigill():
     res = run_py("""
         assert lib.pyamx_trap_install() == 0
-        lib.pyamx_trap_selftest_ldtilecfg(u8p(make_cfg({0: (1, 4)})))
+        st.pyamx_trap_selftest_ldtilecfg(u8p(make_cfg({0: (1, 4)})))
         print("survived")
     """)
     assert dies_with(res, signal.SIGILL), (res.returncode, res.stderr)
@@ -236,7 +312,7 @@ def test_permission_reaches_faulthandler_too():
     res = run_py("""
         import faulthandler; faulthandler.enable()
         assert lib.pyamx_trap_install() == 0
-        lib.pyamx_trap_selftest_tilezero(0)
+        st.pyamx_trap_selftest_tilezero(0)
     """)
     assert dies_with(res, signal.SIGILL)
     assert "Fatal Python error: Illegal instruction" in res.stderr
@@ -260,7 +336,7 @@ BAD_CFGS = {
 def test_illegal_ldtilecfg_is_sigsegv(what):
     res = run_py(f"""
         assert lib.pyamx_trap_install() == 0 and lib.pyamx_trap_grant_permission() == 0
-        lib.pyamx_trap_selftest_ldtilecfg(u8p({BAD_CFGS[what]}))
+        st.pyamx_trap_selftest_ldtilecfg(u8p({BAD_CFGS[what]}))
         print("survived")
     """)
     assert dies_with(res, signal.SIGSEGV), (res.returncode, res.stderr)
@@ -272,7 +348,7 @@ def test_illegal_ldtilecfg_reaches_faulthandler_as_segfault():
     res = run_py("""
         import faulthandler; faulthandler.enable()
         assert lib.pyamx_trap_install() == 0 and lib.pyamx_trap_grant_permission() == 0
-        lib.pyamx_trap_selftest_ldtilecfg(u8p(make_cfg({0: (1, 4)}, palette=9)))
+        st.pyamx_trap_selftest_ldtilecfg(u8p(make_cfg({0: (1, 4)}, palette=9)))
     """)
     assert dies_with(res, signal.SIGSEGV)
     assert "Fatal Python error: Segmentation fault" in res.stderr
@@ -283,7 +359,7 @@ def test_tile_load_from_unmapped_memory_is_sigsegv():
     res = run_py("""
         assert lib.pyamx_trap_install() == 0 and lib.pyamx_trap_grant_permission() == 0
         out = np.zeros(1024, np.uint8)
-        lib.pyamx_trap_selftest_addressing(0, u8p(make_cfg({3: (2, 8)})), ffi.cast("void *", 16), 64, vp(out))
+        st.pyamx_trap_selftest_addressing(0, u8p(make_cfg({3: (2, 8)})), ffi.cast("void *", 16), 64, vp(out))
         print("survived")
     """)
     assert dies_with(res, signal.SIGSEGV), (res.returncode, res.stderr)
@@ -291,32 +367,32 @@ def test_tile_load_from_unmapped_memory_is_sigsegv():
 
 
 UD_SNIPPETS = {
-    "tilezero before any LDTILECFG": "lib.pyamx_trap_selftest_tilezero(1)",
+    "tilezero before any LDTILECFG": "st.pyamx_trap_selftest_tilezero(1)",
     "tilezero after palette 0": """
-        lib.pyamx_trap_selftest_ldtilecfg(u8p(make_cfg({}, palette=0)))
-        lib.pyamx_trap_selftest_tilezero(1)""",
+        st.pyamx_trap_selftest_ldtilecfg(u8p(make_cfg({}, palette=0)))
+        st.pyamx_trap_selftest_tilezero(1)""",
     "operands not distinct": """
-        lib.pyamx_trap_selftest_ldtilecfg(u8p(make_cfg({0: (2, 8), 1: (2, 8)})))
-        lib.pyamx_trap_selftest_dp_same()""",
+        st.pyamx_trap_selftest_ldtilecfg(u8p(make_cfg({0: (2, 8), 1: (2, 8)})))
+        st.pyamx_trap_selftest_dp_same()""",
     "unconfigured operand tile (tmm2)": """
         a = np.zeros(256, np.uint8)
-        lib.pyamx_trap_selftest_dot(lib.PYAMX_OP_TDPBF16PS, u8p(make_cfg({0: (2, 8), 1: (2, 8)})),
+        st.pyamx_trap_selftest_dot(lib.PYAMX_OP_TDPBF16PS, u8p(make_cfg({0: (2, 8), 1: (2, 8)})),
                                     vp(a), 64, vp(a), 64, vp(a), 64)""",
     "tsrc1 colsb/4 != tsrc2 rows": """
         a = np.zeros(1024, np.uint8)
-        lib.pyamx_trap_selftest_dot(lib.PYAMX_OP_TDPBSSD, u8p(make_cfg({0: (2, 8), 1: (2, 8), 2: (3, 8)})),
+        st.pyamx_trap_selftest_dot(lib.PYAMX_OP_TDPBSSD, u8p(make_cfg({0: (2, 8), 1: (2, 8), 2: (3, 8)})),
                                     vp(a), 64, vp(a), 64, vp(a), 64)""",
     "dest colsb != tsrc2 colsb": """
         a = np.zeros(1024, np.uint8)
-        lib.pyamx_trap_selftest_dot(lib.PYAMX_OP_TDPBF16PS, u8p(make_cfg({0: (2, 8), 1: (2, 8), 2: (2, 12)})),
+        st.pyamx_trap_selftest_dot(lib.PYAMX_OP_TDPBF16PS, u8p(make_cfg({0: (2, 8), 1: (2, 8), 2: (2, 12)})),
                                     vp(a), 64, vp(a), 64, vp(a), 64)""",
     "dest rows != tsrc1 rows": """
         a = np.zeros(1024, np.uint8)
-        lib.pyamx_trap_selftest_dot(lib.PYAMX_OP_TDPFP16PS, u8p(make_cfg({0: (3, 8), 1: (2, 8), 2: (2, 8)})),
+        st.pyamx_trap_selftest_dot(lib.PYAMX_OP_TDPFP16PS, u8p(make_cfg({0: (3, 8), 1: (2, 8), 2: (2, 8)})),
                                     vp(a), 64, vp(a), 64, vp(a), 64)""",
     "colsb not a multiple of 4": """
         a = np.zeros(1024, np.uint8)
-        lib.pyamx_trap_selftest_dot(lib.PYAMX_OP_TDPBUUD, u8p(make_cfg({0: (2, 6), 1: (2, 8), 2: (2, 6)})),
+        st.pyamx_trap_selftest_dot(lib.PYAMX_OP_TDPBUUD, u8p(make_cfg({0: (2, 6), 1: (2, 8), 2: (2, 6)})),
                                     vp(a), 64, vp(a), 64, vp(a), 64)""",
 }
 
@@ -335,7 +411,7 @@ def test_load_and_store_of_an_unconfigured_tile_are_legal():
     """AMX-E3 checks TILES_CONFIGURED and the register number only, as the emulator does."""
     res = run_py("assert lib.pyamx_trap_install() == 0 and lib.pyamx_trap_grant_permission() == 0\n"
                  "a = np.zeros(1024, np.uint8)\n"
-                 "lib.pyamx_trap_selftest_addressing(0, u8p(make_cfg({0: (2, 8)})), vp(a), 64, vp(a))\n"
+                 "st.pyamx_trap_selftest_addressing(0, u8p(make_cfg({0: (2, 8)})), vp(a), 64, vp(a))\n"
                  "print('survived')\n")
     assert res.returncode == 0 and "survived" in res.stdout, (res.returncode, res.stderr)
 
@@ -345,7 +421,7 @@ def test_genuine_illegal_instruction_reaches_faulthandler():
     res = run_py("""
         import faulthandler; faulthandler.enable()
         assert lib.pyamx_trap_install() == 0 and lib.pyamx_trap_grant_permission() == 0
-        lib.pyamx_trap_selftest_ud2()
+        st.pyamx_trap_selftest_ud2()
     """)
     assert dies_with(res, signal.SIGILL)
     assert res.stderr.count("Fatal Python error: Illegal instruction") == 1
@@ -356,7 +432,7 @@ def test_genuine_illegal_instruction_reaches_faulthandler():
 def test_genuine_illegal_instruction_without_faulthandler():
     res = run_py("""
         assert lib.pyamx_trap_install() == 0
-        lib.pyamx_trap_selftest_ud2()
+        st.pyamx_trap_selftest_ud2()
     """)
     assert dies_with(res, signal.SIGILL)
 
@@ -372,9 +448,9 @@ def test_faulthandler_reenabled_after_install():
         assert lib.pyamx_trap_active() == 0
         assert lib.pyamx_trap_ensure_installed() == 1
         assert lib.pyamx_trap_ensure_installed() == 0 and lib.pyamx_trap_active() == 1
-        lib.pyamx_trap_selftest_ldtilecfg(u8p(make_cfg({0: (1, 4)})))
+        st.pyamx_trap_selftest_ldtilecfg(u8p(make_cfg({0: (1, 4)})))
         print("emulated", lib.pyamx_trap_count(), flush=True)
-        lib.pyamx_trap_selftest_ud2()
+        st.pyamx_trap_selftest_ud2()
     """)
     assert "emulated 1" in res.stdout, res.stderr
     assert dies_with(res, signal.SIGILL)
@@ -389,7 +465,7 @@ def test_faulthandler_installed_on_top_then_reinstalled_does_not_loop():
         assert lib.pyamx_trap_install() == 0
         import faulthandler; faulthandler.enable()
         assert lib.pyamx_trap_ensure_installed() == 1
-        lib.pyamx_trap_selftest_ud2()
+        st.pyamx_trap_selftest_ud2()
     """, timeout=30)
     assert dies_with(res, signal.SIGILL)
     assert res.stderr.count("Fatal Python error: Illegal instruction") == 1
@@ -403,7 +479,7 @@ def test_previous_handler_that_returns_does_not_hang():
         import signal
         signal.signal(signal.SIGILL, lambda *a: None)
         assert lib.pyamx_trap_install() == 0
-        lib.pyamx_trap_selftest_ud2()
+        st.pyamx_trap_selftest_ud2()
     """, timeout=30)
     assert dies_with(res, signal.SIGILL)
 
@@ -427,11 +503,11 @@ def test_fork_keeps_the_forking_threads_tile_state():
         assert lib.pyamx_trap_install() == 0 and lib.pyamx_trap_grant_permission() == 0
         lib.pyamx_trap_thread_prepare()
         cfg = make_cfg({1: (3, 12), 6: (16, 64)})
-        lib.pyamx_trap_selftest_ldtilecfg(u8p(cfg))
+        st.pyamx_trap_selftest_ldtilecfg(u8p(cfg))
         pid = os.fork()
         if pid == 0:
             out = np.zeros(64, np.uint8)
-            lib.pyamx_trap_selftest_sttilecfg(u8p(out))   # permission inherited, state too
+            st.pyamx_trap_selftest_sttilecfg(u8p(out))   # permission inherited, state too
             os._exit(0 if (out == cfg).all() and lib.pyamx_trap_slots_in_use() == 1 else 3)
         _, status = os.waitpid(pid, 0)
         print("child", os.waitstatus_to_exitcode(status))
@@ -444,10 +520,15 @@ def test_fork_keeps_the_forking_threads_tile_state():
 # End to end in this process (pytest's faulthandler was enabled before the handler)
 
 
+st = None  # the self-test kernels in this process, loaded by `trapped`
+
+
 @pytest.fixture(scope="module")
 def trapped():
+    global st
     if WHY_NOT:
         pytest.skip(WHY_NOT)
+    st = selftest_lib()
     # Under PYAMX_TRAP_EMULATION=1 detection may have installed the mode already;
     # then it stays installed for the tests that follow.
     was_installed = lib.pyamx_trap_installed()
@@ -456,7 +537,7 @@ def trapped():
     assert lib.pyamx_trap_active() == 1
     lib.pyamx_trap_thread_prepare()
     yield
-    lib.pyamx_trap_selftest_release()
+    st.pyamx_trap_selftest_release()
     if not was_installed:
         lib.pyamx_trap_uninstall()
 
@@ -479,14 +560,14 @@ def test_installed_over_pytests_faulthandler(trapped):
 def test_config_roundtrip_and_counts(trapped):
     lib.pyamx_trap_reset_counts()
     cfg = make_cfg({0: (16, 64), 3: (5, 12), 7: (1, 1)}, start_row=4)
-    lib.pyamx_trap_selftest_ldtilecfg(u8p(cfg))
+    st.pyamx_trap_selftest_ldtilecfg(u8p(cfg))
     out = np.full(64, 0xAA, np.uint8)
-    lib.pyamx_trap_selftest_sttilecfg(u8p(out))
+    st.pyamx_trap_selftest_sttilecfg(u8p(out))
     assert (out == cfg).all()
     state_cfg, tiles = thread_state()
     assert (state_cfg == cfg).all() and not tiles.any()
-    lib.pyamx_trap_selftest_release()
-    lib.pyamx_trap_selftest_sttilecfg(u8p(out))
+    st.pyamx_trap_selftest_release()
+    st.pyamx_trap_selftest_sttilecfg(u8p(out))
     assert not out.any()  # init state stores 64 zero bytes
     assert lib.pyamx_trap_count() == 4
     assert lib.pyamx_trap_op_count(OP["LDTILECFG"]) == 1
@@ -497,18 +578,18 @@ def test_config_roundtrip_and_counts(trapped):
 def test_config_through_rip_relative_and_stack_operands(trapped):
     cfg = make_cfg({2: (7, 28), 5: (16, 64)})
     out = np.zeros(64, np.uint8)
-    lib.pyamx_trap_selftest_cfg_riprel(u8p(cfg), u8p(out))
+    st.pyamx_trap_selftest_cfg_riprel(u8p(cfg), u8p(out))
     assert (out == cfg).all()
     cfg2 = make_cfg({1: (3, 4)}, start_row=2)
-    lib.pyamx_trap_selftest_hold(u8p(cfg2), 0, u8p(out))
+    st.pyamx_trap_selftest_hold(u8p(cfg2), 0, u8p(out))
     assert (out == cfg2).all()
 
 
 def test_palette_zero_is_the_init_state(trapped):
-    lib.pyamx_trap_selftest_ldtilecfg(u8p(make_cfg({0: (4, 16)})))
+    st.pyamx_trap_selftest_ldtilecfg(u8p(make_cfg({0: (4, 16)})))
     junk = make_cfg({0: (4, 16)}, palette=0)
     junk[5] = 0x55  # ignored with palette 0
-    lib.pyamx_trap_selftest_ldtilecfg(u8p(junk))
+    st.pyamx_trap_selftest_ldtilecfg(u8p(junk))
     cfg, tiles = thread_state()
     assert not cfg.any() and not tiles.any()
 
@@ -521,7 +602,7 @@ def test_load_store_addressing_forms(trapped, form, rows, colsb):
     src = rng.integers(0, 256, 16 * stride + 64, dtype=np.uint8)
     dst = np.full(16 * stride + 64, 0xEE, np.uint8)
     cfg = make_cfg({t: (rows, colsb) for t in range(8)})
-    assert lib.pyamx_trap_selftest_addressing(form, u8p(cfg), vp(src), stride, vp(dst)) == 0
+    assert st.pyamx_trap_selftest_addressing(form, u8p(cfg), vp(src), stride, vp(dst)) == 0
     for r in range(16):
         got = dst[r * stride: r * stride + 64]
         if r < rows:
@@ -538,7 +619,7 @@ def test_negative_stride(trapped):
     cfg = make_cfg({3: (4, 64)})
     last = ffi.cast("uint8_t *", src.ctypes.data) + 3 * 64
     dst_last = ffi.cast("uint8_t *", dst.ctypes.data) + 3 * 64
-    assert lib.pyamx_trap_selftest_addressing(0, u8p(cfg), last, -64, dst_last) == 0
+    assert st.pyamx_trap_selftest_addressing(0, u8p(cfg), last, -64, dst_last) == 0
     assert (dst[:256] == src[:256]).all()
 
 
@@ -546,7 +627,7 @@ def test_start_row_restarts_a_load_and_is_reset(trapped):
     src = np.arange(1, 16 * 64 + 1, dtype=np.uint32).astype(np.uint8) | 1
     dst = np.zeros(16 * 64, np.uint8)
     cfg = make_cfg({3: (6, 64)}, start_row=2)
-    lib.pyamx_trap_selftest_addressing(0, u8p(cfg), vp(src), 64, vp(dst))
+    st.pyamx_trap_selftest_addressing(0, u8p(cfg), vp(src), 64, vp(dst))
     assert not dst[:128].any()  # rows 0-1 skipped by the load, zero from LDTILECFG
     assert (dst[128:384] == src[128:384]).all()
 
@@ -554,12 +635,12 @@ def test_start_row_restarts_a_load_and_is_reset(trapped):
 def test_tilezero(trapped):
     src = np.full(1024, 7, np.uint8)
     cfg = make_cfg({t: (16, 64) for t in range(8)})
-    lib.pyamx_trap_selftest_ldtilecfg(u8p(cfg))
-    lib.pyamx_trap_selftest_tilezero(6)
+    st.pyamx_trap_selftest_ldtilecfg(u8p(cfg))
+    st.pyamx_trap_selftest_tilezero(6)
     _, tiles = thread_state()
     assert not tiles.any()
     del src
-    lib.pyamx_trap_selftest_release()
+    st.pyamx_trap_selftest_release()
 
 
 # ---- the independent model: tests/reference.py (docs/semantics.md sections 2-4) ----
@@ -683,7 +764,7 @@ def run_dot(op, a_words, b_words, c_words, count=True):
     b = np.ascontiguousarray(b_words, np.uint32)
     c = np.array(c_words, np.uint32, copy=True, order="C")
     before = lib.pyamx_trap_op_count(op)
-    rc = lib.pyamx_trap_selftest_dot(op, u8p(cfg), vp(a), a.strides[0], vp(b), b.strides[0], vp(c), c.strides[0])
+    rc = st.pyamx_trap_selftest_dot(op, u8p(cfg), vp(a), a.strides[0], vp(b), b.strides[0], vp(c), c.strides[0])
     assert rc == 0
     if count:  # process-wide counter: only exact when one thread traps
         assert lib.pyamx_trap_op_count(op) == before + 1
@@ -830,15 +911,15 @@ def test_configuration_does_not_leak_between_threads(trapped):
     mine = make_cfg({1: (9, 36)})
     held_out = np.zeros(64, np.uint8)
     other = make_cfg({4: (2, 2), 5: (16, 64)})
-    t = threading.Thread(target=lambda: lib.pyamx_trap_selftest_hold(u8p(other), 300_000, u8p(held_out)))
+    t = threading.Thread(target=lambda: st.pyamx_trap_selftest_hold(u8p(other), 300_000, u8p(held_out)))
     t.start()
-    lib.pyamx_trap_selftest_ldtilecfg(u8p(mine))  # while the other thread holds its own config
+    st.pyamx_trap_selftest_ldtilecfg(u8p(mine))  # while the other thread holds its own config
     out = np.zeros(64, np.uint8)
-    lib.pyamx_trap_selftest_sttilecfg(u8p(out))
+    st.pyamx_trap_selftest_sttilecfg(u8p(out))
     t.join()
     assert (out == mine).all()
     assert (held_out == other).all()
-    lib.pyamx_trap_selftest_release()
+    st.pyamx_trap_selftest_release()
 
 
 def test_prepared_thread_frees_its_slot_at_exit(trapped):
@@ -846,7 +927,7 @@ def test_prepared_thread_frees_its_slot_at_exit(trapped):
 
     def worker():
         lib.pyamx_trap_thread_prepare()
-        lib.pyamx_trap_selftest_ldtilecfg(u8p(make_cfg({0: (1, 4)})))
+        st.pyamx_trap_selftest_ldtilecfg(u8p(make_cfg({0: (1, 4)})))
 
     t = threading.Thread(target=worker)
     t.start()
@@ -866,7 +947,7 @@ def test_more_threads_than_slots_without_prepare(trapped):
     def worker(i):
         cfg = make_cfg({i % 8: (1 + i % 16, 4)})
         out = np.zeros(64, np.uint8)
-        lib.pyamx_trap_selftest_hold(u8p(cfg), 0, u8p(out))
+        st.pyamx_trap_selftest_hold(u8p(cfg), 0, u8p(out))
         if not (out == cfg).all():
             failures.append(i)
 
@@ -876,3 +957,275 @@ def test_more_threads_than_slots_without_prepare(trapped):
         t.join()
     assert not failures
     assert lib.pyamx_trap_slots_in_use() <= 256
+
+
+# ---------------------------------------------------------------------------------------------
+# Other SIGILL handlers, installed while trapped instructions run (issue 9): the guard.
+#
+# A worker thread runs trapped instructions in a C loop (no Python in between, so no
+# reinstall-on-entry can help) while the main thread installs SIGILL handlers the ways real
+# programs do. Without the guard faulthandler.enable() killed the process (3 of 3 runs) and
+# signal.signal(SIGILL, ...) livelocked the worker (2 of 3); a timeout turns a livelock into a
+# failure here.
+
+GUARD_PRELUDE = """
+import faulthandler, os, signal, sys, threading, time
+from pyamx import trap
+trap.enable() if WITH_GUARD else lib.pyamx_trap_install()
+trap.grant_permission()
+g = trap.guard() if WITH_GUARD else trap.GuardStatus(True, "off for a control run", 0)
+print("guard", int(g.active), g.reason, flush=True)
+if not g.active:
+    sys.exit(0)
+stop = threading.Event()
+done = [0]
+
+def worker():
+    while not stop.is_set():
+        if st.pyamx_trap_selftest_loop(1, 200) != 0:  # TILEZERO x 200, trapped
+            print("loop failed", flush=True)
+            os._exit(3)
+        done[0] += 1
+
+th = threading.Thread(target=worker)
+th.start()
+while done[0] < 3:
+    time.sleep(0.005)
+"""
+
+GUARD_EPILOGUE = """
+before = done[0]
+time.sleep(0.2)
+progress = done[0] - before
+stop.set()
+th.join(20)
+print("progress", progress, "alive", int(th.is_alive()), "answered", trap.guard().answered, flush=True)
+"""
+
+
+def _skip_if_this_process_holds_the_guard():
+    if WHY_NOT:
+        pytest.skip(WHY_NOT)
+    if lib.pyamx_trap_guard_state() == lib.PYAMX_TRAP_GUARD_ACTIVE:
+        pytest.skip("this test process holds the trap guard's seccomp listener (PYAMX_TRAP_EMULATION=1 "
+                    "detection ran), and the kernel allows one per process tree: run tests/test_trap.py "
+                    "in its own pytest process to test the guard")
+
+
+def run_guarded(scenario: str, after: str = "", timeout: float = 60, with_guard=True):
+    """Runs `scenario` in the main thread while the worker traps; the child's output fields."""
+    _skip_if_this_process_holds_the_guard()
+    code = (f"WITH_GUARD = {with_guard}\n" + GUARD_PRELUDE + textwrap.dedent(scenario) + GUARD_EPILOGUE
+            + textwrap.dedent(after))
+    try:
+        res = run_py(code, env_extra={"PYTHONFAULTHANDLER": ""}, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        if not with_guard:
+            return None, {}
+        pytest.fail(f"the child hung (livelock) for {timeout} s")
+    first = res.stdout.splitlines()[0].split(" ", 2) if res.stdout else []
+    if first[:2] == ["guard", "0"]:
+        pytest.skip(f"the guard is unavailable here: {first[2] if len(first) > 2 else res.stderr}")
+    fields = {}
+    for line in res.stdout.splitlines():
+        parts = line.split()
+        for key, value in zip(parts[::2], parts[1::2]):
+            fields[key] = value
+    return res, fields
+
+
+def _survived(res, fields, answered=True):
+    assert res.returncode == 0, (res.returncode, res.stdout, res.stderr[-2000:])
+    assert int(fields["progress"]) > 0, "the worker made no progress after the handler came"
+    assert fields["alive"] == "0"
+    if answered:
+        assert int(fields["answered"]) > 0, "the guard never answered: the scenario did not exercise it"
+
+
+GUARD_SCENARIOS = {
+    "faulthandler toggled 2000 times": """
+        for _ in range(2000):
+            faulthandler.enable()
+            faulthandler.disable()
+        """,
+    "faulthandler.enable once": "faulthandler.enable()\n",
+    "signal.signal(SIGILL) from Python": "signal.signal(signal.SIGILL, lambda *a: None)\n",
+    "sigaction from C (libc)": "assert st.pyamx_trap_selftest_set_sigill(0) == 0\n",
+    "rt_sigaction from C (raw syscall)": "assert st.pyamx_trap_selftest_set_sigill(1) == 0\n",
+    # A SIGSYS-based design would kill this one: the thread cannot take a signal.
+    "sigaction from a thread that blocks every signal": """
+        def blocked():
+            signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals())
+            assert st.pyamx_trap_selftest_set_sigill(0) == 0
+            faulthandler.enable()
+        other = threading.Thread(target=blocked)
+        other.start()
+        other.join()
+        """,
+}
+
+
+@pytest.mark.parametrize("what", list(GUARD_SCENARIOS))
+def test_guard_keeps_trapped_instructions_running_when_another_handler_comes(what):
+    res, fields = run_guarded(GUARD_SCENARIOS[what])
+    _survived(res, fields)
+
+
+@pytest.mark.parametrize("what", ["faulthandler.enable once", "signal.signal(SIGILL) from Python"])
+def test_without_the_guard_the_same_scenario_kills_or_hangs(what):
+    """The control: reinstall-on-entry alone does not survive these scenarios (issue 9)."""
+    res, fields = run_guarded(GUARD_SCENARIOS[what], timeout=15, with_guard=False)
+    survived = res is not None and res.returncode == 0 and int(fields.get("progress", 0)) > 0
+    assert not survived, "the scenario no longer shows the race: the guard tests prove nothing"
+
+
+@pytest.mark.parametrize("how", [0, 1], ids=["libc", "raw-syscall"])
+def test_guard_passes_non_tile_sigills_to_a_handler_installed_from_c(how):
+    res, fields = run_guarded(f"assert st.pyamx_trap_selftest_set_sigill({how}) == 0\n", after="""
+        st.pyamx_trap_selftest_ud2()           # the C handler skips it
+        st.pyamx_trap_selftest_ud2()
+        print("seen", st.pyamx_trap_selftest_sigill_seen(), flush=True)
+        """)
+    _survived(res, fields)
+    # Exactly the two ud2s: none of the thousands of trapped TILEZEROs reached it.
+    assert fields["seen"] == "2"
+
+
+def test_guard_answers_sigaction_with_what_was_set_before():
+    # faulthandler saves the old action it is given and puts it back on disable(): the C
+    # handler must come back as the one the trap chains to.
+    res, fields = run_guarded("""
+        assert st.pyamx_trap_selftest_set_sigill(0) == 0
+        faulthandler.enable()
+        faulthandler.disable()
+        """, after="""
+        st.pyamx_trap_selftest_ud2()
+        print("seen", st.pyamx_trap_selftest_sigill_seen(), flush=True)
+        """)
+    _survived(res, fields)
+    assert fields["seen"] == "1"
+
+
+def test_guard_faulthandler_still_reports_a_genuine_illegal_instruction():
+    res, fields = run_guarded("faulthandler.enable()\n", after="st.pyamx_trap_selftest_ud2()\n")
+    assert int(fields["progress"]) > 0
+    assert dies_with(res, signal.SIGILL), (res.returncode, res.stderr[-2000:])
+    assert res.stderr.count("Fatal Python error: Illegal instruction") == 1
+
+
+def test_guard_python_handler_for_a_genuine_illegal_instruction_dies_instead_of_hanging():
+    # Python's C-level handler returns without moving RIP: silicon would fault forever.
+    res, fields = run_guarded("signal.signal(signal.SIGILL, lambda *a: None)\n",
+                              after="st.pyamx_trap_selftest_ud2()\n", timeout=60)
+    assert int(fields["progress"]) > 0
+    assert dies_with(res, signal.SIGILL), (res.returncode, res.stderr[-2000:])
+
+
+def test_guard_leaves_child_processes_alone():
+    # The filter survives fork and exec; children's own sigaction(SIGILL) calls must work.
+    res, fields = run_guarded("", after="""
+        import subprocess
+        child = subprocess.run([sys.executable, "-c",
+                                "import faulthandler, signal\\n"
+                                "faulthandler.enable(); faulthandler.disable()\\n"
+                                "signal.signal(signal.SIGILL, lambda *a: None)\\n"
+                                "print('exec child ok')"],
+                               capture_output=True, text=True, timeout=30)
+        print("exec", child.returncode, child.stdout.strip().replace(" ", "_"), flush=True)
+        pid = os.fork()
+        if pid == 0:
+            faulthandler.enable()
+            signal.signal(signal.SIGILL, signal.SIG_DFL)
+            os._exit(7)
+        print("fork", os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]), flush=True)
+        """)
+    _survived(res, fields, answered=False)
+    assert fields["exec"] == "0", res.stderr[-2000:]
+    assert fields["fork"] == "7"
+
+
+def test_guard_unavailable_in_a_trap_child_of_a_guarded_process_falls_back():
+    # One seccomp listener per process tree: the child says so and keeps reinstalling on entry.
+    res, fields = run_guarded("", after="""
+        import subprocess
+        env = dict(os.environ)
+        child = subprocess.run([sys.executable, "-c",
+                                "from pyamx import trap; trap.enable(); g = trap.guard(); "
+                                "print(int(g.active), g.reason)"],
+                               capture_output=True, text=True, timeout=30, env=env)
+        print("nested", child.stdout.split()[0] if child.stdout else "none", flush=True)
+        print(child.stdout, child.stderr, flush=True)
+        """)
+    _survived(res, fields, answered=False)
+    assert fields["nested"] == "0", res.stdout
+    assert "listener" in res.stdout
+
+
+def test_detection_report_says_whether_the_guard_is_active():
+    from dataclasses import replace
+
+    from pyamx.detect import RawFacts, TrapFacts, evaluate
+
+    raw = RawFacts(system="Linux", machine="x86_64", python=(3, 11, 0))
+    for reason in ("active: seccomp answers every sigaction(SIGILL)", "the kernel has no seccomp"):
+        rep = evaluate(replace(raw, trap=TrapFacts(available=True, requested=True, active=True, guard=reason)))
+        stage = next(s for s in rep.stages if s.name.startswith("trap-and-emulate"))
+        assert stage.value.endswith(f"; guard: {reason}")
+
+
+def test_guard_in_this_process_keeps_the_handler_installed():
+    """Where this pytest process holds the guard (trap-mode CI leg), the same checks in-process.
+
+    It does not enable the mode itself: the module fixture above would uninstall it again at
+    teardown under the feet of a detection report cached meanwhile.
+    """
+    if lib.pyamx_trap_guard_state() != lib.PYAMX_TRAP_GUARD_ACTIVE:
+        pytest.skip("this process holds no guard (the subprocess tests above cover it)")
+    from pyamx.tilecfg import TileConfig
+
+    import pyamx
+
+    was_enabled = faulthandler.is_enabled()
+    before = lib.pyamx_trap_guard_calls()
+    machine = pyamx.tile_machine(backend="native")
+    try:
+        signal.signal(signal.SIGILL, lambda *a: None)
+        assert lib.pyamx_trap_active() == 1
+        signal.signal(signal.SIGILL, signal.SIG_DFL)
+        faulthandler.disable()
+        faulthandler.enable()
+        assert lib.pyamx_trap_active() == 1  # the real disposition never changed
+        assert lib.pyamx_trap_ensure_installed() == 0
+        assert lib.pyamx_trap_guard_calls() >= before + 3
+        count = lib.pyamx_trap_count()
+        machine.ldtilecfg(TileConfig.make({0: (2, 8)}))
+        assert machine.sttilecfg()[48] == 2
+        assert lib.pyamx_trap_count() >= count + 2
+    finally:
+        if not was_enabled:
+            faulthandler.disable()
+        machine.tilerelease()
+
+
+def test_a_stale_trap_module_is_refused(monkeypatch):
+    from pyamx import trap
+
+    class Stale:
+        ffi = _trap.ffi
+
+        class lib:
+            @staticmethod
+            def pyamx_trap_build_version():
+                return ffi.new("char[]", b"0.0.1")
+
+    import pyamx
+
+    trap._load.cache_clear()
+    monkeypatch.setitem(sys.modules, "pyamx._trap", Stale)
+    monkeypatch.setattr(pyamx, "_trap", Stale, raising=False)
+    try:
+        with pytest.raises(BackendError, match="stale build"):
+            trap.enable()
+    finally:
+        monkeypatch.undo()
+        trap._load.cache_clear()

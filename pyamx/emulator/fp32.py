@@ -1,8 +1,10 @@
 """fp32 arithmetic on raw bit patterns, vectorized, with the AMX rules.
 
 Every function takes and returns uint32 arrays (numpy broadcasting applies)
-so NaN payloads and zero signs survive untouched; nothing here depends on
-the process's MXCSR.
+so NaN payloads and zero signs survive untouched. numpy's float arithmetic
+follows the calling thread's floating-point environment (on x86 the MXCSR
+rounding mode, FTZ and DAZ), so the engine runs inside
+:func:`default_fp_env`, which sets IEEE defaults and restores the caller's.
 
 Why float64 gives exact fp32 results: the product of two fp32 values (24-bit
 significands) has at most 48 significant bits and an exponent inside float64's
@@ -15,6 +17,12 @@ after rounding).
 """
 
 from __future__ import annotations
+
+import contextlib
+import ctypes
+import ctypes.util
+import platform
+import sys
 
 import numpy as np
 
@@ -30,9 +38,55 @@ MIN_NORMAL = 2.0**-126
 _TINY_SCALE = 2.0**192
 
 
+def _libm():
+    """libm's fegetenv/fesetenv where FE_DFL_ENV is ((const fenv_t *) -1) (glibc and musl on x86-64, aarch64)."""
+    if not sys.platform.startswith("linux") or platform.machine() not in ("x86_64", "AMD64", "aarch64"):
+        return None
+    try:
+        lib = ctypes.CDLL(ctypes.util.find_library("m") or "libm.so.6")
+        get, set_ = lib.fegetenv, lib.fesetenv
+    except (OSError, AttributeError):
+        return None
+    get.argtypes = set_.argtypes = [ctypes.c_void_p]
+    get.restype = set_.restype = ctypes.c_int
+    return get, set_
+
+
+_FENV = _libm()
+_FE_DFL_ENV = ctypes.c_void_p(-1)
+#: where the engine cannot set the floating-point environment, results follow the caller's
+FP_ENV_GUARDED = _FENV is not None
+
+
+@contextlib.contextmanager
+def default_fp_env():
+    """Run the block under IEEE defaults (RNE, no FTZ/DAZ); restore the caller's environment after.
+
+    The AMX rules (FTZ, DAZ, RNE) are applied explicitly by this module; the
+    caller's MXCSR (a -ffast-math library sets FTZ/DAZ on load, a user may
+    set round toward zero) must not leak into the float32/float64 steps.
+    """
+    if _FENV is None:
+        yield
+        return
+    saved = ctypes.create_string_buffer(256)  # larger than any fenv_t
+    _FENV[0](saved)
+    _FENV[1](_FE_DFL_ENV)
+    try:
+        yield
+    finally:
+        _FENV[1](saved)
+
+
+def daz32(bits) -> np.ndarray:
+    """fp32 bits with denormals replaced by the zero of their sign."""
+    bits = np.asarray(bits, dtype=np.uint32)
+    return np.where((bits & EXPONENT) == 0, bits & SIGN, bits)
+
+
 def is_nan(bits) -> np.ndarray:
     bits = np.asarray(bits, dtype=np.uint32)
-    return ((bits & EXPONENT) == EXPONENT) & ((bits & MANTISSA) != 0)
+    return (bits & ~SIGN) > EXPONENT
 
 
 def to_float64(bits, daz: bool) -> np.ndarray:
@@ -64,9 +118,10 @@ def round_to_fp32_values(s: np.ndarray, e: np.ndarray, tininess: str) -> np.ndar
     s = np.asarray(s, dtype=np.float64)
     s_bits = s.view(np.uint64)
     # Round to odd: a lost error forces the last bit on, so the true value is
-    # never mistaken for a tie by the second rounding.
-    needs_odd = (e != 0) & ((s_bits & np.uint64(1)) == 0)
-    if needs_odd.any():
+    # never mistaken for a tie by the second rounding. (e None: s is exact or
+    # its rounding is innocuous, see add_short_values.)
+    needs_odd = False if e is None else (e != 0) & ((s_bits & np.uint64(1)) == 0)
+    if np.any(needs_odd):
         away_from_zero = np.signbit(e) == np.signbit(s)
         s_bits = np.where(needs_odd, np.where(away_from_zero, s_bits + np.uint64(1), s_bits - np.uint64(1)), s_bits)
         s = s_bits.view(np.float64)
@@ -87,6 +142,34 @@ def round_to_fp32_values(s: np.ndarray, e: np.ndarray, tininess: str) -> np.ndar
 def add_values(x: np.ndarray, y: np.ndarray, tininess: str) -> np.ndarray:
     """fp32 ``x + y`` on float64 values that are exact fp32 numbers (no DAZ, NaNs as float64 makes them)."""
     return round_to_fp32_values(*_two_sum(x, y), tininess).astype(np.float64)
+
+
+# When is one float64 addition followed by one rounding to fp32 the correctly
+# rounded fp32 sum? When both addends have at most 24 significant bits (fp32
+# numbers, and products of two bf16 (16 bits) or two fp16 (22 bits) values),
+# whatever their exponents (inside float64's normal range, which holds every
+# such value and product here: |x| >= 2**-266). Proof: let |u| >= |v| > 0,
+# 2**e <= |u| < 2**(e+1), ulp = 2**(e-23) (u is a multiple of it).
+#  - |v| >= 2**(e-28): v's lowest bit is >= 2**(e-28-23), so u + v is a
+#    multiple of 2**(e-51) below 2**(e+2) in magnitude: at most 53 bits, and
+#    float64 adds it exactly. One rounding.
+#  - |v| < 2**(e-28) = ulp/32: u + v lies within ulp/32 of u, while the
+#    nearest rounding boundaries (midpoints) are at least ulp/4 from u (ulp/4
+#    below a power of two). So u + v rounds to u; fl64(u + v) lies between u
+#    and u + v (u is a float64 and rounding is monotone), so it rounds to u
+#    too. The roundings agree with an unbounded exponent as well, so the
+#    tininess (FTZ) decision is the same.
+# It fails for wider addends: u = 1, v = 2**-24 * (1 + 2**-47) (a 48-bit
+# product of two fp32 values) rounds up exactly, but fl64 drops 2**-71 and
+# leaves a tie that rounds to even (tests/test_matmul_engine.py shows both).
+# Generic fp32 products therefore keep the exact TwoSum path above.
+
+
+def add_short_values(x: np.ndarray, y: np.ndarray, tininess: str) -> np.ndarray:
+    """fp32 ``x + y`` for float64 values of at most 24 significant bits each: one float64 add, one rounding."""
+    with np.errstate(invalid="ignore", over="ignore"):
+        s = x + y
+    return round_to_fp32_values(s, None, tininess).astype(np.float64)
 
 
 def select_nan(result: np.ndarray, operands, rule: str) -> np.ndarray:

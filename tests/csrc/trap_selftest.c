@@ -1,4 +1,5 @@
-/* Test-only kernels for the trap-and-emulate mode (trap.c).
+/* Test-only kernels for the trap-and-emulate mode (csrc/trap/), built only
+ * for the tests (tests/trap_selftest_build.py), never shipped.
  *
  * They execute real AMX instructions.  Under trap mode on a CPU without
  * AMX each one traps and is emulated; on a CPU with AMX they would run on
@@ -14,14 +15,18 @@
  * operand, so every asm here carries a "memory" clobber of its own.
  */
 #define _GNU_SOURCE 1 /* REG_RIP */
-#include "pyamx.h"
+#include "trap_selftest.h"
 
 #include <stdint.h>
 #include <stddef.h>
 
-#if defined(__x86_64__) && defined(__linux__)
+#if !defined(__x86_64__) || !defined(__linux__)
+#error "the trap self-test kernels are x86-64 Linux only"
+#endif
 
+#include <errno.h>
 #include <immintrin.h>
+#include <sys/syscall.h>
 #include <signal.h>
 #include <string.h>
 #include <time.h>
@@ -224,33 +229,56 @@ int64_t pyamx_trap_selftest_raw_sigill_ns(int64_t n)
     return (int64_t)(t1.tv_sec - t0.tv_sec) * 1000000000 + (t1.tv_nsec - t0.tv_nsec);
 }
 
-#else
+/* ---- other code's SIGILL handler ---- */
 
-int32_t pyamx_trap_selftest_dot(int32_t op, const uint8_t *cfg, const void *a, int64_t lda,
-                                const void *b, int64_t ldb, void *c, int64_t ldc)
-{
-    (void)op; (void)cfg; (void)a; (void)lda; (void)b; (void)ldb; (void)c; (void)ldc;
-    return -1;
-}
-int32_t pyamx_trap_selftest_addressing(int32_t form, const uint8_t *cfg, const void *src,
-                                       int64_t stride, void *dst)
-{
-    (void)form; (void)cfg; (void)src; (void)stride; (void)dst;
-    return -1;
-}
-void pyamx_trap_selftest_hold(const uint8_t *cfg, int32_t usleep_us, uint8_t *cfg_out)
-{
-    (void)cfg; (void)usleep_us; (void)cfg_out;
-}
-void pyamx_trap_selftest_cfg_riprel(const uint8_t *cfg, uint8_t *cfg_out) { (void)cfg; (void)cfg_out; }
-void pyamx_trap_selftest_ldtilecfg(const uint8_t *cfg) { (void)cfg; }
-void pyamx_trap_selftest_sttilecfg(uint8_t *cfg_out) { (void)cfg_out; }
-void pyamx_trap_selftest_tilezero(int32_t tile) { (void)tile; }
-void pyamx_trap_selftest_release(void) {}
-void pyamx_trap_selftest_dp_same(void) {}
-void pyamx_trap_selftest_ud2(void) {}
-int32_t pyamx_trap_selftest_loop(int32_t kind, int64_t n) { (void)kind; (void)n; return -1; }
-int32_t pyamx_trap_selftest_nop(void) { return 0; }
-int64_t pyamx_trap_selftest_raw_sigill_ns(int64_t n) { (void)n; return -1; }
+static int64_t g_seen;
 
-#endif
+static void count_and_skip_ud2(int sig, siginfo_t *si, void *ctx)
+{
+    (void)sig;
+    (void)si;
+    ucontext_t *uc = ctx;
+    const uint8_t *rip = (const uint8_t *)uc->uc_mcontext.gregs[REG_RIP];
+    __atomic_fetch_add(&g_seen, 1, __ATOMIC_RELAXED);
+    if (rip[0] == 0x0F && rip[1] == 0x0B)
+        uc->uc_mcontext.gregs[REG_RIP] += 2;
+}
+
+/* The signal-return trampoline a raw rt_sigaction must name itself. */
+__asm__(".text\n"
+        "pyamx_trap_selftest_restorer:\n"
+        "    movl $15, %eax\n" /* rt_sigreturn */
+        "    syscall\n");
+extern char pyamx_trap_selftest_restorer[];
+
+struct kact {
+    uint64_t handler, flags, restorer, mask;
+};
+
+int32_t pyamx_trap_selftest_set_sigill(int32_t how)
+{
+    if (how == 1) {
+        struct kact k = {(uint64_t)(uintptr_t)count_and_skip_ud2,
+                         SA_SIGINFO | SA_NODEFER | 0x04000000 /* SA_RESTORER */,
+                         (uint64_t)(uintptr_t)pyamx_trap_selftest_restorer, 0};
+        long ret;
+        register long r10 __asm__("r10") = 8;
+        __asm__ volatile("syscall"
+                         : "=a"(ret)
+                         : "0"((long)SYS_rt_sigaction), "D"((long)SIGILL), "S"(&k), "d"(0L), "r"(r10)
+                         : "rcx", "r11", "memory");
+        return (int32_t)ret;
+    }
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sigemptyset(&sa.sa_mask);
+    if (how == 2) {
+        sa.sa_handler = SIG_DFL;
+    } else {
+        sa.sa_sigaction = count_and_skip_ud2;
+        sa.sa_flags = SA_SIGINFO | SA_NODEFER;
+    }
+    return sigaction(SIGILL, &sa, NULL) == 0 ? 0 : -errno;
+}
+
+int64_t pyamx_trap_selftest_sigill_seen(void) { return __atomic_load_n(&g_seen, __ATOMIC_RELAXED); }

@@ -1,0 +1,31 @@
+/* The one numbering of the AMX instructions, shared by every layer.
+ *
+ * Included by csrc/pyamx.h (pyamx._native) and csrc/trap/trap.h
+ * (pyamx._trap); build.py inlines it into both cdefs, so Python reads the
+ * same ids from either module's lib. Plain declarations only: cffi's
+ * cdef() parses this file.
+ */
+#ifndef PYAMX_OPS_H
+#define PYAMX_OPS_H
+
+/* Instruction ids: the trap decoder's results, the dot-product op of
+ * pyamx_dp_oneshot()/pyamx_tdp(), and the ids pyamx/isa.py reads from lib.
+ * Dot products are the contiguous range TDPBF16PS..TDPBUUD. */
+enum pyamx_op {
+    PYAMX_OP_NONE = 0,
+    PYAMX_OP_LDTILECFG = 1,
+    PYAMX_OP_STTILECFG = 2,
+    PYAMX_OP_TILERELEASE = 3,
+    PYAMX_OP_TILEZERO = 4,
+    PYAMX_OP_TILELOADD = 5,
+    PYAMX_OP_TILELOADDT1 = 6,
+    PYAMX_OP_TILESTORED = 7,
+    PYAMX_OP_TDPBF16PS = 8,
+    PYAMX_OP_TDPFP16PS = 9,
+    PYAMX_OP_TDPBSSD = 10,
+    PYAMX_OP_TDPBSUD = 11,
+    PYAMX_OP_TDPBUSD = 12,
+    PYAMX_OP_TDPBUUD = 13
+};
+
+#endif

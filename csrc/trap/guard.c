@@ -1,0 +1,309 @@
+/* The guard: this module's SIGILL handler stays the real disposition
+ * whatever other code installs, from whichever thread, in whatever order.
+ *
+ * Without it, a handler installed while trapped instructions run (pytest's
+ * faulthandler toggled by another thread, signal.signal(SIGILL, ...), a C
+ * library's sigaction) receives the tile instructions' SIGILLs: faulthandler
+ * kills the process, Python's handler returns and the instruction faults
+ * again forever.  Reinstalling before each native entry only narrows that
+ * window.
+ *
+ * A seccomp filter (all threads, SECCOMP_FILTER_FLAG_TSYNC) hands every
+ * rt_sigaction(SIGILL, ...) of the process to a supervisor thread of this
+ * module (SECCOMP_RET_USER_NOTIF), except the ones from this module's own
+ * call site (sigaction.c), recognised by their instruction pointer.  The
+ * supervisor answers the caller as the kernel would -- the old action is
+ * the one the process last set, the new one becomes the handler this mode
+ * chains to -- and the real disposition never changes.  A listener rather
+ * than SECCOMP_RET_TRAP because filters survive fork and exec: a trap
+ * action would kill any child program that touches SIGILL (a child Python
+ * enabling faulthandler) with SIGSYS, while a notification from another
+ * process is simply let through (SECCOMP_USER_NOTIF_FLAG_CONTINUE).
+ *
+ * Needs Linux >= 5.7 (TSYNC together with a listener) and a process that
+ * does not already sit under a seccomp listener (the kernel allows one per
+ * filter chain: a trap-mode child of a guarded trap-mode process gets
+ * EBUSY).  Otherwise pyamx_trap_ensure_installed() remains the defence.
+ */
+#define _GNU_SOURCE 1
+#include "internal.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <semaphore.h>
+#include <stddef.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/prctl.h>
+#include <sys/uio.h>
+
+/* Kernel headers are optional: without them the module builds with the
+ * guard reporting itself unavailable. */
+#if defined(__has_include)
+#if __has_include(<linux/seccomp.h>) && __has_include(<linux/filter.h>) && __has_include(<linux/audit.h>)
+#include <linux/audit.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#endif
+#endif
+
+#if defined(SECCOMP_SET_MODE_FILTER) && !defined(SECCOMP_FILTER_FLAG_TSYNC_ESRCH)
+#define SECCOMP_FILTER_FLAG_TSYNC_ESRCH (1UL << 4)
+#endif
+
+#if defined(SECCOMP_IOCTL_NOTIF_RECV) && defined(SECCOMP_USER_NOTIF_FLAG_CONTINUE) && \
+    defined(SECCOMP_FILTER_FLAG_NEW_LISTENER) && defined(SYS_seccomp)
+#define HAVE_LISTENER 1
+#else
+#define HAVE_LISTENER 0
+#endif
+
+static int32_t g_state = PYAMX_TRAP_GUARD_OFF;
+static const char *g_reason = "not requested";
+static int32_t g_on;       /* the supervisor answers this process's calls */
+static uint64_t g_calls;
+
+int guard_active(void) { return __atomic_load_n(&g_on, __ATOMIC_ACQUIRE); }
+int32_t pyamx_trap_guard_state(void) { return __atomic_load_n(&g_state, __ATOMIC_ACQUIRE); }
+const char *pyamx_trap_guard_reason(void) { return g_reason; }
+uint64_t pyamx_trap_guard_calls(void) { return __atomic_load_n(&g_calls, __ATOMIC_RELAXED); }
+
+#if HAVE_LISTENER
+
+static int g_listener = -1;
+static pid_t g_pid;
+static int g_result = -1; /* pyamx_trap_guard_install's answer, once decided */
+
+/* Copies through the kernel, so that a bad pointer from the caller becomes
+ * EFAULT for the caller, as the real system call would answer, instead of
+ * a SIGSEGV in the supervisor.  Falls back to a plain copy where a
+ * container forbids process_vm_*. */
+static int copy_mem(void *dst, const void *src, size_t n, int to_caller)
+{
+    struct iovec local = {to_caller ? (void *)src : dst, n};
+    struct iovec remote = {to_caller ? dst : (void *)src, n};
+    ssize_t r = to_caller ? process_vm_writev(g_pid, &local, 1, &remote, 1, 0)
+                          : process_vm_readv(g_pid, &local, 1, &remote, 1, 0);
+    if (r == (ssize_t)n)
+        return 0;
+    if (r < 0 && (errno == ENOSYS || errno == EPERM)) {
+        memcpy(dst, src, n);
+        return 0;
+    }
+    return EFAULT;
+}
+
+/* rt_sigaction(SIGILL, act, oldact, sigsetsize) of a thread of this
+ * process, answered on the virtual disposition, in the kernel's order:
+ * read act, swap, write oldact. */
+static void answer(const struct seccomp_data *d, struct seccomp_notif_resp *resp)
+{
+    uint64_t act = d->args[1], oact = d->args[2];
+    struct ksigaction newk, oldk;
+    if (d->args[3] != sizeof(uint64_t)) {
+        resp->error = -EINVAL;
+        return;
+    }
+    if (act && copy_mem(&newk, (const void *)(uintptr_t)act, sizeof newk, 0)) {
+        resp->error = -EFAULT;
+        return;
+    }
+    trap_lock();
+    chain_get(&oldk);
+    if (act)
+        chain_set(&newk);
+    trap_unlock();
+    __atomic_fetch_add(&g_calls, 1, __ATOMIC_RELAXED);
+    if (oact && copy_mem((void *)(uintptr_t)oact, &oldk, sizeof oldk, 1)) {
+        resp->error = -EFAULT;
+        return;
+    }
+    resp->error = 0;
+    resp->val = 0;
+}
+
+static int from_this_process(pid_t tid)
+{
+    return tid == g_pid || syscall(SYS_tgkill, g_pid, tid, 0) == 0;
+}
+
+static void serve(int fd)
+{
+    struct seccomp_notif req;
+    struct seccomp_notif_resp resp;
+    for (;;) {
+        memset(&req, 0, sizeof req);
+        if (ioctl(fd, SECCOMP_IOCTL_NOTIF_RECV, &req) != 0) {
+            if (errno == EINTR || errno == ENOENT)
+                continue;
+            break;
+        }
+        memset(&resp, 0, sizeof resp);
+        resp.id = req.id;
+        /* Other processes (children after fork or exec inherit the
+         * filter), and this one after pyamx_trap_uninstall(), get the
+         * real system call. */
+        if (guard_active() && pyamx_trap_installed() && req.data.nr == SYS_rt_sigaction &&
+            from_this_process((pid_t)req.pid))
+            answer(&req.data, &resp);
+        else
+            resp.flags = SECCOMP_USER_NOTIF_FLAG_CONTINUE;
+        /* ENOENT: the caller was interrupted by a signal meanwhile; the
+         * kernel restarts its call, which arrives here again. */
+        ioctl(fd, SECCOMP_IOCTL_NOTIF_SEND, &resp);
+    }
+    /* Unreachable in practice; closing turns later calls into ENOSYS
+     * instead of leaving them waiting for an answer. */
+    __atomic_store_n(&g_on, 0, __ATOMIC_RELEASE);
+    close(fd);
+}
+
+#define LD_ABS(field) BPF_STMT(BPF_LD | BPF_W | BPF_ABS, (field))
+#define JEQ(k, t, f) BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, (k), (t), (f))
+
+/* Decided by architecture and number first, so the kernel's per-syscall
+ * cache (Linux >= 5.11) skips the filter for every other system call. */
+static long attach_filter(uint64_t site_ip, unsigned long extra_flags)
+{
+    uint32_t ip_lo = (uint32_t)site_ip, ip_hi = (uint32_t)(site_ip >> 32);
+    struct sock_filter code[] = {
+        LD_ABS(offsetof(struct seccomp_data, arch)),
+        JEQ(AUDIT_ARCH_X86_64, 0, 8),
+        LD_ABS(offsetof(struct seccomp_data, nr)),
+        JEQ(SYS_rt_sigaction, 0, 6),
+        LD_ABS(offsetof(struct seccomp_data, args[0])), /* int signum: low half */
+        JEQ(SIGILL, 0, 4),
+        LD_ABS(offsetof(struct seccomp_data, instruction_pointer)),
+        JEQ(ip_lo, 0, 3),
+        LD_ABS(offsetof(struct seccomp_data, instruction_pointer) + 4),
+        JEQ(ip_hi, 0, 1),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_USER_NOTIF),
+    };
+    /* The jumps above: arch/nr/signum mismatch -> ALLOW (index 10); the
+     * site's address -> ALLOW; anything else -> USER_NOTIF (index 11). */
+    struct sock_fprog prog = {(unsigned short)(sizeof code / sizeof code[0]), code};
+    unsigned long flags = SECCOMP_FILTER_FLAG_NEW_LISTENER | SECCOMP_FILTER_FLAG_TSYNC |
+                          SECCOMP_FILTER_FLAG_TSYNC_ESRCH | extra_flags;
+    return syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, flags, &prog);
+}
+
+struct start {
+    sem_t done;
+    int err;
+};
+
+static void *supervisor(void *arg)
+{
+    struct start *s = arg;
+    long fd = -1;
+    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) {
+        s->err = errno;
+    } else {
+        /* SPEC_ALLOW keeps older kernels from forcing the speculative
+         * store bypass mitigation on the whole process. */
+        fd = attach_filter(trap_raw_sigaction_ip(), SECCOMP_FILTER_FLAG_SPEC_ALLOW);
+        if (fd < 0 && errno == EINVAL)
+            fd = attach_filter(trap_raw_sigaction_ip(), 0);
+        s->err = fd < 0 ? errno : 0;
+    }
+    if (fd >= 0) {
+        g_listener = (int)fd;
+        __atomic_store_n(&g_on, 1, __ATOMIC_RELEASE);
+    }
+    sem_post(&s->done); /* s is gone after this */
+    if (fd >= 0)
+        serve((int)fd);
+    return NULL;
+}
+
+/* A forked child keeps the filter but not the supervisor thread: its calls
+ * reach the parent's supervisor, which lets them through.  The child drops
+ * its copy of the listener so that, once the parent is gone, its calls fail
+ * (ENOSYS) instead of waiting for an answer nobody will give. */
+static void atfork_child(void)
+{
+    if (g_listener >= 0) {
+        close(g_listener);
+        g_listener = -1;
+    }
+    __atomic_store_n(&g_on, 0, __ATOMIC_RELEASE);
+    g_state = PYAMX_TRAP_GUARD_FAILED;
+    g_result = ECHILD;
+    g_reason = "this is a forked child: the guard's supervisor thread stayed in the parent";
+}
+
+static const char *why(int err)
+{
+    switch (err) {
+    case EINVAL: return "the kernel lacks seccomp listeners with TSYNC (Linux >= 5.7 needed)";
+    case EBUSY:
+        return "this process already sits under a seccomp listener (a parent in trap mode with its "
+               "guard, or a container supervisor); the kernel allows one";
+    case ESRCH: return "another thread has its own seccomp filter, so one filter cannot cover all threads";
+    case EACCES:
+    case EPERM: return "seccomp filters are not permitted here";
+    case ENOSYS: return "the kernel has no seccomp";
+    case EAGAIN: return "could not start the supervisor thread";
+    case ECHILD: return "this is a forked child: the guard's supervisor thread stayed in the parent";
+    default: return "seccomp refused the filter";
+    }
+}
+
+int pyamx_trap_guard_install(void)
+{
+    static pthread_mutex_t once = PTHREAD_MUTEX_INITIALIZER;
+    if (!pyamx_trap_installed())
+        return EINVAL;
+    pthread_mutex_lock(&once);
+    if (g_result < 0) {
+        struct start s;
+        pthread_t t;
+        pthread_attr_t attr;
+        sigset_t all, old;
+        sem_init(&s.done, 0, 0);
+        s.err = 0;
+        g_pid = getpid();
+        pthread_attr_init(&attr);
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        /* The supervisor must never run a signal handler: one that called
+         * sigaction(SIGILL) there would wait for itself. */
+        sigfillset(&all);
+        pthread_sigmask(SIG_SETMASK, &all, &old);
+        int rc = pthread_create(&t, &attr, supervisor, &s);
+        pthread_sigmask(SIG_SETMASK, &old, NULL);
+        pthread_attr_destroy(&attr);
+        if (rc != 0) {
+            s.err = EAGAIN;
+        } else {
+            while (sem_wait(&s.done) != 0 && errno == EINTR)
+                ;
+        }
+        sem_destroy(&s.done);
+        g_result = s.err;
+        if (g_result == 0) {
+            pthread_atfork(NULL, NULL, atfork_child);
+            g_reason = "active: seccomp answers every sigaction(SIGILL) of this process";
+            __atomic_store_n(&g_state, PYAMX_TRAP_GUARD_ACTIVE, __ATOMIC_RELEASE);
+        } else {
+            g_reason = why(g_result);
+            __atomic_store_n(&g_state, PYAMX_TRAP_GUARD_FAILED, __ATOMIC_RELEASE);
+        }
+    }
+    int r = g_result;
+    pthread_mutex_unlock(&once);
+    return r;
+}
+
+#else /* headers without seccomp listeners */
+
+int pyamx_trap_guard_install(void)
+{
+    if (!pyamx_trap_installed())
+        return EINVAL;
+    g_reason = "built against kernel headers without seccomp listeners";
+    __atomic_store_n(&g_state, PYAMX_TRAP_GUARD_FAILED, __ATOMIC_RELEASE);
+    return ENOSYS;
+}
+
+#endif

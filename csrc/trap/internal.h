@@ -1,0 +1,105 @@
+/* Declarations shared by the trap module's source files, kept out of its
+ * cffi API (trap.h).  Everything declared here that the SIGILL handler
+ * reaches is async-signal-safe: no malloc, no stdio, no locks, no Python,
+ * no lazily allocated TLS.
+ */
+#ifndef PYAMX_TRAP_INTERNAL_H
+#define PYAMX_TRAP_INTERNAL_H
+
+#if !defined(__x86_64__) || !defined(__linux__)
+#error "pyamx._trap is built for x86-64 Linux only (build.py skips it elsewhere)"
+#endif
+
+#include "trap.h"
+
+#include <signal.h>
+#include <stdint.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#define N_OPS (PYAMX_OP_TDPBUUD + 1)
+
+static inline int32_t trap_tid(void) { return (int32_t)syscall(SYS_gettid); }
+
+/* ---- state.c ---- */
+
+struct tile_state {
+    uint8_t tiles[8][16][64];
+    /* tsrc2 widened to fp32 once per instruction: [k][even/odd][n].  Lives
+     * here rather than on the (alternate) signal stack. */
+    uint32_t bconv[16][2][16];
+    uint8_t palette;
+    uint8_t start_row;
+    uint8_t rows[8];
+    uint16_t colsb[8];
+};
+
+void state_init(struct tile_state *st);
+/* The calling thread's state, claimed on first use; NULL when the table is full. */
+struct tile_state *state_for(int32_t tid);
+/* pthread key and fork handler; from pthread_once in install. */
+void state_setup_once(void);
+
+/* ---- msg.c: one line for fd 2, built on the stack ---- */
+
+struct msg {
+    char buf[320];
+    unsigned n;
+};
+
+void m_str(struct msg *m, const char *s);
+void m_dec(struct msg *m, int64_t v);
+void m_hex(struct msg *m, uint64_t v);
+void m_tile(struct msg *m, const char *what, int t);
+/* Writes the line unless pyamx_trap_set_verbose(0). */
+void m_emit(struct msg *m);
+
+/* ---- semantics.c ---- */
+
+enum { EXEC_OK = 0, EXEC_UD = 1, EXEC_GP = 2 };
+
+/* Performs one decoded, permitted instruction on st; on EXEC_UD/EXEC_GP the
+ * rule that failed is appended to m. */
+int trap_execute(struct tile_state *st, const struct pyamx_trap_insn *in, struct msg *m);
+
+/* ---- sigaction.c: the kernel's view of a disposition ---- */
+
+/* struct sigaction as the rt_sigaction system call takes it on x86-64. */
+struct ksigaction {
+    uint64_t handler;
+    uint64_t flags;
+    uint64_t restorer;
+    uint64_t mask;
+};
+
+/* rt_sigaction from this module's one syscall site, which the guard's
+ * filter lets through; returns 0 or -errno. */
+long trap_raw_sigaction(int sig, const struct ksigaction *act, struct ksigaction *old);
+/* The address right after that site's syscall instruction: what seccomp
+ * reports as instruction_pointer for it. */
+uint64_t trap_raw_sigaction_ip(void);
+/* A signal-return trampoline (sa_restorer) for handlers this module installs. */
+uint64_t trap_restorer(void);
+
+/* The SIGILL disposition the process believes in (what other code last
+ * set, or what was there at install): the handler this mode chains to.
+ * A sequence lock: readers in signal handlers retry, never wait. */
+void chain_get(struct ksigaction *out);
+/* Writers run in normal context, serialised by the caller. */
+void chain_set(const struct ksigaction *in);
+
+/* ---- signals.c ---- */
+
+void trap_handler(int sig, siginfo_t *si, void *ctx);
+int trap_is_ours(const struct ksigaction *k);
+/* Serialises chain_set() and real installs between normal-context callers
+ * (install, reinstall, uninstall, the guard's supervisor). */
+void trap_lock(void);
+void trap_unlock(void);
+
+/* ---- guard.c ---- */
+
+/* Nonzero while the guard answers this process's sigaction(SIGILL) calls. */
+int guard_active(void);
+
+#endif

@@ -1,0 +1,363 @@
+/* Instruction semantics of the trap mode (SEMANTICS.md sections 1 and 2):
+ * the tile configuration rules, loads and stores, and the six dot products
+ * on a thread's emulated tile state.  Called by the SIGILL handler for an
+ * instruction that decoded and is permitted; every rule that silicon
+ * enforces with #UD or #GP is checked here and reported through the
+ * message.
+ */
+#include "internal.h"
+#include "fp32.h"
+
+#include <immintrin.h>
+#include <string.h>
+
+static int gp_cfg(struct msg *m, const char *rule, int64_t a, int64_t b)
+{
+    m_str(m, rule);
+    if (a >= 0) {
+        m_str(m, " ");
+        m_dec(m, a);
+    }
+    if (b >= 0) {
+        m_str(m, " value ");
+        m_dec(m, b);
+    }
+    return EXEC_GP;
+}
+
+static int do_ldtilecfg(struct tile_state *st, const uint8_t *mem, struct msg *m)
+{
+    uint8_t c[64];
+    memcpy(c, mem, 64); /* a bad address faults here: SIGSEGV, as the #PF would */
+    if (c[0] == 0) {
+        state_init(st);
+        return EXEC_OK;
+    }
+    if (c[0] > 1)
+        return gp_cfg(m, "palette_id (byte 0) is not 0 or 1:", -1, c[0]);
+    for (int b = 2; b < 64; b++) {
+        if ((b >= 2 && b < 16) || (b >= 32 && b < 48) || b >= 56) {
+            if (c[b])
+                return gp_cfg(m, "reserved byte is not zero: byte", b, c[b]);
+        }
+    }
+    uint16_t colsb[8];
+    for (int t = 0; t < 8; t++) {
+        colsb[t] = (uint16_t)(c[16 + 2 * t] | (c[17 + 2 * t] << 8));
+        if (colsb[t] > 64)
+            return gp_cfg(m, "colsb > 64 for tile", t, colsb[t]);
+        if (c[48 + t] > 16)
+            return gp_cfg(m, "rows > 16 for tile", t, c[48 + t]);
+        if ((colsb[t] == 0) != (c[48 + t] == 0))
+            return gp_cfg(m, "exactly one of rows/colsb is zero for tile", t, -1);
+    }
+    state_init(st); /* a successful LDTILECFG zeroes all tile data */
+    st->palette = 1;
+    st->start_row = c[1];
+    for (int t = 0; t < 8; t++) {
+        st->colsb[t] = colsb[t];
+        st->rows[t] = c[48 + t];
+    }
+    return EXEC_OK;
+}
+
+static void do_sttilecfg(const struct tile_state *st, uint8_t *mem)
+{
+    uint8_t c[64];
+    memset(c, 0, 64);
+    if (st->palette) {
+        c[0] = st->palette;
+        c[1] = st->start_row;
+        for (int t = 0; t < 8; t++) {
+            c[16 + 2 * t] = (uint8_t)(st->colsb[t] & 0xFF);
+            c[17 + 2 * t] = (uint8_t)(st->colsb[t] >> 8);
+            c[48 + t] = st->rows[t];
+        }
+    }
+    memcpy(mem, c, 64);
+}
+
+static int need_configured(const struct tile_state *st, struct msg *m)
+{
+    if (st->palette)
+        return 0;
+    m_str(m, "tiles are not configured (init state; no LDTILECFG)");
+    return 1;
+}
+
+static int need_register(const char *what, int t, struct msg *m)
+{
+    if (t < 8)
+        return 0;
+    m_tile(m, what, t);
+    m_str(m, " does not exist in palette 1 (tmm0..tmm7)");
+    return 1;
+}
+
+static int need_tile(const struct tile_state *st, const char *what, int t, struct msg *m)
+{
+    if (need_register(what, t, m))
+        return 1;
+    if (st->rows[t] == 0) {
+        m_tile(m, what, t);
+        m_str(m, " is not configured (rows=0, colsb=0)");
+        return 1;
+    }
+    return 0;
+}
+
+static void zero_tail(struct tile_state *st, int t, int rows, int bytes)
+{
+    for (int r = 0; r < 16; r++) {
+        int from = r < rows ? bytes : 0;
+        if (from < 64)
+            memset(&st->tiles[t][r][from], 0, (size_t)(64 - from));
+    }
+}
+
+static void do_tileloadd(struct tile_state *st, int t, uint64_t base, int64_t stride)
+{
+    int rows = st->rows[t], colsb = st->colsb[t];
+    for (int r = st->start_row; r < rows; r++) {
+        /* start_row tracks progress so a fault on a row leaves the
+         * restart point where silicon would. */
+        st->start_row = (uint8_t)r;
+        const uint8_t *src = (const uint8_t *)(uintptr_t)(base + (uint64_t)r * (uint64_t)stride);
+        memcpy(st->tiles[t][r], src, (size_t)colsb);
+        memset(&st->tiles[t][r][colsb], 0, (size_t)(64 - colsb));
+    }
+    for (int r = rows; r < 16; r++)
+        memset(st->tiles[t][r], 0, 64);
+    st->start_row = 0;
+}
+
+static void do_tilestored(struct tile_state *st, int t, uint64_t base, int64_t stride)
+{
+    int rows = st->rows[t], colsb = st->colsb[t];
+    for (int r = st->start_row; r < rows; r++) {
+        st->start_row = (uint8_t)r;
+        uint8_t *dst = (uint8_t *)(uintptr_t)(base + (uint64_t)r * (uint64_t)stride);
+        memcpy(dst, st->tiles[t][r], (size_t)colsb);
+    }
+    st->start_row = 0;
+}
+
+static inline uint32_t rd32(const uint8_t *p)
+{
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+
+static inline void wr32(uint8_t *p, uint32_t v) { memcpy(p, &v, 4); }
+
+static inline void widen_pair(uint32_t w, int fp16, uint32_t *lo, uint32_t *hi)
+{
+    if (fp16) {
+        *lo = f16_to_f32((uint16_t)(w & 0xFFFF));
+        *hi = f16_to_f32((uint16_t)(w >> 16));
+    } else {
+        *lo = w << 16; /* bf16 -> fp32 is a shift: exact, NaN payload kept */
+        *hi = w & 0xFFFF0000u;
+    }
+}
+
+/* Kept out of line so that no fp operation can be scheduled across the
+ * MXCSR switch in its caller.
+ *
+ * Two paths with identical results.  When no used element of tsrc1 or
+ * tsrc2 is an infinity or NaN, no product is special, so even/odd can
+ * only become infinite by overflow and never NaN: the hardware FMA under
+ * TRAP_MXCSR is then exactly fma32, and 8 lanes at a time are safe.
+ * Otherwise the scalar fma32 with its explicit NaN order runs.  The final
+ * two add32 per element are always scalar, as the destination may hold
+ * NaNs whose order matters. */
+__attribute__((noinline, target("avx,fma"))) static void dp_float_rows(struct tile_state *st,
+                                                                        int d, int s1, int s2,
+                                                                        int fp16)
+{
+    int M = st->rows[d], K = st->rows[s2], N = st->colsb[d] / 4;
+    uint32_t special = 0;
+    for (int k = 0; k < K; k++) {
+        for (int n = 0; n < 16; n++) {
+            uint32_t lo, hi;
+            widen_pair(rd32(&st->tiles[s2][k][4 * n]), fp16, &lo, &hi);
+            st->bconv[k][0][n] = lo;
+            st->bconv[k][1][n] = hi;
+            if (n < N)
+                special |= (uint32_t)(is_special32(lo) | is_special32(hi));
+        }
+    }
+    for (int m = 0; m < M && !special; m++) {
+        for (int k = 0; k < K; k++) {
+            uint32_t lo, hi;
+            widen_pair(rd32(&st->tiles[s1][m][4 * k]), fp16, &lo, &hi);
+            special |= (uint32_t)(is_special32(lo) | is_special32(hi));
+        }
+    }
+
+    for (int m = 0; m < M; m++) {
+        uint32_t even[16], odd[16];
+        if (!special) {
+            __m256 e0 = _mm256_setzero_ps(), e1 = _mm256_setzero_ps();
+            __m256 o0 = _mm256_setzero_ps(), o1 = _mm256_setzero_ps();
+            for (int k = 0; k < K; k++) {
+                uint32_t lo, hi;
+                widen_pair(rd32(&st->tiles[s1][m][4 * k]), fp16, &lo, &hi);
+                __m256 a0 = _mm256_set1_ps(bits_f(lo)), a1 = _mm256_set1_ps(bits_f(hi));
+                const float *b0 = (const float *)st->bconv[k][0];
+                const float *b1 = (const float *)st->bconv[k][1];
+                e0 = _mm256_fmadd_ps(a0, _mm256_loadu_ps(b0), e0);
+                e1 = _mm256_fmadd_ps(a0, _mm256_loadu_ps(b0 + 8), e1);
+                o0 = _mm256_fmadd_ps(a1, _mm256_loadu_ps(b1), o0);
+                o1 = _mm256_fmadd_ps(a1, _mm256_loadu_ps(b1 + 8), o1);
+            }
+            _mm256_storeu_ps((float *)even, e0);
+            _mm256_storeu_ps((float *)even + 8, e1);
+            _mm256_storeu_ps((float *)odd, o0);
+            _mm256_storeu_ps((float *)odd + 8, o1);
+        } else {
+            for (int n = 0; n < N; n++)
+                even[n] = odd[n] = 0; /* +0.0 */
+            for (int k = 0; k < K; k++) {
+                uint32_t a0, a1;
+                widen_pair(rd32(&st->tiles[s1][m][4 * k]), fp16, &a0, &a1);
+                for (int n = 0; n < N; n++) {
+                    even[n] = fma32(a0, st->bconv[k][0][n], even[n]);
+                    odd[n] = fma32(a1, st->bconv[k][1][n], odd[n]);
+                }
+            }
+        }
+        for (int n = 0; n < N; n++) {
+            uint32_t t = add32(even[n], odd[n]);
+            uint8_t *cp = &st->tiles[d][m][4 * n];
+            wr32(cp, add32(rd32(cp), t));
+        }
+    }
+}
+
+static void dp_int8_rows(struct tile_state *st, int d, int s1, int s2, int s1_signed, int s2_signed)
+{
+    int M = st->rows[d], K = st->rows[s2], N = st->colsb[d] / 4;
+    for (int m = 0; m < M; m++) {
+        for (int n = 0; n < N; n++) {
+            uint32_t acc = rd32(&st->tiles[d][m][4 * n]);
+            for (int k = 0; k < K; k++) {
+                const uint8_t *a = &st->tiles[s1][m][4 * k];
+                const uint8_t *b = &st->tiles[s2][k][4 * n];
+                for (int i = 0; i < 4; i++) {
+                    int32_t x = s1_signed ? (int32_t)(int8_t)a[i] : (int32_t)a[i];
+                    int32_t y = s2_signed ? (int32_t)(int8_t)b[i] : (int32_t)b[i];
+                    acc += (uint32_t)(x * y); /* |x*y| <= 2^14: no int overflow; wrap is in acc */
+                }
+            }
+            wr32(&st->tiles[d][m][4 * n], acc);
+        }
+    }
+}
+
+static int do_dot(struct tile_state *st, const struct pyamx_trap_insn *in, struct msg *m)
+{
+    int d = in->tdst, s1 = in->tsrc1, s2 = in->tsrc2;
+    if (need_configured(st, m) || need_tile(st, "tsrcdest", d, m) ||
+        need_tile(st, "tsrc1", s1, m) || need_tile(st, "tsrc2", s2, m))
+        return EXEC_UD;
+    if (d == s1 || d == s2 || s1 == s2) {
+        m_str(m, "operands are not three different tiles: ");
+        m_tile(m, "tsrcdest", d);
+        m_tile(m, ", tsrc1", s1);
+        m_tile(m, ", tsrc2", s2);
+        return EXEC_UD;
+    }
+    const int ts[3] = {d, s1, s2};
+    const char *const names[3] = {"tsrcdest", "tsrc1", "tsrc2"};
+    for (int i = 0; i < 3; i++) {
+        if (st->colsb[ts[i]] % 4) {
+            m_tile(m, names[i], ts[i]);
+            m_str(m, " colsb is not a multiple of 4: ");
+            m_dec(m, st->colsb[ts[i]]);
+            return EXEC_UD;
+        }
+    }
+    if (st->colsb[d] != st->colsb[s2]) {
+        m_str(m, "tsrcdest colsb ");
+        m_dec(m, st->colsb[d]);
+        m_str(m, " != tsrc2 colsb ");
+        m_dec(m, st->colsb[s2]);
+        return EXEC_UD;
+    }
+    if (st->colsb[s1] / 4 != st->rows[s2]) {
+        m_str(m, "tsrc1 colsb/4 ");
+        m_dec(m, st->colsb[s1] / 4);
+        m_str(m, " != tsrc2 rows ");
+        m_dec(m, st->rows[s2]);
+        return EXEC_UD;
+    }
+    if (st->rows[d] != st->rows[s1]) {
+        m_str(m, "tsrcdest rows ");
+        m_dec(m, st->rows[d]);
+        m_str(m, " != tsrc1 rows ");
+        m_dec(m, st->rows[s1]);
+        return EXEC_UD;
+    }
+    if (st->rows[s2] > 16 || st->colsb[d] > 64) {
+        m_str(m, "K or N exceeds tmul_maxk/tmul_maxn");
+        return EXEC_UD;
+    }
+
+    switch (in->op) {
+    case PYAMX_OP_TDPBF16PS:
+    case PYAMX_OP_TDPFP16PS: {
+        unsigned int saved = _mm_getcsr();
+        _mm_setcsr(TRAP_MXCSR);
+        dp_float_rows(st, d, s1, s2, in->op == PYAMX_OP_TDPFP16PS);
+        _mm_setcsr(saved);
+        break;
+    }
+    case PYAMX_OP_TDPBSSD: dp_int8_rows(st, d, s1, s2, 1, 1); break;
+    case PYAMX_OP_TDPBSUD: dp_int8_rows(st, d, s1, s2, 1, 0); break;
+    case PYAMX_OP_TDPBUSD: dp_int8_rows(st, d, s1, s2, 0, 1); break;
+    case PYAMX_OP_TDPBUUD: dp_int8_rows(st, d, s1, s2, 0, 0); break;
+    }
+    zero_tail(st, d, st->rows[d], st->colsb[d]);
+    st->start_row = 0;
+    return EXEC_OK;
+}
+
+int trap_execute(struct tile_state *st, const struct pyamx_trap_insn *in, struct msg *m)
+{
+    switch (in->op) {
+    case PYAMX_OP_LDTILECFG:
+        return do_ldtilecfg(st, (const uint8_t *)(uintptr_t)in->addr, m);
+    case PYAMX_OP_STTILECFG:
+        do_sttilecfg(st, (uint8_t *)(uintptr_t)in->addr);
+        return EXEC_OK;
+    case PYAMX_OP_TILERELEASE:
+        state_init(st);
+        return EXEC_OK;
+    case PYAMX_OP_TILEZERO:
+        /* Only TILES_CONFIGURED and the register number are checked
+         * (SDM class AMX-E5); the whole 16x64 tile is zeroed. */
+        if (need_configured(st, m) || need_register("tdest", in->tdst, m))
+            return EXEC_UD;
+        memset(st->tiles[in->tdst], 0, 1024);
+        st->start_row = 0;
+        return EXEC_OK;
+    /* Loads and stores check TILES_CONFIGURED and the register number only
+     * (SDM class AMX-E3, and the pseudo-code: an unconfigured tile has rows = 0,
+     * so a load zeroes it and a store writes nothing), as the emulator does. */
+    case PYAMX_OP_TILELOADD:
+    case PYAMX_OP_TILELOADDT1:
+        if (need_configured(st, m) || need_register("tdest", in->tdst, m))
+            return EXEC_UD;
+        do_tileloadd(st, in->tdst, in->addr, in->stride);
+        return EXEC_OK;
+    case PYAMX_OP_TILESTORED:
+        if (need_configured(st, m) || need_register("tsrc", in->tsrc1, m))
+            return EXEC_UD;
+        do_tilestored(st, in->tsrc1, in->addr, in->stride);
+        return EXEC_OK;
+    default:
+        return do_dot(st, in, m);
+    }
+}

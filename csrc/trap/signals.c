@@ -1,0 +1,461 @@
+/* The SIGILL handler of the trap mode, passing on what is not its own,
+ * and its installation.
+ *
+ * Every AMX instruction raises #UD (SIGILL) on a CPU without AMX.  The
+ * handler decodes the faulting instruction (decode.c), performs it on the
+ * thread's emulated tile state (state.c, semantics.c), moves RIP past it
+ * and returns.  Anything it does not recognise, and every case in which
+ * silicon would fault, is passed on so that the process sees the signal it
+ * would see on silicon.  docs/trap.md explains the design.
+ *
+ * Everything reachable from the handler is async-signal-safe: no malloc,
+ * no stdio, no locks, no Python, no lazily allocated TLS.
+ */
+#define _GNU_SOURCE 1
+#include "internal.h"
+
+#include <cpuid.h>
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <string.h>
+#include <ucontext.h>
+
+#ifndef PYAMX_VERSION
+#define PYAMX_VERSION "unknown"
+#endif
+
+const char *pyamx_trap_build_version(void) { return PYAMX_VERSION; }
+
+static int32_t g_installed;  /* handler installed at least once */
+static int32_t g_permission; /* emulated ARCH_REQ_XCOMP_PERM; process-wide like the kernel's */
+static uint64_t g_count;
+static uint64_t g_op_count[N_OPS];
+static int32_t g_chain_tid; /* thread currently inside a chained SIGILL handler */
+
+static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
+static sigset_t g_lock_saved;
+
+/* SIGILL stays blocked while the lock is held, so the handler (which may
+ * end up asking the guard's supervisor, which takes this lock) can never
+ * run on the thread that holds it. */
+void trap_lock(void)
+{
+    sigset_t ill, old;
+    sigemptyset(&ill);
+    sigaddset(&ill, SIGILL);
+    pthread_sigmask(SIG_BLOCK, &ill, &old);
+    pthread_mutex_lock(&g_lock);
+    g_lock_saved = old;
+}
+
+void trap_unlock(void)
+{
+    sigset_t old = g_lock_saved;
+    pthread_mutex_unlock(&g_lock);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+}
+
+const char *pyamx_trap_strerror(int32_t code)
+{
+    switch (code) {
+    case PYAMX_TRAP_OK: return "ok";
+    case PYAMX_TRAP_E_HAS_AMX:
+        return "this CPU has usable AMX (CPUID.7.0:EDX[24] and XCR0[17,18]); "
+               "trap emulation is refused so that real and emulated tile state never mix";
+    case PYAMX_TRAP_E_NO_FMA:
+        return "the CPU lacks FMA/AVX (or the OS does not enable AVX state), "
+               "which the emulated fp32 arithmetic relies on";
+    case PYAMX_TRAP_E_SIGACTION: return "sigaction(SIGILL) failed";
+    case PYAMX_TRAP_E_NOT_ACTIVE: return "trap emulation is not installed";
+    case PYAMX_TRAP_E_TABLE_FULL: return "the per-thread tile state table is full";
+    default: return "unknown trap error";
+    }
+}
+
+
+/* ------------------------------------------------------------------------
+ * Passing signals on.
+ * ---------------------------------------------------------------------- */
+
+#define K_SIG_DFL ((uint64_t)(uintptr_t)SIG_DFL)
+#define K_SIG_IGN ((uint64_t)(uintptr_t)SIG_IGN)
+
+int trap_is_ours(const struct ksigaction *k)
+{
+    return (k->flags & SA_SIGINFO) && k->handler == (uint64_t)(uintptr_t)trap_handler;
+}
+
+static int is_dfl_or_ign(const struct ksigaction *k)
+{
+    return k->handler == K_SIG_DFL || k->handler == K_SIG_IGN;
+}
+
+/* The real disposition back to the default action: through this module's
+ * own call site, because this one must not be answered by the guard (the
+ * process is about to die of the signal, as it would on silicon). */
+static void real_default(int sig)
+{
+    struct ksigaction dfl = {K_SIG_DFL, 0, 0, 0};
+    trap_raw_sigaction(sig, &dfl, NULL);
+}
+
+static void raise_unblocked(int sig)
+{
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, sig);
+    pthread_sigmask(SIG_UNBLOCK, &set, NULL);
+    syscall(SYS_tgkill, getpid(), trap_tid(), sig);
+}
+
+/* Runs a handler the way the kernel would have: its sa_mask blocked,
+ * SA_RESETHAND honoured.  Returns after the handler returns.  The reset
+ * goes through libc's sigaction, so that under the guard it resets the
+ * disposition the handler's owner sees (the guard answers it), and
+ * without the guard the real one, as the kernel would. */
+static void call_handler(const struct ksigaction *h, int sig, siginfo_t *si, void *ctx)
+{
+    sigset_t old, mask;
+    sigemptyset(&mask);
+    memcpy(&mask, &h->mask, sizeof h->mask); /* signals 1..64, the kernel's layout */
+    if (!(h->flags & SA_NODEFER))
+        sigaddset(&mask, sig);
+    if (h->flags & SA_RESETHAND) {
+        struct sigaction dfl;
+        memset(&dfl, 0, sizeof dfl);
+        dfl.sa_handler = SIG_DFL;
+        sigemptyset(&dfl.sa_mask);
+        sigaction(sig, &dfl, NULL);
+    }
+    pthread_sigmask(SIG_BLOCK, &mask, &old);
+    if (h->flags & SA_SIGINFO)
+        ((void (*)(int, siginfo_t *, void *))(uintptr_t)h->handler)(sig, si, ctx);
+    else
+        ((void (*)(int))(uintptr_t)h->handler)(sig);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+}
+
+/* Behave as if this handler had never been installed.  `fault` is true for
+ * a SIGILL the CPU raised at the current RIP: returning re-executes the
+ * instruction, so with the default action the kernel kills the process
+ * with the faulting RIP in the core file, as on silicon. */
+static void pass_on_sigill(siginfo_t *si, void *ctx, int fault)
+{
+    ucontext_t *uc = ctx;
+    int32_t me = trap_tid();
+    struct ksigaction prev;
+    chain_get(&prev);
+    /* A previous handler that re-raises (faulthandler does) may land back
+     * here if it restored this handler as its own "previous"; the second
+     * time round, take the default action instead of looping. */
+    int nested = __atomic_load_n(&g_chain_tid, __ATOMIC_ACQUIRE) == me;
+
+    if (!nested && !trap_is_ours(&prev) && !is_dfl_or_ign(&prev)) {
+        greg_t rip_before = uc->uc_mcontext.gregs[REG_RIP];
+        __atomic_store_n(&g_chain_tid, me, __ATOMIC_RELEASE);
+        call_handler(&prev, SIGILL, si, ctx);
+        __atomic_store_n(&g_chain_tid, 0, __ATOMIC_RELEASE);
+        if (fault && uc->uc_mcontext.gregs[REG_RIP] == rip_before) {
+            /* The previous handler returned without moving RIP: on
+             * silicon the instruction would fault forever.  Die instead
+             * of hanging CI. */
+            real_default(SIGILL);
+        }
+        return;
+    }
+    if (!fault && !nested && prev.handler == K_SIG_IGN)
+        return; /* a sent SIGILL that was ignored before this handler came */
+    real_default(SIGILL);
+    if (!fault)
+        raise_unblocked(SIGILL);
+    /* For a fault, returning re-executes the instruction and the kernel
+     * applies the default action with RIP at the instruction. */
+}
+
+/* #GP on silicon: the kernel sends SIGSEGV (si_code SI_KERNEL, si_addr 0)
+ * with RIP at the faulting instruction.  Deliver exactly that to the
+ * current SIGSEGV disposition, with the interrupted context. */
+static void deliver_sigsegv(void *ctx)
+{
+    ucontext_t *uc = ctx;
+    struct ksigaction cur;
+    siginfo_t si;
+    if (trap_raw_sigaction(SIGSEGV, NULL, &cur) != 0)
+        cur.handler = K_SIG_DFL;
+    memset(&si, 0, sizeof si);
+    si.si_signo = SIGSEGV;
+    si.si_code = SI_KERNEL;
+    si.si_addr = NULL;
+    if (!is_dfl_or_ign(&cur)) {
+        greg_t rip_before = uc->uc_mcontext.gregs[REG_RIP];
+        call_handler(&cur, SIGSEGV, &si, ctx);
+        if (uc->uc_mcontext.gregs[REG_RIP] != rip_before)
+            return;
+    }
+    /* Default action (a fault is never ignorable), or a handler that
+     * returned without fixing anything up. */
+    real_default(SIGSEGV);
+    raise_unblocked(SIGSEGV);
+}
+
+/* ------------------------------------------------------------------------
+ * The handler.
+ * ---------------------------------------------------------------------- */
+
+static void load_gprs(const greg_t *g, uint64_t *r)
+{
+    /* x86 register numbers 0..15 in ModRM/SIB order. */
+    r[0] = (uint64_t)g[REG_RAX];
+    r[1] = (uint64_t)g[REG_RCX];
+    r[2] = (uint64_t)g[REG_RDX];
+    r[3] = (uint64_t)g[REG_RBX];
+    r[4] = (uint64_t)g[REG_RSP];
+    r[5] = (uint64_t)g[REG_RBP];
+    r[6] = (uint64_t)g[REG_RSI];
+    r[7] = (uint64_t)g[REG_RDI];
+    r[8] = (uint64_t)g[REG_R8];
+    r[9] = (uint64_t)g[REG_R9];
+    r[10] = (uint64_t)g[REG_R10];
+    r[11] = (uint64_t)g[REG_R11];
+    r[12] = (uint64_t)g[REG_R12];
+    r[13] = (uint64_t)g[REG_R13];
+    r[14] = (uint64_t)g[REG_R14];
+    r[15] = (uint64_t)g[REG_R15];
+}
+
+static void m_prefix(struct msg *m, int op, uint64_t rip)
+{
+    m->n = 0;
+    m_str(m, "pyamx trap emulation: ");
+    m_str(m, pyamx_trap_op_name(op));
+    m_str(m, " at ");
+    m_hex(m, rip);
+    m_str(m, ": ");
+}
+
+void trap_handler(int sig, siginfo_t *si, void *vctx)
+{
+    (void)sig;
+    int saved_errno = errno;
+    ucontext_t *uc = vctx;
+    struct msg m;
+
+    if (si == NULL || si->si_code <= 0) {
+        /* Sent by kill/raise/tgkill, not raised by an instruction. */
+        pass_on_sigill(si, vctx, 0);
+        goto out;
+    }
+    greg_t *g = uc->uc_mcontext.gregs;
+    uint64_t rip = (uint64_t)g[REG_RIP];
+    uint64_t gpr[16];
+    struct pyamx_trap_insn in;
+    load_gprs(g, gpr);
+    int32_t len = pyamx_trap_decode((const uint8_t *)(uintptr_t)rip, 15, gpr, rip, &in);
+    if (len == PYAMX_TRAP_DECODE_NOT_AMX || len == PYAMX_TRAP_DECODE_TRUNCATED) {
+        pass_on_sigill(si, vctx, 1);
+        goto out;
+    }
+    m_prefix(&m, in.op, rip);
+    if (len == PYAMX_TRAP_DECODE_UD) {
+        m_str(&m, "#UD: encoding not valid (VEX.W/L/vvvv, ModRM form or missing SIB) -> SIGILL");
+        m_emit(&m);
+        pass_on_sigill(si, vctx, 1);
+        goto out;
+    }
+    if (!__atomic_load_n(&g_permission, __ATOMIC_ACQUIRE)) {
+        m_str(&m, "no AMX permission yet (the emulated arch_prctl(ARCH_REQ_XCOMP_PERM), "
+                  "pyamx_trap_grant_permission(), was not called) -> SIGILL as on silicon");
+        m_emit(&m);
+        pass_on_sigill(si, vctx, 1);
+        goto out;
+    }
+    struct tile_state *st = state_for(trap_tid());
+    if (st == NULL) {
+        m_str(&m, "cannot emulate: all per-thread tile state slots are in use -> SIGILL");
+        m_emit(&m);
+        pass_on_sigill(si, vctx, 1);
+        goto out;
+    }
+    int r = trap_execute(st, &in, &m);
+    if (r == EXEC_OK) {
+        g[REG_RIP] = (greg_t)(rip + (uint64_t)len);
+        __atomic_fetch_add(&g_count, 1, __ATOMIC_RELAXED);
+        __atomic_fetch_add(&g_op_count[in.op], 1, __ATOMIC_RELAXED);
+    } else if (r == EXEC_UD) {
+        m_str(&m, " -> #UD (SIGILL)");
+        m_emit(&m);
+        pass_on_sigill(si, vctx, 1);
+    } else {
+        m_str(&m, " -> #GP (SIGSEGV)");
+        m_emit(&m);
+        deliver_sigsegv(vctx);
+    }
+out:
+    errno = saved_errno;
+}
+
+/* ------------------------------------------------------------------------
+ * Installation and the C API.
+ * ---------------------------------------------------------------------- */
+
+static uint64_t xgetbv0(void)
+{
+    uint32_t lo, hi;
+    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    return ((uint64_t)hi << 32) | lo;
+}
+
+int32_t pyamx_trap_cpu_amx_bits(void)
+{
+    unsigned a, b, c, d;
+    int32_t bits = 0;
+    if (__get_cpuid_count(7, 0, &a, &b, &c, &d) && (d & (1u << 24)))
+        bits |= 1;
+    if (__get_cpuid(1, &a, &b, &c, &d) && (c & (1u << 27))) {
+        bits |= 2;
+        uint64_t xcr0 = xgetbv0();
+        if ((xcr0 & (3ull << 17)) == (3ull << 17))
+            bits |= 4;
+    }
+    return bits;
+}
+
+int32_t pyamx_trap_cpu_has_amx(void)
+{
+    return pyamx_trap_cpu_amx_bits() == 7;
+}
+
+static int cpu_has_fma(void)
+{
+    unsigned a, b, c, d;
+    if (!__get_cpuid(1, &a, &b, &c, &d))
+        return 0;
+    int fma = (c >> 12) & 1, avx = (c >> 28) & 1, osxsave = (c >> 27) & 1;
+    if (!(fma && avx && osxsave))
+        return 0;
+    return (xgetbv0() & 6) == 6; /* XMM and YMM state enabled by the OS */
+}
+
+#ifndef SA_RESTORER
+#define SA_RESTORER 0x04000000
+#endif
+
+/* SA_ONSTACK: run on faulthandler's altstack when there is one, as the
+ * handlers we chain to expect; SA_NODEFER: a previous handler that
+ * re-raises SIGILL (faulthandler) gets it delivered at once.  Installed
+ * through the module's own call site, not libc, so that it works whatever
+ * libc's sigaction meets (the guard, or an inherited filter whose
+ * listener is gone). */
+static void our_action(struct ksigaction *k)
+{
+    k->handler = (uint64_t)(uintptr_t)trap_handler;
+    k->flags = SA_SIGINFO | SA_ONSTACK | SA_NODEFER | SA_RESTART | SA_RESTORER;
+    k->restorer = trap_restorer();
+    k->mask = 0;
+}
+
+/* Makes this module's handler the real disposition unless it already is;
+ * whatever was there becomes the handler it chains to.  0: it was ours,
+ * 1: installed. */
+static int32_t install_now(void)
+{
+    struct ksigaction cur, ours;
+    int32_t r = 0;
+    our_action(&ours);
+    trap_lock();
+    if (trap_raw_sigaction(SIGILL, NULL, &cur) != 0) {
+        r = PYAMX_TRAP_E_SIGACTION;
+    } else if (!trap_is_ours(&cur)) {
+        chain_set(&cur);
+        r = trap_raw_sigaction(SIGILL, &ours, NULL) == 0 ? 1 : PYAMX_TRAP_E_SIGACTION;
+    }
+    trap_unlock();
+    return r;
+}
+
+/* fork() while another thread (the guard's supervisor) holds the lock
+ * would leave it locked for good in the child. */
+static void setup_once(void)
+{
+    state_setup_once();
+    pthread_atfork(trap_lock, trap_unlock, trap_unlock);
+}
+
+int32_t pyamx_trap_install(void)
+{
+    if (pyamx_trap_cpu_has_amx())
+        return PYAMX_TRAP_E_HAS_AMX;
+    if (!cpu_has_fma())
+        return PYAMX_TRAP_E_NO_FMA;
+    pthread_once(&g_once, setup_once);
+    int32_t r = install_now();
+    if (r < 0)
+        return r;
+    __atomic_store_n(&g_installed, 1, __ATOMIC_RELEASE);
+    return PYAMX_TRAP_OK;
+}
+
+int32_t pyamx_trap_ensure_installed(void)
+{
+    if (!__atomic_load_n(&g_installed, __ATOMIC_ACQUIRE))
+        return PYAMX_TRAP_E_NOT_ACTIVE;
+    if (guard_active())
+        return 0; /* nothing outside this module can change the disposition */
+    return install_now();
+}
+
+int pyamx_trap_active(void)
+{
+    if (!__atomic_load_n(&g_installed, __ATOMIC_ACQUIRE))
+        return 0;
+    struct ksigaction cur;
+    if (trap_raw_sigaction(SIGILL, NULL, &cur) != 0)
+        return 0;
+    return trap_is_ours(&cur) ? 1 : 0;
+}
+
+int32_t pyamx_trap_installed(void) { return __atomic_load_n(&g_installed, __ATOMIC_ACQUIRE); }
+
+int32_t pyamx_trap_uninstall(void)
+{
+    if (!__atomic_load_n(&g_installed, __ATOMIC_ACQUIRE))
+        return PYAMX_TRAP_E_NOT_ACTIVE;
+    struct ksigaction cur, prev;
+    trap_lock();
+    __atomic_store_n(&g_installed, 0, __ATOMIC_RELEASE);
+    if (trap_raw_sigaction(SIGILL, NULL, &cur) == 0 && trap_is_ours(&cur)) {
+        chain_get(&prev);
+        trap_raw_sigaction(SIGILL, &prev, NULL);
+    }
+    __atomic_store_n(&g_permission, 0, __ATOMIC_RELEASE);
+    trap_unlock();
+    return PYAMX_TRAP_OK;
+}
+
+int pyamx_trap_grant_permission(void)
+{
+    if (!__atomic_load_n(&g_installed, __ATOMIC_ACQUIRE))
+        return EINVAL;
+    __atomic_store_n(&g_permission, 1, __ATOMIC_RELEASE);
+    return PYAMX_TRAP_OK;
+}
+
+int32_t pyamx_trap_permission_granted(void) { return __atomic_load_n(&g_permission, __ATOMIC_ACQUIRE); }
+
+uint64_t pyamx_trap_count(void) { return __atomic_load_n(&g_count, __ATOMIC_RELAXED); }
+
+uint64_t pyamx_trap_op_count(int32_t op)
+{
+    if (op < 0 || op >= N_OPS)
+        return 0;
+    return __atomic_load_n(&g_op_count[op], __ATOMIC_RELAXED);
+}
+
+void pyamx_trap_reset_counts(void)
+{
+    __atomic_store_n(&g_count, 0, __ATOMIC_RELAXED);
+    for (int i = 0; i < N_OPS; i++)
+        __atomic_store_n(&g_op_count[i], 0, __ATOMIC_RELAXED);
+}

@@ -1,0 +1,173 @@
+/* Per-thread emulated tile state.
+ *
+ * A fixed table of slots keyed by the kernel thread id, claimed with a
+ * compare-and-swap.  Chosen over __thread because a __thread variable of
+ * a dlopen'ed module is reached through __tls_get_addr, which may call
+ * malloc on a thread's first access -- from inside a signal handler that
+ * can deadlock on the malloc lock the interrupted code holds.  The table
+ * needs no preparation, so a thread that never called into the bindings'
+ * prepare step still works.  Slots are returned by a pthread key
+ * destructor (armed by pyamx_trap_thread_prepare) and, when the table
+ * fills, by reaping slots whose thread no longer exists.  fork() moves the
+ * forking thread's slot to the child's thread, as silicon keeps the tile
+ * registers across fork.
+ */
+#include "internal.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <string.h>
+
+#define MAX_SLOTS PYAMX_TRAP_MAX_THREADS
+
+struct slot {
+    int32_t tid; /* 0 = free; accessed with __atomic builtins */
+    struct tile_state st;
+} __attribute__((aligned(64)));
+
+static struct slot slots[MAX_SLOTS];
+static pthread_key_t g_key;
+static int32_t g_fork_tid;
+static int32_t g_key_ready;
+
+void state_init(struct tile_state *st)
+{
+    memset(st, 0, sizeof(*st));
+}
+
+static int slot_find(int32_t tid)
+{
+    unsigned h = (unsigned)tid % MAX_SLOTS;
+    for (unsigned n = 0; n < MAX_SLOTS; n++) {
+        unsigned s = (h + n) % MAX_SLOTS;
+        if (__atomic_load_n(&slots[s].tid, __ATOMIC_ACQUIRE) == tid)
+            return (int)s;
+    }
+    return -1;
+}
+
+static int slot_claim(int32_t tid)
+{
+    unsigned h = (unsigned)tid % MAX_SLOTS;
+    for (unsigned n = 0; n < MAX_SLOTS; n++) {
+        unsigned s = (h + n) % MAX_SLOTS;
+        int32_t expect = 0;
+        if (__atomic_load_n(&slots[s].tid, __ATOMIC_RELAXED) == 0 &&
+            __atomic_compare_exchange_n(&slots[s].tid, &expect, tid, 0, __ATOMIC_ACQ_REL,
+                                        __ATOMIC_RELAXED)) {
+            state_init(&slots[s].st);
+            return (int)s;
+        }
+    }
+    /* Full: take over the slot of a thread that has exited without its
+     * destructor running (it never called pyamx_trap_thread_prepare). */
+    pid_t pid = getpid();
+    for (unsigned s = 0; s < MAX_SLOTS; s++) {
+        int32_t old = __atomic_load_n(&slots[s].tid, __ATOMIC_ACQUIRE);
+        if (old == 0 || old == tid)
+            continue;
+        if (syscall(SYS_tgkill, pid, old, 0) == -1 && errno == ESRCH &&
+            __atomic_compare_exchange_n(&slots[s].tid, &old, tid, 0, __ATOMIC_ACQ_REL,
+                                        __ATOMIC_RELAXED)) {
+            state_init(&slots[s].st);
+            return (int)s;
+        }
+    }
+    return -1;
+}
+
+struct tile_state *state_for(int32_t tid)
+{
+    int s = slot_find(tid);
+    if (s < 0)
+        s = slot_claim(tid);
+    return s < 0 ? NULL : &slots[s].st;
+}
+
+static void slot_release_destructor(void *v)
+{
+    int s = (int)((uintptr_t)v - 1);
+    if (s < 0 || s >= MAX_SLOTS)
+        return;
+    int32_t tid = trap_tid();
+    int32_t expect = tid;
+    /* A fork child can run this with a different tid than the parent
+     * thread had; the slot then belongs to whoever the tid says. */
+    if (__atomic_load_n(&slots[s].tid, __ATOMIC_ACQUIRE) == tid) {
+        state_init(&slots[s].st);
+        __atomic_compare_exchange_n(&slots[s].tid, &expect, 0, 0, __ATOMIC_ACQ_REL,
+                                    __ATOMIC_RELAXED);
+    }
+}
+
+static void atfork_prepare(void) { __atomic_store_n(&g_fork_tid, trap_tid(), __ATOMIC_RELAXED); }
+
+static void atfork_child(void)
+{
+    int32_t parent = __atomic_load_n(&g_fork_tid, __ATOMIC_RELAXED);
+    int32_t me = trap_tid();
+    for (unsigned s = 0; s < MAX_SLOTS; s++) {
+        int32_t t = __atomic_load_n(&slots[s].tid, __ATOMIC_RELAXED);
+        if (t == 0)
+            continue;
+        __atomic_store_n(&slots[s].tid, t == parent ? me : 0, __ATOMIC_RELAXED);
+    }
+    /* The child's only thread keeps the parent thread's key value, and
+     * the slot it names is now keyed by the child's tid, so the destructor
+     * still finds it. */
+}
+
+void state_setup_once(void)
+{
+    if (pthread_key_create(&g_key, slot_release_destructor) == 0)
+        __atomic_store_n(&g_key_ready, 1, __ATOMIC_RELEASE);
+    pthread_atfork(atfork_prepare, NULL, atfork_child);
+}
+
+int32_t pyamx_trap_thread_prepare(void)
+{
+    if (!pyamx_trap_installed())
+        return PYAMX_TRAP_E_NOT_ACTIVE;
+    int32_t tid = trap_tid();
+    int s = slot_find(tid);
+    if (s < 0)
+        s = slot_claim(tid);
+    if (s < 0)
+        return PYAMX_TRAP_E_TABLE_FULL;
+    if (__atomic_load_n(&g_key_ready, __ATOMIC_ACQUIRE) &&
+        pthread_getspecific(g_key) != (void *)(uintptr_t)(s + 1))
+        pthread_setspecific(g_key, (void *)(uintptr_t)(s + 1));
+    return PYAMX_TRAP_OK;
+}
+
+int32_t pyamx_trap_thread_state(uint8_t *cfg_out, uint8_t *tiles_out)
+{
+    int s = slot_find(trap_tid());
+    if (cfg_out)
+        memset(cfg_out, 0, 64);
+    if (tiles_out)
+        memset(tiles_out, 0, 8192);
+    if (s < 0)
+        return 0;
+    const struct tile_state *st = &slots[s].st;
+    if (cfg_out && st->palette) {
+        cfg_out[0] = st->palette;
+        cfg_out[1] = st->start_row;
+        for (int t = 0; t < 8; t++) {
+            cfg_out[16 + 2 * t] = (uint8_t)(st->colsb[t] & 0xFF);
+            cfg_out[17 + 2 * t] = (uint8_t)(st->colsb[t] >> 8);
+            cfg_out[48 + t] = st->rows[t];
+        }
+    }
+    if (tiles_out)
+        memcpy(tiles_out, st->tiles, 8192);
+    return 1;
+}
+
+int32_t pyamx_trap_slots_in_use(void)
+{
+    int32_t n = 0;
+    for (unsigned s = 0; s < MAX_SLOTS; s++)
+        n += __atomic_load_n(&slots[s].tid, __ATOMIC_RELAXED) != 0;
+    return n;
+}

@@ -1,0 +1,153 @@
+/* The C API of pyamx._trap, the trap-and-emulate mode, declared once.
+ *
+ * build.py hands this file to cffi's cdef() with its preprocessor lines
+ * stripped and pyamx_ops.h inlined, so it holds plain declarations only.
+ * The module is built for x86-64 Linux alone (build.py skips it elsewhere);
+ * it never executes a tile instruction itself, so any C compiler builds it.
+ * Its one link to pyamx._native is a hook: pyamx/trap.py hands the
+ * addresses of pyamx_trap_grant_permission and pyamx_trap_thread_prepare to
+ * pyamx_set_trap_hook() in csrc/pyamx.h.
+ */
+#ifndef PYAMX_TRAP_H
+#define PYAMX_TRAP_H
+
+#include <stdint.h>
+#include <stddef.h>
+
+#include "../pyamx_ops.h"
+
+/* pyamx_trap_decode results other than a length (> 0). */
+enum pyamx_trap_decode_status {
+    PYAMX_TRAP_DECODE_NOT_AMX = 0,   /* not an instruction this mode emulates */
+    PYAMX_TRAP_DECODE_TRUNCATED = -1, /* ran out of bytes */
+    PYAMX_TRAP_DECODE_UD = -2         /* AMX opcode in a form silicon rejects with #UD */
+};
+
+/* Status codes of the install/permission/thread functions. */
+enum pyamx_trap_status {
+    PYAMX_TRAP_OK = 0,
+    PYAMX_TRAP_E_HAS_AMX = -2,    /* the CPU has usable AMX: refused */
+    PYAMX_TRAP_E_NO_FMA = -3,     /* CPU/OS lacks FMA+AVX */
+    PYAMX_TRAP_E_SIGACTION = -4,
+    PYAMX_TRAP_E_NOT_ACTIVE = -5, /* pyamx_trap_install() not called */
+    PYAMX_TRAP_E_TABLE_FULL = -6  /* no free per-thread tile state slot */
+};
+
+/* What pyamx_trap_guard_state() reports (see guard.c). */
+enum pyamx_trap_guard_status {
+    PYAMX_TRAP_GUARD_OFF = 0,      /* never asked for */
+    PYAMX_TRAP_GUARD_ACTIVE = 1,   /* seccomp keeps the handler installed */
+    PYAMX_TRAP_GUARD_FAILED = 2    /* asked for, unavailable: reinstall-on-entry only */
+};
+
+/* Tile-state table size: at most this many threads hold emulated tile state. */
+enum { PYAMX_TRAP_MAX_THREADS = 256 };
+
+/* One decoded instruction.  Tile numbers are -1 when the form has no such
+ * operand and may be 8..15 (VEX.R/B/vvvv), which palette 1 faults on.
+ * base_reg: 0..15 (rax..r15), 16 for RIP-relative, -1 for none;
+ * index_reg: 0..15 or -1.  addr: the effective address (for TILELOADD/
+ * TILESTORED: base + disp, the address of row 0); stride: index * scale,
+ * 0 without an index. */
+struct pyamx_trap_insn {
+    int32_t op;
+    int32_t length;
+    int32_t tdst;
+    int32_t tsrc1;
+    int32_t tsrc2;
+    int32_t has_mem;
+    int32_t base_reg;
+    int32_t index_reg;
+    int32_t scale;
+    int32_t disp;
+    int32_t rip_relative;
+    uint64_t addr;
+    int64_t stride;
+};
+
+/* ---- decode.c: the pure decoder ---- */
+
+/* gprs16: register values in x86 numbering (rax, rcx, rdx, rbx, rsp, rbp,
+ * rsi, rdi, r8..r15), may be NULL (then addresses hold only displacements);
+ * rip: address of the instruction.  Returns the length or a
+ * PYAMX_TRAP_DECODE_* code; *out is filled as far as decoded. */
+int32_t pyamx_trap_decode(const uint8_t *insn, size_t len, const uint64_t *gprs16,
+                          uint64_t rip, struct pyamx_trap_insn *out);
+const char *pyamx_trap_op_name(int32_t op);
+
+/* ---- fp32.c: the scalar primitives on fp32 bit patterns (docs/trap.md "Arithmetic") ---- */
+
+uint32_t pyamx_trap_fma32(uint32_t a, uint32_t b, uint32_t c);
+uint32_t pyamx_trap_add32(uint32_t x, uint32_t y);
+uint32_t pyamx_trap_f16_to_f32(uint16_t h);
+
+/* ---- state.c: per-thread emulated tile state ---- */
+
+/* Optional, from normal context on each thread that runs tile code: claims
+ * the thread's slot and arms its release at thread exit. */
+int32_t pyamx_trap_thread_prepare(void);
+/* The calling thread's emulated state: 64-byte STTILECFG image and 8 KiB
+ * of tile data (tmm0..7, 16 rows x 64 bytes).  Returns 0 when the thread
+ * has no state yet (both outputs zeroed). */
+int32_t pyamx_trap_thread_state(uint8_t *cfg_out, uint8_t *tiles_out);
+int32_t pyamx_trap_slots_in_use(void);
+
+/* ---- msg.c ---- */
+
+/* 0 silences the one-line reason the handler writes to fd 2 on a fault. */
+void pyamx_trap_set_verbose(int32_t on);
+
+/* ---- signals.c: the SIGILL handler, its install and the process-wide switches ---- */
+
+const char *pyamx_trap_build_version(void);
+const char *pyamx_trap_strerror(int32_t code);
+/* bit 0: CPUID.7.0:EDX[24] AMX-TILE; bit 1: OSXSAVE; bit 2: XCR0[17] and [18] set. */
+int32_t pyamx_trap_cpu_amx_bits(void);
+/* 1 when all three bits are set: AMX is usable and trap mode is refused. */
+int32_t pyamx_trap_cpu_has_amx(void);
+
+/* Install the SIGILL handler (chaining to the current one).  Idempotent. */
+int32_t pyamx_trap_install(void);
+/* Call before each native entry: reinstalls if someone replaced the
+ * handler.  Returns 0 when still installed (at once, without a system
+ * call, while the guard is active), 1 when it reinstalled,
+ * PYAMX_TRAP_E_NOT_ACTIVE when never installed. */
+int32_t pyamx_trap_ensure_installed(void);
+/* 1 when installed and the current SIGILL disposition is ours. */
+int pyamx_trap_active(void);
+/* 1 once pyamx_trap_install succeeded (even if since replaced). */
+int32_t pyamx_trap_installed(void);
+/* For tests: put the SIGILL disposition that other code last set (or the
+ * one found at install) back in place and withdraw the emulated
+ * permission.  An active guard then lets every sigaction through. */
+int32_t pyamx_trap_uninstall(void);
+/* The emulated arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA):
+ * process-wide, inherited by fork, gone after exec.  Until it is called
+ * every tile instruction dies with SIGILL, as on silicon.  Returns 0, or
+ * an errno like the syscall (EINVAL: trap mode not installed). */
+int pyamx_trap_grant_permission(void);
+int32_t pyamx_trap_permission_granted(void);
+
+/* Trapped-and-emulated instruction counters (process-wide). */
+uint64_t pyamx_trap_count(void);
+uint64_t pyamx_trap_op_count(int32_t op);
+void pyamx_trap_reset_counts(void);
+
+/* ---- guard.c: keeping the handler installed whatever other code does ---- */
+
+/* Installs a seccomp filter (all threads) under which every
+ * rt_sigaction(SIGILL, ...) not made by this module is answered by a
+ * supervisor thread of this module: the caller's new action becomes the
+ * handler this mode chains to, its old action is the one it set before,
+ * and the real disposition stays this module's handler.  Needs
+ * pyamx_trap_install() first.  Returns 0, or an errno saying why not
+ * (then pyamx_trap_ensure_installed() remains the only defence);
+ * pyamx_trap_guard_reason() says it in words.  Sets PR_SET_NO_NEW_PRIVS
+ * for the process and its children, and cannot be undone. */
+int pyamx_trap_guard_install(void);
+int32_t pyamx_trap_guard_state(void);
+const char *pyamx_trap_guard_reason(void);
+/* sigaction(SIGILL) calls of this process the guard has answered. */
+uint64_t pyamx_trap_guard_calls(void);
+
+#endif

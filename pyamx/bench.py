@@ -1,0 +1,259 @@
+"""``pyamx bench``: time pyamx.matmul per dtype family against numpy's float32 matmul.
+
+Every backend and engine that can run here is timed at each size, next to
+numpy float32 matmul of the same shape, in the same process, with the same
+thread count (through threadpoolctl when it is installed; otherwise numpy's
+BLAS keeps its own thread count, and the report says so). Figures, not
+tests: on a shared machine they are indicative.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+import numpy as np
+
+FAMILIES = ("bf16", "fp16", "int8")
+DEFAULT_SIZES = (256, 512, 1024)
+DEFAULT_BUDGET_S = 30.0
+#: AMX TMUL throughput per core per cycle (one 16x16x32 bf16/fp16 or 16x16x64 int8 product per 16 cycles)
+AMX_OPS_PER_CYCLE = {"bf16": 1024, "fp16": 1024, "int8": 2048}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--sizes", type=int, nargs="+", default=list(DEFAULT_SIZES), metavar="N",
+                        help="square sizes M = N = K to time (default: %(default)s)")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="threads for pyamx and numpy alike (default: the engine's default; numpy's BLAS likewise)")
+    parser.add_argument("--engines", default=None,
+                        help="comma-separated emulator engines to time (default: every engine that runs here)")
+    parser.add_argument("--families", default=",".join(FAMILIES), help="comma-separated: bf16, fp16, int8")
+    parser.add_argument("--budget", type=float, default=DEFAULT_BUDGET_S,
+                        help="skip a run whose estimated time exceeds this many seconds (default: %(default)s)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
+
+
+# -- the environment ------------------------------------------------------------------------
+
+
+def _threadpoolctl():
+    try:
+        import threadpoolctl
+    except ImportError:
+        return None
+    return threadpoolctl
+
+
+def blas_info() -> dict:
+    """The BLAS numpy uses (name, version, threads) and how the thread count is controlled."""
+    tpc = _threadpoolctl()
+    if tpc is not None:
+        pools = [p for p in tpc.threadpool_info() if p.get("user_api") == "blas"]
+        if pools:
+            p = pools[0]
+            return {"name": p.get("internal_api"), "version": p.get("version"), "threads": p.get("num_threads"),
+                    "thread_control": "threadpoolctl"}
+    info = {"name": None, "version": None, "threads": None,
+            "thread_control": None if tpc is None else "threadpoolctl (found no BLAS pool)"}
+    try:
+        blas = np.show_config(mode="dicts")["Build Dependencies"]["blas"]
+        info.update(name=blas.get("name"), version=blas.get("version"))
+    except Exception:  # older numpy: show_config has no dicts mode
+        pass
+    if tpc is None:
+        info["thread_control"] = "none: threadpoolctl is not installed, numpy's BLAS uses its own thread count"
+    return info
+
+
+class _BlasThreads:
+    """numpy's BLAS limited to ``threads`` for the block (a no-op without threadpoolctl or threads=None)."""
+
+    def __init__(self, threads):
+        self.threads, self.limiter = threads, None
+
+    def __enter__(self):
+        tpc = _threadpoolctl()
+        if tpc is not None and self.threads is not None:
+            self.limiter = tpc.threadpool_limits(limits=self.threads, user_api="blas")
+        return self
+
+    def __exit__(self, *exc):
+        if self.limiter is not None:
+            self.limiter.restore_original_limits()
+
+
+def _cpu_mhz():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("cpu MHz"):
+                    return float(line.split(":")[1])
+    except (OSError, ValueError):
+        pass
+    return None
+
+
+def amx_peak_gflops(family: str, threads: int):
+    """Nominal AMX peak of ``threads`` cores at the current clock (None where the clock is unknown)."""
+    mhz = _cpu_mhz()
+    return None if mhz is None else AMX_OPS_PER_CYCLE[family] * mhz * 1e-3 * threads
+
+
+# -- what to run ----------------------------------------------------------------------------
+
+
+def _operands(family: str, n: int, rng):
+    from . import bf16
+
+    if family == "int8":
+        return rng.integers(-128, 128, (n, n)).astype(np.int8), rng.integers(-128, 128, (n, n)).astype(np.int8)
+    a32 = rng.standard_normal((n, n)).astype(np.float32)
+    b32 = rng.standard_normal((n, n)).astype(np.float32)
+    if family == "bf16":
+        return bf16.from_float32(a32), bf16.from_float32(b32)
+    return a32.astype(np.float16), b32.astype(np.float16)
+
+
+def _targets(engines):
+    """[(backend, engine or None, why-not or None)] for every backend/engine pair asked for."""
+    from . import _backend
+    from .errors import AMXError
+    from .engine import NAMES, resolve
+
+    out = []
+    for name in [e for e in NAMES if e != "auto"] if engines is None else engines:
+        try:
+            out.append(("emulator", resolve(name, "sdm").name, None))
+        except AMXError as exc:
+            out.append(("emulator", name, str(exc)))
+    usable, reason = _backend.native_status("bf16")
+    out.append(("native", None, None if usable else reason))
+    return out
+
+
+def _best_time(fn, budget: float) -> float:
+    """Best of a few runs, fewer when one run is long."""
+    start = time.perf_counter()
+    fn()
+    first = time.perf_counter() - start
+    best, spent, runs = first, first, 1
+    while runs < 5 and spent + first < min(budget, 2.0):
+        start = time.perf_counter()
+        fn()
+        elapsed = time.perf_counter() - start
+        best, spent, runs = min(best, elapsed), spent + elapsed, runs + 1
+    return best
+
+
+def run(sizes=DEFAULT_SIZES, *, threads=None, engines=None, families=FAMILIES, budget=DEFAULT_BUDGET_S,
+        progress=None) -> dict:
+    """Time everything; returns {"environment": ..., "results": [...], "skipped": [...]}."""
+    import pyamx
+    from . import _backend
+    from .errors import AMXError
+
+    say = progress or (lambda message: None)
+    rng = np.random.default_rng(0)
+    env = {"pyamx": pyamx.__version__, "numpy": np.__version__, "blas": blas_info(), "threads": threads,
+           "cpus": os.cpu_count(), "native": _backend.native_status("bf16")[1], "native_mode": _backend.native_mode()}
+    results, skipped = [], []
+    targets = _targets(engines)
+    for backend, engine, why_not in targets:
+        if why_not is not None:
+            skipped.append({"backend": backend, "engine": engine, "reason": why_not})
+    runnable = [(b, e) for b, e, why in targets if why is None]
+    total = len(sizes) * (1 + len(families) * len(runnable))
+    step = 0
+    rate = {}  # (backend, engine, family) -> seconds per multiply-add, from the last size that ran
+    for n in sizes:
+        a32, b32 = rng.standard_normal((n, n)).astype(np.float32), rng.standard_normal((n, n)).astype(np.float32)
+        step += 1
+        say(f"[{step}/{total}] numpy float32 matmul {n}^3")
+        with _BlasThreads(threads):
+            reference = _best_time(lambda: a32 @ b32, budget)
+        flops = 2.0 * n ** 3
+        for family in families:
+            a, b = _operands(family, n, rng)
+            for backend, engine in runnable:
+                step += 1
+                key = (backend, engine, family)
+                label = f"{backend}/{engine}" if engine else backend
+                estimate = rate.get(key, 0.0) * n ** 3
+                if estimate > budget:
+                    say(f"[{step}/{total}] {family} {label} {n}^3: skipped (estimated {estimate:.0f} s > budget {budget:.0f} s)")
+                    skipped.append({"backend": backend, "engine": engine, "family": family, "size": n,
+                                    "reason": f"estimated {estimate:.0f} s exceeds the budget of {budget:.0f} s"})
+                    continue
+                say(f"[{step}/{total}] {family} {label} {n}^3" + (f" (about {estimate:.1f} s)" if estimate else ""))
+                try:
+                    call = lambda: pyamx.matmul(a, b, backend=backend, engine=engine, threads=threads)  # noqa: E731
+                    with _BlasThreads(threads):  # an engine that calls BLAS (numpy: int8) gets the same count
+                        result = call()
+                        seconds = _best_time(call, budget)
+                except AMXError as exc:
+                    skipped.append({"backend": backend, "engine": engine, "family": family, "size": n, "reason": str(exc)})
+                    continue
+                rate[key] = seconds / n ** 3
+                record = {"family": family, "size": n, "backend": result.backend, "engine": result.engine,
+                          "native_mode": result.native_mode, "seconds": seconds, "gflops": flops / seconds / 1e9,
+                          "numpy_seconds": reference, "numpy_gflops": flops / reference / 1e9,
+                          "ratio": seconds / reference, "amx_peak_fraction": None}
+                if result.backend == "native" and result.native_mode == "silicon":
+                    peak = amx_peak_gflops(family, threads or os.cpu_count() or 1)
+                    record["amx_peak_fraction"] = None if peak is None else record["gflops"] / peak
+                results.append(record)
+    return {"environment": env, "results": results, "skipped": skipped}
+
+
+def format_report(report: dict) -> str:
+    env = report["environment"]
+    blas = env["blas"]
+    lines = [
+        f"pyamx {env['pyamx']}, numpy {env['numpy']}, BLAS {blas['name']} {blas['version'] or ''}".rstrip(),
+        f"threads: {env['threads'] or 'default'} (numpy BLAS thread control: {blas['thread_control']}); cpus: {env['cpus']}",
+        f"native: {env['native']}",
+        "",
+        f"{'family':6s} {'backend/engine':18s} {'size':>6s} {'time':>11s} {'GFLOP/s':>9s} {'numpy f32':>11s} {'ratio':>9s} {'AMX peak':>8s}",
+    ]
+    for r in report["results"]:
+        label = r["backend"] + (f"/{r['engine']}" if r["engine"] else f"/{r['native_mode']}" if r["native_mode"] else "")
+        peak = "" if r["amx_peak_fraction"] is None else f"{100 * r['amx_peak_fraction']:.0f}%"
+        lines.append(f"{r['family']:6s} {label:18s} {r['size']:6d} {r['seconds'] * 1e3:9.2f}ms {r['gflops']:9.2f} "
+                     f"{r['numpy_seconds'] * 1e3:9.2f}ms {r['ratio']:8.1f}x {peak:>8s}")
+    for s in report["skipped"]:
+        where = " ".join(str(s[k]) for k in ("family", "size") if k in s)
+        label = s["backend"] + (f"/{s['engine']}" if s.get("engine") else "")
+        lines.append(f"skipped: {' '.join(x for x in (label, where) if x)}: {s['reason']}")
+    return "\n".join(lines)
+
+
+def main(args: argparse.Namespace) -> int:
+    def split(value):
+        return None if value is None else [v.strip() for v in value.split(",") if v.strip()]
+
+    families = split(args.families)
+    bad = [f for f in families if f not in FAMILIES]
+    if bad or not families:
+        print(f"pyamx bench: --families takes {', '.join(FAMILIES)}, not {args.families!r}", file=sys.stderr)
+        return 2
+    if any(n < 1 for n in args.sizes) or (args.threads is not None and args.threads < 1):
+        print("pyamx bench: sizes and --threads must be at least 1", file=sys.stderr)
+        return 2
+    engines = split(args.engines)
+    from .engine import NAMES
+
+    if engines is not None and [e for e in engines if e not in NAMES]:
+        print(f"pyamx bench: --engines takes {', '.join(NAMES)}, not {args.engines!r}", file=sys.stderr)
+        return 2
+    report = run(args.sizes, threads=args.threads, engines=engines, families=families, budget=args.budget,
+                 progress=lambda message: print(message, file=sys.stderr, flush=True))
+    if args.json:
+        json.dump(report, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        print(format_report(report))
+    return 0
