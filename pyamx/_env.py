@@ -6,8 +6,8 @@ Rules, the same for every variable:
   variables: ``VAR= cmd`` is how a shell user unsets one for a command);
 * a value outside the allowed set is an error naming the variable, the
   value and the allowed values: a typo must never silently pick a default;
-* booleans accept ``1/0``, ``true/false``, ``yes/no`` and ``on/off`` in
-  any case; names (``PYAMX_BACKEND=native``) are spelled exactly as the
+* booleans accept ``1/0``, ``true/false`` and ``yes/no`` in any case
+  (build.py's settings parse through here too); names (``PYAMX_BACKEND=native``) are spelled exactly as the
   matching Python argument (``backend="native"``), so both accept the same;
 * nothing is stripped: ``" 1"`` is a typo, not ``1``.
 
@@ -27,8 +27,8 @@ from __future__ import annotations
 
 import os
 
-TRUE = ("1", "true", "yes", "on")
-FALSE = ("0", "false", "no", "off")
+TRUE = ("1", "true", "yes")
+FALSE = ("0", "false", "no")
 
 #: every variable pyamx reads, with what it does (shown by ``pyamx info``)
 VARIABLES = {
@@ -70,7 +70,7 @@ def flag(name: str, default: bool = False, *, error=EnvVarError, environ=None) -
         return True
     if value.lower() in FALSE:
         return False
-    raise error(name, value, "1/0, true/false, yes/no, on/off (any case), or empty/unset for "
+    raise error(name, value, "1/0, true/false, yes/no (any case), or empty/unset for "
                 f"the default ({'on' if default else 'off'})")
 
 

@@ -50,8 +50,8 @@ _KERNELS = frozenset(isa.FAMILIES)
 def requested() -> bool:
     """Whether ``PYAMX_TRAP_EMULATION`` asks for the mode (strict parsing, see :mod:`pyamx._env`).
 
-    Unset, empty or false (``0``, ``false``, ``no``, ``off``): False; true
-    (``1``, ``true``, ``yes``, ``on``): True; any other value raises
+    Unset, empty or false (``0``, ``false``, ``no``): False; true
+    (``1``, ``true``, ``yes``): True; any other value raises
     :class:`~pyamx.errors.EnvironmentVariableError` (a BackendError),
     because a typo must not silently run the tests against the emulator
     instead of the native path.

@@ -14,12 +14,12 @@ from pyamx import _env
 from pyamx.errors import BackendError, EnvironmentVariableError
 
 
-@pytest.mark.parametrize("value", ["1", "true", "True", "YES", "yes", "on", "ON"])
+@pytest.mark.parametrize("value", ["1", "true", "True", "YES", "yes"])
 def test_true_spellings(value):
     assert _env.flag("PYAMX_X", environ={"PYAMX_X": value}) is True
 
 
-@pytest.mark.parametrize("value", ["0", "false", "FALSE", "no", "No", "off"])
+@pytest.mark.parametrize("value", ["0", "false", "FALSE", "no", "No"])
 def test_false_spellings(value):
     assert _env.flag("PYAMX_X", True, environ={"PYAMX_X": value}) is False
 
@@ -31,7 +31,7 @@ def test_empty_and_unset_mean_the_default(default):
     assert _env.choice("PYAMX_X", ("a", "b"), "b", environ={"PYAMX_X": ""}) == "b"
 
 
-@pytest.mark.parametrize("value", ["2", "01", " 1", "1 ", "y", "enabled", "tru"])
+@pytest.mark.parametrize("value", ["2", "01", " 1", "1 ", "y", "on", "off", "enabled", "tru"])
 def test_unknown_booleans_are_refused_naming_variable_value_and_choices(value):
     with pytest.raises(_env.EnvVarError) as info:
         _env.flag("PYAMX_X", environ={"PYAMX_X": value})

@@ -56,7 +56,7 @@ OP = {i.mnemonic: getattr(lib, i.c_op) for i in isa.TABLE}
 
 
 @pytest.mark.parametrize("value,expected", [(None, False), ("", False), ("0", False), ("1", True), ("yes", True),
-                                            ("TRUE", True), ("off", False)])
+                                            ("TRUE", True), ("no", False)])
 def test_requested_values(monkeypatch, value, expected):
     from pyamx import trap
 
