@@ -143,6 +143,9 @@ def info(args: argparse.Namespace) -> int:
         out = {"version": __version__, "backend": backend, "backend_reason": why,
                "backend_label": backend_label(backend, rep.mode if backend == "native" else None)}
         out.update(rep.as_dict())
+        from . import engine
+
+        out["engine"] = engine.describe()
         json.dump(out, sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:

@@ -783,7 +783,15 @@ def runtime_lines() -> list:
         f"backend: {label} ({why})",
         f"environment: {', '.join(settings) or 'no PYAMX_* variable set'}",
         f"emulator floating-point environment (MXCSR): {_fpenv.describe()}",
+        *engine_lines(),
     ]
+
+
+def engine_lines() -> list:
+    """The emulator's engines (pyamx.engine): which one runs by default, with what SIMD level."""
+    from . import engine
+
+    return engine.describe_lines()
 
 
 def show_runtime() -> None:

@@ -127,6 +127,32 @@ def available_engines() -> list:
     return rows
 
 
+def describe() -> dict:
+    """The default engine, its SIMD level and thread count, and every engine's availability (``pyamx info``)."""
+    try:
+        chosen = resolve(None)
+        default, simd, why = chosen.name, chosen.simd, None
+    except BackendError as exc:  # PYAMX_ENGINE names one that cannot run, or is not a name at all
+        default, simd, why = None, None, str(exc)
+    try:
+        threads = default_threads()
+    except BackendError as exc:
+        threads, why = None, why or str(exc)
+    return {
+        "default": default, "simd": simd, "threads": threads, "error": why,
+        "engines": [{"name": n, "available": ok, "reason": r} for n, ok, r in available_engines()],
+    }
+
+
+def describe_lines() -> list:
+    """:func:`describe` as text lines."""
+    info = describe()
+    head = (f"emulator engine: {info['default']} ({info['simd']}), threads: {info['threads']}"
+            if info["error"] is None else f"emulator engine: none ({info['error']})")
+    rows = [f"  {'[ok  ]' if e['available'] else '[    ]'} {e['name']:<9} {e['reason']}" for e in info["engines"]]
+    return [head, *rows]
+
+
 class Engine:
     """One engine. ``name`` (``"avx512"``, ..., ``"numpy"``), ``simd`` (the instruction set it uses)."""
 

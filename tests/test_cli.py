@@ -116,3 +116,22 @@ def test_replay_names_the_backend_in_the_shared_vocabulary(native, tmp_path):
     proc = _pyamx("replay", str(path), "--backend", "native")
     assert proc.returncode == 0, proc.stderr
     assert f"replayed on {backend_label('native', _backend.native_mode())}:" in proc.stdout
+
+
+def test_info_reports_the_engine_that_runs_and_every_engines_availability():
+    from pyamx import engine
+
+    text = _pyamx("info").stdout
+    chosen = engine.resolve(None)
+    assert f"emulator engine: {chosen.name} ({chosen.simd})" in text
+    for name, ok, reason in engine.available_engines():
+        assert f"{'[ok  ]' if ok else '[    ]'} {name:<9} {reason}" in text
+    out = json.loads(_pyamx("info", "--json").stdout)["engine"]
+    assert out["default"] == chosen.name and out["simd"] == chosen.simd
+    assert [e["name"] for e in out["engines"]] == [n for n, _, _ in engine.available_engines()]
+
+
+def test_info_names_a_bad_engine_variable_instead_of_failing():
+    result = _pyamx("info", PYAMX_ENGINE="bogus")
+    assert result.returncode == 0
+    assert "emulator engine: none (" in result.stdout and "PYAMX_ENGINE" in result.stdout
