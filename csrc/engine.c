@@ -492,6 +492,9 @@ int pyamx_engine_dot_under_mxcsr(uint32_t mxcsr, uint32_t *mxcsr_after, int kind
 {
     if (!ENG_X86)
         return PYAMX_ENGINE_E_UNAVAILABLE;
+    /* LDMXCSR faults (#GP) on any of the reserved bits 16-31: refuse, as pyamx_set_mxcsr does. */
+    if (mxcsr > 0xFFFFu || !mxcsr_after)
+        return PYAMX_ENGINE_E_ARG;
     uint32_t own = eng_x86_getcsr();
     eng_x86_setcsr(mxcsr);
     int rc = pyamx_engine_dot(kind, op, a, lda, b, ldb, c_in, ldc_in, c_out, ldc_out, m, n, kd, threads);

@@ -196,14 +196,34 @@ def default_reason() -> str:
     return _decide()[1]
 
 
-def resolve(backend, family: str = "bf16", numerics=None) -> Backend:
+def native_engine_error(engine) -> ValueError:
+    return ValueError(
+        f"engine={engine!r} selects the emulator's arithmetic engine; the native backend computes on "
+        "AMX tiles. Use backend='emulator' (or backend='auto', which picks the emulator when an engine "
+        "is named)"
+    )
+
+
+def _names_an_engine(engine) -> bool:
+    """True when the call named a concrete emulator engine (validated: a bad name raises here)."""
+    if engine is None:
+        return False
+    from .engine import parse_name
+
+    return parse_name(engine, "engine") != "auto"
+
+
+def resolve(backend, family: str = "bf16", numerics=None, engine=None) -> Backend:
     """The backend a call of the ``family`` kernels runs on: ``None`` means the process default.
 
     ``auto`` decides per family (a Sapphire Rapids has AMX-BF16 but not
-    AMX-FP16, so its fp16 calls run on the emulator and say so) and per
-    ``numerics`` (see the module docstring); a backend named by the call or
-    by PYAMX_BACKEND is used or the call fails.
+    AMX-FP16, so its fp16 calls run on the emulator and say so), per
+    ``numerics`` (see the module docstring) and per ``engine``: a concrete
+    engine named by the call (not ``PYAMX_ENGINE``, which only chooses among
+    engines) means the emulator, just as a non-default model does. A backend
+    named by the call or by PYAMX_BACKEND is used or the call fails.
     """
+    wants_engine = _names_an_engine(engine)
     if backend is None:
         choice, source = requested(), f"{ENV_VAR}=native"
         if choice == "native":
@@ -215,6 +235,10 @@ def resolve(backend, family: str = "bf16", numerics=None) -> Backend:
     if numerics is not None and not native_runs(numerics):
         if choice == "native":
             raise native_numerics_error(numerics)
+        return EMULATOR
+    if wants_engine:
+        if choice == "native":
+            raise native_engine_error(engine)
         return EMULATOR
     usable, reason = native_status(family)
     if choice == "native" and not usable:

@@ -24,6 +24,7 @@ that does not hold is not used.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
 import functools
@@ -136,23 +137,49 @@ def access():
     return None
 
 
+def _enter():
+    """Load the default environment; the caller's register value to restore (None: nothing to do)."""
+    way = access()  # cached after the first call
+    if way is None:
+        return None
+    saved = way.get()
+    if saved != DEFAULT:
+        way.set(DEFAULT)
+    return saved
+
+
+def _leave(saved) -> None:
+    if saved is not None:
+        access().set(saved)  # also when saved was the default: the arithmetic may have raised flags
+
+
 def default_fpenv(fn):
     """Run ``fn`` under the default floating-point environment; the caller's, flags included, comes back."""
 
     @functools.wraps(fn)
     def guarded(*args, **kwargs):
-        way = access()  # cached after the first call
-        if way is None:
-            return fn(*args, **kwargs)
-        saved = way.get()
-        if saved != DEFAULT:
-            way.set(DEFAULT)
+        saved = _enter()
         try:
             return fn(*args, **kwargs)
         finally:
-            way.set(saved)  # also when saved was the default: the arithmetic may have raised flags
+            _leave(saved)
 
     return guarded
+
+
+@contextlib.contextmanager
+def default_environment():
+    """:func:`default_fpenv` as a ``with`` block (per thread: each thread has its own register)."""
+    saved = _enter()
+    try:
+        yield
+    finally:
+        _leave(saved)
+
+
+def guarded() -> bool:
+    """Whether this process can set the environment (else results assume round to nearest)."""
+    return access() is not None
 
 
 def describe() -> str:

@@ -17,8 +17,9 @@ Contract of :func:`matmul_native` (the caller, :mod:`pyamx.matmul`, packs and pa
 - ``c_bits``: (M, N) array of 4-byte items (float32, uint32 or int32): the
   accumulator. It is not modified.
 - ``k_dwords``: int >= 1. ``threads``: int from 1 to
-  ``lib.PYAMX_MATMUL_MAX_THREADS``, or None for the number of CPUs this
-  process may run on (``os.sched_getaffinity``), capped there. The kernel
+  ``lib.PYAMX_MATMUL_MAX_THREADS``, or None for
+  :func:`pyamx.engine.default_threads` (``PYAMX_ENGINE_THREADS``, else the
+  CPUs this process may run on), capped there. The kernel
   never starts more threads than there are 32 x 32 output blocks, and the
   result does not depend on ``threads``.
 - Each array must have contiguous rows (unit item stride) and non-negative
@@ -43,7 +44,6 @@ every call).
 from __future__ import annotations
 
 import operator
-import os
 
 import numpy as np
 
@@ -84,11 +84,10 @@ def _count(fn, name, value, low, high=None):
 
 
 def default_threads() -> int:
-    """The CPUs this process may run on: what ``threads=None`` uses."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except (AttributeError, OSError):
-        return max(1, os.cpu_count() or 1)
+    """What ``threads=None`` uses: :func:`pyamx.engine.default_threads` (``PYAMX_ENGINE_THREADS``, else the usable CPUs)."""
+    from .engine import default_threads as engine_default
+
+    return engine_default()
 
 
 def matmul_native(op_name, a_bits, b_vnni, c_bits, k_dwords, threads, *, panels=None):

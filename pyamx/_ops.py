@@ -38,8 +38,8 @@ def _doc(insn: isa.Instruction) -> str:
     ``engine``: the emulator's arithmetic engine (:mod:`pyamx.engine`):
     None for ``PYAMX_ENGINE`` (default ``"auto"``), or ``"auto"``,
     ``"avx512"``, ``"avx2"``, ``"portable"``, ``"numpy"``; all give the same
-    bits, the result's ``.engine`` says which ran. Ignored by the native
-    backend.
+    bits, the result's ``.engine`` says which ran. Naming a concrete engine
+    means the emulator: ``auto`` picks it, a named ``native`` raises ValueError.
     """
     if insn.family == "fp16":
         return f"Run one {m} (AMX-FP16): as :func:`tdpbf16ps` with float16 (or uint16 bit) ``a``, ``b``."
@@ -61,7 +61,7 @@ def _function(insn: isa.Instruction):
 
     def fn(c, a, b, *, backend=None, engine=None) -> AMXResult:
         ops = check(name, c, a, b)
-        chosen = _backend.resolve(backend, family)
+        chosen = _backend.resolve(backend, family, engine=engine)
         if chosen is _EMULATOR:
             # The SDM numerics on the engine (compiled when available); one instruction is K <= 16 dwords.
             eng = _engine.resolve(engine)
@@ -91,7 +91,7 @@ def tile_machine(*, backend=None, numerics="sdm", engine=None):
     ``native`` backend named by the call or ``PYAMX_BACKEND`` refuses it
     with ValueError (see :mod:`pyamx._backend`).
     """
-    chosen = _backend.resolve(backend, numerics=numerics)
+    chosen = _backend.resolve(backend, numerics=numerics, engine=engine)
     if not chosen.is_native:
         return emulator.TileMachine(numerics, engine=engine)
     from .native import NativeMachine

@@ -24,7 +24,7 @@ Engines (``engine=`` argument, ``PYAMX_ENGINE`` environment variable):
 Every engine gives the same bits. An engine asked for by name runs or the
 call fails (:class:`EngineUnavailableError`); it is never replaced. The
 compiled engines release the GIL and split the work over ``threads``
-threads (default: ``PYAMX_ENGINE_THREADS``, else ``os.cpu_count()``), with
+threads (default: ``PYAMX_ENGINE_THREADS``, else the CPUs this process may use), with
 the operands packed once and shared.
 """
 
@@ -72,7 +72,17 @@ def requested() -> str:
     return env_parser.choice(ENV_VAR, NAMES, "auto", error=EnvironmentVariableError)
 
 
-_CPU_COUNT = os.cpu_count() or 1  # os.cpu_count() costs microseconds per call
+def _usable_cpus() -> int:
+    """The CPUs this process may run on (affinity and cpusets count, not the machine's total)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+_CPU_COUNT = _usable_cpus()  # read once: it costs microseconds per call
+#: more threads than this never help (the C side also caps by work); it keeps any int within C's int
+MAX_THREADS = 256
 # The environment is read on first use and then kept (as PYAMX_BACKEND is): a
 # lookup per call would cost a tenth of a one-instruction call. Tests that
 # change it call reset_environment().
@@ -93,8 +103,13 @@ def _threads_default() -> int:
 
 
 def default_threads() -> int:
-    """``PYAMX_ENGINE_THREADS`` (a positive integer) when set and not empty, else ``os.cpu_count()``."""
-    return env_parser.integer(THREADS_ENV_VAR, _CPU_COUNT, minimum=1, error=EnvironmentVariableError)
+    """``PYAMX_ENGINE_THREADS`` (a positive integer) when set and not empty, else the usable CPUs.
+
+    The default of every ``threads=None`` in pyamx (engines and the native matmul kernels), capped
+    at :data:`MAX_THREADS`.
+    """
+    value = env_parser.integer(THREADS_ENV_VAR, _CPU_COUNT, minimum=1, error=EnvironmentVariableError)
+    return min(value, MAX_THREADS)
 
 
 def _lib():
@@ -194,8 +209,10 @@ class Engine:
                 f"{op_name}: engine operands are {32 // lanes}-bit values in a and b and 32-bit words in c; "
                 f"got {a.dtype}, {b_vnni.dtype}, {c_bits.dtype}"
             )
-        if threads is not None and (not isinstance(threads, int) or threads < 1):
-            raise ValueError(f"threads must be a positive integer or None, not {threads!r}")
+        if threads is not None:
+            if isinstance(threads, bool) or not isinstance(threads, (int, np.integer)) or threads < 1:
+                raise ValueError(f"threads must be a positive integer or None, not {threads!r}")
+            threads = min(int(threads), MAX_THREADS)
         if not self.compiled:
             return self._numpy_dot(op_name, is_float, c_bits, a, b_vnni, kd, threads)
         return self._compiled_dot(op_name, is_float, c_bits, a, b_vnni, m, n, kd, threads)
@@ -215,7 +232,8 @@ class Engine:
             threads = _threads_default()
         rc = lib.pyamx_engine_dot(
             self._kind, self._op_ids[op_name],
-            ffi.from_buffer(a), a.strides[0], ffi.from_buffer(b), b.strides[0],
+            # Row pitch from the shape, not strides[0]: numpy reports any stride for a size-1 axis.
+            ffi.from_buffer(a), a.shape[1] * a.itemsize, ffi.from_buffer(b), b.shape[1] * b.itemsize,
             ffi.from_buffer("uint32_t[]", c), n, ffi.from_buffer("uint32_t[]", out), n,
             m, n, kd, threads,
         )

@@ -154,7 +154,8 @@ def _check_threads(threads):
         return None
     if isinstance(threads, bool) or not isinstance(threads, (int, np.integer)) or threads < 1:
         raise ValueError(f"matmul: threads must be None or an integer >= 1, not {threads!r}")
-    return int(threads)
+    # More than the engines' cap never helps; the native kernel has the same cap.
+    return min(int(threads), _engine.MAX_THREADS)
 
 
 def matmul(a, b, c=None, *, kind=None, backend=None, engine=None, threads=None, numerics="sdm") -> AMXResult:
@@ -176,17 +177,16 @@ def matmul(a, b, c=None, *, kind=None, backend=None, engine=None, threads=None, 
     element, blocks of 16 dwords of K in increasing order, one dot-product instruction
     each, C chained through them. ``backend``: None (process default), "auto", "native",
     "emulator"; ``engine``: the emulator's arithmetic engine (None: ``PYAMX_ENGINE``, else
-    auto); ``threads``: worker threads (None: the engine's default); ``numerics``: the
+    auto); ``threads``: worker threads (None: :func:`pyamx.engine.default_threads`, for
+    both backends; at most 256); ``numerics``: the
     emulator's model (emulator only). The result's ``.backend``, ``.engine`` and
     ``.native_mode`` say what ran.
     """
     threads = _check_threads(threads)
     numerics = _numerics.resolve(numerics)
     p = plan(a, b, c, kind=kind)
-    chosen = _backend.resolve(backend, p.family)
+    chosen = _backend.resolve(backend, p.family, numerics=numerics, engine=engine)
     if chosen == "native":
-        if numerics != _numerics.PRESETS["sdm"]:
-            raise ValueError("matmul: numerics= selects an emulator model; the native backend computes what silicon computes")
         bits = _run_native(p, threads)
         return label(bits.view(np.int32 if p.family == "int8" else np.float32), "native", _backend.native_mode())
     eng = _engine.resolve(engine, numerics)

@@ -12,11 +12,12 @@ import pytest
 
 import pyamx
 import reference
-from pyamx import TileConfig, TileMachine, bf16
+from pyamx import TileConfig, TileMachine, bf16, isa
 
 # matmul runs on each of these engines; the schedule it is held against runs on the numpy engine's
 # one-instruction path. "auto" is the best compiled engine where one is built (else numpy again).
-ENGINES = ["numpy", "auto"]
+# None: PYAMX_ENGINE (auto when unset), so the CI leg that sets it runs these on every engine.
+ENGINES = ["numpy", None]
 
 SEED = 20261210
 BF16_POOL = np.array(
@@ -36,8 +37,7 @@ FP32_POOL = np.array(
 
 # -- the schedule, written out as tile instructions -----------------------------------------
 
-FAMILY = {"tdpbf16ps": (2, np.uint16), "tdpfp16ps": (2, np.uint16),
-          "tdpbssd": (4, np.uint8), "tdpbsud": (4, np.uint8), "tdpbusd": (4, np.uint8), "tdpbuud": (4, np.uint8)}
+FAMILY = {insn.name: (insn.lanes, np.uint16 if insn.is_float else np.uint8) for insn in isa.DOTS}
 
 
 def tile_schedule(mnemonic, a_bits, b_bits, c_bits, numerics="sdm"):
@@ -323,15 +323,15 @@ def test_odd_k_under_every_numerics_option_matches_the_unpadded_reference(option
 # -- the native backend: the same bits --------------------------------------------------------
 
 
-@pytest.mark.parametrize("mnemonic", ["tdpbf16ps", "tdpfp16ps", "tdpbssd", "tdpbsud", "tdpbusd", "tdpbuud"])
+@pytest.mark.parametrize("mnemonic", isa.DOT_NAMES)
 @pytest.mark.parametrize("m, k, n", [(1, 1, 1), (17, 33, 15), (5, 70, 3), (33, 129, 18)])
 def test_native_matmul_is_the_emulator_bit_for_bit(native_family, mnemonic, m, k, n):
     """On silicon, or in the trap mode in CI: the native kernels against the emulator, adversarial data."""
-    family = {"tdpbf16ps": "bf16", "tdpfp16ps": "fp16"}.get(mnemonic, "int8")
+    family = isa.family_of(mnemonic)
     native_family(family)
     rng = np.random.default_rng([SEED, 9, m, k, n, len(mnemonic)])
     if family == "int8":
-        signed = {"tdpbssd": (1, 1), "tdpbsud": (1, 0), "tdpbusd": (0, 1), "tdpbuud": (0, 0)}[mnemonic]
+        signed = isa.get(mnemonic).signed
         a = rng.integers(0, 256, (m, k)).astype(np.uint8).view(np.int8 if signed[0] else np.uint8)
         b = rng.integers(0, 256, (k, n)).astype(np.uint8).view(np.int8 if signed[1] else np.uint8)
         c = rng.integers(-(2**31), 2**31, (m, n)).astype(np.int32)

@@ -157,10 +157,45 @@ def test_native_backend_by_name_is_used_or_fails():
         assert "native" in str(exc)
     else:
         assert r.backend == "native" and r.native_mode in ("silicon", "trap")
-    with pytest.raises(ValueError, match="numerics"):
-        if pyamx._backend.native_status("bf16")[0]:
-            pyamx.matmul(a, b, backend="native", numerics="straight")
-        raise ValueError("numerics (native unusable here: nothing else to check)")
+
+
+def test_a_named_native_backend_refuses_an_emulator_model_or_engine_wherever_it_runs():
+    a, b = _operands()
+    with pytest.raises(ValueError, match="numerics='straight' selects an emulator model"):
+        pyamx.matmul(a, b, backend="native", numerics="straight")
+    with pytest.raises(ValueError, match="engine='portable' selects the emulator"):
+        pyamx.matmul(a, b, backend="native", engine="portable")
+    with pytest.raises(ValueError, match="engine='numpy' selects the emulator"):
+        pyamx.tdpbf16ps(np.zeros((1, 1), np.float32), a[:1, :2], b[:1, :1].repeat(2, 1), backend="native",
+                        engine="numpy")
+    with pytest.raises(ValueError, match="engine='numpy' selects the emulator"):
+        pyamx.tile_machine(backend="native", engine="numpy")
+
+
+@pytest.mark.parametrize("backend", [None, "auto"])
+def test_auto_runs_an_emulator_model_or_named_engine_on_the_emulator_even_where_native_runs(backend):
+    # Where auto picks native (silicon, or the CI trap leg), these must still run on the emulator:
+    # the same script behaves the same on every machine.
+    a, b = _operands()
+    if backend is None and pyamx._backend.requested() == "native":
+        pytest.skip("PYAMX_BACKEND=native: a named native backend refuses these (tested above)")
+    r = pyamx.matmul(a, b, backend=backend, numerics="straight")
+    assert (r.backend, r.engine) == ("emulator", "numpy")
+    r = pyamx.matmul(a, b, backend=backend, engine="portable")
+    assert (r.backend, r.engine) == ("emulator", "portable")
+    one = pyamx.tdpbf16ps(np.zeros((1, 1), np.float32), a[:1, :2], b[:1, :1].repeat(2, 1), backend=backend,
+                          engine="numpy")
+    assert (one.backend, one.engine) == ("emulator", "numpy")
+    assert isinstance(pyamx.tile_machine(backend=backend, engine="numpy"), pyamx.TileMachine)
+
+
+@pytest.mark.parametrize("backend", [None, "auto", "native", "emulator"])
+def test_an_unknown_engine_name_is_refused_on_every_backend(backend):
+    a, b = _operands()
+    with pytest.raises(BackendError, match="bogus"):
+        pyamx.matmul(a, b, backend=backend, engine="bogus")
+    with pytest.raises(BackendError, match="bogus"):
+        pyamx.tile_machine(backend=backend, engine="bogus")
 
 
 def test_auto_backend_says_what_ran():

@@ -18,7 +18,7 @@ import pytest
 
 import pyamx
 import reference
-from pyamx import bf16, emulator
+from pyamx import _fpenv, bf16, emulator
 from pyamx.emulator import dot, fp32
 from pyamx.emulator.numerics import Numerics
 
@@ -231,7 +231,7 @@ def test_results_do_not_depend_on_the_callers_mxcsr(mxcsr):
 
 def test_the_environment_guard_is_active_where_results_are_claimed_independent():
     if _X86_LINUX:
-        assert fp32.FP_ENV_GUARDED
+        assert _fpenv.guarded()
 
 
 # -- one float64 addition, one rounding: when it is the correctly rounded fp32 sum -------------

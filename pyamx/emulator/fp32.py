@@ -18,13 +18,9 @@ after rounding).
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
-import ctypes.util
-import platform
-import sys
-
 import numpy as np
+
+from .. import _fpenv
 
 SIGN = np.uint32(0x80000000)
 EXPONENT = np.uint32(0x7F800000)
@@ -38,44 +34,10 @@ MIN_NORMAL = 2.0**-126
 _TINY_SCALE = 2.0**192
 
 
-def _libm():
-    """libm's fegetenv/fesetenv where FE_DFL_ENV is ((const fenv_t *) -1) (glibc and musl on x86-64, aarch64)."""
-    if not sys.platform.startswith("linux") or platform.machine() not in ("x86_64", "AMD64", "aarch64"):
-        return None
-    try:
-        lib = ctypes.CDLL(ctypes.util.find_library("m") or "libm.so.6")
-        get, set_ = lib.fegetenv, lib.fesetenv
-    except (OSError, AttributeError):
-        return None
-    get.argtypes = set_.argtypes = [ctypes.c_void_p]
-    get.restype = set_.restype = ctypes.c_int
-    return get, set_
-
-
-_FENV = _libm()
-_FE_DFL_ENV = ctypes.c_void_p(-1)
-#: where the engine cannot set the floating-point environment, results follow the caller's
-FP_ENV_GUARDED = _FENV is not None
-
-
-@contextlib.contextmanager
-def default_fp_env():
-    """Run the block under IEEE defaults (RNE, no FTZ/DAZ); restore the caller's environment after.
-
-    The AMX rules (FTZ, DAZ, RNE) are applied explicitly by this module; the
-    caller's MXCSR (a -ffast-math library sets FTZ/DAZ on load, a user may
-    set round toward zero) must not leak into the float32/float64 steps.
-    """
-    if _FENV is None:
-        yield
-        return
-    saved = ctypes.create_string_buffer(256)  # larger than any fenv_t
-    _FENV[0](saved)
-    _FENV[1](_FE_DFL_ENV)
-    try:
-        yield
-    finally:
-        _FENV[1](saved)
+#: the caller's MXCSR (a -ffast-math library sets FTZ/DAZ on load, a user may set round toward
+#: zero) must not leak into the float32/float64 steps: the AMX rules (FTZ, DAZ, RNE) are applied
+#: explicitly by this module, under IEEE defaults that pyamx._fpenv sets and restores.
+default_fp_env = _fpenv.default_environment
 
 
 def daz32(bits) -> np.ndarray:
