@@ -72,12 +72,14 @@ struct ksigaction {
     uint64_t mask;
 };
 
+/* Loaded into r9 (seccomp's args[5]) by this module's rt_sigaction site:
+ * the same in every build and process, so the guard's filter recognises
+ * the site after exec too. */
+#define TRAP_SITE_MARK 0x70796d7874726170ull
+
 /* rt_sigaction from this module's one syscall site, which the guard's
  * filter lets through; returns 0 or -errno. */
 long trap_raw_sigaction(int sig, const struct ksigaction *act, struct ksigaction *old);
-/* The address right after that site's syscall instruction: what seccomp
- * reports as instruction_pointer for it. */
-uint64_t trap_raw_sigaction_ip(void);
 /* A signal-return trampoline (sa_restorer) for handlers this module installs. */
 uint64_t trap_restorer(void);
 
@@ -96,6 +98,19 @@ int trap_is_ours(const struct ksigaction *k);
  * (install, reinstall, uninstall, the guard's supervisor). */
 void trap_lock(void);
 void trap_unlock(void);
+
+/* Called after each emulated instruction while set (by the preload's
+ * --verbose and --stats), from the handler: must be async-signal-safe.
+ * ns: time the handler spent on the instruction. */
+typedef void (*trap_observer_fn)(const struct pyamx_trap_insn *in, uint64_t rip, uint64_t ns);
+void trap_set_observer(trap_observer_fn fn);
+
+/* ---- xcomp.c ---- */
+
+/* Called by the SIGSYS handler after each emulated arch_prctl (code is
+ * the ARCH_* value), while set; async-signal-safe like the observer. */
+typedef void (*xcomp_observer_fn)(long code, uint64_t arg, long result);
+void xcomp_set_observer(xcomp_observer_fn fn);
 
 /* ---- guard.c ---- */
 

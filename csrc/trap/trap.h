@@ -150,4 +150,19 @@ const char *pyamx_trap_guard_reason(void);
 /* sigaction(SIGILL) calls of this process the guard has answered. */
 uint64_t pyamx_trap_guard_calls(void);
 
+/* ---- xcomp.c: the kernel's AMX permission interface, emulated ---- */
+
+/* Installs a seccomp filter (all threads) and a SIGSYS handler under
+ * which arch_prctl(ARCH_GET_XCOMP_SUPP / ARCH_GET_XCOMP_PERM /
+ * ARCH_REQ_XCOMP_PERM) from any code of the process answers as a kernel
+ * on an AMX CPU: REQ with XFEATURE_XTILEDATA is pyamx_trap_grant_permission().
+ * Needs pyamx_trap_install() first.  Returns 0 or an errno.  Sets
+ * PR_SET_NO_NEW_PRIVS; cannot be undone; the filter survives exec. */
+int pyamx_trap_xcomp_install(void);
+/* 1 while the SIGSYS disposition is still the one installed above. */
+int32_t pyamx_trap_xcomp_active(void);
+/* arch_prctl calls answered, and how many of them were ARCH_REQ_XCOMP_PERM. */
+uint64_t pyamx_trap_xcomp_calls(void);
+int32_t pyamx_trap_xcomp_requests(void);
+
 #endif

@@ -1,0 +1,232 @@
+/* The library `pyamx run` preloads (LD_PRELOAD) into a program it did not
+ * build: the trap mode (csrc/trap/) installed before the program's own code
+ * runs, plus the kernel's AMX permission interface emulated (xcomp.c).
+ *
+ * It links no Python: it goes into any dynamically linked x86-64 program.
+ * Built with -fvisibility=hidden, so the trap's functions stay private to
+ * it (a Python program that also loads pyamx._trap keeps two separate
+ * copies); only pthread_create (interposed) and pyamx_preload_* are
+ * exported.
+ *
+ * Environment (set by pyamx run, inherited by children and exec'd programs):
+ *   PYAMX_RUN_STATS    path of a counters file shared by the whole process
+ *                      tree (struct run_stats below), updated from the
+ *                      handler itself, so _exit, signals and exec lose
+ *                      nothing; pyamx run prints it after the program ends.
+ *   PYAMX_RUN_VERBOSE  1: one line on fd 2 per emulated instruction.
+ * docs/run.md describes the behaviour and the limits.
+ */
+#define _GNU_SOURCE 1
+#include "../trap/internal.h"
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#define EXPORT __attribute__((visibility("default")))
+
+/* The layout pyamx/run.py reads (all little-endian uint64).  Version 1. */
+struct run_stats {
+    uint64_t magic;        /* RUN_STATS_MAGIC once initialised */
+    uint64_t version;
+    uint64_t processes;    /* constructors run (exec'd programs included) */
+    uint64_t installed;    /* of those, with the trap installed */
+    uint64_t xcomp_calls;  /* emulated arch_prctl calls */
+    uint64_t requests;     /* of those, ARCH_REQ_XCOMP_PERM */
+    uint64_t granted;      /* ARCH_REQ_XCOMP_PERM answered 0 */
+    uint64_t reserved;
+    uint64_t count[16];    /* emulated instructions by enum pyamx_op */
+    uint64_t ns[16];       /* handler time by enum pyamx_op */
+    char why[256];         /* the last install failure, in words */
+};
+#define RUN_STATS_MAGIC 0x31737461746e7572ull /* "runstat1" */
+_Static_assert(N_OPS <= 16, "run_stats holds 16 op counters");
+
+static struct run_stats *g_stats;
+static int g_verbose;
+
+static void add(uint64_t *p, uint64_t v)
+{
+    if (g_stats)
+        __atomic_fetch_add(p, v, __ATOMIC_RELAXED);
+}
+
+static void observe(const struct pyamx_trap_insn *in, uint64_t rip, uint64_t ns)
+{
+    if (g_stats) {
+        add(&g_stats->count[in->op], 1);
+        add(&g_stats->ns[in->op], ns);
+    }
+    if (g_verbose) {
+        struct msg m = {.n = 0};
+        m_str(&m, "pyamx run: [");
+        m_dec(&m, getpid());
+        m_str(&m, "/");
+        m_dec(&m, trap_tid());
+        m_str(&m, "] ");
+        m_str(&m, pyamx_trap_op_name(in->op));
+        if (in->tdst >= 0)
+            m_tile(&m, "", in->tdst);
+        if (in->tsrc1 >= 0)
+            m_tile(&m, ",", in->tsrc1);
+        if (in->tsrc2 >= 0)
+            m_tile(&m, ",", in->tsrc2);
+        if (in->has_mem) {
+            m_str(&m, " mem=");
+            m_hex(&m, in->addr);
+            if (in->stride) {
+                m_str(&m, " stride=");
+                m_dec(&m, in->stride);
+            }
+        }
+        m_str(&m, " at ");
+        m_hex(&m, rip);
+        m_str(&m, " (");
+        m_dec(&m, (int64_t)ns);
+        m_str(&m, " ns)");
+        m.buf[m.n++] = '\n';
+        ssize_t w = write(2, m.buf, m.n);
+        (void)w;
+    }
+}
+
+static void observe_xcomp(long code, uint64_t arg, long result)
+{
+    (void)arg;
+    add(&g_stats->xcomp_calls, 1);
+    if (code == 0x1023) {
+        add(&g_stats->requests, 1);
+        if (result == 0)
+            add(&g_stats->granted, 1);
+    }
+    if (g_verbose) {
+        struct msg m = {.n = 0};
+        m_str(&m, "pyamx run: [");
+        m_dec(&m, getpid());
+        m_str(&m, "] arch_prctl(");
+        m_hex(&m, (uint64_t)code);
+        m_str(&m, ", ");
+        m_hex(&m, arg);
+        m_str(&m, ") emulated -> ");
+        m_dec(&m, result);
+        m.buf[m.n++] = '\n';
+        ssize_t w = write(2, m.buf, m.n);
+        (void)w;
+    }
+}
+
+static void map_stats(void)
+{
+    const char *path = getenv("PYAMX_RUN_STATS");
+    if (!path || !*path)
+        return;
+    int fd = open(path, O_RDWR | O_CLOEXEC);
+    if (fd < 0)
+        return;
+    void *p = mmap(NULL, sizeof(struct run_stats), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    if (p == MAP_FAILED)
+        return;
+    g_stats = p;
+    /* pyamx run creates the file zeroed and sized; the first process marks it. */
+    uint64_t zero = 0;
+    __atomic_compare_exchange_n(&g_stats->magic, &zero, RUN_STATS_MAGIC, 0, __ATOMIC_ACQ_REL,
+                                __ATOMIC_RELAXED);
+    __atomic_store_n(&g_stats->version, 1, __ATOMIC_RELAXED);
+}
+
+static void say_why(const char *what, const char *why)
+{
+    struct msg m = {.n = 0};
+    m_str(&m, "pyamx run: ");
+    m_str(&m, what);
+    m_str(&m, ": ");
+    m_str(&m, why);
+    if (g_stats) {
+        size_t n = m.n < sizeof g_stats->why - 1 ? m.n : sizeof g_stats->why - 1;
+        memcpy(g_stats->why, m.buf, n);
+        g_stats->why[n] = 0;
+    }
+    m.buf[m.n++] = '\n';
+    ssize_t w = write(2, m.buf, m.n);
+    (void)w;
+}
+
+/* Runs before main() (and before the constructors of libraries loaded
+ * after this one), in every process that starts with the variable set. */
+__attribute__((constructor)) static void preload_init(void)
+{
+    const char *v = getenv("PYAMX_RUN_VERBOSE");
+    g_verbose = v && v[0] == '1';
+    map_stats();
+    add(&g_stats->processes, 1);
+    int32_t rc = pyamx_trap_install();
+    if (rc == PYAMX_TRAP_E_HAS_AMX)
+        return; /* real AMX here: the program's instructions and arch_prctl run on silicon */
+    if (rc != PYAMX_TRAP_OK) {
+        say_why("AMX emulation not installed", pyamx_trap_strerror(rc));
+        return;
+    }
+    add(&g_stats->installed, 1);
+    if (g_stats || g_verbose) {
+        trap_set_observer(observe);
+        xcomp_set_observer(observe_xcomp);
+    }
+    int err = pyamx_trap_xcomp_install();
+    if (err != 0)
+        say_why("arch_prctl(ARCH_REQ_XCOMP_PERM) cannot be emulated", strerror(err));
+    /* Without the guard the program's own sigaction(SIGILL) would displace
+     * the handler; emulation then stops where it does.  Say so only when
+     * the program depends on it (verbose). */
+    if (pyamx_trap_guard_install() != 0 && g_verbose)
+        say_why("SIGILL guard unavailable", pyamx_trap_guard_reason());
+}
+
+/* Threads: each one claims its tile state slot from normal context, which
+ * arms the release at thread exit (state.c), so a program that creates
+ * thousands of threads never fills the table. */
+struct start {
+    void *(*fn)(void *);
+    void *arg;
+};
+
+static void *thread_start(void *p)
+{
+    struct start s = *(struct start *)p;
+    free(p);
+    if (pyamx_trap_installed())
+        pyamx_trap_thread_prepare();
+    return s.fn(s.arg);
+}
+
+typedef int (*pthread_create_fn)(pthread_t *, const pthread_attr_t *, void *(*)(void *), void *);
+
+EXPORT int pthread_create(pthread_t *t, const pthread_attr_t *attr, void *(*fn)(void *), void *arg)
+{
+    static pthread_create_fn real;
+    pthread_create_fn r = __atomic_load_n(&real, __ATOMIC_ACQUIRE);
+    if (!r) {
+        r = (pthread_create_fn)dlsym(RTLD_NEXT, "pthread_create");
+        if (!r)
+            return EAGAIN;
+        __atomic_store_n(&real, r, __ATOMIC_RELEASE);
+    }
+    struct start *s = malloc(sizeof *s);
+    if (!s)
+        return r(t, attr, fn, arg);
+    s->fn = fn;
+    s->arg = arg;
+    int rc = r(t, attr, thread_start, s);
+    if (rc != 0)
+        free(s);
+    return rc;
+}
+
+/* For test programs (through dlsym): how many tile state slots are held. */
+EXPORT int pyamx_preload_slots_in_use(void) { return pyamx_trap_slots_in_use(); }
+EXPORT int pyamx_preload_active(void) { return pyamx_trap_active(); }
