@@ -192,6 +192,49 @@ def make_trap_ffibuilder(absolute_paths: bool = False) -> FFI:
     return builder
 
 
+PRELOAD_MODULE = "pyamx._amxpreload"
+
+
+def preload_extension():
+    """The library ``pyamx run`` preloads into programs (csrc/trap/*.c + csrc/preload/*.c).
+
+    A plain shared library that links no Python (it is LD_PRELOADed into
+    any program), built as a setuptools Extension only so that it ships in
+    the wheel; it is never imported. x86-64 Linux only, like the trap.
+    """
+    from setuptools import Extension
+
+    sources = trap_c_sources() + [str(p.relative_to(HERE)) for p in sorted((CSRC / "preload").glob("*.c"))]
+    return Extension(
+        PRELOAD_MODULE,
+        sources=sources,
+        include_dirs=["csrc/trap"],
+        define_macros=[("PYAMX_VERSION", f'"{read_version()}"')],
+        # hidden: the trap's functions stay private to the preload, so a
+        # Python program that also loads pyamx._trap keeps two separate copies.
+        extra_compile_args=["-O2", "-std=gnu11", "-pthread", "-fvisibility=hidden"],
+        extra_link_args=["-pthread", "-ldl"],
+        depends=[str(p) for p in sorted(CSRC.glob("*.h")) + sorted(TRAP_SRC.glob("*.h"))],
+        py_limited_api=True,
+    )
+
+
+def _build_preload_in_place() -> None:
+    """Compile and link the preload library into pyamx/ (what setup.py's Extension does)."""
+    ext = preload_extension()
+    compiler = _new_compiler()
+    objdir = HERE / "build" / "preload"
+    objdir.mkdir(parents=True, exist_ok=True)
+    objects = compiler.compile([str(HERE / s) for s in ext.sources], output_dir=str(objdir),
+                               macros=ext.define_macros, include_dirs=[str(HERE / d) for d in ext.include_dirs],
+                               extra_postargs=ext.extra_compile_args)
+    for stale in (HERE / "pyamx").glob("_amxpreload*.so"):
+        stale.unlink()
+    target = HERE / "pyamx" / "_amxpreload.abi3.so"
+    compiler.link_shared_object(objects, str(target), extra_postargs=ext.extra_link_args)
+    print(f"pyamx build: wrote {target.relative_to(HERE)}", file=sys.stderr)
+
+
 def _compile_in_place(builder: FFI, stem: str) -> None:
     tmpdir = HERE / "build" / "cffi"
     tmpdir.mkdir(parents=True, exist_ok=True)
@@ -208,6 +251,7 @@ def main() -> None:
     _compile_in_place(make_ffibuilder(absolute_paths=True), "_native")
     if trap_supported():
         _compile_in_place(make_trap_ffibuilder(absolute_paths=True), "_trap")
+        _build_preload_in_place()
 
 
 # cffi_modules=["build.py:ffibuilder"] calls this when it is not an FFI, so

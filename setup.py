@@ -58,4 +58,14 @@ def _cffi_modules():
     return modules
 
 
-setup(cffi_modules=_cffi_modules(), cmdclass={"build_ext": OptionalBuildExt})
+def _ext_modules():
+    # pyamx run's preload library (a plain shared object, never imported): with the trap.
+    if len(_cffi_modules()) > 1:
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        from build import preload_extension
+
+        return [preload_extension()]
+    return []
+
+
+setup(cffi_modules=_cffi_modules(), ext_modules=_ext_modules(), cmdclass={"build_ext": OptionalBuildExt})

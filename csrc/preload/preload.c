@@ -10,7 +10,7 @@
  *
  * Environment (set by pyamx run, inherited by children and exec'd programs):
  *   PYAMX_RUN_STATS    path of a counters file shared by the whole process
- *                      tree (struct run_stats below), updated from the
+ *                      tree (struct pyamx_run_stats, csrc/trap/trap.h), updated from the
  *                      handler itself, so _exit, signals and exec lose
  *                      nothing; pyamx run prints it after the program ends.
  *   PYAMX_RUN_VERBOSE  1: one line on fd 2 per emulated instruction.
@@ -30,22 +30,8 @@
 
 #define EXPORT __attribute__((visibility("default")))
 
-/* The layout pyamx/run.py reads (all little-endian uint64).  Version 1. */
-struct run_stats {
-    uint64_t magic;        /* RUN_STATS_MAGIC once initialised */
-    uint64_t version;
-    uint64_t processes;    /* constructors run (exec'd programs included) */
-    uint64_t installed;    /* of those, with the trap installed */
-    uint64_t xcomp_calls;  /* emulated arch_prctl calls */
-    uint64_t requests;     /* of those, ARCH_REQ_XCOMP_PERM */
-    uint64_t granted;      /* ARCH_REQ_XCOMP_PERM answered 0 */
-    uint64_t reserved;
-    uint64_t count[16];    /* emulated instructions by enum pyamx_op */
-    uint64_t ns[16];       /* handler time by enum pyamx_op */
-    char why[256];         /* the last install failure, in words */
-};
-#define RUN_STATS_MAGIC 0x31737461746e7572ull /* "runstat1" */
-_Static_assert(N_OPS <= 16, "run_stats holds 16 op counters");
+#define run_stats pyamx_run_stats
+_Static_assert(N_OPS <= 16, "pyamx_run_stats holds 16 op counters");
 
 static struct run_stats *g_stats;
 static int g_verbose;
@@ -54,6 +40,12 @@ static void add(uint64_t *p, uint64_t v)
 {
     if (g_stats)
         __atomic_fetch_add(p, v, __ATOMIC_RELAXED);
+}
+
+static void add32(uint32_t *p)
+{
+    if (g_stats)
+        __atomic_fetch_add(p, 1, __ATOMIC_RELAXED);
 }
 
 static void observe(const struct pyamx_trap_insn *in, uint64_t rip, uint64_t ns)
@@ -98,11 +90,11 @@ static void observe(const struct pyamx_trap_insn *in, uint64_t rip, uint64_t ns)
 static void observe_xcomp(long code, uint64_t arg, long result)
 {
     (void)arg;
-    add(&g_stats->xcomp_calls, 1);
+    add32(&g_stats->xcomp_calls);
     if (code == 0x1023) {
-        add(&g_stats->requests, 1);
+        add32(&g_stats->requests);
         if (result == 0)
-            add(&g_stats->granted, 1);
+            add32(&g_stats->granted);
     }
     if (g_verbose) {
         struct msg m = {.n = 0};
@@ -133,11 +125,11 @@ static void map_stats(void)
     if (p == MAP_FAILED)
         return;
     g_stats = p;
-    /* pyamx run creates the file zeroed and sized; the first process marks it. */
-    uint64_t zero = 0;
-    __atomic_compare_exchange_n(&g_stats->magic, &zero, RUN_STATS_MAGIC, 0, __ATOMIC_ACQ_REL,
+    /* pyamx run creates the file zeroed and sized; the first process marks it
+     * (a file of another layout would not carry this magic afterwards). */
+    uint32_t zero = 0;
+    __atomic_compare_exchange_n(&g_stats->magic, &zero, PYAMX_RUN_STATS_MAGIC, 0, __ATOMIC_ACQ_REL,
                                 __ATOMIC_RELAXED);
-    __atomic_store_n(&g_stats->version, 1, __ATOMIC_RELAXED);
 }
 
 static void say_why(const char *what, const char *why)
@@ -164,7 +156,7 @@ __attribute__((constructor)) static void preload_init(void)
     const char *v = getenv("PYAMX_RUN_VERBOSE");
     g_verbose = v && v[0] == '1';
     map_stats();
-    add(&g_stats->processes, 1);
+    add32(&g_stats->processes);
     int32_t rc = pyamx_trap_install();
     if (rc == PYAMX_TRAP_E_HAS_AMX)
         return; /* real AMX here: the program's instructions and arch_prctl run on silicon */
@@ -172,7 +164,7 @@ __attribute__((constructor)) static void preload_init(void)
         say_why("AMX emulation not installed", pyamx_trap_strerror(rc));
         return;
     }
-    add(&g_stats->installed, 1);
+    add32(&g_stats->installed);
     if (g_stats || g_verbose) {
         trap_set_observer(observe);
         xcomp_set_observer(observe_xcomp);
