@@ -348,7 +348,10 @@ int main(int argc, char **argv)
     }
     g_perm = argv[1];
     const char *what = argv[2];
-    setvbuf(stdout, NULL, _IOFBF, 1 << 16);
+    /* Large enough that a process writes all its output at exit or at an
+     * explicit flush: a forked child and its parent never interleave. */
+    static char outbuf[1 << 22]; /* glibc ignores the size without a buffer */
+    setvbuf(stdout, outbuf, _IOFBF, sizeof outbuf);
 
     if (!strcmp(what, "noperm")) { /* dies of SIGILL, as on silicon */
         one_tile_instruction();
