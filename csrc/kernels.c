@@ -4,11 +4,16 @@
  * target("amx-...") attribute, so the rest of the module stays baseline
  * x86-64. Nothing runs unless detection said yes (pyamx_internal_ready()).
  *
- * The Python layer (pyamx/native.py) validates every operand against the
- * shared fault rules first and is the only public way in. The C side checks
- * only what it can cheaply (readiness, register numbers, LDTILECFG legality):
- * a caller of the private pyamx._native API that skips the Python layer can
- * still reach a #UD (shape rules) or a bad memory operand.
+ * The tile-machine functions are their own safety guarantee: each one reads
+ * the configuration back from the tile registers (STTILECFG into a local
+ * buffer) and checks the instruction against it -- register numbers, the
+ * #UD shape rules, every row of a memory operand against the buffer's
+ * length -- before executing it, in the same call, with no Python code in
+ * between. The Python layer (pyamx/native.py) checks the same rules first
+ * only to word its error messages; a copy of the configuration kept there
+ * can go stale (an exception from a signal handler after the C call
+ * returned), the registers cannot. In trap mode STTILECFG is trapped like
+ * every tile instruction, so the very same code path runs.
  */
 #include "pyamx.h"
 #include "internal.h"
@@ -57,10 +62,69 @@ static int cfg_legal(const uint8_t *cfg)
     return 1;
 }
 
-static int distinct_tiles(int dst, int src1, int src2)
+/* ---- the tile machine's guards, on an STTILECFG image ---- */
+
+static inline unsigned cfg_colsb(const uint8_t *cfg, int t) { return cfg[16 + 2 * t] | (cfg[17 + 2 * t] << 8); }
+static inline unsigned cfg_rows(const uint8_t *cfg, int t) { return cfg[48 + t]; }
+
+/* TILEZERO, TILELOADD, TILESTORED: configured tiles and a palette-1
+ * register; the operand tile itself may be unconfigured (rows = 0). */
+int pyamx_check_tile_register(const uint8_t *cfg, int tmm)
 {
-    return dst >= 0 && dst < 8 && src1 >= 0 && src1 < 8 && src2 >= 0 && src2 < 8 &&
-           dst != src1 && dst != src2 && src1 != src2;
+    if (!cfg_legal(cfg))
+        return PYAMX_E_ARG;
+    if (cfg[0] == 0)
+        return PYAMX_E_UD_UNCONFIGURED;
+    if (tmm < 0 || tmm > 7)
+        return PYAMX_E_UD_REGISTER;
+    return PYAMX_OK;
+}
+
+/* Rows start_row..rows-1 of colsb bytes at offset + r * stride must lie in
+ * [0, len). Every step is overflow-checked: a wrapped product or sum would
+ * otherwise land back inside the buffer's numbers while the instruction's
+ * own 64-bit address arithmetic points elsewhere. */
+int pyamx_check_memory_operand(const uint8_t *cfg, int tmm, int64_t len, int64_t offset, int64_t stride)
+{
+    int rc = pyamx_check_tile_register(cfg, tmm);
+    if (rc != PYAMX_OK)
+        return rc;
+    if (len < 0)
+        return PYAMX_E_ARG;
+    int64_t colsb = (int64_t)cfg_colsb(cfg, tmm);
+    for (int r = cfg[1]; r < (int)cfg_rows(cfg, tmm); r++) {
+        int64_t start, end;
+        if (__builtin_mul_overflow((int64_t)r, stride, &start) ||
+            __builtin_add_overflow(start, offset, &start) ||
+            __builtin_add_overflow(start, colsb, &end) || start < 0 || end > len)
+            return PYAMX_E_MEMORY;
+    }
+    return PYAMX_OK;
+}
+
+/* The #UD rules of every tile dot product (SEMANTICS.md section 2), in the
+ * emulator's order (pyamx.tilecfg.check_dot_product). */
+int pyamx_check_dot_product(const uint8_t *cfg, int dst, int src1, int src2)
+{
+    const int ts[3] = {dst, src1, src2};
+    if (!cfg_legal(cfg))
+        return PYAMX_E_ARG;
+    for (int i = 0; i < 3; i++) {
+        int rc = pyamx_check_tile_register(cfg, ts[i]);
+        if (rc != PYAMX_OK)
+            return rc;
+        if (cfg_rows(cfg, ts[i]) == 0)
+            return PYAMX_E_UD_SHAPE;
+    }
+    if (dst == src1 || dst == src2 || src1 == src2)
+        return PYAMX_E_UD_SHAPE;
+    for (int i = 0; i < 3; i++)
+        if (cfg_colsb(cfg, ts[i]) % 4)
+            return PYAMX_E_UD_SHAPE;
+    if (cfg_colsb(cfg, dst) != cfg_colsb(cfg, src2) || cfg_colsb(cfg, src1) / 4 != cfg_rows(cfg, src2) ||
+        cfg_rows(cfg, dst) != cfg_rows(cfg, src1) || cfg_rows(cfg, src2) > 16 || cfg_colsb(cfg, dst) > 64)
+        return PYAMX_E_UD_SHAPE;
+    return PYAMX_OK;
 }
 
 #if PYAMX_HAVE_AMX
@@ -90,8 +154,6 @@ static int distinct_tiles(int dst, int src1, int src2)
 /* ---- saving and restoring the thread's tile state ---- */
 
 typedef pyamx_tile_state tile_state;
-
-static inline int cfg_rows(const uint8_t *cfg, int t) { return cfg[48 + t]; }
 
 AMX_TILE static void store_tile(int t, void *dst, long stride)
 {
@@ -217,14 +279,23 @@ int pyamx_dp_oneshot(int op, uint32_t *c, const void *a, const void *b, int m, i
 
 /* ---- the tile machine, one instruction per call ---- */
 
+/* What the registers hold now. Every guard below reads it here, in the
+ * same C call that then executes the instruction. */
+AMX_TILE static void loaded_cfg(uint8_t *cfg)
+{
+    BARRIER();
+    _tile_storeconfig(cfg);
+    BARRIER();
+}
+
 AMX_TILE int pyamx_ldtilecfg(const uint8_t *cfg64)
 {
     if (!pyamx_internal_ready())
         return PYAMX_E_NOT_READY;
-    if (!cfg_legal(cfg64))
-        return PYAMX_E_ARG;
     uint8_t cfg[64] __attribute__((aligned(64)));
-    memcpy(cfg, cfg64, 64);
+    memcpy(cfg, cfg64, 64); /* checked and loaded from one copy the caller cannot change */
+    if (!cfg_legal(cfg))
+        return PYAMX_E_GP_CONFIG;
     BARRIER();
     _tile_loadconfig(cfg);
     return PYAMX_OK;
@@ -235,29 +306,43 @@ AMX_TILE int pyamx_sttilecfg(uint8_t *cfg64)
     if (!pyamx_internal_ready())
         return PYAMX_E_NOT_READY;
     uint8_t cfg[64] __attribute__((aligned(64)));
-    _tile_storeconfig(cfg);
-    BARRIER();
+    loaded_cfg(cfg);
     memcpy(cfg64, cfg, 64);
     return PYAMX_OK;
 }
 
-AMX_TILE int pyamx_tileloadd(int tmm, const uint8_t *base, int64_t stride, int t1)
+/* The address of row 0 as the instruction computes it: base + offset,
+ * wrapping like the CPU's 64-bit address arithmetic. Rows before start_row
+ * are never addressed, so this may lie outside the buffer; every row that
+ * is addressed was checked to lie inside it. */
+static inline uintptr_t row0(const uint8_t *buf, int64_t offset)
+{
+    return (uintptr_t)buf + (uintptr_t)(uint64_t)offset;
+}
+
+AMX_TILE int pyamx_tileloadd(int tmm, const uint8_t *buf, int64_t len, int64_t offset, int64_t stride, int t1)
 {
     if (!pyamx_internal_ready())
         return PYAMX_E_NOT_READY;
-    if (tmm < 0 || tmm > 7)
-        return PYAMX_E_ARG;
-    load_tile(tmm, base, (long)stride, t1);
+    uint8_t cfg[64] __attribute__((aligned(64)));
+    loaded_cfg(cfg);
+    int rc = pyamx_check_memory_operand(cfg, tmm, len, offset, stride);
+    if (rc != PYAMX_OK)
+        return rc;
+    load_tile(tmm, (const void *)row0(buf, offset), (long)stride, t1);
     return PYAMX_OK;
 }
 
-AMX_TILE int pyamx_tilestored(int tmm, uint8_t *base, int64_t stride)
+AMX_TILE int pyamx_tilestored(int tmm, uint8_t *buf, int64_t len, int64_t offset, int64_t stride)
 {
     if (!pyamx_internal_ready())
         return PYAMX_E_NOT_READY;
-    if (tmm < 0 || tmm > 7)
-        return PYAMX_E_ARG;
-    store_tile(tmm, base, (long)stride);
+    uint8_t cfg[64] __attribute__((aligned(64)));
+    loaded_cfg(cfg);
+    int rc = pyamx_check_memory_operand(cfg, tmm, len, offset, stride);
+    if (rc != PYAMX_OK)
+        return rc;
+    store_tile(tmm, (void *)row0(buf, offset), (long)stride);
     return PYAMX_OK;
 }
 
@@ -265,8 +350,13 @@ AMX_TILE int pyamx_tilezero(int tmm)
 {
     if (!pyamx_internal_ready())
         return PYAMX_E_NOT_READY;
+    uint8_t cfg[64] __attribute__((aligned(64)));
+    loaded_cfg(cfg);
+    int rc = pyamx_check_tile_register(cfg, tmm);
+    if (rc != PYAMX_OK)
+        return rc;
 #define ZERO_CASE(n) case n: _tile_zero(n); break;
-    switch (tmm) { EACH_TILE(ZERO_CASE) default: return PYAMX_E_ARG; }
+    switch (tmm) { EACH_TILE(ZERO_CASE) default: return PYAMX_E_UD_REGISTER; }
 #undef ZERO_CASE
     return PYAMX_OK;
 }
@@ -290,8 +380,13 @@ int pyamx_tdp(int op, int dst, int src1, int src2)
 {
     if (!pyamx_internal_ready())
         return PYAMX_E_NOT_READY;
-    if (!distinct_tiles(dst, src1, src2))
+    if (op < PYAMX_OP_TDPBF16PS || op > PYAMX_OP_TDPBUUD)
         return PYAMX_E_ARG;
+    uint8_t cfg[64] __attribute__((aligned(64)));
+    loaded_cfg(cfg);
+    int rc = pyamx_check_dot_product(cfg, dst, src1, src2);
+    if (rc != PYAMX_OK)
+        return rc;
     int index = dst * 64 + src1 * 8 + src2;
     switch (op) {
     case PYAMX_OP_TDPBF16PS: return tdp_bf16(index);
@@ -322,10 +417,10 @@ int pyamx_restore_tiles(const uint8_t *cfg64, const uint8_t *tiles8192)
 {
     if (!pyamx_internal_ready())
         return PYAMX_E_NOT_READY;
-    if (!cfg_legal(cfg64) || cfg64[1] != 0)
-        return PYAMX_E_ARG;
     tile_state s;
-    memcpy(s.cfg, cfg64, 64);
+    memcpy(s.cfg, cfg64, 64); /* checked and loaded from one copy the caller cannot change */
+    if (!cfg_legal(s.cfg) || s.cfg[1] != 0)
+        return PYAMX_E_ARG;
     memcpy(s.tiles, tiles8192, sizeof s.tiles);
     restore_state(&s);
     return PYAMX_OK;
@@ -338,23 +433,23 @@ int pyamx_dp_oneshot(int op, uint32_t *c, const void *a, const void *b, int m, i
     (void)op; (void)c; (void)a; (void)b; (void)m; (void)k; (void)n;
     return PYAMX_E_NO_KERNEL;
 }
-int pyamx_ldtilecfg(const uint8_t *cfg64) { (void)cfg64; (void)cfg_legal; return PYAMX_E_NO_KERNEL; }
+int pyamx_ldtilecfg(const uint8_t *cfg64) { (void)cfg64; return PYAMX_E_NO_KERNEL; }
 int pyamx_sttilecfg(uint8_t *cfg64) { (void)cfg64; return PYAMX_E_NO_KERNEL; }
-int pyamx_tileloadd(int tmm, const uint8_t *base, int64_t stride, int t1)
+int pyamx_tileloadd(int tmm, const uint8_t *buf, int64_t len, int64_t offset, int64_t stride, int t1)
 {
-    (void)tmm; (void)base; (void)stride; (void)t1;
+    (void)tmm; (void)buf; (void)len; (void)offset; (void)stride; (void)t1;
     return PYAMX_E_NO_KERNEL;
 }
-int pyamx_tilestored(int tmm, uint8_t *base, int64_t stride)
+int pyamx_tilestored(int tmm, uint8_t *buf, int64_t len, int64_t offset, int64_t stride)
 {
-    (void)tmm; (void)base; (void)stride;
+    (void)tmm; (void)buf; (void)len; (void)offset; (void)stride;
     return PYAMX_E_NO_KERNEL;
 }
 int pyamx_tilezero(int tmm) { (void)tmm; return PYAMX_E_NO_KERNEL; }
 int pyamx_tilerelease(void) { return PYAMX_E_NO_KERNEL; }
 int pyamx_tdp(int op, int dst, int src1, int src2)
 {
-    (void)op; (void)distinct_tiles(dst, src1, src2);
+    (void)op; (void)dst; (void)src1; (void)src2;
     return PYAMX_E_NO_KERNEL;
 }
 int pyamx_save_tiles(uint8_t *cfg64, uint8_t *tiles8192) { (void)cfg64; (void)tiles8192; return PYAMX_E_NO_KERNEL; }

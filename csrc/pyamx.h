@@ -27,7 +27,15 @@ enum pyamx_status {
     PYAMX_E_NO_KERNEL = -2,      /* this build lacks the kernel family */
     PYAMX_E_ARG = -3,            /* an argument the Python layer should have refused */
     PYAMX_E_START_ROW = -4,      /* tile state has a pending start_row that cannot be saved */
-    PYAMX_E_UNSUPPORTED = -5     /* not x86-64 Linux */
+    PYAMX_E_UNSUPPORTED = -5,    /* not x86-64 Linux */
+    /* The tile machine's own guards (kernels.c), decided against the
+     * configuration loaded in the tile registers at the moment the
+     * instruction would run; nothing executed when one is returned. */
+    PYAMX_E_UD_UNCONFIGURED = -6, /* #UD: tiles not configured (palette 0) */
+    PYAMX_E_UD_REGISTER = -7,     /* #UD: a tile register outside tmm0..tmm7 */
+    PYAMX_E_UD_SHAPE = -8,        /* #UD: dot-product operands break a shape rule */
+    PYAMX_E_GP_CONFIG = -9,       /* #GP: an illegal LDTILECFG image */
+    PYAMX_E_MEMORY = -10          /* a row of the memory operand lies outside the buffer */
 };
 
 /* Kernel families in pyamx_build_kernels(). */
@@ -62,15 +70,29 @@ void pyamx_set_trap_hook(int (*grant)(void), int32_t (*thread_prepare)(void));
 
 int pyamx_dp_oneshot(int op, uint32_t *c, const void *a, const void *b, int m, int k, int n);
 
+/* The tile machine, one instruction per call.  Each call reads the
+ * configuration back from the tile registers (STTILECFG) and checks the
+ * instruction against it before executing it, in the same C call, so no
+ * caller-side copy of the configuration is ever trusted: a violation returns
+ * a PYAMX_E_UD_* / PYAMX_E_GP_CONFIG / PYAMX_E_MEMORY code and runs nothing.
+ * Memory operands are a buffer (base, len bytes) and the byte offset of
+ * row 0 and the row stride inside it: rows start_row..rows-1, colsb bytes
+ * each at offset + r * stride, must all lie inside [0, len). */
 int pyamx_ldtilecfg(const uint8_t *cfg64);
 int pyamx_sttilecfg(uint8_t *cfg64);
-int pyamx_tileloadd(int tmm, const uint8_t *base, int64_t stride, int t1);
-int pyamx_tilestored(int tmm, uint8_t *base, int64_t stride);
+int pyamx_tileloadd(int tmm, const uint8_t *buf, int64_t len, int64_t offset, int64_t stride, int t1);
+int pyamx_tilestored(int tmm, uint8_t *buf, int64_t len, int64_t offset, int64_t stride);
 int pyamx_tilezero(int tmm);
 int pyamx_tilerelease(void);
 int pyamx_tdp(int op, int dst, int src1, int src2);
 int pyamx_save_tiles(uint8_t *cfg64, uint8_t *tiles8192);
 int pyamx_restore_tiles(const uint8_t *cfg64, const uint8_t *tiles8192);
+
+/* The guards above as pure functions of a 64-byte STTILECFG image (baseline
+ * C, in every build): PYAMX_OK or the status the instruction would return. */
+int pyamx_check_memory_operand(const uint8_t *cfg64, int tmm, int64_t len, int64_t offset, int64_t stride);
+int pyamx_check_dot_product(const uint8_t *cfg64, int dst, int src1, int src2);
+int pyamx_check_tile_register(const uint8_t *cfg64, int tmm);
 
 /* ---- matmul_amx.c: native AMX matmul (owner: amxkernel) ---- */
 

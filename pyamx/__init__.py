@@ -24,6 +24,7 @@ from .errors import (
     InvalidOpcodeFault,
     MemoryAccessFault,
     NativeUnavailableError,
+    ReentrantUseError,
     WrongThreadError,
 )
 from .tilecfg import TileConfig
@@ -53,5 +54,5 @@ __all__ = [
     *isa.DOT_NAMES, "tile_machine", "isa", "matmul",
     "TileMachine", "TileConfig", "Numerics", "AMXResult", "bf16", "emulator", "errors",
     "AMXError", "AMXFault", "BackendError", "GeneralProtectionFault", "InvalidOpcodeFault",
-    "MemoryAccessFault", "NativeUnavailableError", "WrongThreadError",
+    "MemoryAccessFault", "NativeUnavailableError", "ReentrantUseError", "WrongThreadError",
 ]

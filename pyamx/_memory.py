@@ -43,14 +43,14 @@ def row_offsets(mnemonic: str, nbytes: int, offset, stride, first_row: int, rows
     for name, value in (("offset", offset), ("stride", stride)):
         if not -(2**63) <= value < 2**63:
             raise ValueError(f"{mnemonic}: {name} {value} does not fit a 64-bit register")
-    starts = offset + stride * np.arange(first_row, rows, dtype=np.int64)
-    if starts.size:
-        lo, hi = int(starts.min()), int(starts.max()) + colsb
-        if lo < 0 or hi > nbytes:
-            bad = int(first_row + np.flatnonzero((starts < 0) | (starts + colsb > nbytes))[0])
+    # Exact integers: int64 arithmetic would wrap for extreme offsets and
+    # strides and could bring a far-away row back inside the buffer.
+    starts = [offset + stride * r for r in range(first_row, rows)]
+    for row, start in enumerate(starts, first_row):
+        if start < 0 or start + colsb > nbytes:
             raise MemoryAccessFault(
                 mnemonic,
-                f"row {bad} spans bytes [{offset + stride * bad}, {offset + stride * bad + colsb}) "
+                f"row {row} spans bytes [{start}, {start + colsb}) "
                 f"of a {nbytes}-byte buffer (offset={offset}, stride={stride}, colsb={colsb})",
             )
-    return starts
+    return np.array(starts, dtype=np.int64)

@@ -69,3 +69,14 @@ class WrongThreadError(AMXError):
     Tile registers belong to one OS thread; using them from another thread
     would read that thread's (unrelated) registers.
     """
+
+
+class ReentrantUseError(AMXError, RuntimeError):
+    """A native tile machine was used while one was already executing on this thread.
+
+    That happens only from code that runs inside another call: a signal
+    handler, a finalizer (``__del__``, weakref callback) or a trace/profile
+    hook. The thread has one set of tile registers; letting the inner call
+    switch them would make the interrupted instruction run on the wrong
+    machine's configuration, so the inner call is refused before it starts.
+    """

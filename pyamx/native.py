@@ -6,20 +6,34 @@ Same interface as the emulator: one-shot dot products on raw-bit arrays
 :class:`pyamx.emulator.TileMachine`.
 
 On silicon a rule violation is not an exception but a fatal signal (#UD is
-SIGILL, #GP is SIGSEGV), so every operand is checked here, with the rule
-modules the emulator uses, before the C call; the C side refuses to run at
-all until detection and the permission request said yes.
+SIGILL, #GP is SIGSEGV) or a stray memory access. The guarantee lives in C:
+each tile-machine call reads the configuration back from the registers and
+checks the instruction against it (registers, shape rules, every row of a
+memory operand against the buffer's length) before executing it, and the C
+side refuses to run at all until detection and the permission request said
+yes. The checks here, with the rule modules the emulator uses, come first
+only so that a violation is worded exactly as the emulator words it.
 """
 
 from __future__ import annotations
 
+import operator
 import threading
 import weakref
 
 import numpy as np
 
 from . import _memory, detect, isa
-from .errors import AMXError, BackendError, NativeUnavailableError, WrongThreadError
+from .errors import (
+    AMXError,
+    BackendError,
+    GeneralProtectionFault,
+    InvalidOpcodeFault,
+    MemoryAccessFault,
+    NativeUnavailableError,
+    ReentrantUseError,
+    WrongThreadError,
+)
 from .tilecfg import (
     MAX_COLSB,
     MAX_ROWS,
@@ -40,8 +54,6 @@ FAMILY_FEATURE = {
     family: feature + (" (Granite Rapids and later)" if family == "fp16" else "")
     for family, feature in isa.FAMILY_FEATURE.items()
 }
-
-_MASK64 = (1 << 64) - 1
 
 
 def available(family=None):
@@ -81,14 +93,36 @@ def _before_entry() -> None:
     faulthandler (pytest enables it) replaces the handler; the trap module
     reinstalls it, and claims this thread's emulated tile state once.
     """
-    if detect.report().mode != "trap":
-        return
+    if detect.report().mode == "trap":
+        _trap_entry()
+
+
+def _trap_entry() -> None:
     from . import trap
 
     trap.ensure_installed()
     if not getattr(_thread_prepared, "done", False):
         trap.thread_prepare()
         _thread_prepared.done = True
+
+
+# What each guard status of the C tile machine (enum pyamx_status) means, by
+# the name of its constant in lib: the fault class and the rule in words.
+_C_FAULTS = {
+    "PYAMX_E_UD_UNCONFIGURED": (InvalidOpcodeFault, "tiles are not configured (palette 0, init state)"),
+    "PYAMX_E_UD_REGISTER": (InvalidOpcodeFault, "a tile register outside tmm0..tmm7"),
+    "PYAMX_E_UD_SHAPE": (InvalidOpcodeFault, "the operands break a dot-product shape rule"),
+    "PYAMX_E_GP_CONFIG": (GeneralProtectionFault, "an illegal tile configuration"),
+    "PYAMX_E_MEMORY": (MemoryAccessFault, "a row of the memory operand lies outside the buffer"),
+}
+
+
+def _c_fault(rc: int):
+    """``(fault class, rule)`` for a guard status of the C tile machine, else None."""
+    for name, fault in _C_FAULTS.items():
+        if rc == isa.c_constant(name):
+            return fault
+    return None
 
 
 def _check(rc: int, what: str) -> None:
@@ -107,7 +141,29 @@ def _check(rc: int, what: str) -> None:
             f"{what}: this thread's tile state has a pending start_row (set by LDTILECFG, consumed by "
             "the next load, store or dot product); it cannot be saved without consuming it, so nothing ran"
         )
+    fault = _c_fault(rc)
+    if fault is not None:
+        cls, rule = fault
+        raise cls(what, f"{rule} in the configuration loaded in the tile registers (checked in C; nothing ran)")
     raise AMXError(f"{what}: internal error, the C module rejected an argument (status {rc})")
+
+
+def _consumed(cfg: TileConfig) -> TileConfig:
+    """The configuration after an instruction that consumes start_row (the same object when none is pending)."""
+    return cfg.with_start_row(0) if cfg.start_row else cfg
+
+
+def _exact(value):
+    """An integer operand as an exact ``int``, converted once with ``operator.index``.
+
+    The number checked must be the number used: an ``int`` subclass whose
+    ``__int__``/``__index__`` answers differently on each call cannot slip a
+    different value past the checks. Anything else is passed through for the
+    rule checks to refuse with their TypeError.
+    """
+    if isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_)):
+        return operator.index(value)
+    return value
 
 
 def _address(arr: np.ndarray) -> int:
@@ -188,10 +244,27 @@ for _insn in isa.DOTS:
 
 # -- the tile machine -----------------------------------------------------------
 
-# Which NativeMachine's state is in this OS thread's tile registers. Several
-# machines in one thread take turns: the one in the registers is saved into
-# its Python-side stash before another one's stash is restored.
-_resident = threading.local()
+
+class _ThreadState(threading.local):
+    """Per OS thread: whose state the tile registers hold, and which call is running.
+
+    ``resident`` (a weakref) names the NativeMachine whose state is in the
+    registers; every other machine's state is in its ``_stash``. A machine's
+    stash is meaningful only while it is not resident, so each step of a
+    switch is one attribute store and an exception between any two of them
+    leaves a consistent picture (see ``NativeMachine._activate``).
+
+    ``busy`` is set while a NativeMachine call runs on this thread: a second
+    call that starts inside it (from a signal handler, finalizer or trace
+    hook) is refused with ReentrantUseError instead of switching the
+    registers under the interrupted instruction.
+    """
+
+    resident = None
+    busy = None
+
+
+_thread = _ThreadState()
 
 _INIT_STATE = (bytes(TILECFG_BYTES), np.zeros((NUM_TILES, MAX_ROWS, MAX_COLSB), dtype=np.uint8))
 
@@ -201,11 +274,12 @@ class NativeMachine:
 
     Same methods and semantics as :class:`pyamx.emulator.TileMachine`; the
     arithmetic is whatever the silicon computes (``numerics``: None or the default
-    model only, the rule of :mod:`pyamx._backend`).
-    Every argument is checked against the shared fault rules before the
-    instruction runs, so a rule violation raises the same exception as the
-    emulator instead of killing the process. Tile registers belong to one
-    OS thread: the machine refuses any other thread (WrongThreadError).
+    model only, the rule of :mod:`pyamx._backend`). A rule violation raises the same exception as the emulator instead of
+    killing the process: the C call checks every instruction against the
+    configuration actually loaded in the tile registers before it runs it.
+    Tile registers belong to one OS thread: the machine refuses any other
+    thread (WrongThreadError), and refuses to be entered from code that runs
+    inside another NativeMachine call on the same thread (ReentrantUseError).
     """
 
     backend = "native"
@@ -219,35 +293,75 @@ class NativeMachine:
         # The Thread object, not get_ident(): CPython reuses the ident of a finished thread.
         self._owner = weakref.ref(threading.current_thread())
         self._owner_name = threading.current_thread().name
-        self._config = TileConfig()
+        # The configuration this machine's state holds, kept to word faults as
+        # the emulator does; never a safety decision (the C calls re-read the
+        # registers). None means unknown: cleared before every C call that
+        # changes state and set after it succeeded, so an exception in between
+        # (a signal handler raising after the call returned) leaves it unknown
+        # and the next use reads the registers (STTILECFG) instead.
+        self._known = TileConfig()
         self._stash = _INIT_STATE
-        self._kernels = detect.report().kernels
+        report = detect.report()
+        self._kernels = report.kernels
+        # Decided once: detect.report() takes a lock, and an exception between
+        # its acquire and release (a profile hook raising at __exit__) would
+        # leave it held; nothing on an instruction's path may take one.
+        self._trap = report.mode == "trap"
 
     # -- plumbing -------------------------------------------------------------
 
-    def _enter(self, mnemonic: str) -> None:
+    def _call(self, mnemonic: str, body, *args):
+        """Run ``body(*args)`` as one machine call: right thread, not nested in another call."""
         if self._owner() is not threading.current_thread():
             raise WrongThreadError(
                 f"{mnemonic}: this NativeMachine belongs to thread {self._owner_name!r}; tile registers "
                 f"are per OS thread, so thread {threading.current_thread().name!r} must create its own"
             )
+        state = _thread
+        if state.busy is not None:
+            raise ReentrantUseError(
+                f"{mnemonic}: a NativeMachine call ({state.busy[0]}) is already running on this thread and "
+                "this call started inside it (a signal handler, finalizer or trace/profile hook); the "
+                "thread has one set of tile registers, so nesting would run the interrupted instruction "
+                "on the wrong machine's state. Use the machine outside such hooks, or pyamx.TileMachine "
+                "(the emulator) inside them"
+            )
+        token = (mnemonic,)  # a fresh object per call: released only by the call that set it
+        try:
+            state.busy = token
+            return body(*args)
+        finally:
+            if state.busy is token:
+                state.busy = None
 
     def _activate(self) -> None:
-        """Put this machine's state into the thread's tile registers if another machine's is there."""
-        _before_entry()
-        ref = getattr(_resident, "machine", None)
+        """Put this machine's state into the thread's tile registers if another machine's is there.
+
+        Every step is one store, ordered so that an exception between any two
+        (the calls are C calls, after which a signal handler may raise) never
+        loses a state or lets a machine run on another's: the resident
+        machine's stash is written before it stops being resident; nobody is
+        resident while the registers are being overwritten; this machine
+        becomes resident only after its state is in the registers. Retrying
+        after an interruption simply redoes the remaining steps.
+        """
+        if self._trap:
+            _trap_entry()
+        state = _thread
+        ref = state.resident
         current = ref() if ref is not None else None
         if current is self:
             return
         if current is not None:
             current._stash = current._save("switching NativeMachine")
+            state.resident = None
         cfg, tiles = self._stash
         if cfg[0] == 0:
             _check(self._lib.pyamx_tilerelease(), "TILERELEASE")
         else:
             _check(self._lib.pyamx_restore_tiles(cfg, self._ffi.from_buffer(tiles)), "restoring a NativeMachine")
+        state.resident = weakref.ref(self)
         self._stash = None
-        _resident.machine = weakref.ref(self)
 
     def _save(self, what: str):
         cfg = self._ffi.new("uint8_t[64]")
@@ -255,16 +369,58 @@ class NativeMachine:
         _check(self._lib.pyamx_save_tiles(cfg, self._ffi.from_buffer(tiles)), what)
         return bytes(self._ffi.buffer(cfg)), tiles
 
-    def _run(self, mnemonic: str, fn, *args) -> None:
+    def _registers(self) -> bytes:
+        """STTILECFG of this machine's state, read from the registers."""
         self._activate()
-        _check(fn(*args), mnemonic)
+        out = self._ffi.new("uint8_t[64]")
+        _check(self._lib.pyamx_sttilecfg(out), "STTILECFG")
+        image = bytes(self._ffi.buffer(out))
+        self._known = parse_tilecfg(image)
+        return image
+
+    def _config_now(self) -> TileConfig:
+        """The configuration of this machine's state: the kept copy, or the registers when unknown."""
+        known = self._known
+        if known is None:
+            self._registers()
+            known = self._known
+        return known
+
+    def _execute(self, mnemonic: str, fn, args, after: TileConfig, recheck) -> None:
+        """One state-changing C call; the kept configuration is unknown while it runs."""
+        self._activate()
+        self._known = None
+        rc = fn(*args)
+        if rc != 0:
+            self._refused(mnemonic, rc, recheck)
+        self._known = after
+
+    def _refused(self, mnemonic: str, rc: int, recheck) -> None:
+        """Raise what a refusal by the C guards means, worded from the registers' configuration.
+
+        The Python checks passed against the kept copy, so the registers
+        disagree with it (code outside this machine changed them): the copy is
+        resynchronized, and ``recheck(config)`` runs the emulator's rules
+        against the truth to name the rule; the C status says the class.
+        """
+        if _c_fault(rc) is not None:
+            self._known = None
+            recheck(parse_tilecfg(self._registers()))
+        _check(rc, mnemonic)
 
     # -- inspection -------------------------------------------------------------
 
     @property
     def config(self) -> TileConfig:
-        """The current TILECFG as the machine tracks it (palette 0 means the init state)."""
-        return self._config
+        """The current TILECFG of this machine (palette 0 means the init state)."""
+        return self._call("config", self._config_now)
+
+    def _snapshot(self):
+        cfg = self._config_now()
+        if cfg.start_row:
+            raise BackendError(f"snapshot: start_row is {cfg.start_row}; storing the tiles would consume it")
+        self._activate()
+        return self._save("snapshot")
 
     def snapshot(self):
         """``(sttilecfg image, (8, 16, 64) uint8 copy of every tile)`` read from the registers.
@@ -273,60 +429,56 @@ class NativeMachine:
         tile's rows x colsb are architecturally zero. A pending start_row
         would be consumed by the stores, so it is refused (BackendError).
         """
-        self._enter("snapshot")
-        if self._config.start_row:
-            raise BackendError(
-                f"snapshot: start_row is {self._config.start_row}; storing the tiles would consume it"
-            )
-        self._activate()
-        return self._save("snapshot")
+        return self._call("snapshot", self._snapshot)
 
     def tile(self, tmm: int) -> np.ndarray:
         """A copy of all 16 x 64 bytes of tile ``tmm``."""
-        tmm = check_tile_index("tile", "tmm", tmm)
-        return self.snapshot()[1][tmm].copy()
+        tmm = check_tile_index("tile", "tmm", _exact(tmm))
+        return self._call("tile", self._snapshot)[1][tmm].copy()
 
     # -- configuration -----------------------------------------------------------
 
+    def _ldtilecfg(self, cfg) -> None:
+        parsed = parse_tilecfg(cfg)
+        self._execute("LDTILECFG", self._lib.pyamx_ldtilecfg, (parsed.to_bytes(),), parsed, lambda c: None)
+
     def ldtilecfg(self, cfg) -> None:
         """LDTILECFG: load a 64-byte config (or TileConfig); #GP on an illegal one; zeroes every tile."""
-        self._enter("LDTILECFG")
-        parsed = parse_tilecfg(cfg)
-        self._run("LDTILECFG", self._lib.pyamx_ldtilecfg, parsed.to_bytes())
-        self._config = parsed
+        self._call("LDTILECFG", self._ldtilecfg, cfg)
 
     def sttilecfg(self) -> bytes:
         """STTILECFG: the 64-byte config image, read from the registers."""
-        self._enter("STTILECFG")
-        out = self._ffi.new("uint8_t[64]")
-        self._run("STTILECFG", self._lib.pyamx_sttilecfg, out)
-        return bytes(self._ffi.buffer(out))
+        return self._call("STTILECFG", self._registers)
 
     def tilerelease(self) -> None:
         """TILERELEASE: back to the init state (config cleared, tiles zeroed)."""
-        self._enter("TILERELEASE")
-        self._run("TILERELEASE", self._lib.pyamx_tilerelease)
-        self._config = TileConfig()
+        self._call("TILERELEASE", self._execute, "TILERELEASE", self._lib.pyamx_tilerelease, (), TileConfig(),
+                   lambda c: None)
 
     # -- data movement -------------------------------------------------------------
 
-    def _memory_operand(self, mnemonic, tmm, buf, stride, offset, writable):
-        memory = _memory.byte_view(mnemonic, buf, writable=writable)
-        check_configured(mnemonic, self._config)
-        tmm = check_tile_index(mnemonic, "tile", tmm)
-        cfg = self._config
-        _memory.row_offsets(mnemonic, memory.size, offset, stride, cfg.start_row, cfg.rows[tmm], cfg.colsb[tmm])
-        # Rows before start_row are not touched, so the base itself may lie
-        # outside the buffer; only the checked rows are ever addressed.
-        base = self._ffi.cast("uint8_t *", (_address(memory) + int(offset)) & _MASK64)
-        return memory, tmm, base, int(stride)
+    def _memory_op(self, mnemonic, tmm, buf, stride, offset, t1, store) -> None:
+        memory = _memory.byte_view(mnemonic, buf, writable=store)
+        cfg = self._config_now()
+        tmm, offset, stride = _exact(tmm), _exact(offset), _exact(stride)
+
+        def check(cfg):
+            check_configured(mnemonic, cfg)
+            check_tile_index(mnemonic, "tile", tmm)
+            _memory.row_offsets(mnemonic, memory.size, offset, stride, cfg.start_row, cfg.rows[tmm], cfg.colsb[tmm])
+
+        check(cfg)
+        # The C call checks every row against the buffer's length itself, with
+        # the configuration in the registers; `memory` keeps the buffer alive.
+        base = self._ffi.cast("uint8_t *", _address(memory))
+        if store:
+            fn, args = self._lib.pyamx_tilestored, (tmm, base, memory.size, offset, stride)
+        else:
+            fn, args = self._lib.pyamx_tileloadd, (tmm, base, memory.size, offset, stride, t1)
+        self._execute(mnemonic, fn, args, _consumed(cfg), check)
 
     def _load(self, mnemonic, tmm, buf, stride, offset, t1) -> None:
-        self._enter(mnemonic)
-        memory, tmm, base, stride = self._memory_operand(mnemonic, tmm, buf, stride, offset, False)
-        self._run(mnemonic, self._lib.pyamx_tileloadd, tmm, base, stride, t1)
-        del memory  # kept alive until the instruction ran
-        self._config = self._config.with_start_row(0)
+        self._call(mnemonic, self._memory_op, mnemonic, tmm, buf, stride, offset, t1, False)
 
     def tileloadd(self, tmm: int, buf, stride: int, offset: int = 0) -> None:
         """TILELOADD: rows start_row..rows-1 of ``colsb`` bytes from ``offset + r * stride``."""
@@ -338,31 +490,42 @@ class NativeMachine:
 
     def tilestored(self, tmm: int, buf, stride: int, offset: int = 0) -> None:
         """TILESTORED: store rows start_row..rows-1 (``colsb`` bytes each); start_row resets to 0."""
-        self._enter("TILESTORED")
-        memory, tmm, base, stride = self._memory_operand("TILESTORED", tmm, buf, stride, offset, True)
-        self._run("TILESTORED", self._lib.pyamx_tilestored, tmm, base, stride)
-        del memory
-        self._config = self._config.with_start_row(0)
+        self._call("TILESTORED", self._memory_op, "TILESTORED", tmm, buf, stride, offset, 0, True)
+
+    def _tilezero(self, tmm) -> None:
+        cfg = self._config_now()
+        tmm = _exact(tmm)
+
+        def check(cfg):
+            check_configured("TILEZERO", cfg)
+            check_tile_index("TILEZERO", "tdest", tmm)
+
+        check(cfg)
+        self._execute("TILEZERO", self._lib.pyamx_tilezero, (tmm,), _consumed(cfg), check)
 
     def tilezero(self, tmm: int) -> None:
         """TILEZERO: all 16 x 64 bytes of the tile become zero."""
-        self._enter("TILEZERO")
-        check_configured("TILEZERO", self._config)
-        tmm = check_tile_index("TILEZERO", "tdest", tmm)
-        self._run("TILEZERO", self._lib.pyamx_tilezero, tmm)
-        self._config = self._config.with_start_row(0)
+        self._call("TILEZERO", self._tilezero, tmm)
 
     # -- dot products ----------------------------------------------------------------
 
-    def _dot(self, name: str, dst, src1, src2) -> None:
+    def _tdp(self, name: str, dst, src1, src2) -> None:
         mnemonic = name.upper()
-        self._enter(mnemonic)
         insn = isa.BY_NAME[name]
         if insn.family not in self._kernels:
             raise NativeUnavailableError(available(insn.family)[1])
-        check_dot_product(mnemonic, self._config, dst, src1, src2)
-        self._run(mnemonic, self._lib.pyamx_tdp, insn.op_id, int(dst), int(src1), int(src2))
-        self._config = self._config.with_start_row(0)
+        cfg = self._config_now()
+        dst, src1, src2 = _exact(dst), _exact(src1), _exact(src2)
+
+        def check(cfg):
+            check_dot_product(mnemonic, cfg, dst, src1, src2)
+
+        check(cfg)
+        self._execute(mnemonic, self._lib.pyamx_tdp, (insn.op_id, dst, src1, src2),
+                      _consumed(cfg), check)
+
+    def _dot(self, name: str, dst, src1, src2) -> None:
+        self._call(name.upper(), self._tdp, name, dst, src1, src2)
 
 
 def _dot_method(insn: isa.Instruction):

@@ -1,11 +1,14 @@
 """The C side's own guards in csrc/kernels.c, called through lib with every Python check skipped.
 
 On silicon a #GP is a SIGSEGV and a #UD a SIGILL that kill the interpreter,
-so the kernels refuse what they can check cheaply before executing anything:
-an illegal TILECFG (``cfg_legal``), dot-product registers that are not three
-distinct tiles below 8 (``distinct_tiles``), register numbers out of range,
-unknown ops and one-shot shapes out of range. Each must return
-``PYAMX_E_ARG`` and leave the tile state as it was.
+so the kernels refuse, before executing anything, every instruction that
+would fault under the configuration loaded in the registers: an illegal
+TILECFG (``PYAMX_E_GP_CONFIG``), dot-product registers that are not three
+distinct configured tiles below 8 (``PYAMX_E_UD_SHAPE`` /
+``PYAMX_E_UD_REGISTER``), register numbers out of range; and they refuse
+unknown ops, one-shot shapes out of range and restoring an illegal state
+(``PYAMX_E_ARG``). Each must leave the tile state as it was (tests of the
+memory-operand and shape guards on every rule: tests/test_native_guards.py).
 
 The checks run in a child Python with native usable: on AMX silicon as is,
 elsewhere in trap mode (``PYAMX_TRAP_EMULATION=1``). Nothing here executes
@@ -38,7 +41,8 @@ ffi, lib = _nativelib.load()
 if detect.report().mode == "trap":
     trap.ensure_installed()
     trap.thread_prepare()
-E_ARG = lib.PYAMX_E_ARG
+CODES = {name: getattr(lib, name) for name in
+         ("PYAMX_E_ARG", "PYAMX_E_GP_CONFIG", "PYAMX_E_UD_SHAPE", "PYAMX_E_UD_REGISTER")}
 
 def cfg_ptr(image):
     return ffi.from_buffer("uint8_t[]", bytes(image))
@@ -75,39 +79,43 @@ bad_cfgs = {
     "colsb without rows": illegal(22, 4),
 }
 for name, image in bad_cfgs.items():
-    results["ldtilecfg " + name] = [lib.pyamx_ldtilecfg(cfg_ptr(image)), state() == legal]
+    results["ldtilecfg " + name] = [lib.pyamx_ldtilecfg(cfg_ptr(image)), state() == legal, "PYAMX_E_GP_CONFIG"]
 for name, image in bad_cfgs.items():
     tiles = ffi.new("uint8_t[8192]")
-    results["restore_tiles " + name] = [lib.pyamx_restore_tiles(cfg_ptr(image), tiles), state() == legal]
+    results["restore_tiles " + name] = [lib.pyamx_restore_tiles(cfg_ptr(image), tiles), state() == legal,
+                                        "PYAMX_E_ARG"]
 results["restore_tiles start_row 1"] = [lib.pyamx_restore_tiles(cfg_ptr(illegal(1, 1)), ffi.new("uint8_t[8192]")),
-                                        state() == legal]
+                                        state() == legal, "PYAMX_E_ARG"]
 
 # distinct_tiles: every dot product, every way of not naming three distinct tiles below 8
 triples = {"dst == src1": (0, 0, 1), "dst == src2": (0, 1, 0), "src1 == src2": (0, 1, 1),
            "all equal": (2, 2, 2), "dst 8": (8, 1, 2), "src1 -1": (0, -1, 2), "src2 15": (0, 1, 15)}
 for insn in isa.DOTS:
     for name, (d, s1, s2) in triples.items():
-        results[f"tdp {insn.mnemonic} {name}"] = [lib.pyamx_tdp(insn.op_id, d, s1, s2), state() == legal]
+        code = "PYAMX_E_UD_SHAPE" if all(0 <= t < 8 for t in (d, s1, s2)) else "PYAMX_E_UD_REGISTER"
+        results[f"tdp {insn.mnemonic} {name}"] = [lib.pyamx_tdp(insn.op_id, d, s1, s2), state() == legal, code]
 for insn in isa.TABLE:
     if insn.kind != "dot":  # a non-dot op id is not a dot product
-        results[f"tdp op {insn.mnemonic}"] = [lib.pyamx_tdp(insn.op_id, 0, 1, 2), state() == legal]
+        results[f"tdp op {insn.mnemonic}"] = [lib.pyamx_tdp(insn.op_id, 0, 1, 2), state() == legal, "PYAMX_E_ARG"]
 
 # register numbers and the one-shot's arguments
 buf = np.zeros(2048, np.uint8)
 ptr = ffi.cast("uint8_t *", buf.ctypes.data)
 for tmm in (-1, 8, 16):
-    results[f"tileloadd tmm {tmm}"] = [lib.pyamx_tileloadd(tmm, ptr, 64, 0), state() == legal]
-    results[f"tilestored tmm {tmm}"] = [lib.pyamx_tilestored(tmm, ptr, 64), state() == legal]
-    results[f"tilezero tmm {tmm}"] = [lib.pyamx_tilezero(tmm), state() == legal]
+    results[f"tileloadd tmm {tmm}"] = [lib.pyamx_tileloadd(tmm, ptr, buf.size, 0, 64, 0), state() == legal,
+                                       "PYAMX_E_UD_REGISTER"]
+    results[f"tilestored tmm {tmm}"] = [lib.pyamx_tilestored(tmm, ptr, buf.size, 0, 64), state() == legal,
+                                        "PYAMX_E_UD_REGISTER"]
+    results[f"tilezero tmm {tmm}"] = [lib.pyamx_tilezero(tmm), state() == legal, "PYAMX_E_UD_REGISTER"]
 c = ffi.new("uint32_t[256]")
 dot = isa.BY_NAME["tdpbf16ps"].op_id
 for name, (op, m, k, n) in {"op TILESTORED": (isa.BY_NAME["tilestored"].op_id, 1, 1, 1),
                             "op NONE": (0, 1, 1, 1), "op past the table": (max(i.op_id for i in isa.TABLE) + 1, 1, 1, 1),
                             "m 0": (dot, 0, 1, 1), "m 17": (dot, 17, 1, 1), "k 0": (dot, 1, 0, 1),
                             "k 17": (dot, 1, 17, 1), "n 0": (dot, 1, 1, 0), "n 17": (dot, 1, 1, 17)}.items():
-    results["dp_oneshot " + name] = [lib.pyamx_dp_oneshot(op, c, ptr, ptr, m, k, n), state() == legal]
+    results["dp_oneshot " + name] = [lib.pyamx_dp_oneshot(op, c, ptr, ptr, m, k, n), state() == legal, "PYAMX_E_ARG"]
 lib.pyamx_tilerelease()
-print(json.dumps({"E_ARG": E_ARG, "results": results}))
+print(json.dumps({"codes": CODES, "results": results}))
 """
 
 
@@ -145,14 +153,15 @@ def guards():
 def _refused(guards, prefix):
     rows = {k: v for k, v in guards["results"].items() if k.startswith(prefix)}
     assert rows, f"no {prefix!r} checks ran"
-    wrong = {k: rc for k, (rc, _) in rows.items() if rc != guards["E_ARG"]}
-    touched = [k for k, (_, unchanged) in rows.items() if not unchanged]
-    assert not wrong, f"expected PYAMX_E_ARG ({guards['E_ARG']}), got: {wrong}"
+    codes = guards["codes"]
+    wrong = {k: (rc, f"expected {want} ({codes[want]})") for k, (rc, _, want) in rows.items() if rc != codes[want]}
+    touched = [k for k, (_, unchanged, _) in rows.items() if not unchanged]
+    assert not wrong, wrong
     assert not touched, f"the tile configuration changed after a refused call: {touched}"
     return rows
 
 
-def test_ldtilecfg_returns_e_arg_for_every_gp_rule_and_keeps_the_config(guards):
+def test_ldtilecfg_returns_e_gp_config_for_every_gp_rule_and_keeps_the_config(guards):
     assert len(_refused(guards, "ldtilecfg ")) == 13
 
 
@@ -160,7 +169,7 @@ def test_restore_tiles_refuses_an_illegal_config_or_a_pending_start_row(guards):
     _refused(guards, "restore_tiles ")
 
 
-def test_tdp_returns_e_arg_unless_three_distinct_tiles_below_8(guards):
+def test_tdp_refuses_unless_three_distinct_tiles_below_8_or_a_dot_op(guards):
     from pyamx import isa
 
     rows = _refused(guards, "tdp ")
@@ -168,7 +177,7 @@ def test_tdp_returns_e_arg_unless_three_distinct_tiles_below_8(guards):
         assert any(k.startswith(f"tdp {insn.mnemonic} ") for k in rows), insn.mnemonic
 
 
-def test_register_numbers_out_of_range_return_e_arg(guards):
+def test_register_numbers_out_of_range_return_e_ud_register(guards):
     for prefix in ("tileloadd tmm", "tilestored tmm", "tilezero tmm"):
         _refused(guards, prefix)
 

@@ -245,11 +245,12 @@ def _oneshot_step(rng, native, emu, nat, context):
 # before any C runs, so agreeing on them says nothing about the C side. A
 # faulting step is therefore also replayed as a raw lib call, every Python
 # check skipped, in a forked child (a fault there kills the child, not the
-# tests): the kernels' own guards (cfg_legal, distinct_tiles, register
-# numbers in csrc/kernels.c) must return PYAMX_E_ARG, and what passes them
-# must reach the instruction and die as the architecture says (#UD is
-# SIGILL, #GP is SIGSEGV: docs/semantics.md section 6) through the trap
-# handler's fault mapping, or the silicon's own.
+# tests): the kernels' own guards, which check each instruction against the
+# configuration loaded in the registers (csrc/kernels.c), must refuse it with
+# the status of the same fault (PYAMX_E_GP_CONFIG, PYAMX_E_UD_*) before it
+# executes. (The trap handler's own fault mapping, the #UD as SIGILL and the
+# #GP as SIGSEGV of docs/semantics.md section 6, is tested with the trap's
+# self-test kernels in tests/test_trap*.py.)
 
 FAULT_CHECKS = {}  # (method, expected outcome) -> count, over the random sequences
 _FAULT_BUDGET = 3  # children per (method, outcome): enough to prove the path, cheap enough to run always
@@ -260,9 +261,9 @@ def _raw_step(ffi, lib, method, args, buf) -> int:
     if method == "ldtilecfg":
         return lib.pyamx_ldtilecfg(ffi.from_buffer("uint8_t[]", args[0]))
     if method in ("tileloadd", "tileloaddt1"):
-        return lib.pyamx_tileloadd(args[0], ptr, 64, int(method == "tileloaddt1"))
+        return lib.pyamx_tileloadd(args[0], ptr, buf.size, 0, 64, int(method == "tileloaddt1"))
     if method == "tilestored":
-        return lib.pyamx_tilestored(args[0], ptr, 64)
+        return lib.pyamx_tilestored(args[0], ptr, buf.size, 0, 64)
     if method == "tilezero":
         return lib.pyamx_tilezero(args[0])
     return lib.pyamx_tdp(isa.BY_NAME[method].op_id, *args)
@@ -314,17 +315,21 @@ def _raw_in_child(cfg: TileConfig, method, args):
 
 
 def _expected_in_c(lib, method, args, err):
-    """What the raw call must do for a step the Python rules refused with ``err``; None: not comparable."""
-    e_arg = ("status", lib.PYAMX_E_ARG)
+    """What the raw call must return for a step the Python rules refused with ``err``; None: not comparable.
+
+    The kernels check every instruction against the configuration loaded in
+    the registers before executing it, so each fault is a distinct status
+    and nothing reaches a #UD or #GP.
+    """
     if isinstance(err, GeneralProtectionFault):
-        return e_arg  # only LDTILECFG raises #GP: cfg_legal refuses every illegal image
+        return ("status", lib.PYAMX_E_GP_CONFIG)  # only LDTILECFG raises #GP: cfg_legal refuses every illegal image
     if not isinstance(err, InvalidOpcodeFault):
-        return None  # MemoryAccessFault guards Python buffers; silicon would touch whatever is mapped
-    if method.startswith("tdp"):
-        d, s1, s2 = args
-        distinct = all(0 <= t < 8 for t in args) and len({d, s1, s2}) == 3
-        return ("signal", signal.SIGILL) if distinct else e_arg
-    return ("signal", signal.SIGILL) if 0 <= args[0] < 8 else e_arg
+        return None  # MemoryAccessFault: the raw step uses its own buffer, in which every row fits
+    if "not configured (palette 0" in err.rule:
+        return ("status", lib.PYAMX_E_UD_UNCONFIGURED)
+    if "palette 1 has tmm0..tmm7" in err.rule:
+        return ("status", lib.PYAMX_E_UD_REGISTER)
+    return ("status", lib.PYAMX_E_UD_SHAPE)
 
 
 def _check_fault_in_c(cfg, method, args, err):
@@ -394,10 +399,10 @@ def test_random_sequences_match_emulator_and_faults_reach_the_c_guards_and_the_t
     FAULT_CHECKS.clear()
     for s in range(SEQUENCES):
         run_sequence(native, SEED + s, detect.report().kernels, check_faults_in_c=True)
-    # Every kind of fault the sequences make went through C: cfg_legal, distinct_tiles, and the #UD itself.
+    # Every kind of fault the sequences make went through C: cfg_legal and the shape rules of the loaded config.
     outcomes = {(m == "ldtilecfg", m.startswith("tdp"), e) for m, e in FAULT_CHECKS}
-    e_arg, sigill = ("status", lib.PYAMX_E_ARG), ("signal", signal.SIGILL)
-    assert {(True, False, e_arg), (False, True, e_arg), (False, True, sigill)} <= outcomes, FAULT_CHECKS
+    gp, shape = ("status", lib.PYAMX_E_GP_CONFIG), ("status", lib.PYAMX_E_UD_SHAPE)
+    assert {(True, False, gp), (False, True, shape)} <= outcomes, FAULT_CHECKS
     # The sequences must mostly run instructions, not just agree on faults.
     ran = sum(v for (m, ok), v in STATS.items() if ok)
     assert ran > 0.6 * sum(STATS.values()), STATS
