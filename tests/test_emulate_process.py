@@ -146,3 +146,25 @@ def test_plugin_amx_require_accepts_pyamx_run(tmp_path, amx_lib):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "1 passed" in proc.stdout
     check_blocks((tmp_path / "out.txt").read_text(), ["main0", "main1"])
+
+
+@pytest.mark.parametrize("through_shell", [False, True], ids=["direct", "forked-by-sh"])
+def test_python_program_under_pyamx_run_keeps_emulating_through_faulthandler_and_signal(amx_lib, through_shell):
+    """faulthandler toggled and a Python SIGILL handler set: the trap's handler stays the real one.
+
+    Directly, the guard answers; forked and exec'd by a preloaded shell (whose guard holds the one
+    seccomp listener the kernel allows per process tree) the preload's sigaction/signal do.
+    """
+    code = ("import faulthandler, signal\nfaulthandler.enable()\nfaulthandler.disable()\nfaulthandler.enable()\n"
+            "signal.signal(signal.SIGILL, lambda *a: None)\nsignal.signal(signal.SIGILL, signal.SIG_DFL)\n"
+            "faulthandler.enable()\n")
+    code += CALL.format(lib=str(amx_lib), path="raw", what="threads")
+    env = dict(os.environ)
+    env.pop("PYAMX_TRAP_EMULATION", None)
+    argv = [sys.executable, "-c", code]
+    if through_shell:
+        argv = ["sh", "-c", '"$0" "$@"; exit $?', *argv]  # sh forks, the child execs python
+    proc = subprocess.run([sys.executable, "-m", "pyamx", "run", "--stats", "--", *argv],
+                          capture_output=True, text=True, cwd=str(ROOT), env=env, timeout=240)
+    assert proc.returncode == 0, proc.stderr
+    check_blocks(proc.stdout, [f"t{i}.{j}" for i in range(4) for j in range(3)])

@@ -25,6 +25,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -217,6 +218,111 @@ EXPORT int pthread_create(pthread_t *t, const pthread_attr_t *attr, void *(*fn)(
     if (rc != 0)
         free(s);
     return rc;
+}
+
+/* The program's own SIGILL handlers, through libc: answered on the trap's
+ * virtual disposition (the handler it chains to), as the guard answers raw
+ * rt_sigaction calls; the real disposition stays the trap's.  Needed besides
+ * the guard because the kernel allows one seccomp listener per process tree:
+ * a program started by a preloaded shell or make (fork, then exec) has no
+ * guard of its own.  signal(), bsd_signal() and sysv_signal() go through
+ * glibc-internal aliases, so they are interposed too. */
+typedef int (*sigaction_fn)(int, const struct sigaction *, struct sigaction *);
+
+static sigaction_fn real_sigaction(void)
+{
+    static sigaction_fn real;
+    sigaction_fn r = __atomic_load_n(&real, __ATOMIC_ACQUIRE);
+    if (!r) {
+        r = (sigaction_fn)dlsym(RTLD_NEXT, "sigaction");
+        __atomic_store_n(&real, r, __ATOMIC_RELEASE);
+    }
+    return r;
+}
+
+static int virtual_sigill(const struct sigaction *act, struct sigaction *old)
+{
+    struct ksigaction prev, next;
+    if (act) {
+        memset(&next, 0, sizeof next);
+        next.handler = (act->sa_flags & SA_SIGINFO) ? (uint64_t)(uintptr_t)act->sa_sigaction
+                                                    : (uint64_t)(uintptr_t)act->sa_handler;
+        next.flags = (uint64_t)(unsigned)act->sa_flags;
+        memcpy(&next.mask, &act->sa_mask, sizeof next.mask); /* signals 1..64, the kernel's layout */
+    }
+    trap_lock();
+    chain_get(&prev);
+    if (act)
+        chain_set(&next);
+    trap_unlock();
+    if (old) {
+        memset(old, 0, sizeof *old);
+        if (prev.flags & SA_SIGINFO)
+            old->sa_sigaction = (void (*)(int, siginfo_t *, void *))(uintptr_t)prev.handler;
+        else
+            old->sa_handler = (void (*)(int))(uintptr_t)prev.handler;
+        old->sa_flags = (int)prev.flags;
+        memcpy(&old->sa_mask, &prev.mask, sizeof prev.mask);
+    }
+    return 0;
+}
+
+static int intercepts(int sig) { return sig == SIGILL && pyamx_trap_installed(); }
+
+EXPORT int sigaction(int sig, const struct sigaction *act, struct sigaction *old)
+{
+    if (intercepts(sig))
+        return virtual_sigill(act, old);
+    sigaction_fn r = real_sigaction();
+    if (!r) {
+        errno = ENOSYS;
+        return -1;
+    }
+    return r(sig, act, old);
+}
+
+static sighandler_t set_handler(int sig, sighandler_t h, int flags)
+{
+    struct sigaction sa, old;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = h;
+    sa.sa_flags = flags;
+    sigemptyset(&sa.sa_mask);
+    if (sigaction(sig, &sa, &old) != 0)
+        return SIG_ERR;
+    return old.sa_handler;
+}
+
+typedef sighandler_t (*signal_fn)(int, sighandler_t);
+
+static sighandler_t forward(const char *name, int sig, sighandler_t h)
+{
+    signal_fn r = (signal_fn)dlsym(RTLD_NEXT, name);
+    if (!r) {
+        errno = ENOSYS;
+        return SIG_ERR;
+    }
+    return r(sig, h);
+}
+
+EXPORT sighandler_t signal(int sig, sighandler_t h)
+{
+    return intercepts(sig) ? set_handler(sig, h, SA_RESTART) : forward("signal", sig, h);
+}
+
+EXPORT sighandler_t bsd_signal(int sig, sighandler_t h)
+{
+    return intercepts(sig) ? set_handler(sig, h, SA_RESTART) : forward("bsd_signal", sig, h);
+}
+
+EXPORT sighandler_t sysv_signal(int sig, sighandler_t h)
+{
+    return intercepts(sig) ? set_handler(sig, h, SA_RESETHAND | SA_NODEFER) : forward("sysv_signal", sig, h);
+}
+
+EXPORT sighandler_t __sysv_signal(int sig, sighandler_t h)
+{
+    return intercepts(sig) ? set_handler(sig, h, SA_RESETHAND | SA_NODEFER) : forward("__sysv_signal", sig, h);
 }
 
 /* For test programs (through dlsym): how many tile state slots are held. */

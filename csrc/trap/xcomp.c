@@ -135,7 +135,7 @@ static void sigsys_handler(int sig, siginfo_t *si, void *vctx)
         g[REG_RAX] = (greg_t)r;
         __atomic_fetch_add(&g_calls, 1, __ATOMIC_RELAXED);
         xcomp_observer_fn obs = __atomic_load_n(&g_xobserver, __ATOMIC_ACQUIRE);
-        if (obs)
+        if (obs && !g_probing) /* install's own probe is not the program's call */
             obs(code, (uint64_t)g[REG_RSI], r);
     }
     errno = saved_errno;
