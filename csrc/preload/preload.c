@@ -182,18 +182,20 @@ __attribute__((constructor)) static void preload_init(void)
 
 /* Threads: each one claims its tile state slot from normal context, which
  * arms the release at thread exit (state.c), so a program that creates
- * thousands of threads never fills the table. */
+ * thousands of threads never fills the table; and starts, as on Linux, with
+ * its creator's TILECFG and tile data in the init state. */
 struct start {
     void *(*fn)(void *);
     void *arg;
+    uint8_t cfg[64]; /* the creating thread's TILECFG: Linux copies it to the new thread */
 };
 
 static void *thread_start(void *p)
 {
     struct start s = *(struct start *)p;
     free(p);
-    if (pyamx_trap_installed())
-        pyamx_trap_thread_prepare();
+    if (pyamx_trap_installed() && pyamx_trap_thread_prepare() == PYAMX_TRAP_OK)
+        state_inherit_config(s.cfg);
     return s.fn(s.arg);
 }
 
@@ -214,6 +216,7 @@ EXPORT int pthread_create(pthread_t *t, const pthread_attr_t *attr, void *(*fn)(
         return r(t, attr, fn, arg);
     s->fn = fn;
     s->arg = arg;
+    pyamx_trap_thread_state(s->cfg, NULL);
     int rc = r(t, attr, thread_start, s);
     if (rc != 0)
         free(s);

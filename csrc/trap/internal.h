@@ -37,6 +37,10 @@ struct tile_state {
 void state_init(struct tile_state *st);
 /* The calling thread's state, claimed on first use; NULL when the table is full. */
 struct tile_state *state_for(int32_t tid);
+/* The calling thread's state as Linux starts a new thread: the creating
+ * thread's STTILECFG image (64 bytes, from pyamx_trap_thread_state), tile
+ * data in the init state.  From normal context. */
+int32_t state_inherit_config(const uint8_t *cfg);
 /* pthread key and fork handler; from pthread_once in install. */
 void state_setup_once(void);
 
