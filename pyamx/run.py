@@ -123,6 +123,8 @@ def nothing_emulated_message(stats: RunStats) -> Optional[str]:
     if stats.processes == 0:
         return ("pyamx run: the preload library never loaded: the program is statically linked, setuid, "
                 "or cleared LD_PRELOAD; nothing was emulated")
+    if stats.installed == 0 and stats.why == "silicon":
+        return "pyamx run: this CPU has usable AMX: the program ran on silicon and nothing was emulated"
     if stats.installed == 0:
         return f"pyamx run: emulation could not be installed ({stats.why or 'see above'}); nothing was emulated"
     if stats.requests:

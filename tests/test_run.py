@@ -227,3 +227,22 @@ def test_preload_library_references_no_python_symbol(preload):
 def test_env_prints_the_preload_line(preload):
     proc = ok(pyamx_run("--env"))
     assert proc.stdout.startswith("export LD_PRELOAD=") and str(preload) in proc.stdout
+
+
+def test_no_program_is_a_usage_error():
+    proc = pyamx_run("--")
+    assert proc.returncode == 2 and "no program given" in proc.stderr
+
+
+def test_messages_for_runs_without_emulated_instructions():
+    from pyamx.run import RunStats, nothing_emulated_message
+
+    def stats(processes, installed, requests, why=""):
+        return RunStats(processes, installed, requests, requests, {}, {}, why)
+
+    assert "never loaded" in nothing_emulated_message(stats(0, 0, 0))
+    assert "ran on silicon" in nothing_emulated_message(stats(1, 0, 0, "silicon"))
+    assert "could not be installed (no FMA)" in nothing_emulated_message(stats(1, 0, 0, "no FMA"))
+    assert "asked for AMX permission (granted)" in nothing_emulated_message(stats(1, 1, 1))
+    assert "never asked" in nothing_emulated_message(stats(1, 1, 0))
+    assert nothing_emulated_message(RunStats(1, 1, 1, 1, {"TILEZERO": 1}, {"TILEZERO": 0.0}, "")) is None

@@ -159,8 +159,13 @@ __attribute__((constructor)) static void preload_init(void)
     map_stats();
     add32(&g_stats->processes);
     int32_t rc = pyamx_trap_install();
-    if (rc == PYAMX_TRAP_E_HAS_AMX)
-        return; /* real AMX here: the program's instructions and arch_prctl run on silicon */
+    if (rc == PYAMX_TRAP_E_HAS_AMX) {
+        /* Real AMX here: the program's instructions and arch_prctl run on
+         * silicon.  Recorded for pyamx run's report, not printed per process. */
+        if (g_stats && !g_stats->why[0])
+            memcpy(g_stats->why, "silicon", sizeof "silicon");
+        return;
+    }
     if (rc != PYAMX_TRAP_OK) {
         say_why("AMX emulation not installed", pyamx_trap_strerror(rc));
         return;
