@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from test_run import PROGRAM, ROOT, _cpu_has_amx, check_blocks, pytestmark  # noqa: F401  (same platform skip)
+from test_run import PKG_PARENT, PROGRAM, _cpu_has_amx, check_blocks, pytestmark  # noqa: F401  (same platform skip)
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +46,7 @@ def python(code, timeout=240):
     env = dict(os.environ)
     env.pop("PYAMX_TRAP_EMULATION", None)
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout,
-                          cwd=str(ROOT), env=env)
+                          cwd=PKG_PARENT, env=env)
 
 
 def test_without_emulation_the_module_sees_no_amx(amx_lib):
@@ -142,7 +142,7 @@ def test_plugin_amx_require_accepts_pyamx_run(tmp_path, amx_lib):
         else ["-p", "pyamx.pytest_plugin"]
     proc = subprocess.run([sys.executable, "-m", "pyamx", "run", "--", sys.executable, "-m", "pytest", "-p",
                            "no:cacheprovider", *plugin, "-q", "--amx=require", str(tmp_path)],
-                          capture_output=True, text=True, cwd=str(ROOT), env=env, timeout=240)
+                          capture_output=True, text=True, cwd=PKG_PARENT, env=env, timeout=240)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "1 passed" in proc.stdout
     check_blocks((tmp_path / "out.txt").read_text(), ["main0", "main1"])
@@ -165,6 +165,6 @@ def test_python_program_under_pyamx_run_keeps_emulating_through_faulthandler_and
     if through_shell:
         argv = ["sh", "-c", '"$0" "$@"; exit $?', *argv]  # sh forks, the child execs python
     proc = subprocess.run([sys.executable, "-m", "pyamx", "run", "--stats", "--", *argv],
-                          capture_output=True, text=True, cwd=str(ROOT), env=env, timeout=240)
+                          capture_output=True, text=True, cwd=PKG_PARENT, env=env, timeout=240)
     assert proc.returncode == 0, proc.stderr
     check_blocks(proc.stdout, [f"t{i}.{j}" for i in range(4) for j in range(3)])

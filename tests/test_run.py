@@ -30,8 +30,10 @@ import pytest
 import pyamx
 
 HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
 PROGRAM = HERE / "programs" / "amx_prog.c"
+# Child Pythons run from the directory holding the pyamx this process imported (a checkout or
+# site-packages), so that `python -m pyamx` there is the same, built package.
+PKG_PARENT = str(Path(pyamx.__file__).resolve().parent.parent)
 PATHS = ["syscall", "symbol", "raw"]
 DOTS = {"tdpbf16ps", "tdpfp16ps", "tdpbssd", "tdpbsud", "tdpbusd", "tdpbuud"}
 
@@ -73,7 +75,7 @@ def program(tmp_path_factory, preload):
 def pyamx_run(*args, timeout=240):
     """``python -m pyamx run ARGS`` as a user types it; the CompletedProcess."""
     return subprocess.run([sys.executable, "-m", "pyamx", "run", *map(str, args)], capture_output=True,
-                          text=True, timeout=timeout, cwd=str(ROOT))
+                          text=True, timeout=timeout, cwd=PKG_PARENT)
 
 
 def blocks(stdout: str):
