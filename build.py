@@ -1,37 +1,142 @@
-"""Build the private C extension ``pyamx._native`` with cffi (API mode, out of line).
+"""Build pyamx's C extension modules with cffi (API mode, out of line) and setuptools.
 
-``python build.py`` builds it in place (``pyamx/_native*.so``) for
-development; ``pip install .`` builds it through setup.py's
-``cffi_modules=["build.py:ffibuilder"]``.
+``python build.py`` builds them in place (``pyamx/_native*.so``) for
+development; ``pip install .`` builds them through setup.py, which takes its
+commands from :func:`setuptools_options`. Both go through the same
+``build_ext``, so they compile the same thing.
 
-The C API is declared once, in csrc/pyamx.h, and fed whole to cdef(); every
-csrc/*.c file is compiled, so a new source file joins by existing. Whether
-the AMX kernels are compiled in is decided here by test-compiling the AMX
-target attributes and intrinsics with the compiler that will build the
-module: GCC >= 11 and clang >= 12 on x86-64 pass; anything else builds the
-module without kernels (detection still works and says so). Building never
-needs AMX hardware.
+The build decision (:func:`decide`) is made once per build, by a pure
+function of the environment, the platform and an injectable compiler check:
+is there a C compiler at all (if not, pyamx installs as a pure-Python package
+and says why), and does it accept the AMX target attributes and intrinsics
+(if not, the modules are built without the AMX kernels and say why). Its
+reason is compiled into ``pyamx._native`` and written, with the compiler's
+identity, to ``pyamx/_buildinfo.py``, so ``pyamx info`` can tell a user what
+happened at build time. Building never needs AMX hardware.
+
+Run as ``python -m build`` from the repository root, Python finds this file
+before the ``build`` package; it then hands over to the real package.
 """
 
-from __future__ import annotations
 
 import os
-import re
-import shutil
 import sys
-import tempfile
-from pathlib import Path
 
-from cffi import FFI
+
+def _hand_over_to_the_build_package() -> None:
+    """Run the real ``build`` package as ``python -m build`` would have, without this directory on sys.path."""
+    import importlib.util
+    import runpy
+
+    here = os.path.dirname(os.path.realpath(__file__))
+    sys.path[:] = [p for p in sys.path if os.path.realpath(p or os.curdir) != here]
+    if importlib.util.find_spec("build") is None:
+        sys.exit(
+            "python -m build: the `build` package is not installed (pip install build). "
+            "This directory's build.py only builds pyamx's C extension in place: python build.py"
+        )
+    runpy.run_module("build", run_name="__main__", alter_sys=True)
+    sys.exit(0)
+
+
+# `python -m build` imports this file as __main__ with __spec__.name == "build";
+# `python build.py` has no __spec__, and setup.py/tests load it under another name.
+if __name__ == "__main__" and globals().get("__spec__") is not None and __spec__.name == "build":
+    _hand_over_to_the_build_package()
+
+
+import json  # noqa: E402  (after the hand-over: nothing of this project runs under `-m build`)
+import platform  # noqa: E402
+import re  # noqa: E402
+import shutil  # noqa: E402
+import subprocess  # noqa: E402
+import sysconfig  # noqa: E402
+import tempfile  # noqa: E402
+from dataclasses import asdict, dataclass  # noqa: E402
+from pathlib import Path  # noqa: E402
+from typing import Callable, Mapping, Optional, Sequence  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 CSRC = HERE / "csrc"
-MODULE = "pyamx._native"
 
-# Forces a build without kernels, to exercise that configuration on any machine.
-DISABLE_ENV = "PYAMX_DISABLE_AMX_KERNELS"
+DISABLE_ENV = "PYAMX_DISABLE_AMX_KERNELS"  # build without kernels on purpose
+SANITIZE_ENV = "PYAMX_SANITIZE"  # ASan + UBSan build (CI); needs libasan preloaded at run time
+REQUIRE_ENV = "PYAMX_REQUIRE_EXTENSION"  # a build without the extension is an error (CI, wheels)
 
-_AMX_TEST_SOURCE = r"""
+BUILDINFO = Path("pyamx") / "_buildinfo.py"
+GENERATED_DIR = Path("build") / "pyamx-cffi"
+
+
+@dataclass(frozen=True)
+class Module:
+    """One compiled module: its cdef headers (fed whole to cffi) and its C sources.
+
+    ``kernels``: its sources hold AMX code, compiled in only when the decision
+    says so (``PYAMX_HAVE_AMX``). A module without AMX code builds with any C
+    compiler.
+    """
+
+    name: str
+    headers: tuple  # its C API, fed whole to cffi's cdef() and included by the wrapper, in this order
+    sources: tuple  # glob patterns relative to the repository root
+    kernels: bool = False
+    include_dirs: tuple = ("csrc",)
+    x86_64_linux_only: bool = False  # not built at all elsewhere
+    # A plain shared library, no cffi wrapper and no Python in it (pyamx run's preload): shipped
+    # as an extension file, never imported. Its own compile and link arguments, never sanitized
+    # (ASan's runtime must come first in LD_PRELOAD, which a preloaded library cannot guarantee).
+    plain: bool = False
+    plain_compile_args: tuple = ()
+    plain_link_args: tuple = ()
+
+
+# A new module joins the build with one entry here.
+MODULES = (
+    # The compiled emulator engine keeps its API in its own header (csrc/engine.h).
+    Module("pyamx._native", ("csrc/pyamx.h", "csrc/engine.h"), ("csrc/*.c",), kernels=True),
+    # The trap mode never executes a tile instruction: any C compiler for x86-64 Linux builds it.
+    Module("pyamx._trap", ("csrc/trap/trap.h",), ("csrc/trap/*.c",), include_dirs=("csrc/trap",),
+           x86_64_linux_only=True),
+    # pyamx run's preload library (docs/run.md): the trap plus csrc/preload/, LD_PRELOADed into
+    # other programs; -fvisibility=hidden keeps the trap's functions private to it.
+    Module("pyamx._amxpreload", (), ("csrc/trap/*.c", "csrc/preload/*.c"), include_dirs=("csrc/trap",),
+           x86_64_linux_only=True, plain=True, plain_compile_args=("-fvisibility=hidden",),
+           plain_link_args=("-ldl",)),
+)
+
+
+def modules_for(machine: str, system: str, modules=MODULES) -> tuple:
+    """The modules this platform builds (pure)."""
+    x86_64_linux = machine.lower() in ("x86_64", "amd64") and system == "Linux"
+    return tuple(m for m in modules if x86_64_linux or not m.x86_64_linux_only)
+
+
+class BuildConfigError(ValueError):
+    """A build setting this script cannot interpret."""
+
+
+_TRUE = ("1", "true", "yes")
+_FALSE = ("", "0", "false", "no")
+
+
+def parse_flag(env: Mapping[str, str], name: str) -> bool:
+    """A boolean build setting: 1/true/yes, 0/false/no or empty (= unset); anything else is an error."""
+    raw = env.get(name)
+    if raw is None:
+        return False
+    value = raw.strip().lower()
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    raise BuildConfigError(f"{name}={raw!r} is not understood: use 1/0, true/false or yes/no (empty means unset)")
+
+
+# -- the decision (pure) ----------------------------------------------------------------
+
+BASIC_TEST_SOURCE = "int pyamx_probe_compiler(int x) { return x + 1; }\n"
+
+AMX_TEST_SOURCE = r"""
 #include <immintrin.h>
 #if !defined(__x86_64__) || !defined(__linux__)
 #error "AMX kernels are built for x86-64 Linux only"
@@ -43,6 +148,176 @@ __attribute__((target("amx-tile,amx-int8"))) void pyamx_probe_int8(void)
 __attribute__((target("amx-tile"))) void pyamx_probe_cfg(void *p)
 { _tile_loadconfig(p); _tile_storeconfig(p); _tile_stream_loadd(0, p, 64); _tile_zero(0); }
 """
+
+
+@dataclass(frozen=True)
+class CompileResult:
+    """What one test compile did: ``found`` is False when the compiler could not be run at all."""
+
+    ok: bool
+    found: bool = True
+    output: str = ""
+
+
+CompileCheck = Callable[[str], CompileResult]
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What to build. ``cause``: why there is no extension (empty when there is one)."""
+
+    extension: bool
+    kernels: bool
+    reason: str  # why the AMX kernels are (not) compiled in
+    cause: str = ""
+    sanitize: bool = False
+
+
+def _summary(output: str, lines: int = 3) -> str:
+    picked = [line.strip() for line in output.splitlines() if line.strip()][:lines]
+    return " | ".join(picked) or "no diagnostics"
+
+
+def decide(env: Mapping[str, str], machine: str, system: str, check: CompileCheck) -> Decision:
+    """The build decision (pure but for ``check``, which is called at most twice).
+
+    Settings are validated first, so a typo fails the build whatever the
+    toolchain. Then: no working C compiler -> no extension; not x86-64 Linux
+    -> no kernels; ``PYAMX_DISABLE_AMX_KERNELS`` -> no kernels; a compiler
+    that rejects the AMX test source -> no kernels; else kernels.
+    """
+    disable = parse_flag(env, DISABLE_ENV)
+    sanitize = parse_flag(env, SANITIZE_ENV)
+    basic = check(BASIC_TEST_SOURCE)
+    if not basic.ok:
+        if not basic.found:
+            cause = f"no C compiler was found ({_summary(basic.output, 1)})"
+        else:
+            cause = f"the C compiler cannot compile a trivial C file ({_summary(basic.output)})"
+        return Decision(extension=False, kernels=False, reason=cause, cause=cause, sanitize=sanitize)
+    if machine.lower() not in ("x86_64", "amd64") or system != "Linux":
+        reason = f"the AMX kernels are built for x86-64 Linux only; this is {system} {machine}"
+        return Decision(True, False, reason, sanitize=sanitize)
+    if disable:
+        return Decision(True, False, f"{DISABLE_ENV}={env[DISABLE_ENV]} at build time", sanitize=sanitize)
+    amx = check(AMX_TEST_SOURCE)
+    if not amx.ok:
+        reason = ("the C compiler rejects the AMX target attributes or intrinsics (they need GCC >= 11 or "
+                  f"clang >= 12 with binutils >= 2.36): {_summary(amx.output, 1)}")
+        return Decision(True, False, reason, sanitize=sanitize)
+    return Decision(True, True, "the C compiler accepts the AMX target attributes and intrinsics", sanitize=sanitize)
+
+
+# -- the compiler (live) -----------------------------------------------------------------
+
+
+def compile_args(sanitize: bool) -> list:
+    if os.name == "nt":
+        return []
+    # -pthread: the compiled engine splits work over threads.
+    if sanitize:
+        return ["-O1", "-g", "-std=gnu11", "-pthread", "-fno-omit-frame-pointer", "-fsanitize=address,undefined"]
+    return ["-O2", "-std=gnu11", "-pthread"]
+
+
+def link_args(sanitize: bool) -> list:
+    if os.name == "nt":
+        return []
+    return ["-pthread", "-fsanitize=address,undefined"] if sanitize else ["-pthread"]
+
+
+def _distutils_compiler():
+    import setuptools  # noqa: F401  (installs setuptools' distutils)
+    from distutils.ccompiler import new_compiler
+    from distutils.sysconfig import customize_compiler
+
+    compiler = new_compiler()
+    customize_compiler(compiler)  # honours CC, CFLAGS, CPPFLAGS as build_ext does
+    return compiler
+
+
+def compiler_command() -> list:
+    """The command build_ext compiles with (``CC`` and ``CFLAGS`` included)."""
+    return list(getattr(_distutils_compiler(), "compiler_so", None) or ["cc"])
+
+
+def make_compile_check(command: Sequence[str], extra: Sequence[str]) -> CompileCheck:
+    """A check that compiles a source text with ``command + extra``, capturing the compiler's output."""
+
+    def check(source: str) -> CompileResult:
+        with tempfile.TemporaryDirectory(prefix="pyamx-cc-") as tmp:
+            src = Path(tmp) / "probe.c"
+            src.write_text(source, encoding="utf-8")
+            argv = [*command, *extra, "-c", str(src), "-o", str(Path(tmp) / "probe.o")]
+            try:
+                done = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                                      errors="replace", timeout=300)
+            except (OSError, subprocess.SubprocessError) as exc:
+                return CompileResult(ok=False, found=False, output=f"{command[0]}: {exc}")
+            # The scratch directory's name would only make the recorded reason differ from build to build.
+            output = (done.stderr + done.stdout).replace(tmp + os.sep, "").strip()
+            output = output or f"{command[0]} exited with status {done.returncode}"
+            return CompileResult(ok=done.returncode == 0, output=output)
+
+    return check
+
+
+def compiler_identity(command: Sequence[str]) -> str:
+    """The compiler command and its version line: a different compiler gives a different string."""
+    try:
+        done = subprocess.run([command[0], "--version"], stdin=subprocess.DEVNULL, capture_output=True,
+                              text=True, errors="replace", timeout=60)
+        version = _summary(done.stdout, 1)
+    except (OSError, subprocess.SubprocessError) as exc:
+        version = f"not runnable: {exc}"
+    return f"{' '.join(command)} ({version})"
+
+
+@dataclass(frozen=True)
+class BuildPlan:
+    """The decision plus what it was made with; its JSON is stamped into every generated source."""
+
+    decision: Decision
+    compiler: str
+    version: str
+    python: str
+
+    def stamp(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True)
+
+
+_plan: Optional[BuildPlan] = None
+_compile_failure: Optional[str] = None  # set when compiling failed and the build went on without the extension
+
+
+def plan(env: Optional[Mapping[str, str]] = None) -> BuildPlan:
+    """The build plan of this process: decided on first use, then reused by every command."""
+    global _plan
+    if _plan is None:
+        env = os.environ if env is None else env
+        command = compiler_command()
+        sanitize = parse_flag(env, SANITIZE_ENV)
+        check = make_compile_check(command, compile_args(sanitize))
+        decision = decide(env, platform.machine(), platform.system(), check)
+        _plan = BuildPlan(decision, compiler_identity(command), read_version(), sysconfig.get_platform())
+        state = "WITH" if decision.kernels else "WITHOUT"
+        what = f"{state} the AMX kernels" if decision.extension else "WITHOUT the C extension"
+        print(f"pyamx build: {read_version()} {what}: {decision.reason}"
+              f"{' (ASan+UBSan)' if decision.sanitize else ''}", file=sys.stderr)
+        if not decision.extension:
+            warn_no_extension(decision.cause)
+    return _plan
+
+
+def warn_no_extension(cause: str) -> None:
+    bar = "*" * 78
+    print(f"\n{bar}\nWARNING: pyamx is installed WITHOUT its C extension because {cause}.\n"
+          "The bit-exact emulator works; the native backend and the trap mode do not.\n"
+          "Install a C compiler (GCC >= 11 or clang >= 12 for the AMX kernels) and reinstall,\n"
+          f"or set {REQUIRE_ENV}=1 to make this a build error.\n{bar}\n", file=sys.stderr)
+
+
+# -- sources and the cffi wrappers ----------------------------------------------------------
 
 
 def read_version() -> str:
@@ -57,9 +332,10 @@ def read_version() -> str:
 def cdef_text(header: Path = CSRC / "pyamx.h") -> str:
     """The header without preprocessor lines: what cffi's cdef() can parse.
 
-    A local header it includes with quotes (csrc/pyamx_ops.h, shared by
-    both modules) is inlined in its place; system headers are not.
+    A local header it includes with quotes (one shared by several modules) is
+    inlined in its place; system headers are not.
     """
+    header = Path(header)
     out = []
     for line in header.read_text(encoding="utf-8").splitlines():
         included = re.match(r'\s*#\s*include\s+"([^"]+)"', line)
@@ -70,194 +346,291 @@ def cdef_text(header: Path = CSRC / "pyamx.h") -> str:
     return "\n".join(out)
 
 
-def c_sources() -> list[str]:
-    """Every csrc/*.c file, sorted, relative to this directory when possible.
-
-    setuptools wants relative source paths; cffi's in-place compile runs in
-    its own temporary directory and needs absolute ones, so main() asks for
-    those.
-    """
-    return [str(p.relative_to(HERE)) for p in sorted(CSRC.glob("*.c"))]
+def module_sources(module: Module) -> list:
+    """The module's C sources, sorted, relative to the repository root."""
+    found = set()
+    for pattern in module.sources:
+        found.update(p.relative_to(HERE).as_posix() for p in HERE.glob(pattern))
+    return sorted(found)
 
 
-def _new_compiler():
-    import setuptools  # noqa: F401  (installs setuptools' distutils)
-    from distutils.ccompiler import new_compiler
-    from distutils.sysconfig import customize_compiler
-
-    compiler = new_compiler()
-    customize_compiler(compiler)
-    return compiler
+def c_sources() -> list:
+    """The sources of ``pyamx._native`` (every csrc/*.c file): a new file joins by existing."""
+    return module_sources(MODULES[0])
 
 
-def amx_kernels_supported() -> tuple[bool, str]:
-    """Test-compile the AMX intrinsics; ``(supported, why)``."""
-    if os.environ.get(DISABLE_ENV) == "1":
-        return False, f"{DISABLE_ENV}=1"
-    tmp = tempfile.mkdtemp(prefix="pyamx-amx-test-")
-    try:
-        src = Path(tmp) / "amx_test.c"
-        src.write_text(_AMX_TEST_SOURCE, encoding="utf-8")
-        compiler = _new_compiler()
-        # The compiler's diagnostics are expected on old toolchains; keep the
-        # build log readable by collecting them instead of printing.
-        with open(Path(tmp) / "log", "w") as log:
-            stdout, stderr = os.dup(1), os.dup(2)
-            try:
-                os.dup2(log.fileno(), 1)
-                os.dup2(log.fileno(), 2)
-                compiler.compile([str(src)], output_dir=tmp)
-            finally:
-                os.dup2(stdout, 1)
-                os.dup2(stderr, 2)
-                os.close(stdout)
-                os.close(stderr)
-        return True, "the compiler accepts the AMX target attributes and intrinsics"
-    except Exception as exc:  # any failure means: build without kernels
-        log_path = Path(tmp) / "log"
-        detail = log_path.read_text(errors="replace").strip().splitlines()[:3] if log_path.exists() else []
-        return False, f"test compile failed ({type(exc).__name__}): {' | '.join(detail) or exc}"
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+def header_dependencies() -> list:
+    """Every header under csrc/ and this script: editing one rebuilds every module."""
+    headers = sorted(p.relative_to(HERE).as_posix() for p in CSRC.rglob("*.h"))
+    return [*headers, "build.py"]
 
 
-def make_ffibuilder(absolute_paths: bool = False) -> FFI:
-    """The cffi builder of ``pyamx._native``; prints whether the kernels are in."""
-    version = read_version()
-    have_amx, why = amx_kernels_supported()
-    state = "WITH" if have_amx else "WITHOUT"
-    print(f"pyamx build: compiling pyamx._native {version} {state} the AMX kernels ({why})", file=sys.stderr)
-    macros = [("PYAMX_VERSION", f'"{version}"')]
-    if have_amx:
+def dependency_digest() -> str:
+    """A hash of every header and this script: stamped into the generated sources, so an edit
+    rebuilds even where file times are too coarse to show it (an edit in the second of the build)."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for rel in header_dependencies():
+        h.update(rel.encode() + b"\0" + (HERE / rel).read_bytes() + b"\0")
+    return h.hexdigest()[:16]
+
+
+def c_string(text: str) -> str:
+    """``text`` as a C string literal, printable ASCII only (it travels on a compiler command line)."""
+    out = []
+    for ch in text:
+        if ch in '"\\':
+            out.append("\\" + ch)
+        elif " " <= ch <= "~":
+            out.append(ch)
+        else:
+            out.append("?")
+    return '"' + "".join(out) + '"'
+
+
+def define_macros(module: Module, p: BuildPlan) -> list:
+    macros = [("PYAMX_VERSION", c_string(p.version)),
+              ("PYAMX_BUILD_KERNELS_REASON", c_string(p.decision.reason))]
+    if module.kernels and p.decision.kernels:
         macros.append(("PYAMX_HAVE_AMX", "1"))
-    sources = c_sources()
-    include = "csrc"
-    if absolute_paths:
-        sources = [str(HERE / s) for s in sources]
-        include = str(CSRC)
+    return macros
+
+
+def make_ffi(module: Module, p: BuildPlan, digest: str = ""):
+    """The cffi builder of one module. The plan's stamp and the headers' digest are part of the
+    generated C, so a changed compiler, setting or header changes that file, and build_ext then
+    rebuilds the modules instead of reusing them."""
+    from cffi import FFI
+
     builder = FFI()
-    # The compiled emulator engine keeps its API in its own header (csrc/engine.h).
-    builder.cdef(cdef_text() + "\n" + cdef_text(CSRC / "engine.h"))
-    builder.set_source(
-        MODULE,
-        '#include "pyamx.h"\n#include "engine.h"\n',
-        sources=sources,
-        include_dirs=[include],
-        define_macros=macros,
-        extra_compile_args=["-O2", "-std=gnu11", "-pthread"] if os.name != "nt" else [],
-        extra_link_args=["-pthread"] if os.name != "nt" else [],
-    )
+    builder.cdef("\n".join(cdef_text(HERE / h) for h in module.headers))
+    includes = "".join(f'#include "{os.path.basename(h)}"\n' for h in module.headers)
+    preamble = (f'/* pyamx build configuration: {p.stamp().replace("*/", "* /")} */\n'
+                f'/* pyamx headers: {digest} */\n{includes}')
+    builder.set_source(module.name, preamble)
     return builder
 
 
-TRAP_MODULE = "pyamx._trap"
-TRAP_SRC = CSRC / "trap"
+def _limited_api() -> bool:
+    # cffi's generated code uses the stable ABI except on debug and free-threaded builds.
+    return not hasattr(sys, "gettotalrefcount") and not sysconfig.get_config_var("Py_GIL_DISABLED")
 
 
-def trap_supported() -> bool:
-    """The trap mode (pyamx._trap) exists for x86-64 Linux only; elsewhere it is not built."""
-    import platform
-
-    return sys.platform.startswith("linux") and platform.machine().lower() in ("x86_64", "amd64")
-
-
-def trap_c_sources() -> list[str]:
-    """Every csrc/trap/*.c file, sorted, relative to this directory (as c_sources())."""
-    return [str(p.relative_to(HERE)) for p in sorted(TRAP_SRC.glob("*.c"))]
-
-
-def make_trap_ffibuilder(absolute_paths: bool = False) -> FFI:
-    """The cffi builder of ``pyamx._trap`` (csrc/trap/*.c, API in csrc/trap/trap.h).
-
-    It never executes a tile instruction, so any C compiler for x86-64 Linux
-    builds it; setup.py lists it on the same condition as :func:`trap_supported`.
-    """
-    sources = trap_c_sources()
-    include = "csrc/trap"
-    if absolute_paths:
-        sources = [str(HERE / s) for s in sources]
-        include = str(TRAP_SRC)
-    builder = FFI()
-    builder.cdef(cdef_text(TRAP_SRC / "trap.h"))
-    builder.set_source(
-        TRAP_MODULE,
-        '#include "trap.h"\n',
-        sources=sources,
-        include_dirs=[include],
-        define_macros=[("PYAMX_VERSION", f'"{read_version()}"')],
-        extra_compile_args=["-O2", "-std=gnu11", "-pthread"],  # the guard starts a thread
-        extra_link_args=["-pthread"],
-        depends=[str(p) for p in sorted(CSRC.glob("*.h")) + sorted(TRAP_SRC.glob("*.h"))],
-    )
-    return builder
-
-
-PRELOAD_MODULE = "pyamx._amxpreload"
-
-
-def preload_extension():
-    """The library ``pyamx run`` preloads into programs (csrc/trap/*.c + csrc/preload/*.c).
-
-    A plain shared library that links no Python (it is LD_PRELOADed into
-    any program), built as a setuptools Extension only so that it ships in
-    the wheel; it is never imported. x86-64 Linux only, like the trap.
-    """
+def extension(module: Module, p: BuildPlan):
+    """``(Extension, changed)`` of one module, its cffi wrapper (re)generated under build/;
+    ``changed``: the wrapper differs from the last build's (configuration or headers)."""
     from setuptools import Extension
 
-    sources = trap_c_sources() + [str(p.relative_to(HERE)) for p in sorted((CSRC / "preload").glob("*.c"))]
+    if module.plain:
+        return Extension(
+            module.name,
+            sources=module_sources(module),
+            include_dirs=list(module.include_dirs),
+            define_macros=[("PYAMX_VERSION", c_string(p.version))],
+            extra_compile_args=compile_args(False) + list(module.plain_compile_args),
+            extra_link_args=link_args(False) + list(module.plain_link_args),
+            depends=header_dependencies(),
+            py_limited_api=_limited_api(),
+        ), False
+    generated = GENERATED_DIR / (module.name.replace(".", "_") + ".c")
+    path = HERE / generated
+    path.parent.mkdir(parents=True, exist_ok=True)
+    before = path.read_bytes() if path.exists() else None
+    make_ffi(module, p, dependency_digest()).emit_c_code(str(path))  # rewrites the file only when it changed
+    changed = before != path.read_bytes()
     return Extension(
-        PRELOAD_MODULE,
-        sources=sources,
-        include_dirs=["csrc/trap"],
-        define_macros=[("PYAMX_VERSION", f'"{read_version()}"')],
-        # hidden: the trap's functions stay private to the preload, so a
-        # Python program that also loads pyamx._trap keeps two separate copies.
-        extra_compile_args=["-O2", "-std=gnu11", "-pthread", "-fvisibility=hidden"],
-        extra_link_args=["-pthread", "-ldl"],
-        depends=[str(p) for p in sorted(CSRC.glob("*.h")) + sorted(TRAP_SRC.glob("*.h"))],
-        py_limited_api=True,
-    )
+        module.name,
+        sources=[generated.as_posix(), *module_sources(module)],
+        include_dirs=list(module.include_dirs),
+        define_macros=define_macros(module, p),
+        extra_compile_args=compile_args(p.decision.sanitize),
+        extra_link_args=link_args(p.decision.sanitize),
+        depends=header_dependencies(),
+        py_limited_api=_limited_api(),
+    ), changed
 
 
-def _build_preload_in_place() -> None:
-    """Compile and link the preload library into pyamx/ (what setup.py's Extension does)."""
-    ext = preload_extension()
-    compiler = _new_compiler()
-    objdir = HERE / "build" / "preload"
-    objdir.mkdir(parents=True, exist_ok=True)
-    objects = compiler.compile([str(HERE / s) for s in ext.sources], output_dir=str(objdir),
-                               macros=ext.define_macros, include_dirs=[str(HERE / d) for d in ext.include_dirs],
-                               extra_postargs=ext.extra_compile_args)
-    for stale in (HERE / "pyamx").glob("_amxpreload*.so"):
-        stale.unlink()
-    target = HERE / "pyamx" / "_amxpreload.abi3.so"
-    compiler.link_shared_object(objects, str(target), extra_postargs=ext.extra_link_args)
-    print(f"pyamx build: wrote {target.relative_to(HERE)}", file=sys.stderr)
+def buildinfo_text(p: BuildPlan, failure: str = "") -> str:
+    """pyamx/_buildinfo.py: what was built and why, readable without the extension."""
+    d = p.decision
+    cause = failure or d.cause
+    fields = {
+        "EXTENSION": d.extension and not failure,
+        "CAUSE": cause,
+        "KERNELS": d.kernels and not cause,
+        "KERNELS_REASON": d.reason if not cause else cause,
+        "SANITIZE": d.sanitize,
+        "COMPILER": p.compiler,
+        "VERSION": p.version,
+    }
+    body = "".join(f"{key} = {value!r}\n" for key, value in fields.items())
+    return ('"""What the build of this pyamx decided and why (written by build.py at build time)."""\n\n'
+            + body)
 
 
-def _compile_in_place(builder: FFI, stem: str) -> None:
-    tmpdir = HERE / "build" / "cffi"
-    tmpdir.mkdir(parents=True, exist_ok=True)
-    built = Path(builder.compile(tmpdir=str(tmpdir), verbose=False))
-    target = HERE / "pyamx" / built.name
-    for stale in (HERE / "pyamx").glob(f"{stem}*.so"):
-        stale.unlink()
-    shutil.copy2(built, target)
-    print(f"pyamx build: wrote {target.relative_to(HERE)}", file=sys.stderr)
+def compile_failure_text(exc: BaseException) -> str:
+    """A short cause for a failed extension compile: the file and the status, not the whole command."""
+    text = str(exc)
+    source = re.search(r"'-c', '([^']+)'", text)
+    status = re.search(r"exit status (\d+)", text)
+    if source:
+        tail = f" (exit status {status.group(1)}; the compiler's messages are in the build log)" if status else ""
+        return f"compiling {source.group(1)} failed{tail}"
+    return f"compiling it failed: {type(exc).__name__}: {text[:300]}"
+
+
+def write_buildinfo(directory: Path, text: str) -> None:
+    path = Path(directory) / BUILDINFO
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if not path.exists() or path.read_text(encoding="utf-8") != text:
+        path.write_text(text, encoding="utf-8")
+
+
+# -- setuptools commands -------------------------------------------------------------------
+
+
+def setuptools_options() -> dict:
+    """setup() keywords: placeholder extensions (filled in by build_ext) and the commands.
+
+    The decision is made lazily, by the first command that needs it (build_py
+    writes _buildinfo.py, bdist_wheel picks the wheel tag, build_ext
+    compiles), so metadata-only steps of a pip install compile nothing.
+    """
+    from setuptools import Distribution, Extension
+    from setuptools.command.build_ext import build_ext
+    from setuptools.command.build_py import build_py
+
+    class PyamxDistribution(Distribution):
+        def has_ext_modules(self):
+            # Before the decision, assume an extension; a build without one is pure (py3-none-any).
+            return _plan is None or (_plan.decision.extension and _compile_failure is None)
+
+    def buildinfo_dirs(cmd, in_place):
+        # In place (python build.py, editable installs) the record sits next to the module in the
+        # checkout; otherwise only in the build's output, so `pip install .` leaves the checkout alone.
+        if in_place:
+            return [HERE]
+        return [Path(cmd.get_finalized_command("build_py").build_lib)]
+
+    class BuildPy(build_py):
+        def run(self):
+            super().run()
+            for d in buildinfo_dirs(self, getattr(self, "editable_mode", False)):
+                write_buildinfo(d, buildinfo_text(plan()))
+
+    class BuildExt(build_ext):
+        """build_ext that fills in the modules from the plan; optional unless REQUIRE_ENV or in place."""
+
+        require = False
+
+        def run(self):
+            p = plan()
+            require = self.require or parse_flag(os.environ, REQUIRE_ENV)
+            if not p.decision.extension:
+                if require:
+                    raise SystemExit(f"pyamx build: {REQUIRE_ENV} is set but {p.decision.cause}")
+                self._give_up(p, p.decision.cause)
+                return
+            by_name = {m.name: m for m in modules_for(platform.machine(), platform.system())}
+            self.extensions = [ext for ext in self.extensions if ext.name in by_name]
+            changed = []
+            for ext in self.extensions:  # the placeholders setuptools finalized, filled in place
+                built, differs = extension(by_name[ext.name], p)
+                for attr in ("sources", "include_dirs", "define_macros", "extra_compile_args",
+                             "extra_link_args", "depends", "py_limited_api"):
+                    setattr(ext, attr, getattr(built, attr))
+                if differs:
+                    changed.append(ext.name)
+            if changed and not self.force:
+                # File times alone can miss a change made within the second of the last build.
+                print(f"pyamx build: rebuilding {', '.join(changed)}: the build configuration or a header "
+                      "changed", file=sys.stderr)
+                self.force = True
+            try:
+                super().run()
+            except Exception as exc:
+                if require:
+                    raise
+                global _compile_failure
+                _compile_failure = compile_failure_text(exc)
+                self._give_up(p, _compile_failure)
+                return
+            for d in buildinfo_dirs(self, self._in_place()):
+                write_buildinfo(d, buildinfo_text(p))
+            if self.inplace:
+                self._remove_other_builds()
+
+        def _in_place(self):
+            return bool(self.inplace or getattr(self, "editable_mode", False))
+
+        def _give_up(self, p, cause):
+            self.extensions = []
+            text = buildinfo_text(p, failure=cause if p.decision.extension else "")
+            for d in buildinfo_dirs(self, self._in_place()):
+                write_buildinfo(d, text)
+            if self.inplace:
+                self._remove_other_builds(keep=False)
+            if p.decision.extension:  # plan() already warned when there was no compiler
+                warn_no_extension(cause)
+
+        def _remove_other_builds(self, keep=True):
+            # An in-place module with another suffix (cpython-3xx vs abi3) would shadow the new one.
+            for m in MODULES:
+                wanted = Path(self.get_ext_fullpath(m.name)).resolve() if keep else None
+                package, _, leaf = m.name.rpartition(".")
+                for old in (HERE / package.replace(".", "/")).glob(leaf + ".*"):
+                    if old.suffix in (".so", ".pyd") and old.resolve() != wanted:
+                        old.unlink()
+
+    cmdclass = {"build_py": BuildPy, "build_ext": BuildExt}
+    try:
+        from setuptools.command.bdist_wheel import bdist_wheel
+    except ImportError:  # setuptools < 70.1: pyproject.toml requires newer, this is only `python build.py`
+        bdist_wheel = None
+    if bdist_wheel is not None:
+        class BdistWheel(bdist_wheel):
+            # The tag depends on the decision, made here and not in finalize_options, which
+            # pip's metadata step also runs: one decision per build.
+            # Building first (run_command runs a command once) lets a failed compile make it pure too.
+            def run(self):
+                plan()
+                if not self.skip_build:
+                    self.run_command("build")
+                extension = self.distribution.has_ext_modules()
+                self.root_is_pure = not extension  # no compiler, or a failed compile: py3-none-any
+                if extension and _limited_api():
+                    self.py_limited_api = "cp310"  # cffi modules use the stable ABI; pyamx needs >= 3.10
+                    self._validate_py_limited_api()
+                super().run()
+
+        cmdclass["bdist_wheel"] = BdistWheel
+    return {
+        "distclass": PyamxDistribution,
+        "cmdclass": cmdclass,
+        "ext_modules": [Extension(m.name, sources=[], py_limited_api=_limited_api()) for m in MODULES],
+    }
 
 
 def main() -> None:
-    """Build in place: the modules land in pyamx/, the intermediates in build/."""
-    _compile_in_place(make_ffibuilder(absolute_paths=True), "_native")
-    if trap_supported():
-        _compile_in_place(make_trap_ffibuilder(absolute_paths=True), "_trap")
-        _build_preload_in_place()
+    """Build in place: the modules land in pyamx/, the intermediates in build/; failures are errors."""
+    from setuptools import Distribution  # noqa: F401
 
+    os.chdir(HERE)
+    opts = setuptools_options()
+    dist = opts["distclass"]({"name": "pyamx", "script_name": "build.py", "ext_modules": opts["ext_modules"],
+                              "cmdclass": opts["cmdclass"]})
+    cmd = dist.get_command_obj("build_ext")
+    cmd.inplace = True
+    cmd.require = True
+    dist.run_command("build_ext")
+    for m in modules_for(platform.machine(), platform.system()):
+        print(f"pyamx build: {m.name} is in place: {Path(cmd.get_ext_fullpath(m.name)).relative_to(HERE)}",
+              file=sys.stderr)
 
-# cffi_modules=["build.py:ffibuilder"] calls this when it is not an FFI, so
-# importing this file (tests do) compiles nothing.
-ffibuilder = make_ffibuilder
-trap_ffibuilder = make_trap_ffibuilder
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except BuildConfigError as exc:
+        sys.exit(f"pyamx build: {exc}")

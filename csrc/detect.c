@@ -22,6 +22,9 @@
 #ifndef PYAMX_VERSION
 #define PYAMX_VERSION "unknown"
 #endif
+#ifndef PYAMX_BUILD_KERNELS_REASON
+#define PYAMX_BUILD_KERNELS_REASON "not recorded: this module was not built by build.py"
+#endif
 
 #define XFEATURE_XTILEDATA 18
 #define ARCH_GET_XCOMP_SUPP 0x1021
@@ -85,6 +88,8 @@ int pyamx_build_kernels(void)
     return 0;
 #endif
 }
+
+const char *pyamx_build_kernels_reason(void) { return PYAMX_BUILD_KERNELS_REASON; }
 
 int pyamx_build_x86_64_linux(void) { return PYAMX_X86_64_LINUX; }
 

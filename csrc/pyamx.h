@@ -48,6 +48,8 @@ enum pyamx_kernel_bits {
 const char *pyamx_build_version(void);
 const char *pyamx_build_compiler(void);
 int pyamx_build_kernels(void);
+/* Why the build has (or lacks) the AMX kernels: build.py's decision, for `pyamx info`. */
+const char *pyamx_build_kernels_reason(void);
 int pyamx_build_x86_64_linux(void);
 
 int pyamx_cpuid(uint32_t leaf, uint32_t subleaf, uint32_t *out4);

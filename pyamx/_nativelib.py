@@ -8,6 +8,8 @@ around it, so it is refused with the command that fixes it.
 from __future__ import annotations
 
 import functools
+import importlib
+import warnings
 
 from ._version import __version__
 
@@ -28,13 +30,43 @@ def stale_build_message(built_version: str, package_version: str):
     )
 
 
+def build_info():
+    """``pyamx._buildinfo`` (what the build decided and why), or None where no build wrote it."""
+    try:
+        return importlib.import_module(f"{__package__}._buildinfo")
+    except ImportError:
+        return None
+
+
+def not_built_message(info, import_error) -> str:
+    """Why ``pyamx._native`` cannot be imported, from the build's record when there is one (pure)."""
+    if info is not None and not info.EXTENSION:
+        return (f"pyamx was built without the C extension because {info.CAUSE}; the emulator works, "
+                "the native backend and the trap mode need the extension: install a C compiler "
+                "(GCC >= 11 or clang >= 12 for the AMX kernels) and reinstall (`pip install .`)")
+    return f"the C extension pyamx._native is not built ({import_error}); {REBUILD_HINT}"
+
+
+_warned = False
+
+
 @functools.lru_cache(maxsize=None)
 def load():
-    """``(ffi, lib)`` of the extension; ImportError (or StaleBuildError) with a clear message."""
+    """``(ffi, lib)`` of the extension; ImportError (or StaleBuildError) with a clear message.
+
+    An install built without the extension also warns once, on the first use
+    that needs it: pip hides the build's own warning.
+    """
+    global _warned
     try:
         from . import _native
     except ImportError as exc:
-        raise ImportError(f"the C extension pyamx._native is not built ({exc}); {REBUILD_HINT}") from exc
+        info = build_info()
+        message = not_built_message(info, exc)
+        if info is not None and not info.EXTENSION and not _warned:
+            _warned = True
+            warnings.warn(message, RuntimeWarning, stacklevel=2)
+        raise ImportError(message) from exc
     built = _native.ffi.string(_native.lib.pyamx_build_version()).decode()
     message = stale_build_message(built, __version__)
     if message:

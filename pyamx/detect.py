@@ -96,6 +96,7 @@ class BuildFacts:
     compiler: str
     kernels: frozenset  # families compiled in: {"bf16", "int8", "fp16"}
     x86_64_linux: bool
+    kernels_reason: str = ""  # the build's decision: why the AMX kernels are (not) compiled in
 
 
 @dataclass(frozen=True)
@@ -126,6 +127,7 @@ class RawFacts:
     xcomp_perm: Optional[Tuple[int, int]] = None  # (errno, value)
     child: Optional[Tuple[int, int]] = None  # (errno or C status, wait status)
     trap: Optional[TrapFacts] = None
+    cpuinfo_flags: Optional[Tuple[str, ...]] = None  # AMX flags of /proc/cpuinfo, read when there is no extension
 
 
 class Stage(NamedTuple):
@@ -507,9 +509,12 @@ def evaluate(raw: RawFacts) -> Report:
     if build is None:
         st.add("native module (pyamx._native)", raw.build_error or "not built", False,
                raw.build_error or "the C extension is not built: run `pip install .` or `python build.py`")
+        if raw.cpuinfo_flags is not None:
+            st.add("cpu flags (/proc/cpuinfo)", " ".join(raw.cpuinfo_flags) or "no AMX flags", None)
     else:
-        kernels_text = ", ".join(sorted(build.kernels)) or "none"
-        build_info = {"version": build.version, "compiler": build.compiler, "kernels": sorted(build.kernels)}
+        kernels_text = ", ".join(sorted(build.kernels)) or f"none ({build.kernels_reason or 'reason not recorded'})"
+        build_info = {"version": build.version, "compiler": build.compiler, "kernels": sorted(build.kernels),
+                      "kernels_reason": build.kernels_reason}
         st.add("native module (pyamx._native)", f"{build.version}, {build.compiler}, kernels: {kernels_text}", True)
 
     cpu = {}
@@ -532,8 +537,9 @@ def evaluate(raw: RawFacts) -> Report:
     if silicon_ok:
         if not built:
             st.add("kernels", "none in this build", False,
-                   f"this build of pyamx has no AMX kernels (compiled with {build.compiler if build else '?'}, "
-                   "which failed the AMX test compile): rebuild with GCC >= 11 or clang >= 12 on x86-64")
+                   f"this build of pyamx has no AMX kernels ({build.kernels_reason if build else '?'}; "
+                   f"compiled with {build.compiler if build else '?'}): rebuild with GCC >= 11 or clang >= 12 "
+                   "on x86-64, without PYAMX_DISABLE_AMX_KERNELS")
         else:
             st.add("kernels", ", ".join(sorted(kernels)) or "none", bool(kernels),
                    "the CPU supports none of the kernel families this build has")
@@ -550,7 +556,8 @@ def evaluate(raw: RawFacts) -> Report:
         )
         if not kernels:
             mode, warning = None, None
-            silicon_reason += "; the trap mode is active but this build has no AMX kernels to run"
+            silicon_reason += ("; the trap mode is active but this build has no AMX kernels to run "
+                               f"({build.kernels_reason if build else 'no module'})")
 
     usable = mode is not None
     if mode == "silicon":
@@ -588,7 +595,29 @@ def read_build(lib, ffi) -> BuildFacts:
         compiler=ffi.string(lib.pyamx_build_compiler()).decode(),
         kernels=frozenset(name for name, b in _kernel_bits().items() if bits & b),
         x86_64_linux=bool(lib.pyamx_build_x86_64_linux()),
+        kernels_reason=ffi.string(lib.pyamx_build_kernels_reason()).decode(),
     )
+
+
+AMX_CPUINFO_FLAGS = ("amx_tile", "amx_bf16", "amx_int8", "amx_fp16", "amx_complex")
+
+
+def cpuinfo_amx_flags(text: str) -> Tuple[str, ...]:
+    """The AMX flags of the first CPU in a /proc/cpuinfo text (pure): what the kernel saw, no extension needed."""
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() == "flags":
+            flags = set(value.split())
+            return tuple(f for f in AMX_CPUINFO_FLAGS if f in flags)
+    return ()
+
+
+def _read_cpuinfo_flags() -> Optional[Tuple[str, ...]]:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            return cpuinfo_amx_flags(f.read())
+    except OSError:
+        return None
 
 
 def _read_cpuid(lib, ffi) -> dict:
@@ -645,7 +674,7 @@ def collect() -> RawFacts:
     try:
         ffi, lib = _nativelib.load()
     except ImportError as exc:
-        return replace(raw, build_error=str(exc))
+        return replace(raw, build_error=str(exc), cpuinfo_flags=_read_cpuinfo_flags())
     raw = replace(raw, build=read_build(lib, ffi))
     if raw.build.x86_64_linux:
         raw = replace(raw, cpuid=_read_cpuid(lib, ffi))

@@ -47,10 +47,14 @@ def preload_path() -> Path:
 
 
 def environment(preload: Path, stats_path: Optional[str] = None, verbose: bool = False, base=None) -> dict:
-    """The environment a program runs under: the preload first in LD_PRELOAD (kept for children)."""
+    """The environment a program runs under: the preload in LD_PRELOAD (kept for children).
+
+    Appended after what is there: a sanitizer's runtime (libasan) must stay first, and any
+    position in LD_PRELOAD comes before libc, which is all the interposed functions need.
+    """
     env = dict(os.environ if base is None else base)
     rest = env.get("LD_PRELOAD", "")
-    env["LD_PRELOAD"] = str(preload) + (":" + rest if rest else "")
+    env["LD_PRELOAD"] = (rest + ":" if rest else "") + str(preload)
     if stats_path:
         env[STATS_ENV] = stats_path
     else:

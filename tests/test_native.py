@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import subprocess
 import sys
@@ -24,14 +23,6 @@ from pyamx.tilecfg import TileConfig
 
 from childproc import PYAMX_HOME as ROOT  # the pyamx under test, not necessarily this checkout
 
-CHECKOUT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # build.py and csrc/ live here
-
-
-def _load_build_script():
-    spec = importlib.util.spec_from_file_location("pyamx_build_script", os.path.join(CHECKOUT, "build.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)  # compiles nothing: ffibuilder is a function
-    return module
 
 
 # -- the build ---------------------------------------------------------------------------
@@ -43,20 +34,6 @@ def test_stale_build_is_detected_by_a_pure_check():
     assert "0.0.9" in message and "0.1.0" in message and "stale" in message
     assert "pip install ." in message and "python build.py" in message
     assert issubclass(_nativelib.StaleBuildError, ImportError)
-
-
-def test_build_script_feeds_the_whole_header_and_every_source():
-    build = _load_build_script()
-    cdef = build.cdef_text()
-    assert "#" not in "".join(line.split("/*")[0] for line in cdef.splitlines())
-    assert "pyamx_dp_oneshot" in cdef and "pyamx_request_permission" in cdef
-    sources = build.c_sources()
-    expected = sorted(f"csrc/{name}" for name in os.listdir(os.path.join(CHECKOUT, "csrc")) if name.endswith(".c"))
-    assert [s.replace(os.sep, "/") for s in sources] == expected
-    from pyamx._version import __version__
-
-    assert build.read_version() == __version__
-    assert build.ffibuilder is build.make_ffibuilder  # cffi calls it lazily
 
 
 def test_built_module_matches_the_package_version():

@@ -162,15 +162,17 @@ def test_build_script_makes_the_trap_module_from_csrc_trap():
     if not os.path.exists(os.path.join(ROOT, "build.py")):
         pytest.skip("not a source checkout")
     build = _build_script()
-    cdef = build.cdef_text(build.TRAP_SRC / "trap.h")
+    (trap_module,) = [m for m in build.MODULES if m.name == "pyamx._trap"]
+    assert trap_module.x86_64_linux_only and not trap_module.kernels  # no AMX support needed from the compiler
+    cdef = build.cdef_text(build.HERE / trap_module.headers[0])
     assert "pyamx_trap_decode" in cdef and "PYAMX_OP_TDPBUUD" in cdef  # pyamx_ops.h inlined
     assert "pyamx_request_permission" not in cdef  # none of _native's API
     assert "PYAMX_OP_TDPBUUD" in build.cdef_text()  # the same enum in _native's cdef
-    sources = [p.replace(os.sep, "/") for p in build.trap_c_sources()]
+    sources = build.module_sources(trap_module)
     want = sorted(f"csrc/trap/{n}" for n in os.listdir(os.path.join(ROOT, "csrc", "trap")) if n.endswith(".c"))
     assert sources == want
-    assert build.trap_ffibuilder is build.make_trap_ffibuilder  # cffi calls it lazily
-    build.make_trap_ffibuilder()  # declares, compiles nothing
+    plan = build.BuildPlan(build.Decision(True, False, "test"), compiler="cc", version="0", python="test")
+    build.make_ffi(trap_module, plan)  # declares, compiles nothing
 
 
 def test_the_product_module_holds_no_trap_code_and_no_self_test_kernels():
