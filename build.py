@@ -115,21 +115,23 @@ class BuildConfigError(ValueError):
     """A build setting this script cannot interpret."""
 
 
-_TRUE = ("1", "true", "yes")
-_FALSE = ("", "0", "false", "no")
+def _env_parser():
+    """pyamx/_env.py, the one parser of PYAMX_* variables, loaded by path: the package is not importable
+    while it is being built (it needs neither numpy nor cffi)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("_pyamx_env", HERE / "pyamx" / "_env.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def parse_flag(env: Mapping[str, str], name: str) -> bool:
-    """A boolean build setting: 1/true/yes, 0/false/no or empty (= unset); anything else is an error."""
-    raw = env.get(name)
-    if raw is None:
-        return False
-    value = raw.strip().lower()
-    if value in _TRUE:
-        return True
-    if value in _FALSE:
-        return False
-    raise BuildConfigError(f"{name}={raw!r} is not understood: use 1/0, true/false or yes/no (empty means unset)")
+    """A boolean build setting: 1/true/yes, 0/false/no (any case) or empty (= unset); anything else is an error."""
+    return _env_parser().flag(
+        name, environ=env,
+        error=lambda var, value, allowed: BuildConfigError(f"{var}={value!r} is not understood; allowed: {allowed}"),
+    )
 
 
 # -- the decision (pure) ----------------------------------------------------------------

@@ -10,7 +10,7 @@
  * and odd fp32 lanes start at +0, take one fma32 per dword, then
  * C = add32(C, add32(even, odd)). Integer ops add the 4 byte products of
  * every dword to C with 32-bit wrap-around. DAZ, FTZ (tininess after
- * rounding), round to nearest even and the x86 NaN rule of SEMANTICS.md
+ * rounding), round to nearest even and the x86 NaN rule of docs/semantics.md
  * section 2-3, whatever the caller's floating-point environment.
  */
 #ifndef PYAMX_ENGINE_H

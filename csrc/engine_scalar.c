@@ -1,4 +1,4 @@
-/* Exact scalar fp32 fma32/add32 with the AMX rules (SEMANTICS.md section 2-3),
+/* Exact scalar fp32 fma32/add32 with the AMX rules (docs/semantics.md sections 2-3),
  * from double arithmetic. The engine's fallback for NaN operands and the
  * portable variant's path when a product may leave the fp32 normal range.
  *

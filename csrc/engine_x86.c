@@ -4,7 +4,7 @@
  * module) builds with any x86-64 compiler flags; run-time CPUID + XCR0
  * decide whether a variant may run.
  *
- * Why the hardware gives the SEMANTICS.md bits: under MXCSR = DAZ | FTZ |
+ * Why the hardware gives the docs/semantics.md bits: under MXCSR = DAZ | FTZ |
  * round to nearest even | all exceptions masked (0x9FC0), vfmadd is fma32
  * and vaddps is add32 for everything but the choice among several NaN
  * operands: DAZ zeroes subnormal operands keeping their sign, FTZ flushes

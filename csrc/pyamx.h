@@ -68,6 +68,15 @@ int pyamx_native_ready(void);
  * they end. */
 void pyamx_set_trap_hook(int (*grant)(void), int32_t (*thread_prepare)(void));
 
+/* ---- fpenv.c: the calling thread's MXCSR (x86-64; elsewhere unsupported) ---- */
+
+/* 1 where pyamx_get_mxcsr/pyamx_set_mxcsr reach the thread's MXCSR, else 0
+ * (get then returns 0 and set PYAMX_E_UNSUPPORTED). set refuses values with
+ * reserved bits 16-31 (PYAMX_E_ARG) rather than fault on them. */
+int pyamx_fpenv_supported(void);
+uint32_t pyamx_get_mxcsr(void);
+int pyamx_set_mxcsr(uint32_t value);
+
 /* ---- kernels.c: AMX kernels (compiled with target("amx-...") only where supported) ---- */
 
 int pyamx_dp_oneshot(int op, uint32_t *c, const void *a, const void *b, int m, int k, int n);

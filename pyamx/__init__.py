@@ -1,7 +1,8 @@
 """pyamx: Intel AMX tile instructions from Python, on silicon or in a bit-exact emulator.
 
 The backend is chosen once per process from ``PYAMX_BACKEND`` (``auto``,
-``native``, ``emulator``) and can be overridden per call with ``backend=``;
+``native``, ``emulator``; read on first use, so a bad value never breaks the
+import) and can be overridden per call with ``backend=``;
 :func:`backend` says which one the default is and :func:`show_runtime`
 reports every detection stage.
 """
@@ -20,6 +21,7 @@ from .errors import (
     AMXError,
     AMXFault,
     BackendError,
+    EnvironmentVariableError,
     GeneralProtectionFault,
     InvalidOpcodeFault,
     MemoryAccessFault,
@@ -43,7 +45,8 @@ def cpu_features() -> dict:
 
 
 def show_runtime() -> None:
-    """Print every detection stage, the build's kernels and the backend decision."""
+    """Print what a bug report needs: pyamx/python/numpy versions, the backend decision and why,
+    the PYAMX_* settings, how the emulator controls MXCSR, then every detection stage and the kernels."""
     from .detect import show_runtime as _show_runtime
 
     _show_runtime()
@@ -53,6 +56,6 @@ __all__ = [
     "__version__", "backend", "backend_reason", "cpu_features", "show_runtime",
     *isa.DOT_NAMES, "tile_machine", "isa", "matmul",
     "TileMachine", "TileConfig", "Numerics", "AMXResult", "bf16", "emulator", "errors",
-    "AMXError", "AMXFault", "BackendError", "GeneralProtectionFault", "InvalidOpcodeFault",
-    "MemoryAccessFault", "NativeUnavailableError", "ReentrantUseError", "WrongThreadError",
+    "AMXError", "AMXFault", "BackendError", "EnvironmentVariableError", "GeneralProtectionFault",
+    "InvalidOpcodeFault", "MemoryAccessFault", "NativeUnavailableError", "ReentrantUseError", "WrongThreadError",
 ]

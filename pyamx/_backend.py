@@ -24,11 +24,10 @@ numerics rule lives here and nowhere else:
 
 from __future__ import annotations
 
-import os
-
+from . import _env
 from .emulator.numerics import PRESETS
 from .emulator.numerics import resolve as resolve_numerics
-from .errors import BackendError, NativeUnavailableError
+from .errors import BackendError, EnvironmentVariableError, NativeUnavailableError
 
 ENV_VAR = "PYAMX_BACKEND"
 CHOICES = ("auto", "native", "emulator")
@@ -43,21 +42,33 @@ def parse_choice(value, source: str) -> str:
     return value
 
 
-def _requested_from_env() -> str:
-    value = os.environ.get(ENV_VAR)
-    return "auto" if value is None else parse_choice(value, f"the environment variable {ENV_VAR}")
+_requested = None  # PYAMX_BACKEND's choice, read once per process (on first use)
 
 
-REQUESTED = _requested_from_env()  # an unknown value fails the import, before any work is done
+def requested() -> str:
+    """The backend ``PYAMX_BACKEND`` asks for (empty or unset: ``auto``), read once per process.
+
+    Read on first use, not at import, so that ``import pyamx`` (and ``pyamx
+    info``, ``pyamx --help``) work whatever the environment holds; a bad
+    value of PYAMX_BACKEND or PYAMX_TRAP_EMULATION raises
+    :class:`~pyamx.errors.EnvironmentVariableError` at every use instead
+    (a failure is not remembered; a success is).
+    """
+    global _requested
+    if _requested is None:
+        from . import trap  # pure environment parsing; the C module is not loaded here
+
+        choice = _env.choice(ENV_VAR, CHOICES, "auto", error=EnvironmentVariableError)
+        trap.requested()  # a typo must not quietly leave native off
+        _requested = choice
+    return _requested
 
 
-def _check_trap_env() -> None:
-    from . import trap  # pure environment parsing; the C module is not loaded here
+def __getattr__(name):
+    if name == "REQUESTED":  # the old module constant, now read when asked for
+        return requested()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
-    trap.requested()  # a typo must not quietly leave native off: BackendError now
-
-
-_check_trap_env()
 
 
 # -- the numerics rule -------------------------------------------------------------
@@ -100,8 +111,10 @@ class Backend(str):
 
     @property
     def label(self) -> str:
-        """``"emulator"``, ``"native (silicon)"`` or ``"native (trap)"``."""
-        return str(self) if self.mode is None else f"{self} ({self.mode})"
+        """``"emulator"``, ``"native (silicon)"`` or ``"native (trap mode)"`` (pyamx._result.backend_label)."""
+        from ._result import backend_label
+
+        return backend_label(str(self), self.mode)
 
     def runs(self, numerics) -> bool:
         """Whether this backend computes the ``numerics`` option (a name, a Numerics, or None)."""
@@ -146,14 +159,15 @@ _decision = None  # (backend, reason), decided on first use
 
 def _decide():
     global _decision
+    wanted = requested()  # raises for a bad variable at every use
     if _decision is None:
-        if REQUESTED == "emulator":
+        if wanted == "emulator":
             _decision = (EMULATOR, f"{ENV_VAR}=emulator")
         else:
             usable, reason = native_status()
             if usable:
                 _decision = (_native(), f"native is usable: {reason}")
-            elif REQUESTED == "native":
+            elif wanted == "native":
                 _decision = (None, reason)
             else:
                 _decision = (EMULATOR, f"native is not usable: {reason}")
@@ -163,8 +177,9 @@ def _decide():
 def _unavailable(reason: str, source: str) -> NativeUnavailableError:
     return NativeUnavailableError(
         f"the native backend was requested ({source}) but cannot run here: {reason}. "
-        "Run `pyamx info` for every detection stage; use backend='emulator' "
-        "(or PYAMX_BACKEND=emulator) to run the bit-exact emulator instead."
+        "Run `pyamx info` for every detection stage; run the bit-exact emulator instead with "
+        "backend='emulator' (command line: --backend emulator; environment: PYAMX_BACKEND=emulator).",
+        reason=reason,
     )
 
 
@@ -190,7 +205,7 @@ def resolve(backend, family: str = "bf16", numerics=None) -> Backend:
     by PYAMX_BACKEND is used or the call fails.
     """
     if backend is None:
-        choice, source = REQUESTED, f"{ENV_VAR}=native"
+        choice, source = requested(), f"{ENV_VAR}=native"
         if choice == "native":
             default_backend()  # the process-wide refusal comes first
     else:

@@ -24,6 +24,8 @@ def byte_view(mnemonic: str, buf, *, writable: bool) -> np.ndarray:
             raise TypeError(
                 f"{mnemonic}: the memory operand must be a numpy array or a buffer, not {type(buf).__name__}"
             ) from None
+        except BufferError as exc:  # an exporter that cannot give one flat block (a strided memoryview)
+            raise ValueError(f"{mnemonic}: the memory operand must be one contiguous buffer ({exc})") from None
     if not arr.flags.c_contiguous:
         raise ValueError(
             f"{mnemonic}: the memory operand must be C-contiguous (rows are addressed by a byte stride); "

@@ -1,41 +1,82 @@
-"""Arrays that say which backend produced them."""
+"""Arrays that say which backend produced them, and the words every report uses for it."""
 
 from __future__ import annotations
 
 import numpy as np
 
+#: how every output (repr, info, probe, replay, demo) names where a result came from
+MODE_WORDS = {"silicon": "silicon", "trap": "trap mode"}
+
+
+def backend_label(backend, native_mode=None) -> str:
+    """``"emulator"``, ``"native (silicon)"`` or ``"native (trap mode)"``: the one vocabulary.
+
+    ``native_mode`` is what :func:`pyamx._backend.native_mode` returns
+    (``"silicon"``, ``"trap"`` or None).
+    """
+    if backend is None:
+        return "none"
+    if backend == "native" and native_mode is not None:
+        return f"native ({MODE_WORDS.get(native_mode, native_mode)})"
+    return str(backend)
+
 
 class AMXResult(np.ndarray):
-    """An ordinary ndarray with one extra attribute, ``backend``.
+    """An ordinary ndarray with labels: ``backend``, ``native_mode`` (and any other set on it).
 
     ``backend`` is ``"emulator"`` or ``"native"`` (``native_mode`` then says
     ``"silicon"`` or ``"trap"``; on the emulator ``engine`` names the
-    arithmetic engine, see :mod:`pyamx.engine`). Arithmetic on the result gives plain arrays,
-    so the label never sticks to numbers pyamx did not compute.
+    arithmetic engine, see :mod:`pyamx.engine`); ``label`` is the readable form. Arithmetic
+    on the result gives plain arrays, so the labels never stick to numbers
+    pyamx did not compute; views, copies and pickles keep them.
     """
 
-    backend: str | None
-    native_mode: str | None
-    engine: str | None
+    # Class defaults; the labels a result carries live in the instance __dict__,
+    # so attributes added later (an engine name) travel without changes here.
+    backend = None
+    native_mode = None
+    engine = None  # the emulator's arithmetic engine, where one is named (pyamx.engine)
 
     def __array_finalize__(self, obj):
-        self.backend = getattr(obj, "backend", None)
-        self.native_mode = getattr(obj, "native_mode", None)
-        self.engine = getattr(obj, "engine", None)
+        labels = getattr(obj, "__dict__", None)
+        if isinstance(obj, AMXResult) and labels:
+            self.__dict__.update(labels)
 
     def __array_wrap__(self, array, context=None, return_scalar=False):
         plain = np.asarray(array).view(np.ndarray)
         return plain[()] if return_scalar else plain
 
+    def __reduce__(self):
+        rebuild, args, state = super().__reduce__()
+        return rebuild, args, (state, dict(self.__dict__))
+
+    def __setstate__(self, state):
+        if isinstance(state, tuple) and len(state) == 2 and isinstance(state[1], dict):
+            array_state, labels = state
+            super().__setstate__(array_state)
+            self.__dict__.update(labels)
+        else:  # a plain ndarray state
+            super().__setstate__(state)
+
+    @property
+    def label(self) -> str:
+        """Where the numbers came from, in the words ``pyamx info`` uses."""
+        return backend_label(self.backend, self.native_mode)
+
     def __repr__(self):
-        label = self.backend if self.native_mode is None else f"{self.backend}/{self.native_mode}"
-        engine = "" if self.engine is None else f", engine={self.engine}"
-        return f"{np.asarray(self)!r} (backend={label}{engine})"
+        extras = "".join(f", {k}={v}" for k, v in self.__dict__.items()
+                         if k not in ("backend", "native_mode") and v is not None)
+        return f"{np.asarray(self)!r} (backend={self.label}{extras})"
 
 
-def label(array: np.ndarray, backend: str, native_mode: str | None = None, engine: str | None = None) -> AMXResult:
+def label(array: np.ndarray, backend: str, native_mode: str | None = None, engine: str | None = None,
+          **labels) -> AMXResult:
+    """``array`` as a C-contiguous AMXResult carrying ``backend``, ``native_mode``, ``engine`` and ``labels``."""
     result = np.ascontiguousarray(array).view(AMXResult)
     result.backend = backend
     result.native_mode = native_mode
-    result.engine = engine
+    if engine is not None:
+        result.engine = engine
+    for name, value in labels.items():
+        setattr(result, name, value)
     return result

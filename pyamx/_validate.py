@@ -16,17 +16,37 @@ MAX_K = 16  # tmul_maxk
 MAX_N = 16  # tmul_maxn / 4
 
 
+_FRAMEWORK_HINT = (
+    "; a torch.bfloat16/float16 tensor: pass t.view(torch.int16).numpy() (its bit patterns); "
+    "a JAX array: np.asarray(x)"
+)
+
+
 def _require_array(x, name: str, fn: str) -> np.ndarray:
-    if not isinstance(x, np.ndarray):
-        raise TypeError(f"{fn}: {name} must be a numpy array, not {type(x).__name__}")
-    return x
+    """``x`` as an ndarray without copying where numpy can: __array__, the buffer protocol, a JAX array."""
+    if isinstance(x, np.ndarray):
+        return x
+    if isinstance(x, (str, bytes, dict, set)) or x is None:
+        raise TypeError(f"{fn}: {name} must be an array, not {type(x).__name__}")
+    try:
+        return np.asarray(x)
+    except Exception as exc:  # whatever the object's own conversion raises, said once, clearly
+        raise TypeError(
+            f"{fn}: {name} ({type(x).__name__}) cannot be converted to a numpy array: {exc}{_FRAMEWORK_HINT}"
+        ) from None
 
 
 _DTYPE_NAMES: dict = {}  # dtype -> dtype.name, which numpy computes slowly (microseconds per call)
 
 
-def _bits(x, name: str, fn: str, allowed: dict, hint: str) -> np.ndarray:
-    """View ``x`` as the unsigned bit type for its dtype, or raise naming the allowed dtypes."""
+def _bits_view(x, name: str, fn: str, allowed: dict, hint: str) -> np.ndarray:
+    """A view of ``x`` as the unsigned bit type for its dtype, or raise naming the allowed dtypes.
+
+    No copy is made here (strides and byte order stay as they are): the
+    one-instruction functions check shapes first, and only then
+    :func:`check_dot_shapes` makes the operands contiguous and native-endian,
+    so a huge zero-stride view is refused before anything is allocated.
+    """
     x = _require_array(x, name, fn)
     dtype = x.dtype
     dtype_name = _DTYPE_NAMES.get(dtype)
@@ -37,31 +57,73 @@ def _bits(x, name: str, fn: str, allowed: dict, hint: str) -> np.ndarray:
         raise TypeError(
             f"{fn}: {name} has dtype {x.dtype}; expected {' or '.join(allowed)}{hint}"
         )
-    if not x.dtype.isnative:  # a big-endian array: swap the bytes, keep the values (and NaN payloads)
-        x = x.byteswap().view(x.dtype.newbyteorder("="))
-    return np.ascontiguousarray(x).view(bits_dtype)
+    bits_dtype = np.dtype(bits_dtype)
+    if not x.dtype.isnative:  # big-endian values: a big-endian view of the bits; swapped when copied
+        bits_dtype = bits_dtype.newbyteorder()
+    return x.view(bits_dtype)  # same item size, so any strides are fine
+
+
+def contiguous_bits(x: np.ndarray) -> np.ndarray:
+    """A C-contiguous, native-endian copy (or the array itself when it already is one)."""
+    return np.ascontiguousarray(x, dtype=x.dtype.newbyteorder("="))
+
+
+def _bits(x, name: str, fn: str, allowed: dict, hint: str) -> np.ndarray:
+    """As :func:`_bits_view`, materialized: C-contiguous and native-endian."""
+    return contiguous_bits(_bits_view(x, name, fn, allowed, hint))
+
+
+_BF16 = ({"uint16": np.uint16, "int16": np.uint16, "bfloat16": np.uint16},
+         " (int16/uint16 are taken as bit patterns; convert float32 with pyamx.bf16.from_float32)" + _FRAMEWORK_HINT)
+_FP16 = ({"float16": np.uint16, "uint16": np.uint16, "int16": np.uint16},
+         " (int16/uint16 are taken as bit patterns)" + _FRAMEWORK_HINT)
+_FP32 = ({"float32": np.uint32, "uint32": np.uint32}, " (raw bits)")
+_INT32 = ({"int32": np.int32, "uint32": np.int32}, " (uint32 is taken as raw bits)")
+_BYTES = ({"int8": np.uint8, "uint8": np.uint8}, "")
 
 
 def bf16_bits(x, name: str, fn: str = "pyamx") -> np.ndarray:
-    """uint16 bf16 bit patterns from a uint16 or ml_dtypes.bfloat16 array."""
-    return _bits(x, name, fn, {"uint16": np.uint16, "bfloat16": np.uint16},
-                 " (convert float32 with pyamx.bf16.from_float32)")
+    """uint16 bf16 bit patterns (C-contiguous) from uint16, int16 (bit patterns) or ml_dtypes.bfloat16."""
+    return _bits(x, name, fn, *_BF16)
 
 
 def fp16_bits(x, name: str, fn: str = "pyamx") -> np.ndarray:
-    return _bits(x, name, fn, {"float16": np.uint16, "uint16": np.uint16}, "")
+    return _bits(x, name, fn, *_FP16)
 
 
 def fp32_bits(x, name: str, fn: str = "pyamx") -> np.ndarray:
-    return _bits(x, name, fn, {"float32": np.uint32, "uint32": np.uint32}, " (raw bits)")
+    return _bits(x, name, fn, *_FP32)
 
 
 def int32_words(x, name: str, fn: str = "pyamx") -> np.ndarray:
-    return _bits(x, name, fn, {"int32": np.int32, "uint32": np.int32}, " (uint32 is taken as raw bits)")
+    return _bits(x, name, fn, *_INT32)
 
 
 def byte_lanes(x, name: str, fn: str = "pyamx") -> np.ndarray:
-    return _bits(x, name, fn, {"int8": np.uint8, "uint8": np.uint8}, "")
+    return _bits(x, name, fn, *_BYTES)
+
+
+# The same checks without the copy, for operands whose shapes are checked next (check_dot_shapes).
+
+
+def bf16_view(x, name: str, fn: str = "pyamx") -> np.ndarray:
+    return _bits_view(x, name, fn, *_BF16)
+
+
+def fp16_view(x, name: str, fn: str = "pyamx") -> np.ndarray:
+    return _bits_view(x, name, fn, *_FP16)
+
+
+def fp32_view(x, name: str, fn: str = "pyamx") -> np.ndarray:
+    return _bits_view(x, name, fn, *_FP32)
+
+
+def int32_view(x, name: str, fn: str = "pyamx") -> np.ndarray:
+    return _bits_view(x, name, fn, *_INT32)
+
+
+def byte_lanes_view(x, name: str, fn: str = "pyamx") -> np.ndarray:
+    return _bits_view(x, name, fn, *_BYTES)
 
 
 @dataclass(frozen=True)
@@ -102,4 +164,4 @@ def check_dot_shapes(fn: str, c: np.ndarray, a: np.ndarray, b: np.ndarray, lanes
     for name, value, limit in (("M", m, MAX_M), ("K", k, MAX_K), ("N", n, MAX_N)):
         if not 1 <= value <= limit:
             raise ValueError(f"{fn}: {name}={value}; one instruction takes 1 <= {name} <= {limit}")
-    return DotOperands(c, a, b, m, k, n)
+    return DotOperands(contiguous_bits(c), contiguous_bits(a), contiguous_bits(b), m, k, n)

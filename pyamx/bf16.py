@@ -8,20 +8,88 @@ from __future__ import annotations
 
 import numpy as np
 
+from ._fpenv import default_fpenv
 from ._validate import bf16_bits
 
 
+@default_fpenv
 def from_float32(x) -> np.ndarray:
-    """float32 -> bf16 bits, round to nearest even.
+    """Floats -> bf16 bits (uint16), each correctly rounded once: to nearest, ties to even.
 
-    Overflow gives infinity; a NaN stays a NaN of the same sign, quieted,
-    keeping the top 6 payload bits; float32 denormals round like any value.
+    float32 input is rounded from its bits; float64 input (Python floats
+    included) is rounded directly from its own bits, never through float32,
+    which would round twice (``1 + 2**-8 + 2**-40`` must give 0x3F81, not
+    the tie's even neighbour 0x3F80); float16 and integers exactly
+    representable in float64 are widened exactly first. Overflow gives
+    infinity; values below bf16's smallest denormal (2**-133) round like any
+    value (to zero or that denormal). A NaN stays a NaN of the same sign,
+    quieted, keeping the top 7 bits of its significand (the quiet bit and
+    the next 6 payload bits), for float32 and float64 alike. Scalars and 0-d
+    input give a 0-d array. No step depends on the caller's MXCSR.
     """
-    bits = np.asarray(x, dtype=np.float32).view(np.uint32)
-    nan = ((bits & 0x7F800000) == 0x7F800000) & ((bits & 0x007FFFFF) != 0)
-    tie_to_even = np.uint32(0x7FFF) + ((bits >> 16) & np.uint32(1))
-    rounded = ((bits.astype(np.uint64) + tie_to_even) >> 16).astype(np.uint16)
-    return np.where(nan, ((bits >> 16) | np.uint32(0x0040)).astype(np.uint16), rounded)
+    array = _float_input(x)
+    shape = array.shape
+    flat = array.reshape(-1)  # 1-d: the same integer dtypes on numpy 1.x and 2.x (no value-based casting)
+    if flat.dtype == np.float64:
+        out = _round_float64(flat.view(np.uint64))
+    else:
+        out = _round_float32(flat.view(np.uint32))
+    return out.reshape(shape)
+
+
+def _float_input(x) -> np.ndarray:
+    array = np.asarray(x)
+    kind, size = array.dtype.kind, array.dtype.itemsize
+    if kind == "f" and size == 4:
+        return array
+    if kind == "f" and size == 8:
+        return array
+    if kind == "f" and size == 2:
+        return array.astype(np.float32)  # exact
+    if kind in "iu":
+        wide = array.astype(np.float64)
+        if not np.array_equal(wide.astype(array.dtype), array) or (array.size and np.abs(wide).max() > 2.0**53):
+            raise ValueError("from_float32: integers beyond 2**53 cannot be converted exactly; round them first")
+        return wide
+    raise TypeError(
+        f"from_float32 takes float16/float32/float64 (or integer) values, not {array.dtype}"
+        + (" (longdouble would be rounded twice; convert it to float64 yourself)" if kind == "f" else "")
+    )
+
+
+def _round_float32(bits: np.ndarray) -> np.ndarray:
+    nan = ((bits & np.uint32(0x7F800000)) == np.uint32(0x7F800000)) & ((bits & np.uint32(0x007FFFFF)) != 0)
+    tie_to_even = np.uint64(0x7FFF) + ((bits >> np.uint32(16)) & np.uint32(1)).astype(np.uint64)
+    rounded = ((bits.astype(np.uint64) + tie_to_even) >> np.uint64(16)).astype(np.uint16)
+    quiet = ((bits >> np.uint32(16)) | np.uint32(0x0040)).astype(np.uint16)
+    return np.where(nan, quiet, rounded).astype(np.uint16)
+
+
+def _round_float64(bits: np.ndarray) -> np.ndarray:
+    """float64 bits -> bf16 bits, RNE, on integers only."""
+    u64 = np.uint64
+    sign = ((bits >> u64(48)) & u64(0x8000)).astype(np.uint16)
+    biased = ((bits >> u64(52)) & u64(0x7FF)).astype(np.int64)
+    mantissa = bits & u64((1 << 52) - 1)
+    special = biased == 0x7FF
+    nan = special & (mantissa != 0)
+    # The significand as an integer with an unbounded exponent: value = significand * 2**(e - 52).
+    significand = np.where(biased == 0, mantissa, mantissa | u64(1 << 52))
+    e = np.where(biased == 0, -1022, biased - 1023)
+    # bf16 keeps 8 significant bits down to 2**-126, then a fixed 2**-133 step (denormals).
+    shift = np.clip(45 + np.maximum(-126 - e, 0), 45, 60).astype(np.uint64)
+    kept = significand >> shift
+    rest = significand & ((u64(1) << shift) - u64(1))
+    half = u64(1) << (shift - u64(1))
+    kept = kept + ((rest > half) | ((rest == half) & ((kept & u64(1)) == u64(1)))).astype(np.uint64)
+    normal = e >= -126
+    # A normal kept value is 1xxxxxxx (or 100000000 after a carry, which moves into the exponent).
+    exponent_field = np.where(normal, e + 127, 0).astype(np.int64)
+    magnitude = np.where(normal, (exponent_field << 7) + kept.astype(np.int64) - 128, kept.astype(np.int64))
+    magnitude = np.minimum(magnitude, 0x7F80)  # overflow: infinity
+    payload = ((mantissa >> u64(45)) | u64(0x40)).astype(np.int64)
+    magnitude = np.where(special, np.where(nan, 0x7F80 | payload, 0x7F80), magnitude)
+    return (sign | magnitude.astype(np.uint16)).astype(np.uint16)
 
 
 def to_float32(bits) -> np.ndarray:

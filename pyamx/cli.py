@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from typing import Callable, Dict, NamedTuple, Optional
 
@@ -37,7 +38,10 @@ def subcommand(name: str, help: str, add_arguments=None):
 
 def build_parser() -> argparse.ArgumentParser:
     """The parser with every registered subcommand."""
+    from ._version import __version__
+
     parser = argparse.ArgumentParser(prog="pyamx", description="Intel AMX tile instructions from Python.")
+    parser.add_argument("--version", action="version", version=f"pyamx {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     for name, command in COMMANDS.items():
@@ -48,9 +52,66 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
-    """Parse ``argv`` and run the chosen subcommand; returns its exit status."""
+    """Parse ``argv`` and run the chosen subcommand; returns its exit status.
+
+    A failure pyamx can explain (a backend that cannot run, a bad
+    environment variable, an unreadable file) is one line on stderr and
+    exit status 2, never a traceback; a closed stdout (``| head``) ends the
+    command quietly.
+    """
+    from ._env import EnvVarError
+    from .errors import AMXError
+
     args = build_parser().parse_args(argv)
-    return COMMANDS[args.command].run(args)
+    try:
+        status = COMMANDS[args.command].run(args)
+        sys.stdout.flush()  # a closed pipe shows here, while it can still be handled
+    except BrokenPipeError:
+        _quiet_stdout()
+        return 1
+    except (AMXError, EnvVarError, OSError) as exc:
+        print(f"pyamx {args.command}: {error_message(exc, args.command)}", file=sys.stderr)
+        return 2
+    return status
+
+
+def _quiet_stdout() -> None:
+    """What the Python docs advise on SIGPIPE: point stdout at devnull, so the exit-time flush is silent."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+
+
+def error_message(exc: BaseException, command: str) -> str:
+    """The one line a command prints for ``exc``, with command-line (not Python) advice."""
+    from .errors import NativeUnavailableError
+
+    if isinstance(exc, NativeUnavailableError) and exc.reason is not None:
+        return (
+            f"the native backend cannot run here: {exc.reason}. Run `pyamx info` for every detection stage, "
+            f"or `pyamx {command} --backend emulator` for the bit-exact emulator"
+        )
+    if isinstance(exc, OSError) and exc.filename is not None:
+        return f"{exc.filename}: {exc.strerror or exc}"
+    return str(exc)
+
+
+def _int_at_least(minimum: int, what: str):
+    """An argparse type: an integer >= ``minimum`` (a usage error, not a traceback, otherwise)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"{value} is out of range; {what} is an integer >= {minimum}")
+        return value
+
+    return parse
+
+
+_seed = _int_at_least(0, "a seed")  # numpy's generators take no negative seed
 
 
 # -- info ----------------------------------------------------------------------
@@ -73,18 +134,22 @@ def _info_arguments(parser: argparse.ArgumentParser) -> None:
 @subcommand("info", "report every AMX detection stage, the build's kernels and the backend choice", _info_arguments)
 def info(args: argparse.Namespace) -> int:
     from . import detect
+    from ._result import backend_label
     from ._version import __version__
 
     rep = detect.report()
     backend, why = backend_decision()
     if args.json:
-        out = {"version": __version__, "backend": backend, "backend_reason": why}
+        out = {"version": __version__, "backend": backend, "backend_reason": why,
+               "backend_label": backend_label(backend, rep.mode if backend == "native" else None)}
         out.update(rep.as_dict())
+        from . import engine
+
+        out["engine"] = engine.describe()
         json.dump(out, sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
-        print(f"pyamx {__version__}")
-        print(f"backend: {backend or 'none'} ({why})")
+        print("\n".join(detect.runtime_lines()))
         print(detect.format_report(rep))
     return 0
 
@@ -111,11 +176,10 @@ def _probe_arguments(parser: argparse.ArgumentParser) -> None:
 @subcommand("probe", "tell which numerics option reproduces a backend, point by point", _probe_arguments)
 def probe_command(args: argparse.Namespace) -> int:
     from . import probe
-    from .errors import AMXError
 
     try:
         report = probe.probe(args.backend, args.numerics)
-    except (AMXError, ValueError) as exc:
+    except ValueError as exc:  # --numerics with the native backend
         print(f"pyamx probe: {exc}", file=sys.stderr)
         return 2
     if args.json:
@@ -127,23 +191,24 @@ def probe_command(args: argparse.Namespace) -> int:
 
 
 def _record_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("file", help="vector file to write (JSON)")
+    parser.add_argument("file", help="vector file to write (JSON); - writes to stdout")
     _backend_argument(parser)
-    parser.add_argument("--seed", type=int, default=2026)
-    parser.add_argument("--per-class", type=int, default=4, help="random shapes per input class")
+    parser.add_argument("--seed", type=_seed, default=2026, help="non-negative integer (default 2026)")
+    parser.add_argument("--per-class", type=_int_at_least(1, "the count"), default=4, help="random shapes per input class")
 
 
 @subcommand("record", "run seeded golden-vector cases on a backend and write them with provenance", _record_arguments)
 def record_command(args: argparse.Namespace) -> int:
     from . import vectors
-    from .errors import AMXError
 
-    try:
-        prov = vectors.record(args.file, args.backend, seed=args.seed, per_class=args.per_class)
-    except (AMXError, OSError) as exc:
-        print(f"pyamx record: {exc}", file=sys.stderr)
-        return 2
-    print(f"wrote {args.file}: {vectors.describe_provenance(prov)}")
+    to_stdout = args.file == "-"
+    prov = vectors.record(sys.stdout if to_stdout else args.file, args.backend, seed=args.seed,
+                          per_class=args.per_class)
+    if to_stdout:
+        sys.stdout.flush()  # a closed pipe is reported (quietly, by main) before claiming success
+    # With the vectors on stdout, the summary goes to stderr so the JSON stays parseable.
+    print(f"wrote {'stdout' if to_stdout else args.file}: {vectors.describe_provenance(prov)}",
+          file=sys.stderr if to_stdout else sys.stdout)
     return 0
 
 
@@ -156,15 +221,16 @@ def _replay_arguments(parser: argparse.ArgumentParser) -> None:
 @subcommand("replay", "check a backend against a golden-vector file, bit for bit", _replay_arguments)
 def replay_command(args: argparse.Namespace) -> int:
     from . import _backend, vectors
-    from .errors import AMXError
 
-    try:
-        result = vectors.replay(args.file, args.backend)
-        chosen = _backend.resolve(args.backend)
-    except AMXError as exc:
-        print(f"pyamx replay: {exc}", file=sys.stderr)
+    from ._result import backend_label
+
+    result = vectors.replay(args.file, args.backend)
+    chosen = _backend.resolve(args.backend)
+    label = backend_label(chosen, _backend.native_mode() if chosen == "native" else None)
+    print(vectors.format_replay(args.file, result, label, show=args.show))
+    if result.total == sum(result.skipped.values()):  # nothing compared is not a pass
+        print(f"pyamx replay: {args.file}: no case could run on {label}; nothing was checked", file=sys.stderr)
         return 2
-    print(vectors.format_replay(args.file, result, chosen, show=args.show))
     return 1 if result.mismatches else 0
 
 
@@ -188,14 +254,15 @@ def bench_command(args: argparse.Namespace) -> int:
 
 
 def _demo_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=_seed, default=0, help="non-negative integer (default 0)")
+    _backend_argument(parser)
 
 
 @subcommand("demo", "the main job: one bf16 product through TDPBF16PS, checked against float64", _demo_arguments)
 def demo_command(args: argparse.Namespace) -> int:
     from . import demo
 
-    return demo.run(args.seed)
+    return demo.run(args.seed, args.backend)
 
 
 # -- run -------------------------------------------------------------------------

@@ -19,16 +19,16 @@ import pyamx
 from pyamx import _backend, bf16
 
 
-def run(seed: int = 0) -> int:
+def run(seed: int = 0, backend=None) -> int:
     rng = np.random.default_rng(seed)
     a = bf16.from_float32(rng.standard_normal((16, 32)).astype(np.float32))
     b_plain = bf16.from_float32(rng.standard_normal((32, 16)).astype(np.float32))
     c = rng.standard_normal((16, 16)).astype(np.float32)
 
-    result = pyamx.tdpbf16ps(c, a, bf16.pack_pairs(b_plain))
-    label = result.backend if result.native_mode is None else f"{result.backend} ({result.native_mode})"
-    print(f"pyamx {pyamx.__version__}: TDPBF16PS 16x16 += 16x32 . 32x16 (bf16) on backend: {label}")
-    print(f"  why this backend: {_backend.default_reason()}")
+    result = pyamx.tdpbf16ps(c, a, bf16.pack_pairs(b_plain), backend=backend)
+    print(f"pyamx {pyamx.__version__}: TDPBF16PS 16x16 += 16x32 . 32x16 (bf16) on backend: {result.label}")
+    why = _backend.default_reason() if backend is None else f"--backend {backend}"
+    print(f"  why this backend: {why}")
 
     a64 = bf16.to_float32(a).astype(np.float64)
     b64 = bf16.to_float32(b_plain).astype(np.float64)
@@ -51,7 +51,9 @@ def run(seed: int = 0) -> int:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="pyamx demo", description=__doc__.splitlines()[0])
     parser.add_argument("--seed", type=int, default=0)
-    return run(parser.parse_args(argv).seed)
+    parser.add_argument("--backend", choices=("auto", "native", "emulator"), default=None)
+    args = parser.parse_args(argv)
+    return run(args.seed, args.backend)
 
 
 if __name__ == "__main__":

@@ -142,7 +142,7 @@ class Stage(NamedTuple):
 class Report:
     """The verdict: frozen, one per process from :func:`report`."""
 
-    amx_usable: bool
+    native_usable: bool  # the native backend can run: on silicon, or in trap mode
     reason: str  # "ok", or the first failing stage and its remedy
     mode: Optional[str]  # "silicon", "trap" or None
     stages: Tuple[Stage, ...]
@@ -151,10 +151,26 @@ class Report:
     build: Mapping = field(default_factory=lambda: MappingProxyType({}))
     warning: Optional[str] = None  # loud text when native means trapped, not silicon
 
+    @property
+    def amx_usable(self) -> bool:
+        """AMX silicon executes the tile instructions here (never true in trap mode)."""
+        return self.mode == "silicon"
+
+    @property
+    def trap_mode(self) -> bool:
+        """The native backend runs, but through the SIGILL trap-and-emulate mode."""
+        return self.mode == "trap"
+
     def as_dict(self) -> dict:
-        """A JSON-ready dict of everything in the report."""
+        """A JSON-ready dict of everything in the report.
+
+        ``amx_usable`` means silicon; ``trap_mode`` says the native backend
+        runs trapped; ``native_usable`` is either of the two.
+        """
         return {
             "amx_usable": self.amx_usable,
+            "native_usable": self.native_usable,
+            "trap_mode": self.trap_mode,
             "reason": self.reason,
             "mode": self.mode,
             "kernels": sorted(self.kernels),
@@ -474,7 +490,7 @@ def _silicon_stages(raw: RawFacts, st: _Stages, cpu: dict) -> Tuple[set, dict]:
 
 def _trap_stage(raw: RawFacts, st: _Stages, silicon_reason: str) -> bool:
     """Adds the trap-mode stage; True when native runs trapped."""
-    name = "trap-and-emulate mode (PYAMX_TRAP_EMULATION)"
+    name = "trap mode (PYAMX_TRAP_EMULATION)"
     trap = raw.trap
     if trap is None:
         return False
@@ -567,7 +583,7 @@ def evaluate(raw: RawFacts) -> Report:
     else:
         reason = silicon_reason
     return Report(
-        amx_usable=usable,
+        native_usable=usable,
         reason=reason,
         mode=mode,
         stages=tuple(st.items),
@@ -702,7 +718,8 @@ _cached: Optional[Report] = None
 def report() -> Report:
     """The detection report of this process: collected and judged once, then cached.
 
-    ``amx_usable``, ``reason`` ("ok" or the first failing stage with its
+    ``native_usable``, ``amx_usable`` (silicon only), ``trap_mode``,
+    ``reason`` ("ok" or the first failing stage with its
     remedy), ``mode`` ("silicon", "trap" or None), ``stages`` (ordered
     ``Stage(name, value, ok)`` tuples), ``kernels`` (frozenset of "bf16",
     "int8", "fp16" that native can run). Never raises for a missing feature
@@ -722,7 +739,10 @@ def format_report(rep: Report) -> str:
     if rep.warning:
         bar = "!" * 78
         lines += [bar, rep.warning, bar]
-    lines.append(f"AMX usable: {_yes(rep.amx_usable)}   mode: {rep.mode or '-'}   "
+    from ._result import backend_label
+
+    native = backend_label("native", rep.mode) if rep.native_usable else "not usable"
+    lines.append(f"AMX silicon usable: {_yes(rep.amx_usable)}   native backend: {native}   "
                  f"kernels: {', '.join(sorted(rep.kernels)) or 'none'}")
     lines.append(f"reason: {rep.reason}")
     lines.append("stages:")
@@ -742,6 +762,39 @@ def cpu_features() -> dict:
     return out
 
 
+def runtime_lines() -> list:
+    """What a bug report needs first: versions, platform, the backend decision and any bad setting."""
+    import numpy
+
+    from . import _backend, _env, _fpenv
+    from ._result import backend_label
+    from ._version import __version__
+
+    rep = report()
+    try:
+        backend, why = _backend.default_backend(), _backend.default_reason()
+        label = backend_label(backend, rep.mode if backend == "native" else None)
+    except Exception as exc:  # PYAMX_BACKEND=native where native cannot run, or a bad variable
+        label, why = "none", f"{type(exc).__name__}: {exc}"
+    settings = [f"{name}={os.environ[name]!r}" for name in _env.VARIABLES if name in os.environ]
+    return [
+        f"pyamx {__version__} (python {platform.python_version()}, numpy {numpy.__version__}, "
+        f"{platform.system()} {platform.machine()})",
+        f"backend: {label} ({why})",
+        f"environment: {', '.join(settings) or 'no PYAMX_* variable set'}",
+        f"emulator floating-point environment (MXCSR): {_fpenv.describe()}",
+        *engine_lines(),
+    ]
+
+
+def engine_lines() -> list:
+    """The emulator's engines (pyamx.engine): which one runs by default, with what SIMD level."""
+    from . import engine
+
+    return engine.describe_lines()
+
+
 def show_runtime() -> None:
-    """Print the detection report: every stage, the kernels, the compiler and the verdict."""
+    """Print versions, the backend decision and the detection report: every stage, kernels, compiler, verdict."""
+    print("\n".join(runtime_lines()))
     print(format_report(report()))

@@ -34,8 +34,10 @@ import os
 
 import numpy as np
 
+from . import _env as env_parser  # the one PYAMX_* parser (this module's own _env caches what it said)
 from . import isa
-from .errors import BackendError
+from ._fpenv import default_fpenv
+from .errors import BackendError, EnvironmentVariableError
 
 ENV_VAR = "PYAMX_ENGINE"
 THREADS_ENV_VAR = "PYAMX_ENGINE_THREADS"
@@ -67,8 +69,7 @@ def parse_name(value, source: str) -> str:
 
 def requested() -> str:
     """The engine ``PYAMX_ENGINE`` asks for (unset or empty: ``auto``)."""
-    value = os.environ.get(ENV_VAR, "")
-    return "auto" if value == "" else parse_name(value, f"the environment variable {ENV_VAR}")
+    return env_parser.choice(ENV_VAR, NAMES, "auto", error=EnvironmentVariableError)
 
 
 _CPU_COUNT = os.cpu_count() or 1  # os.cpu_count() costs microseconds per call
@@ -93,16 +94,7 @@ def _threads_default() -> int:
 
 def default_threads() -> int:
     """``PYAMX_ENGINE_THREADS`` (a positive integer) when set and not empty, else ``os.cpu_count()``."""
-    value = os.environ.get(THREADS_ENV_VAR, "")
-    if value == "":
-        return _CPU_COUNT
-    try:
-        threads = int(value)
-    except ValueError:
-        threads = 0
-    if threads < 1:
-        raise ValueError(f"the environment variable {THREADS_ENV_VAR} is {value!r}; it must be a positive integer")
-    return threads
+    return env_parser.integer(THREADS_ENV_VAR, _CPU_COUNT, minimum=1, error=EnvironmentVariableError)
 
 
 def _lib():
@@ -133,6 +125,32 @@ def available_engines() -> list:
     rows = [(name, *_compiled_status(name)) for name in _KINDS]
     rows.append(("numpy", True, "always available; the only engine of non-default numerics"))
     return rows
+
+
+def describe() -> dict:
+    """The default engine, its SIMD level and thread count, and every engine's availability (``pyamx info``)."""
+    try:
+        chosen = resolve(None)
+        default, simd, why = chosen.name, chosen.simd, None
+    except BackendError as exc:  # PYAMX_ENGINE names one that cannot run, or is not a name at all
+        default, simd, why = None, None, str(exc)
+    try:
+        threads = default_threads()
+    except BackendError as exc:
+        threads, why = None, why or str(exc)
+    return {
+        "default": default, "simd": simd, "threads": threads, "error": why,
+        "engines": [{"name": n, "available": ok, "reason": r} for n, ok, r in available_engines()],
+    }
+
+
+def describe_lines() -> list:
+    """:func:`describe` as text lines."""
+    info = describe()
+    head = (f"emulator engine: {info['default']} ({info['simd']}), threads: {info['threads']}"
+            if info["error"] is None else f"emulator engine: none ({info['error']})")
+    rows = [f"  {'[ok  ]' if e['available'] else '[    ]'} {e['name']:<9} {e['reason']}" for e in info["engines"]]
+    return [head, *rows]
 
 
 class Engine:
@@ -205,6 +223,7 @@ class Engine:
             raise _error(lib, rc, self.name)
         return out if is_float else out.view(np.int32)
 
+    @default_fpenv  # every numpy step, and the caller's MXCSR (flags too) restored exactly afterwards
     def _numpy_dot(self, op_name, is_float, c, a, b, kd, threads):
         # the whole schedule at once (pyamx/emulator/dot.py): operands scanned once, every K
         # block per row chunk, the output rows split over ``threads`` (default 1)

@@ -9,6 +9,8 @@ Operand errors of the array-level functions are plain ``TypeError`` /
 
 from __future__ import annotations
 
+from ._env import EnvVarError
+
 
 class AMXError(Exception):
     """Base class of every error pyamx raises on its own account."""
@@ -56,11 +58,28 @@ class BackendError(AMXError):
     """A backend was named that does not exist or cannot run here."""
 
 
+class EnvironmentVariableError(BackendError, EnvVarError):
+    """A ``PYAMX_*`` environment variable holds a value pyamx does not accept.
+
+    Raised on first use of the setting, never by ``import pyamx``; the
+    message names the variable, the value and the allowed values.
+    """
+
+
 class NativeUnavailableError(BackendError):
     """The native backend was asked for by name but cannot run here.
 
-    The message carries the detection report's reason and what to do.
+    The message carries the detection report's reason and what to do;
+    ``reason`` holds the reason alone (None when there is none), so a front
+    end (the command line) can word its own advice.
     """
+
+    def __init__(self, message: str, reason: str | None = None):
+        super().__init__(message)
+        self.reason = reason
+
+    def __reduce__(self):
+        return type(self), (str(self), self.reason)
 
 
 class WrongThreadError(AMXError):

@@ -65,7 +65,7 @@ def available(family=None):
     if family is not None and family not in FAMILY_FEATURE:
         raise ValueError(f"unknown kernel family {family!r}; expected one of {', '.join(FAMILY_FEATURE)}")
     rep = detect.report()
-    if not rep.amx_usable:
+    if not rep.native_usable:
         return False, rep.reason
     if family is not None and family not in rep.kernels:
         return False, (
@@ -78,7 +78,7 @@ def available(family=None):
 def _lib(family=None):
     usable, reason = available(family)
     if not usable:
-        raise NativeUnavailableError(f"the native backend cannot run here: {reason}")
+        raise NativeUnavailableError(f"the native backend cannot run here: {reason}", reason=reason)
     from . import _nativelib
 
     return _nativelib.load()
@@ -266,6 +266,23 @@ class _ThreadState(threading.local):
 
 _thread = _ThreadState()
 
+# threading.local lives in the interpreter's per-thread state, which a new OS
+# thread never inherits, whoever started it; so a token kept there names one
+# OS thread for its whole life and never a later one.
+_thread_identity = threading.local()
+
+
+def _thread_token() -> object:
+    token = getattr(_thread_identity, "token", None)
+    if token is None:
+        token = _thread_identity.token = object()
+    return token
+
+
+def _thread_name() -> str:
+    return f"{threading.current_thread().name!r} (native id {threading.get_native_id()})"
+
+
 _INIT_STATE = (bytes(TILECFG_BYTES), np.zeros((NUM_TILES, MAX_ROWS, MAX_COLSB), dtype=np.uint8))
 
 
@@ -290,9 +307,11 @@ class NativeMachine:
         if not native_runs(numerics):  # the one numerics rule of pyamx._backend
             raise native_numerics_error(numerics)
         self._ffi, self._lib = _lib()
-        # The Thread object, not get_ident(): CPython reuses the ident of a finished thread.
-        self._owner = weakref.ref(threading.current_thread())
-        self._owner_name = threading.current_thread().name
+        # A token private to this OS thread, not get_ident() nor the Thread object: CPython
+        # reuses the ident of a finished thread, and a thread not started by threading
+        # (_thread, C) gets a _DummyThread that a later thread with that ident inherits.
+        self._owner = _thread_token()
+        self._owner_name = _thread_name()
         # The configuration this machine's state holds, kept to word faults as
         # the emulator does; never a safety decision (the C calls re-read the
         # registers). None means unknown: cleared before every C call that
@@ -312,10 +331,10 @@ class NativeMachine:
 
     def _call(self, mnemonic: str, body, *args):
         """Run ``body(*args)`` as one machine call: right thread, not nested in another call."""
-        if self._owner() is not threading.current_thread():
+        if self._owner is not _thread_token():
             raise WrongThreadError(
-                f"{mnemonic}: this NativeMachine belongs to thread {self._owner_name!r}; tile registers "
-                f"are per OS thread, so thread {threading.current_thread().name!r} must create its own"
+                f"{mnemonic}: this NativeMachine belongs to thread {self._owner_name}; tile registers "
+                f"are per OS thread, so thread {_thread_name()} must create its own"
             )
         state = _thread
         if state.busy is not None:

@@ -33,6 +33,22 @@ class TileConfig:
     colsb: tuple = field(default=(0,) * NUM_TILES)
     rows: tuple = field(default=(0,) * NUM_TILES)
 
+    def __post_init__(self):
+        # Only what the 64-byte image can encode is checked here: an image
+        # that LDTILECFG refuses (rows=17, palette 2) is a legitimate value,
+        # used to test the #GP rules, and faults where the instruction runs.
+        p, s, c, r = self.palette, self.start_row, self.colsb, self.rows
+        if (type(p) is int and type(s) is int and type(c) is tuple and type(r) is tuple
+                and len(c) == NUM_TILES and len(r) == NUM_TILES and set(map(type, c + r)) == {int}
+                and 0 <= p <= 0xFF and 0 <= s <= 0xFF and 0 <= min(c) and max(c) <= 0xFFFF
+                and 0 <= min(r) and max(r) <= 0xFF):
+            return  # already normal: the path every instruction's bookkeeping takes
+        set_field = object.__setattr__  # frozen: normalize once, at construction
+        set_field(self, "palette", _field_int("palette", self.palette, 0xFF, "byte 0"))
+        set_field(self, "start_row", _field_int("start_row", self.start_row, 0xFF, "byte 1"))
+        set_field(self, "colsb", _field_tuple("colsb", self.colsb, 0xFFFF, "a 16-bit word at bytes 16-31"))
+        set_field(self, "rows", _field_tuple("rows", self.rows, 0xFF, "a byte at bytes 48-55"))
+
     @property
     def configured(self) -> bool:
         return self.palette != 0
@@ -50,6 +66,8 @@ class TileConfig:
         return bytes(image)
 
     def with_start_row(self, start_row: int) -> "TileConfig":
+        if start_row == self.start_row:  # every instruction resets it to 0: keep that path free
+            return self
         return TileConfig(self.palette, start_row, self.colsb, self.rows)
 
     @classmethod
@@ -57,9 +75,51 @@ class TileConfig:
         """Build a palette-1 config from ``{tmm: (rows, colsb)}``; others unconfigured."""
         rows = [0] * NUM_TILES
         colsb = [0] * NUM_TILES
-        for tmm, (r, c) in dict(shapes).items():
-            rows[tmm], colsb[tmm] = int(r), int(c)
+        try:
+            items = dict(shapes).items()
+        except (TypeError, ValueError):
+            raise TypeError(
+                f"TileConfig.make takes a mapping {{tmm: (rows, colsb)}}, not {type(shapes).__name__}"
+            ) from None
+        for tmm, shape in items:
+            if isinstance(tmm, (bool, np.bool_)) or not isinstance(tmm, (int, np.integer)):
+                raise TypeError(f"TileConfig.make: a tile register is an int 0..{NUM_TILES - 1}, not {tmm!r}")
+            if not 0 <= int(tmm) < NUM_TILES:
+                # Never wrap: -1 indexing a list would silently configure tmm7.
+                raise ValueError(
+                    f"TileConfig.make: there is no tile register tmm{int(tmm)}; palette 1 has tmm0..tmm{NUM_TILES - 1}"
+                )
+            try:
+                r, c = shape
+            except (TypeError, ValueError):
+                raise TypeError(f"TileConfig.make: tmm{int(tmm)} needs a (rows, colsb) pair, not {shape!r}") from None
+            rows[int(tmm)] = _field_int(f"rows of tmm{int(tmm)}", r, 0xFF, "a byte at bytes 48-55")
+            colsb[int(tmm)] = _field_int(f"colsb of tmm{int(tmm)}", c, 0xFFFF, "a 16-bit word at bytes 16-31")
         return cls(palette, start_row, tuple(colsb), tuple(rows))
+
+
+def _field_int(name: str, value, limit: int, where: str) -> int:
+    """An image field as an int, or TypeError/ValueError naming the field and what it can hold."""
+    if type(value) is int and 0 <= value <= limit:
+        return value
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"TileConfig {name} must be an int, not {value!r}")
+    value = int(value)
+    if not 0 <= value <= limit:
+        raise ValueError(f"TileConfig {name} is {value}; the image stores it in {where} (0..{limit})")
+    return value
+
+
+def _field_tuple(name: str, values, limit: int, where: str) -> tuple:
+    if type(values) is tuple and len(values) == NUM_TILES and all(type(v) is int and 0 <= v <= limit for v in values):
+        return values  # the common case (parse_tilecfg, make): already normal
+    try:
+        values = tuple(values)
+    except TypeError:
+        raise TypeError(f"TileConfig {name} must be a sequence of {NUM_TILES} ints, not {values!r}") from None
+    if len(values) != NUM_TILES:
+        raise ValueError(f"TileConfig {name} has {len(values)} entries; palette 1 has {NUM_TILES} tiles")
+    return tuple(_field_int(f"{name}[{t}]", v, limit, where) for t, v in enumerate(values))
 
 
 def as_config_bytes(cfg) -> bytes:
@@ -67,14 +127,17 @@ def as_config_bytes(cfg) -> bytes:
     if isinstance(cfg, TileConfig):
         return cfg.to_bytes()
     try:
-        raw = bytes(memoryview(cfg).cast("B"))
-    except TypeError:
+        view = memoryview(cfg)
+    except (TypeError, ValueError, BufferError):
         raise TypeError(
             f"a tile config must be a TileConfig or a 64-byte buffer, not {type(cfg).__name__}"
         ) from None
-    if len(raw) != TILECFG_BYTES:
-        raise ValueError(f"a tile config image is exactly 64 bytes, got {len(raw)}")
-    return raw
+    with view:
+        if view.nbytes != TILECFG_BYTES:  # before any copy: the buffer may be huge
+            raise ValueError(f"a tile config image is exactly 64 bytes, got {view.nbytes}")
+        if not view.c_contiguous:
+            raise ValueError("a tile config image must be one contiguous 64-byte block")
+        return view.tobytes()
 
 
 def parse_tilecfg(cfg) -> TileConfig:

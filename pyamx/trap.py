@@ -34,37 +34,29 @@ What the bindings do in this mode (all cheap, all idempotent):
 from __future__ import annotations
 
 import functools
-import os
 import platform
 import sys
 from typing import NamedTuple
 
-from . import isa
-from .errors import BackendError
+from . import _env, isa
+from .errors import BackendError, EnvironmentVariableError
 
 ENV_VAR = "PYAMX_TRAP_EMULATION"
-_ALLOWED = {"0": False, "1": True}
 
 # Instruction families the handler emulates (the names pyamx.detect uses).
 _KERNELS = frozenset(isa.FAMILIES)
 
 
 def requested() -> bool:
-    """Whether ``PYAMX_TRAP_EMULATION`` asks for the mode (strict parsing).
+    """Whether ``PYAMX_TRAP_EMULATION`` asks for the mode (strict parsing, see :mod:`pyamx._env`).
 
-    Unset or ``"0"``: False; ``"1"``: True; any other value raises
-    :class:`~pyamx.errors.BackendError`, because a typo must not silently
-    run the tests against the emulator instead of the native path.
+    Unset, empty or false (``0``, ``false``, ``no``): False; true
+    (``1``, ``true``, ``yes``): True; any other value raises
+    :class:`~pyamx.errors.EnvironmentVariableError` (a BackendError),
+    because a typo must not silently run the tests against the emulator
+    instead of the native path.
     """
-    value = os.environ.get(ENV_VAR)
-    if value is None:
-        return False
-    if value in _ALLOWED:
-        return _ALLOWED[value]
-    raise BackendError(
-        f"{ENV_VAR}={value!r} is not understood; allowed values are '1' (trap and emulate "
-        f"AMX instructions), '0' or unset (off)"
-    )
+    return _env.flag(ENV_VAR, False, error=EnvironmentVariableError)
 
 
 @functools.lru_cache(maxsize=None)

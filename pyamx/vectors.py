@@ -95,6 +95,7 @@ def generate(seed: int, per_class: int = 4, instructions=tuple(INSTRUCTIONS)) ->
                 c, a, b = operands(rng, m, k, n, cls)
                 cases.append(Case("tdpbf16ps", f"{cls} {m}x{k}x{n}", c, a, b))
         for point, experiments in EXPERIMENTS.items():
+            # Each probe experiment runs through its own instruction (the FP16 points through TDPFP16PS).
             cases += [Case(e.instruction, f"probe {point}: {e.name}", e.c, e.a, e.b)
                       for e in experiments if e.instruction in instructions]
     fp16_specials = np.array([0x0001, 0x03FF, 0x8001, 0x7C00, 0xFC00, 0x7C01, 0x7E05, 0x0000, 0x8000, 0x7BFF], np.uint16)
@@ -154,9 +155,13 @@ def record(path, backend: str = "emulator", seed: int = 2026, per_class: int = 4
             for case in cases
         ],
     }
-    with open(path, "w", encoding="utf-8") as f:
-        json.dump(document, f, indent=1)
-        f.write("\n")
+    if hasattr(path, "write"):  # an open text stream (the CLI's `record -`)
+        json.dump(document, path, indent=1)
+        path.write("\n")
+    else:
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump(document, f, indent=1)
+            f.write("\n")
     return document["provenance"]
 
 
@@ -184,6 +189,8 @@ def load(path) -> tuple:
         raise VectorFileError(path, f"has format version {document.get('version')!r}; this pyamx reads {VERSION}")
     if not isinstance(document.get("provenance"), dict) or not isinstance(document.get("cases"), list):
         raise VectorFileError(path, "lacks its \"provenance\" object or its \"cases\" list")
+    if not document["cases"]:
+        raise VectorFileError(path, "holds no cases: there is nothing to check")
     cases = [_parse_case(path, i, raw) for i, raw in enumerate(document["cases"])]
     return document["provenance"], cases
 
@@ -243,10 +250,10 @@ def replay(path, backend: str = "emulator") -> ReplayResult:
 
 def describe_provenance(prov: dict) -> str:
     cpu = prov.get("cpu", {})
-    where = "SILICON" if prov.get("silicon") else (
-        "the trap-and-emulate mode (NOT silicon)" if prov.get("native_mode") == "trap" else
-        f"the {prov.get('backend')} backend (NOT silicon)"
-    )
+    from ._result import backend_label
+
+    label = backend_label(prov.get("backend"), prov.get("native_mode"))
+    where = f"{label}: SILICON" if prov.get("silicon") else f"{label} (NOT silicon)"
     return (
         f"recorded on {where}; CPU {cpu.get('vendor', '?')} family {cpu.get('family', '?')} model "
         f"{cpu.get('model', '?')} stepping {cpu.get('stepping', '?')} microcode {cpu.get('microcode', '?')}; "

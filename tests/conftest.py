@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import os
-
 import pytest
+
+from pyamx import _env
 
 # ---- native backend (issue 3): skip, or fail under PYAMX_REQUIRE_NATIVE=1 ----------
 # One place decides what a test that needs the native backend does where it
@@ -12,14 +12,27 @@ import pytest
 # demands native (CI on AMX silicon, or in trap mode).
 
 REQUIRE_NATIVE_ENV = "PYAMX_REQUIRE_NATIVE"
+_require_native = False  # parsed once, in pytest_configure
+
+def pytest_configure(config):
+    global _require_native
+    try:
+        _require_native = _env.flag(REQUIRE_NATIVE_ENV)
+    except _env.EnvVarError as exc:  # once, at start-up, not once per test
+        raise pytest.UsageError(str(exc)) from None
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if {"native", "native_family"} & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.native)
+        if item.path.name.startswith("test_trap"):
+            item.add_marker(pytest.mark.trap)
 
 
 def native_required_by_env() -> bool:
-    """Whether ``PYAMX_REQUIRE_NATIVE`` demands the native backend (strict: unset, "0" or "1")."""
-    value = os.environ.get(REQUIRE_NATIVE_ENV, "")
-    if value not in ("", "0", "1"):
-        raise pytest.UsageError(f"{REQUIRE_NATIVE_ENV} must be 0 or 1, not {value!r}")
-    return value == "1"
+    """Whether ``PYAMX_REQUIRE_NATIVE`` demands the native backend (parsed once at start-up)."""
+    return _require_native
 
 
 def _native_or_skip(family=None):
@@ -27,10 +40,9 @@ def _native_or_skip(family=None):
 
     usable, reason = native.available(family)
     if not usable:
-        message = f"native backend unavailable: {reason}"
         if native_required_by_env():
-            pytest.fail(f"{REQUIRE_NATIVE_ENV}=1 but the {message}", pytrace=False)
-        pytest.skip(message)
+            pytest.fail(f"{REQUIRE_NATIVE_ENV} is set but the native backend is unavailable: {reason}", pytrace=False)
+        pytest.skip(f"native backend unavailable: {reason}")
     return native
 
 

@@ -27,17 +27,32 @@ def _python(code: str, **env) -> subprocess.CompletedProcess:
                           cwd=PYAMX_HOME)
 
 
-@pytest.mark.parametrize("value", ["bogus", "", "Native", "EMULATOR", " auto"])
-def test_unknown_env_value_fails_the_import(value):
-    proc = _python("import pyamx", PYAMX_BACKEND=value)
-    assert proc.returncode != 0
+_FIRST_USE = (
+    "import pyamx, numpy as np\n"
+    "print('imported')\n"
+    "pyamx.tdpbf16ps(np.zeros((1,1),np.float32), np.zeros((1,2),np.uint16), np.zeros((1,2),np.uint16))\n"
+)
+
+
+@pytest.mark.parametrize("value", ["bogus", "Native", "EMULATOR", " auto"])
+def test_unknown_env_value_fails_the_first_use_not_the_import(value):
+    proc = _python(_FIRST_USE, PYAMX_BACKEND=value)
+    assert proc.stdout == "imported\n" and proc.returncode != 0
+    assert "EnvironmentVariableError" in proc.stderr
     assert "PYAMX_BACKEND" in proc.stderr and "auto, native, emulator" in proc.stderr
 
 
-@pytest.mark.parametrize("value", ["yes", "true", "2", ""])
-def test_unknown_trap_emulation_value_fails_the_import(value):
-    proc = _python("import pyamx", PYAMX_TRAP_EMULATION=value)
-    assert proc.returncode != 0 and "PYAMX_TRAP_EMULATION" in proc.stderr
+@pytest.mark.parametrize("value", ["maybe", "2", " 1"])
+def test_unknown_trap_emulation_value_fails_the_first_use_not_the_import(value):
+    proc = _python(_FIRST_USE, PYAMX_TRAP_EMULATION=value)
+    assert proc.stdout == "imported\n" and proc.returncode != 0
+    assert "PYAMX_TRAP_EMULATION" in proc.stderr and "yes/no" in proc.stderr
+
+
+def test_empty_env_values_mean_unset():
+    proc = _python(_FIRST_USE + "print(pyamx.backend_reason())", PYAMX_BACKEND="")
+    assert proc.returncode == 0, proc.stderr
+    assert "PYAMX_BACKEND=emulator" not in proc.stdout  # decided as auto
 
 
 def test_env_emulator_is_the_default_and_results_say_so():
@@ -110,7 +125,7 @@ def test_resolve_returns_a_backend_that_compares_as_its_name_and_knows_its_mode(
     import pickle
 
     assert json.dumps({"backend": chosen}) == '{"backend": "emulator"}'
-    assert pickle.loads(pickle.dumps(_backend.Backend("native", "trap"))).label == "native (trap)"
+    assert pickle.loads(pickle.dumps(_backend.Backend("native", "trap"))).label == "native (trap mode)"
 
 
 def test_native_backend_runs_only_the_default_numerics():
@@ -127,7 +142,7 @@ def forced_native(request, monkeypatch):
     usable = request.param
     monkeypatch.setattr(_backend, "native_status", lambda family="bf16": (usable, "forced by the test"))
     monkeypatch.setattr(_backend, "native_mode", lambda: "silicon" if usable else None)
-    monkeypatch.setattr(_backend, "REQUESTED", "auto")
+    monkeypatch.setattr(_backend, "_requested", "auto")
     return usable
 
 
@@ -142,7 +157,7 @@ def test_auto_with_a_non_default_numerics_picks_the_emulator_whether_or_not_nati
 def test_named_native_with_a_non_default_numerics_raises_value_error_either_way(forced_native, monkeypatch):
     with pytest.raises(ValueError, match="emulator model"):
         pyamx.tile_machine(backend="native", numerics="straight")
-    monkeypatch.setattr(_backend, "REQUESTED", "native")
+    monkeypatch.setattr(_backend, "_requested", "native")
     with pytest.raises(ValueError, match="emulator model"):
         _backend.resolve(None, numerics=pyamx.Numerics(nan="canonical"))
 

@@ -70,4 +70,4 @@ def test_native_recording_says_what_it_was(native, tmp_path):
     mode = _backend.native_mode()
     assert prov["native_mode"] == mode and prov["silicon"] == (mode == "silicon")
     if mode == "trap":
-        assert "trap-and-emulate mode (NOT silicon)" in vectors.describe_provenance(prov)
+        assert "native (trap mode) (NOT silicon)" in vectors.describe_provenance(prov)

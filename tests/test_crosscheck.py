@@ -25,14 +25,14 @@ import signal
 import numpy as np
 import pytest
 
-from pyamx import emulator, isa
+from pyamx import _env, emulator, isa
 from pyamx.emulator import PRESETS, instructions
 from pyamx.errors import BackendError, GeneralProtectionFault, InvalidOpcodeFault
 from pyamx.tilecfg import TileConfig
 
-SEQUENCES = int(os.environ.get("PYAMX_CROSSCHECK_SEQUENCES", "200"))
-SEED = int(os.environ.get("PYAMX_CROSSCHECK_SEED", "20240611"))
-EDGES = os.environ.get("PYAMX_CROSSCHECK_EDGES") == "1"
+SEQUENCES = _env.integer("PYAMX_CROSSCHECK_SEQUENCES", 200)
+SEED = _env.integer("PYAMX_CROSSCHECK_SEED", 20240611)
+EDGES = _env.flag("PYAMX_CROSSCHECK_EDGES")
 STEPS = 24
 MEM_BYTES = 4096
 STATS = {}  # (method, ran without fault) -> count, over the random sequences

@@ -230,10 +230,14 @@ NO_AMX_HERE = replace(machine(AMD_EPYC, xcr0=XCR0_NO_AMX, supp=XCR0_NO_AMX), per
 
 def test_trap_mode_makes_native_usable_and_says_so_loudly():
     rep = evaluate(replace(NO_AMX_HERE, trap=TrapFacts(available=True, requested=True, active=True)))
-    assert rep.amx_usable and rep.mode == "trap"
+    assert rep.native_usable and rep.trap_mode and rep.mode == "trap"
+    assert not rep.amx_usable  # amx_usable means silicon
+    as_dict = rep.as_dict()
+    assert as_dict["amx_usable"] is False and as_dict["trap_mode"] is True and as_dict["native_usable"] is True
+    assert "native (trap mode)" in detect.format_report(rep)
     assert rep.kernels == BUILD.kernels
     assert "TRAP MODE" in rep.reason and "TRAP MODE" in rep.warning and "NOT" in rep.warning
-    assert stage(rep, "trap-and-emulate").ok is True
+    assert stage(rep, "trap mode").ok is True
     assert "TRAP MODE" in detect.format_report(rep).splitlines()[1]
 
 
@@ -244,14 +248,14 @@ def test_trap_mode_absent_or_failing_keeps_the_silicon_reason():
         (TrapFacts(available=True, requested=True, error="BackendError: refused"), "failed"),
     ]:
         rep = evaluate(replace(NO_AMX_HERE, trap=trap))
-        assert not rep.amx_usable and rep.reason.startswith("AMX-TILE")
-        assert word in stage(rep, "trap-and-emulate").value
+        assert not rep.native_usable and not rep.trap_mode and rep.reason.startswith("AMX-TILE")
+        assert word in stage(rep, "trap mode").value
 
 
 def test_trap_mode_without_kernels_is_not_usable():
     rep = evaluate(replace(NO_AMX_HERE, build=replace(BUILD, kernels=frozenset()),
                            trap=TrapFacts(available=True, requested=True, active=True)))
-    assert not rep.amx_usable and "no AMX kernels" in rep.reason
+    assert not rep.native_usable and "no AMX kernels" in rep.reason
 
 
 # -- the live report on this machine ------------------------------------------------------------
@@ -261,7 +265,7 @@ def test_live_report_is_cached_and_frozen():
     rep = detect.report()
     assert rep is detect.report()
     with pytest.raises(Exception):
-        rep.amx_usable = True
+        rep.native_usable = True
     assert isinstance(rep.reason, str) and rep.reason
     assert rep.mode in ("silicon", "trap", None)
     assert rep.kernels <= {"bf16", "int8", "fp16"}
@@ -278,16 +282,16 @@ def test_live_report_explains_missing_amx():
         silicon = rep.reason if rep.mode is None else rep.reason.split("silicon: ", 1)[1]
         assert silicon.startswith("AMX-TILE") and "CPUID" in silicon
     else:
-        assert rep.mode == "trap" or not rep.amx_usable
+        assert rep.mode == "trap" or not rep.native_usable
 
 
 def test_cpu_features_and_show_runtime(capsys):
     feats = detect.cpu_features()
-    for key in ("amx_usable", "reason", "mode", "stages", "kernels", "compiler"):
+    for key in ("amx_usable", "native_usable", "trap_mode", "reason", "mode", "stages", "kernels", "compiler"):
         assert key in feats
     detect.show_runtime()
     out = capsys.readouterr().out
-    assert "AMX usable:" in out and "reason:" in out and "platform" in out
+    assert "AMX silicon usable:" in out and "reason:" in out and "platform" in out
 
 
 def _run(args, **env):
@@ -300,17 +304,19 @@ def _run(args, **env):
 def test_cli_info_text():
     proc = _run(["-m", "pyamx", "info"])
     assert proc.returncode == 0, proc.stderr
-    assert "AMX usable:" in proc.stdout and "backend:" in proc.stdout
+    assert "AMX silicon usable:" in proc.stdout and "backend:" in proc.stdout
 
 
 def test_cli_info_json():
     proc = _run(["-m", "pyamx", "info", "--json"])
     assert proc.returncode == 0, proc.stderr
     data = json.loads(proc.stdout)
-    for key in ("backend", "amx_usable", "reason", "mode", "stages", "kernels", "version"):
+    for key in ("backend", "amx_usable", "native_usable", "trap_mode", "reason", "mode", "stages", "kernels",
+                "version"):
         assert key in data
     assert data["backend"] in ("native", "emulator")
-    assert (data["backend"] == "native") == data["amx_usable"]
+    assert (data["backend"] == "native") == data["native_usable"]
+    assert data["amx_usable"] == (data["mode"] == "silicon") and data["trap_mode"] == (data["mode"] == "trap")
 
 
 def test_cli_registry_takes_new_subcommands():

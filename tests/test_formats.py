@@ -135,10 +135,11 @@ def _ok():
 @pytest.mark.parametrize(
     "change, error, words",
     [
-        (lambda c, a, b: (c.tolist(), a, b), TypeError, "c must be a numpy array"),
+        (lambda c, a, b: (c.tolist(), a, b), TypeError, "c has dtype float64"),  # converted, then judged
+        (lambda c, a, b: (None, a, b), TypeError, "c must be an array"),
         (lambda c, a, b: (c.astype(np.float64), a, b), TypeError, "c has dtype float64"),
         (lambda c, a, b: (c, a.astype(np.float32), b), TypeError, "a has dtype float32.*from_float32"),
-        (lambda c, a, b: (c, a, b.astype(np.int16)), TypeError, "b has dtype int16"),
+        (lambda c, a, b: (c, a, b.astype(np.int32)), TypeError, "b has dtype int32"),
         (lambda c, a, b: (c[None], a, b), ValueError, "c must be 2-D"),
         (lambda c, a, b: (c, a[:, :3], b), ValueError, "a has 3 columns"),
         (lambda c, a, b: (c, a, b[:, :5]), ValueError, "b has 5 columns"),

@@ -181,7 +181,7 @@ def test_other_numerics_follow_the_same_schedule(numerics):
 
 def reference_chain(a_values, b_values, c_bits, *, lanes_per_block=32, structure="sdm", tininess="after",
                     dest_daz=True, pad=None):
-    """One output element by the schedule, from SEMANTICS.md, with the reference's own fma32/add32.
+    """One output element by the schedule, from docs/semantics.md, with the reference's own fma32/add32.
 
     a_values, b_values: the K decoded values of a row of A and a column of B.
     With ``pad=None`` an odd K simply ends with an even-lane step (no

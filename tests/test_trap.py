@@ -55,7 +55,8 @@ OP = {i.mnemonic: getattr(lib, i.c_op) for i in isa.TABLE}
 # pyamx.trap: the switch
 
 
-@pytest.mark.parametrize("value,expected", [(None, False), ("0", False), ("1", True)])
+@pytest.mark.parametrize("value,expected", [(None, False), ("", False), ("0", False), ("1", True), ("yes", True),
+                                            ("TRUE", True), ("no", False)])
 def test_requested_values(monkeypatch, value, expected):
     from pyamx import trap
 
@@ -66,7 +67,7 @@ def test_requested_values(monkeypatch, value, expected):
     assert trap.requested() is expected
 
 
-@pytest.mark.parametrize("value", ["", "yes", "true", "on", " 1", "1 ", "2", "01"])
+@pytest.mark.parametrize("value", [" 1", "1 ", "2", "01", "y", "enable"])
 def test_requested_is_strict(monkeypatch, value):
     from pyamx import trap
 
@@ -74,7 +75,7 @@ def test_requested_is_strict(monkeypatch, value):
     with pytest.raises(BackendError) as exc:
         trap.requested()
     msg = str(exc.value)
-    assert "PYAMX_TRAP_EMULATION" in msg and "'1'" in msg and "'0'" in msg and repr(value) in msg
+    assert "PYAMX_TRAP_EMULATION" in msg and "1/0" in msg and "yes/no" in msg and repr(value) in msg
 
 
 class _FakeLib:
@@ -1169,7 +1170,7 @@ def test_detection_report_says_whether_the_guard_is_active():
     raw = RawFacts(system="Linux", machine="x86_64", python=(3, 11, 0))
     for reason in ("active: seccomp answers every sigaction(SIGILL)", "the kernel has no seccomp"):
         rep = evaluate(replace(raw, trap=TrapFacts(available=True, requested=True, active=True, guard=reason)))
-        stage = next(s for s in rep.stages if s.name.startswith("trap-and-emulate"))
+        stage = next(s for s in rep.stages if s.name.startswith("trap mode"))
         assert stage.value.endswith(f"; guard: {reason}")
 
 

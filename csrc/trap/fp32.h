@@ -1,8 +1,8 @@
-/* fp32 arithmetic of the trap mode (SEMANTICS.md sections 2-3, default
+/* fp32 arithmetic of the trap mode (docs/semantics.md sections 2-3, default
  * numerics), as inline primitives for the dot products in semantics.c and
  * the test entry points in fp32.c.
  *
- * Deliberately a second implementation, written from SEMANTICS.md and not
+ * Deliberately a second implementation, written from docs/semantics.md and not
  * from the Python emulator or the compiled engine, so that the cross-check
  * suite compares independent readings of the same rules.  Callers run the
  * hardware operations under TRAP_MXCSR.

@@ -1,4 +1,4 @@
-/* Instruction semantics of the trap mode (SEMANTICS.md sections 1 and 2):
+/* Instruction semantics of the trap mode (docs/semantics.md sections 1 and 2):
  * the tile configuration rules, loads and stores, and the six dot products
  * on a thread's emulated tile state.  Called by the SIGILL handler for an
  * instruction that decoded and is permitted; every rule that silicon

@@ -20,23 +20,23 @@ __all__ = ["TileMachine", "Numerics", "PRESETS", *isa.DOT_NAMES]
 
 
 def bf16_operands(fn, c, a, b) -> _validate.DotOperands:
-    c = _validate.fp32_bits(c, "c", fn)
-    a = _validate.bf16_bits(a, "a", fn)
-    b = _validate.bf16_bits(b, "b", fn)
+    c = _validate.fp32_view(c, "c", fn)
+    a = _validate.bf16_view(a, "a", fn)
+    b = _validate.bf16_view(b, "b", fn)
     return _validate.check_dot_shapes(fn, c, a, b, 2, "bf16")
 
 
 def fp16_operands(fn, c, a, b) -> _validate.DotOperands:
-    c = _validate.fp32_bits(c, "c", fn)
-    a = _validate.fp16_bits(a, "a", fn)
-    b = _validate.fp16_bits(b, "b", fn)
+    c = _validate.fp32_view(c, "c", fn)
+    a = _validate.fp16_view(a, "a", fn)
+    b = _validate.fp16_view(b, "b", fn)
     return _validate.check_dot_shapes(fn, c, a, b, 2, "fp16")
 
 
 def int8_operands(fn, c, a, b) -> _validate.DotOperands:
-    c = _validate.int32_words(c, "c", fn)
-    a = _validate.byte_lanes(a, "a", fn)
-    b = _validate.byte_lanes(b, "b", fn)
+    c = _validate.int32_view(c, "c", fn)
+    a = _validate.byte_lanes_view(a, "a", fn)
+    b = _validate.byte_lanes_view(b, "b", fn)
     return _validate.check_dot_shapes(fn, c, a, b, 4, "byte")
 
 

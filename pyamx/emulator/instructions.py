@@ -1,7 +1,10 @@
 """The dot-product instructions as functions of raw operand matrices.
 
 Shared by the tile machine (operands cut out of tiles) and the array-level
-functions (operands given by the user), so both run the same code.
+functions (operands given by the user), so both run the same code. The
+float ones are the entry points of the numpy arithmetic: each runs under
+the default floating-point environment (pyamx._fpenv), whatever MXCSR the
+calling thread has, and gives the caller's back.
 """
 
 from __future__ import annotations
@@ -9,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import isa
+from .._fpenv import default_fpenv
 from ..bf16 import widen_bits
 from .dot import float_dot, integer_dot
 from .numerics import Numerics
@@ -22,6 +26,7 @@ def _lanes(matrix: np.ndarray, lanes: int) -> np.ndarray:
     return matrix.reshape(rows, width // lanes, lanes)
 
 
+@default_fpenv
 def widen_fp16_bits(bits: np.ndarray) -> np.ndarray:
     """fp16 bits -> fp32 bits, exactly: denormals become normal fp32, NaN payloads move up 13 bits."""
     bits = bits.astype(np.uint32)
@@ -35,11 +40,13 @@ def widen_fp16_bits(bits: np.ndarray) -> np.ndarray:
     return np.where(exponent == 31, special, np.where(exponent == 0, denormal, normal)).astype(np.uint32)
 
 
+@default_fpenv
 def tdpbf16ps(c: np.ndarray, a: np.ndarray, b: np.ndarray, numerics: Numerics) -> np.ndarray:
     """c (M, N) fp32 bits, a (M, 2K) and b (K, 2N) bf16 bits -> (M, N) fp32 bits."""
     return float_dot(c, _lanes(widen_bits(a), 2), _lanes(widen_bits(b), 2), numerics, numerics.input_daz)
 
 
+@default_fpenv
 def tdpfp16ps(c: np.ndarray, a: np.ndarray, b: np.ndarray, numerics: Numerics) -> np.ndarray:
     """As tdpbf16ps with fp16 inputs, whose denormals are always honoured."""
     return float_dot(c, _lanes(widen_fp16_bits(a), 2), _lanes(widen_fp16_bits(b), 2), numerics, False)

@@ -1,0 +1,137 @@
+"""The command line as a user meets it: one line and exit status 2 for every explained failure, no tracebacks."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from childproc import PYAMX_HOME, child_env
+from pyamx import _backend
+from pyamx._version import __version__
+
+
+def _pyamx(*args, cwd=None, stdout=subprocess.PIPE, drop=("PYAMX_BACKEND",), **env):
+    return subprocess.run([sys.executable, "-m", "pyamx", *args], stdout=stdout, stderr=subprocess.PIPE,
+                          text=True, timeout=300, cwd=cwd or PYAMX_HOME, env=child_env(drop=drop, **env))
+
+
+def _one_line_failure(proc, *words):
+    assert proc.returncode == 2, (proc.returncode, proc.stdout, proc.stderr)
+    assert "Traceback" not in proc.stderr, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 or "usage:" in proc.stderr, proc.stderr
+    for word in words:
+        assert word in proc.stderr, proc.stderr
+
+
+def test_version():
+    proc = _pyamx("--version")
+    assert proc.returncode == 0 and proc.stdout.strip() == f"pyamx {__version__}"
+
+
+@pytest.mark.parametrize("command", [["demo"], ["record", "out.json"]])
+def test_negative_seed_is_a_usage_error(command, tmp_path):
+    proc = _pyamx(*command, "--seed", "-1", cwd=tmp_path)
+    _one_line_failure(proc, "a seed is an integer >= 0")
+    assert not (tmp_path / "out.json").exists()
+
+
+@pytest.mark.skipif(_backend.native_mode() == "silicon", reason="AMX silicon here; the refusal needs a machine without")
+def test_native_demo_without_amx_says_what_to_type():
+    proc = _pyamx("demo", PYAMX_BACKEND="native", drop=("PYAMX_BACKEND", "PYAMX_TRAP_EMULATION"))
+    _one_line_failure(proc, "pyamx demo", "--backend emulator", "pyamx info")
+    assert "backend='emulator'" not in proc.stderr
+
+
+def test_demo_takes_backend_on_the_command_line():
+    proc = _pyamx("demo", "--backend", "emulator")
+    assert proc.returncode == 0, proc.stderr
+    assert "on backend: emulator" in proc.stdout
+
+
+@pytest.mark.parametrize("variable, value", [("PYAMX_BACKEND", "bogus"), ("PYAMX_TRAP_EMULATION", "maybe")])
+def test_a_bad_environment_variable_is_one_line_and_info_and_help_still_work(variable, value):
+    bad = {variable: value}
+    _one_line_failure(_pyamx("demo", **bad), variable, repr(value))
+    assert _pyamx("--help", **bad).returncode == 0
+    info = _pyamx("info", **bad)
+    assert info.returncode == 0 and "Traceback" not in info.stderr
+    assert variable in info.stdout  # the report says what is wrong
+
+
+@pytest.mark.parametrize("value", ["", "emulator"])
+def test_empty_backend_variable_means_unset(value):
+    proc = _pyamx("info", "--json", PYAMX_BACKEND=value)
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert data["backend"] in ("native", "emulator")
+    if value == "":
+        assert "PYAMX_BACKEND=emulator" not in data["backend_reason"]
+
+
+@pytest.mark.parametrize("args", [["info", "--json"], ["info"], ["record", "-", "--per-class", "1"]])
+def test_a_closed_pipe_ends_quietly(args):
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # like `| head -1` having exited: the first write gets EPIPE
+    try:
+        proc = _pyamx(*args, stdout=write_end)
+    finally:
+        os.close(write_end)
+    assert "Traceback" not in proc.stderr and "Exception ignored" not in proc.stderr, proc.stderr
+    assert proc.returncode == 1
+
+
+def test_record_dash_writes_the_vectors_to_stdout(tmp_path):
+    proc = _pyamx("record", "-", "--per-class", "1", "--backend", "emulator", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    document = json.loads(proc.stdout)
+    assert document["format"] == "pyamx-vectors" and document["cases"]
+    assert not (tmp_path / "-").exists()
+    assert "wrote stdout" in proc.stderr
+
+
+def test_replaying_a_file_without_cases_fails(tmp_path):
+    recorded = _pyamx("record", "-", "--per-class", "1", "--backend", "emulator", cwd=tmp_path)
+    document = json.loads(recorded.stdout)
+    document["cases"] = []
+    empty = tmp_path / "empty.json"
+    empty.write_text(json.dumps(document))
+    _one_line_failure(_pyamx("replay", str(empty), "--backend", "emulator"), "no cases")
+
+
+def test_an_unwritable_record_path_is_one_line(tmp_path):
+    _one_line_failure(_pyamx("record", str(tmp_path / "missing-dir" / "x.json"), "--per-class", "1"), "missing-dir")
+
+
+def test_replay_names_the_backend_in_the_shared_vocabulary(native, tmp_path):
+    from pyamx._result import backend_label
+
+    recorded = _pyamx("record", "-", "--per-class", "1", "--backend", "emulator", cwd=tmp_path)
+    path = tmp_path / "v.json"
+    path.write_text(recorded.stdout)
+    proc = _pyamx("replay", str(path), "--backend", "native")
+    assert proc.returncode == 0, proc.stderr
+    assert f"replayed on {backend_label('native', _backend.native_mode())}:" in proc.stdout
+
+
+def test_info_reports_the_engine_that_runs_and_every_engines_availability():
+    from pyamx import engine
+
+    text = _pyamx("info").stdout
+    chosen = engine.resolve(None)
+    assert f"emulator engine: {chosen.name} ({chosen.simd})" in text
+    for name, ok, reason in engine.available_engines():
+        assert f"{'[ok  ]' if ok else '[    ]'} {name:<9} {reason}" in text
+    out = json.loads(_pyamx("info", "--json").stdout)["engine"]
+    assert out["default"] == chosen.name and out["simd"] == chosen.simd
+    assert [e["name"] for e in out["engines"]] == [n for n, _, _ in engine.available_engines()]
+
+
+def test_info_names_a_bad_engine_variable_instead_of_failing():
+    result = _pyamx("info", PYAMX_ENGINE="bogus")
+    assert result.returncode == 0
+    assert "emulator engine: none (" in result.stdout and "PYAMX_ENGINE" in result.stdout
