@@ -82,6 +82,12 @@ class Module:
     kernels: bool = False
     include_dirs: tuple = ("csrc",)
     x86_64_linux_only: bool = False  # not built at all elsewhere
+    # A plain shared library, no cffi wrapper and no Python in it (pyamx run's preload): shipped
+    # as an extension file, never imported. Its own compile and link arguments, never sanitized
+    # (ASan's runtime must come first in LD_PRELOAD, which a preloaded library cannot guarantee).
+    plain: bool = False
+    plain_compile_args: tuple = ()
+    plain_link_args: tuple = ()
 
 
 # A new module joins the build with one entry here.
@@ -91,6 +97,11 @@ MODULES = (
     # The trap mode never executes a tile instruction: any C compiler for x86-64 Linux builds it.
     Module("pyamx._trap", ("csrc/trap/trap.h",), ("csrc/trap/*.c",), include_dirs=("csrc/trap",),
            x86_64_linux_only=True),
+    # pyamx run's preload library (docs/run.md): the trap plus csrc/preload/, LD_PRELOADed into
+    # other programs; -fvisibility=hidden keeps the trap's functions private to it.
+    Module("pyamx._amxpreload", (), ("csrc/trap/*.c", "csrc/preload/*.c"), include_dirs=("csrc/trap",),
+           x86_64_linux_only=True, plain=True, plain_compile_args=("-fvisibility=hidden",),
+           plain_link_args=("-ldl",)),
 )
 
 
@@ -413,6 +424,17 @@ def extension(module: Module, p: BuildPlan):
     ``changed``: the wrapper differs from the last build's (configuration or headers)."""
     from setuptools import Extension
 
+    if module.plain:
+        return Extension(
+            module.name,
+            sources=module_sources(module),
+            include_dirs=list(module.include_dirs),
+            define_macros=[("PYAMX_VERSION", c_string(p.version))],
+            extra_compile_args=compile_args(False) + list(module.plain_compile_args),
+            extra_link_args=link_args(False) + list(module.plain_link_args),
+            depends=header_dependencies(),
+            py_limited_api=_limited_api(),
+        ), False
     generated = GENERATED_DIR / (module.name.replace(".", "_") + ".c")
     path = HERE / generated
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -263,3 +263,36 @@ def demo_command(args: argparse.Namespace) -> int:
     from . import demo
 
     return demo.run(args.seed, args.backend)
+
+
+# -- run -------------------------------------------------------------------------
+
+
+def _run_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--verbose", action="store_true", help="print each emulated instruction (stderr)")
+    parser.add_argument("--stats", action="store_true",
+                        help="print emulated instructions by mnemonic and the time spent, at exit (stderr)")
+    parser.add_argument("--stats-file", metavar="FILE", help="write the --stats report to FILE instead")
+    parser.add_argument("--env", action="store_true",
+                        help="print the shell line that enables emulation for every later command, and exit")
+    parser.add_argument("program", nargs=argparse.REMAINDER, help="-- PROGRAM [ARGS...]")
+
+
+@subcommand("run", "run a program with its AMX instructions emulated (docs/run.md)", _run_arguments)
+def run_command(args: argparse.Namespace) -> int:
+    from . import run as runner
+
+    try:
+        if args.env:
+            print(runner.shell_exports())
+            return 0
+        program = args.program[1:] if args.program[:1] == ["--"] else args.program
+        if args.stats_file:
+            with open(args.stats_file, "w", encoding="utf-8") as out:
+                rc = runner.run(program, verbose=args.verbose, stats=True, stats_out=out)
+        else:
+            rc = runner.run(program, verbose=args.verbose, stats=args.stats)
+    except runner.RunError as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    return runner.exit_like(rc)

@@ -217,3 +217,77 @@ def op_counts() -> dict:
 def supported_kernels() -> frozenset:
     """The kernel families whose instructions the handler emulates."""
     return _KERNELS
+
+
+# -- the whole process: other code's AMX too (docs/run.md, "Python processes") --
+
+
+def _preload_active() -> bool:
+    """Whether ``pyamx run``'s preload library is in this process with its handler in place."""
+    import ctypes
+
+    try:
+        fn = ctypes.CDLL(None).pyamx_preload_active
+    except (AttributeError, OSError):
+        return False
+    fn.restype = ctypes.c_int
+    return bool(fn())
+
+
+def emulate_process() -> str:
+    """Emulate AMX for everything in this process, other extension modules included.
+
+    Installs the trap mode (:func:`enable`'s handler and guard; the hook into
+    ``pyamx._native`` too when it is built) and the emulated kernel interface
+    that other code uses to ask for AMX: ``arch_prctl(ARCH_REQ_XCOMP_PERM,
+    XFEATURE_XTILEDATA)``, ``ARCH_GET_XCOMP_PERM`` and ``ARCH_GET_XCOMP_SUPP``
+    answer as a kernel with AMX would, however they are called (seccomp
+    filter and SIGSYS handler, see csrc/trap/xcomp.c). A module's tile
+    instruction before its own permission request still dies with SIGILL,
+    as on silicon. Cannot be undone; sets ``PR_SET_NO_NEW_PRIVS``. Idempotent.
+
+    Returns ``"silicon"`` where the CPU has usable AMX (nothing is
+    installed: the real instructions run), ``"preload"`` under ``pyamx
+    run`` (its library already does all of it), ``"emulated"`` otherwise;
+    :class:`~pyamx.errors.BackendError` with the reason where it is
+    impossible. Code that checks CPUID or XGETBV itself still sees no AMX.
+    """
+    reason = _platform_reason()
+    if reason:
+        raise BackendError(reason)
+    ffi, lib = _load_or_backend_error()
+    if lib.pyamx_trap_cpu_has_amx():
+        return "silicon"
+    if _preload_active():
+        return "preload"
+    rc = lib.pyamx_trap_install()
+    if rc != 0:
+        raise BackendError(f"AMX emulation cannot be installed: {ffi.string(lib.pyamx_trap_strerror(rc)).decode()}")
+    lib.pyamx_trap_guard_install()
+    try:
+        _hook_into_native(lib)
+    except BackendError:
+        pass  # no pyamx._native: other modules' AMX code is still emulated
+    err = lib.pyamx_trap_xcomp_install()
+    if err:
+        raise BackendError(f"the AMX permission request (arch_prctl) cannot be emulated in this process: "
+                           f"{os.strerror(err)} (needs seccomp filters; a container may forbid them)")
+    return "emulated"
+
+
+def process_emulated() -> bool:
+    """True when :func:`emulate_process` (or ``pyamx run``) emulates AMX for all code in this process."""
+    if _preload_active():
+        return True
+    try:
+        lib = _load()[1]
+    except ImportError:
+        return False
+    return bool(lib.pyamx_trap_active() and lib.pyamx_trap_xcomp_active())
+
+
+def _load_or_backend_error():
+    try:
+        return _load()
+    except ImportError as exc:
+        raise BackendError(f"AMX emulation is unavailable: {exc}") from exc

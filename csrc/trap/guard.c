@@ -11,7 +11,7 @@
  * A seccomp filter (all threads, SECCOMP_FILTER_FLAG_TSYNC) hands every
  * rt_sigaction(SIGILL, ...) of the process to a supervisor thread of this
  * module (SECCOMP_RET_USER_NOTIF), except the ones from this module's own
- * call site (sigaction.c), recognised by their instruction pointer.  The
+ * call site (sigaction.c), recognised by the mark it loads into r9.  The
  * supervisor answers the caller as the kernel would -- the old action is
  * the one the process last set, the new one becomes the handler this mode
  * chains to -- and the real disposition never changes.  A listener rather
@@ -162,10 +162,12 @@ static void serve(int fd)
 #define JEQ(k, t, f) BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, (k), (t), (f))
 
 /* Decided by architecture and number first, so the kernel's per-syscall
- * cache (Linux >= 5.11) skips the filter for every other system call. */
-static long attach_filter(uint64_t site_ip, unsigned long extra_flags)
+ * cache (Linux >= 5.11) skips the filter for every other system call.
+ * This module's own calls carry TRAP_SITE_MARK in r9 (args[5], unused by
+ * rt_sigaction); see sigaction.c for why a mark and not the address. */
+static long attach_filter(unsigned long extra_flags)
 {
-    uint32_t ip_lo = (uint32_t)site_ip, ip_hi = (uint32_t)(site_ip >> 32);
+    uint32_t mark_lo = (uint32_t)TRAP_SITE_MARK, mark_hi = (uint32_t)(TRAP_SITE_MARK >> 32);
     struct sock_filter code[] = {
         LD_ABS(offsetof(struct seccomp_data, arch)),
         JEQ(AUDIT_ARCH_X86_64, 0, 8),
@@ -173,15 +175,15 @@ static long attach_filter(uint64_t site_ip, unsigned long extra_flags)
         JEQ(SYS_rt_sigaction, 0, 6),
         LD_ABS(offsetof(struct seccomp_data, args[0])), /* int signum: low half */
         JEQ(SIGILL, 0, 4),
-        LD_ABS(offsetof(struct seccomp_data, instruction_pointer)),
-        JEQ(ip_lo, 0, 3),
-        LD_ABS(offsetof(struct seccomp_data, instruction_pointer) + 4),
-        JEQ(ip_hi, 0, 1),
+        LD_ABS(offsetof(struct seccomp_data, args[5])),
+        JEQ(mark_lo, 0, 3),
+        LD_ABS(offsetof(struct seccomp_data, args[5]) + 4),
+        JEQ(mark_hi, 0, 1),
         BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
         BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_USER_NOTIF),
     };
     /* The jumps above: arch/nr/signum mismatch -> ALLOW (index 10); the
-     * site's address -> ALLOW; anything else -> USER_NOTIF (index 11). */
+     * mark -> ALLOW; anything else -> USER_NOTIF (index 11). */
     struct sock_fprog prog = {(unsigned short)(sizeof code / sizeof code[0]), code};
     unsigned long flags = SECCOMP_FILTER_FLAG_NEW_LISTENER | SECCOMP_FILTER_FLAG_TSYNC |
                           SECCOMP_FILTER_FLAG_TSYNC_ESRCH | extra_flags;
@@ -202,9 +204,9 @@ static void *supervisor(void *arg)
     } else {
         /* SPEC_ALLOW keeps older kernels from forcing the speculative
          * store bypass mitigation on the whole process. */
-        fd = attach_filter(trap_raw_sigaction_ip(), SECCOMP_FILTER_FLAG_SPEC_ALLOW);
+        fd = attach_filter(SECCOMP_FILTER_FLAG_SPEC_ALLOW);
         if (fd < 0 && errno == EINVAL)
-            fd = attach_filter(trap_raw_sigaction_ip(), 0);
+            fd = attach_filter(0);
         s->err = fd < 0 ? errno : 0;
     }
     if (fd >= 0) {

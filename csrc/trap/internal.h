@@ -37,6 +37,10 @@ struct tile_state {
 void state_init(struct tile_state *st);
 /* The calling thread's state, claimed on first use; NULL when the table is full. */
 struct tile_state *state_for(int32_t tid);
+/* The calling thread's state as Linux starts a new thread: the creating
+ * thread's STTILECFG image (64 bytes, from pyamx_trap_thread_state), tile
+ * data in the init state.  From normal context. */
+int32_t state_inherit_config(const uint8_t *cfg);
 /* pthread key and fork handler; from pthread_once in install. */
 void state_setup_once(void);
 
@@ -72,12 +76,14 @@ struct ksigaction {
     uint64_t mask;
 };
 
+/* Loaded into r9 (seccomp's args[5]) by this module's rt_sigaction site:
+ * the same in every build and process, so the guard's filter recognises
+ * the site after exec too. */
+#define TRAP_SITE_MARK 0x70796d7874726170ull
+
 /* rt_sigaction from this module's one syscall site, which the guard's
  * filter lets through; returns 0 or -errno. */
 long trap_raw_sigaction(int sig, const struct ksigaction *act, struct ksigaction *old);
-/* The address right after that site's syscall instruction: what seccomp
- * reports as instruction_pointer for it. */
-uint64_t trap_raw_sigaction_ip(void);
 /* A signal-return trampoline (sa_restorer) for handlers this module installs. */
 uint64_t trap_restorer(void);
 
@@ -96,6 +102,19 @@ int trap_is_ours(const struct ksigaction *k);
  * (install, reinstall, uninstall, the guard's supervisor). */
 void trap_lock(void);
 void trap_unlock(void);
+
+/* Called after each emulated instruction while set (by the preload's
+ * --verbose and --stats), from the handler: must be async-signal-safe.
+ * ns: time the handler spent on the instruction. */
+typedef void (*trap_observer_fn)(const struct pyamx_trap_insn *in, uint64_t rip, uint64_t ns);
+void trap_set_observer(trap_observer_fn fn);
+
+/* ---- xcomp.c ---- */
+
+/* Called by the SIGSYS handler after each emulated arch_prctl (code is
+ * the ARCH_* value), while set; async-signal-safe like the observer. */
+typedef void (*xcomp_observer_fn)(long code, uint64_t arg, long result);
+void xcomp_set_observer(xcomp_observer_fn fn);
 
 /* ---- guard.c ---- */
 

@@ -9,13 +9,19 @@
  */
 #include "internal.h"
 
-/* rdi, rsi, rdx, rcx -> the syscall's rdi, rsi, rdx, r10. */
+/* rdi, rsi, rdx, rcx -> the syscall's rdi, rsi, rdx, r10.  r9, which
+ * rt_sigaction ignores, carries TRAP_SITE_MARK: the guard's filter lets
+ * calls with it through.  A mark rather than the site's address because
+ * filters survive exec: the filter of a program that exec'd another
+ * preloaded one (pyamx run) must still let the new program's site through,
+ * which sits at another address. */
 __asm__(".text\n"
         ".globl pyamx_trap__sigaction_site\n"
         ".hidden pyamx_trap__sigaction_site\n"
         ".type pyamx_trap__sigaction_site, @function\n"
         "pyamx_trap__sigaction_site:\n"
         "    movq %rcx, %r10\n"
+        "    movabsq $0x70796d7874726170, %r9\n" /* TRAP_SITE_MARK */
         "    movl $13, %eax\n" /* __NR_rt_sigaction on x86-64 */
         "    syscall\n"
         ".globl pyamx_trap__sigaction_after\n"
@@ -25,7 +31,6 @@ __asm__(".text\n"
         ".size pyamx_trap__sigaction_site, .-pyamx_trap__sigaction_site\n");
 
 long pyamx_trap__sigaction_site(long sig, const void *act, void *old, unsigned long size);
-extern const char pyamx_trap__sigaction_after[];
 
 /* The signal-return trampoline the kernel needs for a handler installed
  * without libc.  These exact bytes (mov $15, %rax; syscall) are what gdb
@@ -43,6 +48,7 @@ extern const char pyamx_trap__restore_rt[];
 
 uint64_t trap_restorer(void) { return (uint64_t)(uintptr_t)pyamx_trap__restore_rt; }
 
+_Static_assert(TRAP_SITE_MARK == 0x70796d7874726170ull, "the call site hard-codes the mark");
 _Static_assert(SYS_rt_sigaction == 13, "the call site hard-codes rt_sigaction's number");
 
 long trap_raw_sigaction(int sig, const struct ksigaction *act, struct ksigaction *old)
@@ -50,7 +56,6 @@ long trap_raw_sigaction(int sig, const struct ksigaction *act, struct ksigaction
     return pyamx_trap__sigaction_site(sig, act, old, sizeof(uint64_t));
 }
 
-uint64_t trap_raw_sigaction_ip(void) { return (uint64_t)(uintptr_t)pyamx_trap__sigaction_after; }
 
 /* A sequence lock: even = stable.  The one writer at a time is serialised
  * by trap_lock() and never runs on a thread that could be interrupted by

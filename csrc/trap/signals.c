@@ -19,6 +19,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <string.h>
+#include <time.h>
 #include <ucontext.h>
 
 #ifndef PYAMX_VERSION
@@ -32,6 +33,18 @@ static int32_t g_permission; /* emulated ARCH_REQ_XCOMP_PERM; process-wide like 
 static uint64_t g_count;
 static uint64_t g_op_count[N_OPS];
 static int32_t g_chain_tid; /* thread currently inside a chained SIGILL handler */
+
+static trap_observer_fn g_observer;
+
+void trap_set_observer(trap_observer_fn fn) { __atomic_store_n(&g_observer, fn, __ATOMIC_RELEASE); }
+
+/* clock_gettime through the vDSO: async-signal-safe, tens of ns. */
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
 
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -241,6 +254,8 @@ void trap_handler(int sig, siginfo_t *si, void *vctx)
     int saved_errno = errno;
     ucontext_t *uc = vctx;
     struct msg m;
+    trap_observer_fn observer = __atomic_load_n(&g_observer, __ATOMIC_ACQUIRE);
+    uint64_t t0 = observer ? now_ns() : 0;
 
     if (si == NULL || si->si_code <= 0) {
         /* Sent by kill/raise/tgkill, not raised by an instruction. */
@@ -283,6 +298,8 @@ void trap_handler(int sig, siginfo_t *si, void *vctx)
         g[REG_RIP] = (greg_t)(rip + (uint64_t)len);
         __atomic_fetch_add(&g_count, 1, __ATOMIC_RELAXED);
         __atomic_fetch_add(&g_op_count[in.op], 1, __ATOMIC_RELAXED);
+        if (observer)
+            observer(&in, rip, now_ns() - t0);
     } else if (r == EXEC_UD) {
         m_str(&m, " -> #UD (SIGILL)");
         m_emit(&m);

@@ -9,8 +9,11 @@
  * prepare step still works.  Slots are returned by a pthread key
  * destructor (armed by pyamx_trap_thread_prepare) and, when the table
  * fills, by reaping slots whose thread no longer exists.  fork() moves the
- * forking thread's slot to the child's thread, as silicon keeps the tile
- * registers across fork.
+ * forking thread's slot to the child's thread with its tile data in the
+ * init state (zero) and its TILECFG kept, as Linux does: fpu_clone()
+ * copies only the non-dynamic xstate components, and XTILEDATA is the
+ * dynamic one (the kernel selftest x86/amx.c checks that tile data does
+ * not survive fork).  state_inherit_config() gives a new thread the same.
  */
 #include "internal.h"
 
@@ -110,6 +113,8 @@ static void atfork_child(void)
         int32_t t = __atomic_load_n(&slots[s].tid, __ATOMIC_RELAXED);
         if (t == 0)
             continue;
+        if (t == parent)
+            memset(slots[s].st.tiles, 0, sizeof slots[s].st.tiles);
         __atomic_store_n(&slots[s].tid, t == parent ? me : 0, __ATOMIC_RELAXED);
     }
     /* The child's only thread keeps the parent thread's key value, and
@@ -170,4 +175,21 @@ int32_t pyamx_trap_slots_in_use(void)
     for (unsigned s = 0; s < MAX_SLOTS; s++)
         n += __atomic_load_n(&slots[s].tid, __ATOMIC_RELAXED) != 0;
     return n;
+}
+
+int32_t state_inherit_config(const uint8_t *cfg)
+{
+    struct tile_state *st = state_for(trap_tid());
+    if (st == NULL)
+        return PYAMX_TRAP_E_TABLE_FULL;
+    state_init(st);
+    if (cfg[0]) {
+        st->palette = cfg[0];
+        st->start_row = cfg[1];
+        for (int t = 0; t < 8; t++) {
+            st->colsb[t] = (uint16_t)(cfg[16 + 2 * t] | (cfg[17 + 2 * t] << 8));
+            st->rows[t] = cfg[48 + t];
+        }
+    }
+    return PYAMX_TRAP_OK;
 }

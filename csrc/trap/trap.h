@@ -150,4 +150,36 @@ const char *pyamx_trap_guard_reason(void);
 /* sigaction(SIGILL) calls of this process the guard has answered. */
 uint64_t pyamx_trap_guard_calls(void);
 
+/* ---- the counters file of `pyamx run` (csrc/preload/preload.c) ----
+ * One per run, shared (mmap) by every process of the program's tree and
+ * updated from the handlers, so _exit, fatal signals and exec lose
+ * nothing; pyamx/run.py reads it through this declaration. */
+enum { PYAMX_RUN_STATS_MAGIC = 0x72756e31 /* "run1" */ };
+struct pyamx_run_stats {
+    uint32_t magic;        /* PYAMX_RUN_STATS_MAGIC once a process has attached */
+    uint32_t processes;    /* preload constructors run (exec'd programs included) */
+    uint32_t installed;    /* of those, with the trap installed */
+    uint32_t requests;     /* emulated ARCH_REQ_XCOMP_PERM calls */
+    uint32_t granted;      /* of those, answered 0 */
+    uint32_t xcomp_calls;  /* all emulated arch_prctl calls */
+    uint64_t count[16];    /* emulated instructions, by enum pyamx_op */
+    uint64_t ns[16];       /* time in the handler, by enum pyamx_op */
+    char why[256];         /* the last reason a process could not install the trap */
+};
+
+/* ---- xcomp.c: the kernel's AMX permission interface, emulated ---- */
+
+/* Installs a seccomp filter (all threads) and a SIGSYS handler under
+ * which arch_prctl(ARCH_GET_XCOMP_SUPP / ARCH_GET_XCOMP_PERM /
+ * ARCH_REQ_XCOMP_PERM) from any code of the process answers as a kernel
+ * on an AMX CPU: REQ with XFEATURE_XTILEDATA is pyamx_trap_grant_permission().
+ * Needs pyamx_trap_install() first.  Returns 0 or an errno.  Sets
+ * PR_SET_NO_NEW_PRIVS; cannot be undone; the filter survives exec. */
+int pyamx_trap_xcomp_install(void);
+/* 1 while the SIGSYS disposition is still the one installed above. */
+int32_t pyamx_trap_xcomp_active(void);
+/* arch_prctl calls answered, and how many of them were ARCH_REQ_XCOMP_PERM. */
+uint64_t pyamx_trap_xcomp_calls(void);
+int32_t pyamx_trap_xcomp_requests(void);
+
 #endif

@@ -1,0 +1,90 @@
+"""Cost of ``pyamx run``: per emulated instruction, and start-up.
+
+Prints figures, not pass/fail (this project's machines are shared and noisy:
+read them as indicative).
+
+* Per instruction: benchmarks/programs/run_loop.c runs one kind of tile
+  instruction N times under the preload library (timed inside the program),
+  against the bare SIGILL round trip -- ``ud2`` caught by the program's own
+  handler that only skips it, without the preload -- the floor no
+  trap-and-emulate scheme can beat.
+* Start-up, on a program that executes no tile instruction (``/bin/true``):
+  bare, with the preload in LD_PRELOAD (what ``eval "$(pyamx run --env)"``
+  gives every later command), and the whole ``pyamx run -- /bin/true``
+  (which adds the Python interpreter and the pyamx import).
+
+    python benchmarks/bench_run.py [--n 20000] [--repeat 5] [--starts 20]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+sys.path.insert(0, ROOT)
+
+KINDS = ["sttilecfg", "tilezero", "tileloadd", "tdpbf16ps"]
+
+
+def build(tmp: str) -> str:
+    cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
+    if not cc:
+        sys.exit("bench_run: needs a C compiler")
+    exe = os.path.join(tmp, "run_loop")
+    subprocess.run([cc, "-O2", "-o", exe, os.path.join(ROOT, "benchmarks", "programs", "run_loop.c")], check=True)
+    return exe
+
+
+def per_instruction(exe: str, kind: str, n: int, env) -> float:
+    out = subprocess.run([exe, kind, str(n)], env=env, capture_output=True, text=True, check=True).stdout
+    return float(out.split()[2]) / n
+
+
+def start_time(argv, env, starts: int) -> float:
+    times = []
+    for _ in range(starts):
+        t0 = time.perf_counter()
+        subprocess.run(argv, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--n", type=int, default=20000, help="instructions per timed loop")
+    parser.add_argument("--repeat", type=int, default=5, help="loops per kind (the minimum is reported)")
+    parser.add_argument("--starts", type=int, default=20, help="program starts per start-up figure (median)")
+    args = parser.parse_args()
+
+    from pyamx import run
+
+    preload = run.preload_path()
+    bare = {k: v for k, v in os.environ.items() if k not in ("LD_PRELOAD", run.STATS_ENV, run.VERBOSE_ENV)}
+    pre = run.environment(preload, base=bare)
+    with tempfile.TemporaryDirectory() as tmp:
+        exe = build(tmp)
+        floor = min(per_instruction(exe, "ud2", args.n, bare) for _ in range(args.repeat))
+        print(f"bare SIGILL round trip (ud2, own handler, no preload): {floor * 1e6:8.2f} us")
+        for kind in KINDS:
+            cost = min(per_instruction(exe, kind, args.n, pre) for _ in range(args.repeat))
+            print(f"{kind.upper():<10} under the preload:                    {cost * 1e6:8.2f} us"
+                  f"   ({cost / floor:.2f}x the round trip)")
+        true = shutil.which("true") or "/bin/true"
+        t_bare = start_time([true], bare, args.starts)
+        t_pre = start_time([true], pre, args.starts)
+        t_run = start_time([sys.executable, "-m", "pyamx", "run", "--", true], bare, args.starts)
+        t_py = start_time([sys.executable, "-c", "pass"], bare, args.starts)
+        print(f"start-up of {true} (median of {args.starts}): bare {t_bare * 1e3:.1f} ms, with the preload "
+              f"{t_pre * 1e3:.1f} ms (+{(t_pre - t_bare) * 1e3:.1f} ms), pyamx run {t_run * 1e3:.1f} ms "
+              f"(+{(t_run - t_bare) * 1e3:.1f} ms; the interpreter alone starts in {t_py * 1e3:.1f} ms)")
+
+
+if __name__ == "__main__":
+    main()

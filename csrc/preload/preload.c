@@ -1,0 +1,338 @@
+/* The library `pyamx run` preloads (LD_PRELOAD) into a program it did not
+ * build: the trap mode (csrc/trap/) installed before the program's own code
+ * runs, plus the kernel's AMX permission interface emulated (xcomp.c).
+ *
+ * It links no Python: it goes into any dynamically linked x86-64 program.
+ * Built with -fvisibility=hidden, so the trap's functions stay private to
+ * it (a Python program that also loads pyamx._trap keeps two separate
+ * copies); only pthread_create (interposed) and pyamx_preload_* are
+ * exported.
+ *
+ * Environment (set by pyamx run, inherited by children and exec'd programs):
+ *   PYAMX_RUN_STATS    path of a counters file shared by the whole process
+ *                      tree (struct pyamx_run_stats, csrc/trap/trap.h), updated from the
+ *                      handler itself, so _exit, signals and exec lose
+ *                      nothing; pyamx run prints it after the program ends.
+ *   PYAMX_RUN_VERBOSE  1: one line on fd 2 per emulated instruction.
+ * docs/run.md describes the behaviour and the limits.
+ */
+#define _GNU_SOURCE 1
+#include "../trap/internal.h"
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#define EXPORT __attribute__((visibility("default")))
+
+#define run_stats pyamx_run_stats
+_Static_assert(N_OPS <= 16, "pyamx_run_stats holds 16 op counters");
+
+static struct run_stats *g_stats;
+static int g_verbose;
+
+static void add(uint64_t *p, uint64_t v)
+{
+    if (g_stats)
+        __atomic_fetch_add(p, v, __ATOMIC_RELAXED);
+}
+
+static void add32(uint32_t *p)
+{
+    if (g_stats)
+        __atomic_fetch_add(p, 1, __ATOMIC_RELAXED);
+}
+
+static void observe(const struct pyamx_trap_insn *in, uint64_t rip, uint64_t ns)
+{
+    if (g_stats) {
+        add(&g_stats->count[in->op], 1);
+        add(&g_stats->ns[in->op], ns);
+    }
+    if (g_verbose) {
+        struct msg m = {.n = 0};
+        m_str(&m, "pyamx run: [");
+        m_dec(&m, getpid());
+        m_str(&m, "/");
+        m_dec(&m, trap_tid());
+        m_str(&m, "] ");
+        m_str(&m, pyamx_trap_op_name(in->op));
+        if (in->tdst >= 0)
+            m_tile(&m, "", in->tdst);
+        if (in->tsrc1 >= 0)
+            m_tile(&m, ",", in->tsrc1);
+        if (in->tsrc2 >= 0)
+            m_tile(&m, ",", in->tsrc2);
+        if (in->has_mem) {
+            m_str(&m, " mem=");
+            m_hex(&m, in->addr);
+            if (in->stride) {
+                m_str(&m, " stride=");
+                m_dec(&m, in->stride);
+            }
+        }
+        m_str(&m, " at ");
+        m_hex(&m, rip);
+        m_str(&m, " (");
+        m_dec(&m, (int64_t)ns);
+        m_str(&m, " ns)");
+        m.buf[m.n++] = '\n';
+        ssize_t w = write(2, m.buf, m.n);
+        (void)w;
+    }
+}
+
+static void observe_xcomp(long code, uint64_t arg, long result)
+{
+    (void)arg;
+    add32(&g_stats->xcomp_calls);
+    if (code == 0x1023) {
+        add32(&g_stats->requests);
+        if (result == 0)
+            add32(&g_stats->granted);
+    }
+    if (g_verbose) {
+        struct msg m = {.n = 0};
+        m_str(&m, "pyamx run: [");
+        m_dec(&m, getpid());
+        m_str(&m, "] arch_prctl(");
+        m_hex(&m, (uint64_t)code);
+        m_str(&m, ", ");
+        m_hex(&m, arg);
+        m_str(&m, ") emulated -> ");
+        m_dec(&m, result);
+        m.buf[m.n++] = '\n';
+        ssize_t w = write(2, m.buf, m.n);
+        (void)w;
+    }
+}
+
+static void map_stats(void)
+{
+    const char *path = getenv("PYAMX_RUN_STATS");
+    if (!path || !*path)
+        return;
+    int fd = open(path, O_RDWR | O_CLOEXEC);
+    if (fd < 0)
+        return;
+    void *p = mmap(NULL, sizeof(struct run_stats), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    if (p == MAP_FAILED)
+        return;
+    g_stats = p;
+    /* pyamx run creates the file zeroed and sized; the first process marks it
+     * (a file of another layout would not carry this magic afterwards). */
+    uint32_t zero = 0;
+    __atomic_compare_exchange_n(&g_stats->magic, &zero, PYAMX_RUN_STATS_MAGIC, 0, __ATOMIC_ACQ_REL,
+                                __ATOMIC_RELAXED);
+}
+
+static void say_why(const char *what, const char *why)
+{
+    struct msg m = {.n = 0};
+    m_str(&m, "pyamx run: ");
+    m_str(&m, what);
+    m_str(&m, ": ");
+    m_str(&m, why);
+    if (g_stats) {
+        size_t n = m.n < sizeof g_stats->why - 1 ? m.n : sizeof g_stats->why - 1;
+        memcpy(g_stats->why, m.buf, n);
+        g_stats->why[n] = 0;
+    }
+    m.buf[m.n++] = '\n';
+    ssize_t w = write(2, m.buf, m.n);
+    (void)w;
+}
+
+/* Runs before main() (and before the constructors of libraries loaded
+ * after this one), in every process that starts with the variable set. */
+__attribute__((constructor)) static void preload_init(void)
+{
+    const char *v = getenv("PYAMX_RUN_VERBOSE");
+    g_verbose = v && v[0] == '1';
+    map_stats();
+    add32(&g_stats->processes);
+    int32_t rc = pyamx_trap_install();
+    if (rc == PYAMX_TRAP_E_HAS_AMX) {
+        /* Real AMX here: the program's instructions and arch_prctl run on
+         * silicon.  Recorded for pyamx run's report, not printed per process. */
+        if (g_stats && !g_stats->why[0])
+            memcpy(g_stats->why, "silicon", sizeof "silicon");
+        return;
+    }
+    if (rc != PYAMX_TRAP_OK) {
+        say_why("AMX emulation not installed", pyamx_trap_strerror(rc));
+        return;
+    }
+    add32(&g_stats->installed);
+    if (g_stats || g_verbose) {
+        trap_set_observer(observe);
+        xcomp_set_observer(observe_xcomp);
+    }
+    int err = pyamx_trap_xcomp_install();
+    if (err != 0)
+        say_why("arch_prctl(ARCH_REQ_XCOMP_PERM) cannot be emulated", strerror(err));
+    /* Without the guard the program's own sigaction(SIGILL) would displace
+     * the handler; emulation then stops where it does.  Say so only when
+     * the program depends on it (verbose). */
+    if (pyamx_trap_guard_install() != 0 && g_verbose)
+        say_why("SIGILL guard unavailable", pyamx_trap_guard_reason());
+}
+
+/* Threads: each one claims its tile state slot from normal context, which
+ * arms the release at thread exit (state.c), so a program that creates
+ * thousands of threads never fills the table; and starts, as on Linux, with
+ * its creator's TILECFG and tile data in the init state. */
+struct start {
+    void *(*fn)(void *);
+    void *arg;
+    uint8_t cfg[64]; /* the creating thread's TILECFG: Linux copies it to the new thread */
+};
+
+static void *thread_start(void *p)
+{
+    struct start s = *(struct start *)p;
+    free(p);
+    if (pyamx_trap_installed() && pyamx_trap_thread_prepare() == PYAMX_TRAP_OK)
+        state_inherit_config(s.cfg);
+    return s.fn(s.arg);
+}
+
+typedef int (*pthread_create_fn)(pthread_t *, const pthread_attr_t *, void *(*)(void *), void *);
+
+EXPORT int pthread_create(pthread_t *t, const pthread_attr_t *attr, void *(*fn)(void *), void *arg)
+{
+    static pthread_create_fn real;
+    pthread_create_fn r = __atomic_load_n(&real, __ATOMIC_ACQUIRE);
+    if (!r) {
+        r = (pthread_create_fn)dlsym(RTLD_NEXT, "pthread_create");
+        if (!r)
+            return EAGAIN;
+        __atomic_store_n(&real, r, __ATOMIC_RELEASE);
+    }
+    struct start *s = malloc(sizeof *s);
+    if (!s)
+        return r(t, attr, fn, arg);
+    s->fn = fn;
+    s->arg = arg;
+    pyamx_trap_thread_state(s->cfg, NULL);
+    int rc = r(t, attr, thread_start, s);
+    if (rc != 0)
+        free(s);
+    return rc;
+}
+
+/* The program's own SIGILL handlers, through libc: answered on the trap's
+ * virtual disposition (the handler it chains to), as the guard answers raw
+ * rt_sigaction calls; the real disposition stays the trap's.  Needed besides
+ * the guard because the kernel allows one seccomp listener per process tree:
+ * a program started by a preloaded shell or make (fork, then exec) has no
+ * guard of its own.  signal(), bsd_signal() and sysv_signal() go through
+ * glibc-internal aliases, so they are interposed too. */
+typedef int (*sigaction_fn)(int, const struct sigaction *, struct sigaction *);
+
+static sigaction_fn real_sigaction(void)
+{
+    static sigaction_fn real;
+    sigaction_fn r = __atomic_load_n(&real, __ATOMIC_ACQUIRE);
+    if (!r) {
+        r = (sigaction_fn)dlsym(RTLD_NEXT, "sigaction");
+        __atomic_store_n(&real, r, __ATOMIC_RELEASE);
+    }
+    return r;
+}
+
+static int virtual_sigill(const struct sigaction *act, struct sigaction *old)
+{
+    struct ksigaction prev, next;
+    if (act) {
+        memset(&next, 0, sizeof next);
+        next.handler = (act->sa_flags & SA_SIGINFO) ? (uint64_t)(uintptr_t)act->sa_sigaction
+                                                    : (uint64_t)(uintptr_t)act->sa_handler;
+        next.flags = (uint64_t)(unsigned)act->sa_flags;
+        memcpy(&next.mask, &act->sa_mask, sizeof next.mask); /* signals 1..64, the kernel's layout */
+    }
+    trap_lock();
+    chain_get(&prev);
+    if (act)
+        chain_set(&next);
+    trap_unlock();
+    if (old) {
+        memset(old, 0, sizeof *old);
+        if (prev.flags & SA_SIGINFO)
+            old->sa_sigaction = (void (*)(int, siginfo_t *, void *))(uintptr_t)prev.handler;
+        else
+            old->sa_handler = (void (*)(int))(uintptr_t)prev.handler;
+        old->sa_flags = (int)prev.flags;
+        memcpy(&old->sa_mask, &prev.mask, sizeof prev.mask);
+    }
+    return 0;
+}
+
+static int intercepts(int sig) { return sig == SIGILL && pyamx_trap_installed(); }
+
+EXPORT int sigaction(int sig, const struct sigaction *act, struct sigaction *old)
+{
+    if (intercepts(sig))
+        return virtual_sigill(act, old);
+    sigaction_fn r = real_sigaction();
+    if (!r) {
+        errno = ENOSYS;
+        return -1;
+    }
+    return r(sig, act, old);
+}
+
+static sighandler_t set_handler(int sig, sighandler_t h, int flags)
+{
+    struct sigaction sa, old;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = h;
+    sa.sa_flags = flags;
+    sigemptyset(&sa.sa_mask);
+    if (sigaction(sig, &sa, &old) != 0)
+        return SIG_ERR;
+    return old.sa_handler;
+}
+
+typedef sighandler_t (*signal_fn)(int, sighandler_t);
+
+static sighandler_t forward(const char *name, int sig, sighandler_t h)
+{
+    signal_fn r = (signal_fn)dlsym(RTLD_NEXT, name);
+    if (!r) {
+        errno = ENOSYS;
+        return SIG_ERR;
+    }
+    return r(sig, h);
+}
+
+EXPORT sighandler_t signal(int sig, sighandler_t h)
+{
+    return intercepts(sig) ? set_handler(sig, h, SA_RESTART) : forward("signal", sig, h);
+}
+
+EXPORT sighandler_t bsd_signal(int sig, sighandler_t h)
+{
+    return intercepts(sig) ? set_handler(sig, h, SA_RESTART) : forward("bsd_signal", sig, h);
+}
+
+EXPORT sighandler_t sysv_signal(int sig, sighandler_t h)
+{
+    return intercepts(sig) ? set_handler(sig, h, SA_RESETHAND | SA_NODEFER) : forward("sysv_signal", sig, h);
+}
+
+EXPORT sighandler_t __sysv_signal(int sig, sighandler_t h)
+{
+    return intercepts(sig) ? set_handler(sig, h, SA_RESETHAND | SA_NODEFER) : forward("__sysv_signal", sig, h);
+}
+
+/* For test programs (through dlsym): how many tile state slots are held. */
+EXPORT int pyamx_preload_slots_in_use(void) { return pyamx_trap_slots_in_use(); }
+EXPORT int pyamx_preload_active(void) { return pyamx_trap_active(); }

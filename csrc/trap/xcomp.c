@@ -1,0 +1,236 @@
+/* The kernel's AMX permission interface, emulated: arch_prctl with
+ * ARCH_GET_XCOMP_SUPP, ARCH_GET_XCOMP_PERM and ARCH_REQ_XCOMP_PERM answered
+ * as a kernel on an AMX CPU answers them, for code this module did not
+ * compile (a preloaded program, another extension module).
+ *
+ * A seccomp filter (all threads) traps exactly those three calls
+ * (SECCOMP_RET_TRAP), however they are made -- libc's syscall(), libc's
+ * arch_prctl(), a raw syscall instruction -- and a SIGSYS handler writes
+ * the answer into rax.  The granted permission is the trap's own
+ * (pyamx_trap_grant_permission), so a tile instruction before the request
+ * still dies with SIGILL, as on silicon.  Every other system call, and
+ * arch_prctl with any other code, runs untouched.
+ *
+ * A trap action rather than the guard's listener because the answer must
+ * also reach forked children (the listener's supervisor stays in the
+ * parent), and a SIGSYS handler is inherited by fork.  The cost: filters
+ * survive exec, so a program exec'd WITHOUT this module (LD_PRELOAD
+ * removed) that asks for AMX permission dies of SIGSYS -- docs/run.md.
+ */
+#define _GNU_SOURCE 1
+#include "internal.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stddef.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/uio.h>
+#include <ucontext.h>
+
+#if defined(__has_include)
+#if __has_include(<linux/seccomp.h>) && __has_include(<linux/filter.h>) && __has_include(<linux/audit.h>)
+#include <linux/audit.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#endif
+#endif
+
+#define XCOMP_GET_SUPP 0x1021
+#define XCOMP_GET_PERM 0x1022
+#define XCOMP_REQ_PERM 0x1023
+#define XTILECFG 17
+#define XTILEDATA 18
+#define XTILE_MASK ((1ull << XTILECFG) | (1ull << XTILEDATA))
+
+static uint64_t g_supp;      /* what this kernel supports, without AMX */
+static uint64_t g_perm_base; /* what this process may use, without AMX */
+static uint64_t g_calls;
+static int32_t g_requests;
+static int g_result = -1;
+static struct ksigaction g_prev_sigsys;
+static xcomp_observer_fn g_xobserver;
+
+void xcomp_set_observer(xcomp_observer_fn fn) { __atomic_store_n(&g_xobserver, fn, __ATOMIC_RELEASE); }
+
+uint64_t pyamx_trap_xcomp_calls(void) { return __atomic_load_n(&g_calls, __ATOMIC_RELAXED); }
+int32_t pyamx_trap_xcomp_requests(void) { return __atomic_load_n(&g_requests, __ATOMIC_RELAXED); }
+
+/* A bad pointer becomes EFAULT for the caller, as from the kernel, instead
+ * of a SIGSEGV inside this handler. */
+static long put_u64(uint64_t addr, uint64_t value)
+{
+    struct iovec local = {&value, sizeof value};
+    struct iovec remote = {(void *)(uintptr_t)addr, sizeof value};
+    if (process_vm_writev(getpid(), &local, 1, &remote, 1, 0) == (ssize_t)sizeof value)
+        return 0;
+    if (errno == EFAULT)
+        return -EFAULT;
+    if (addr == 0)
+        return -EFAULT;
+    memcpy((void *)(uintptr_t)addr, &value, sizeof value); /* process_vm_* forbidden here */
+    return 0;
+}
+
+/* Set while install asks the real kernel: a SIGSYS then means the filter
+ * is already there, inherited across exec from a process that installed
+ * it (pyamx run's preload in the parent program). */
+static volatile int g_probing, g_inherited;
+
+static long answer(long code, uint64_t arg)
+{
+    if (g_probing) {
+        g_inherited = 1;
+        return -ENOSYS;
+    }
+    uint64_t granted = pyamx_trap_permission_granted() ? XTILE_MASK : 0;
+    switch (code) {
+    case XCOMP_GET_SUPP:
+        return put_u64(arg, g_supp | XTILE_MASK);
+    case XCOMP_GET_PERM:
+        return put_u64(arg, g_perm_base | granted);
+    default: /* XCOMP_REQ_PERM */
+        __atomic_fetch_add(&g_requests, 1, __ATOMIC_RELAXED);
+        /* AMX is one facility: asking for either component grants both,
+         * as the kernel's facility mask does. */
+        if (arg == XTILEDATA || arg == XTILECFG)
+            return pyamx_trap_grant_permission() == 0 ? 0 : -EINVAL;
+        if (arg < 64 && (g_perm_base & (1ull << arg)))
+            return 0; /* an always-enabled component: nothing to request */
+        return arg < 64 ? -EOPNOTSUPP : -EINVAL;
+    }
+}
+
+static void pass_on_sigsys(int sig, siginfo_t *si, void *ctx)
+{
+    struct ksigaction prev = g_prev_sigsys;
+    if (prev.handler != (uint64_t)(uintptr_t)SIG_DFL && prev.handler != (uint64_t)(uintptr_t)SIG_IGN) {
+        if (prev.flags & SA_SIGINFO)
+            ((void (*)(int, siginfo_t *, void *))(uintptr_t)prev.handler)(sig, si, ctx);
+        else
+            ((void (*)(int))(uintptr_t)prev.handler)(sig);
+        return;
+    }
+    struct ksigaction dfl = {(uint64_t)(uintptr_t)SIG_DFL, 0, 0, 0};
+    trap_raw_sigaction(SIGSYS, &dfl, NULL);
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGSYS);
+    pthread_sigmask(SIG_UNBLOCK, &set, NULL);
+    syscall(SYS_tgkill, getpid(), trap_tid(), SIGSYS);
+}
+
+static void sigsys_handler(int sig, siginfo_t *si, void *vctx)
+{
+    int saved_errno = errno;
+    ucontext_t *uc = vctx;
+    greg_t *g = uc->uc_mcontext.gregs;
+    /* si_code 1 is SYS_SECCOMP; anything else (another filter's trap
+     * for another call, a SIGSYS sent with kill) is not ours. */
+    if (si == NULL || si->si_code != 1 || si->si_syscall != SYS_arch_prctl) {
+        pass_on_sigsys(sig, si, vctx);
+    } else {
+        long code = (long)(int)g[REG_RDI];
+        long r = answer(code, (uint64_t)g[REG_RSI]);
+        g[REG_RAX] = (greg_t)r;
+        __atomic_fetch_add(&g_calls, 1, __ATOMIC_RELAXED);
+        xcomp_observer_fn obs = __atomic_load_n(&g_xobserver, __ATOMIC_ACQUIRE);
+        if (obs && !g_probing) /* install's own probe is not the program's call */
+            obs(code, (uint64_t)g[REG_RSI], r);
+    }
+    errno = saved_errno;
+}
+
+static uint64_t xgetbv0(void)
+{
+    uint32_t lo, hi;
+    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    return ((uint64_t)hi << 32) | lo;
+}
+
+/* The real kernel's answers, asked once before this process's filter
+ * exists; a kernel older than 5.16 has no such codes, and an inherited
+ * filter hides them: then XCR0 says what the kernel enabled.  Runs with
+ * the SIGSYS handler installed, in probing mode. */
+static void read_real_answers(void)
+{
+    uint64_t v = 0;
+    g_probing = 1;
+    long r = syscall(SYS_arch_prctl, XCOMP_GET_SUPP, &v);
+    g_probing = 0;
+    if (r == 0 && !g_inherited)
+        g_supp = v & ~XTILE_MASK;
+    else
+        g_supp = xgetbv0() & ~XTILE_MASK;
+    if (!g_inherited && syscall(SYS_arch_prctl, XCOMP_GET_PERM, &v) == 0)
+        g_perm_base = v & ~XTILE_MASK;
+    else
+        g_perm_base = g_supp;
+}
+
+#if defined(SECCOMP_SET_MODE_FILTER) && defined(SECCOMP_RET_TRAP) && defined(SYS_seccomp)
+
+#define LD_ABS(field) BPF_STMT(BPF_LD | BPF_W | BPF_ABS, (field))
+#define JEQ(k, t, f) BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, (k), (t), (f))
+
+static long attach_filter(void)
+{
+    struct sock_filter code[] = {
+        LD_ABS(offsetof(struct seccomp_data, arch)),
+        JEQ(AUDIT_ARCH_X86_64, 0, 6),
+        LD_ABS(offsetof(struct seccomp_data, nr)),
+        JEQ(SYS_arch_prctl, 0, 4),
+        LD_ABS(offsetof(struct seccomp_data, args[0])), /* int code: low half */
+        JEQ(XCOMP_GET_SUPP, 3, 0),
+        JEQ(XCOMP_GET_PERM, 2, 0),
+        JEQ(XCOMP_REQ_PERM, 1, 0),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_TRAP),
+    };
+    struct sock_fprog prog = {(unsigned short)(sizeof code / sizeof code[0]), code};
+    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0)
+        return -1;
+    return syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_TSYNC, &prog);
+}
+
+int pyamx_trap_xcomp_install(void)
+{
+    static pthread_mutex_t once = PTHREAD_MUTEX_INITIALIZER;
+    if (!pyamx_trap_installed())
+        return EINVAL;
+    pthread_mutex_lock(&once);
+    if (g_result < 0) {
+        struct ksigaction act = {(uint64_t)(uintptr_t)sigsys_handler,
+                                 SA_SIGINFO | SA_ONSTACK | SA_RESTART | 0x04000000 /* SA_RESTORER */,
+                                 trap_restorer(), 0};
+        if (trap_raw_sigaction(SIGSYS, &act, &g_prev_sigsys) != 0) {
+            g_result = EPERM;
+        } else {
+            read_real_answers();
+            long r = g_inherited ? 0 : attach_filter();
+            /* TSYNC returns a thread id (> 0) when another thread's filters differ. */
+            g_result = r == 0 ? 0 : r > 0 ? ESRCH : errno;
+            if (g_result != 0)
+                trap_raw_sigaction(SIGSYS, &g_prev_sigsys, NULL);
+        }
+    }
+    int r = g_result;
+    pthread_mutex_unlock(&once);
+    return r;
+}
+
+#else
+
+int pyamx_trap_xcomp_install(void) { return ENOSYS; }
+
+#endif
+
+/* Whether this process's SIGSYS disposition is still this module's
+ * handler (a program may install its own, which breaks the emulation). */
+int32_t pyamx_trap_xcomp_active(void)
+{
+    struct ksigaction cur;
+    if (g_result != 0 || trap_raw_sigaction(SIGSYS, NULL, &cur) != 0)
+        return 0;
+    return cur.handler == (uint64_t)(uintptr_t)sigsys_handler;
+}
