@@ -9,14 +9,10 @@ reports every detection stage.
 
 from __future__ import annotations
 
-from . import _ops, bf16, emulator, errors, isa
-from ._backend import default_backend as backend
-from ._backend import default_reason as backend_reason
-from ._ops import tile_machine
-from ._result import AMXResult
+import importlib
+
+from . import errors, isa
 from ._version import __version__
-from .matmul import matmul
-from .emulator import Numerics, TileMachine
 from .errors import (
     AMXError,
     AMXFault,
@@ -29,12 +25,39 @@ from .errors import (
     ReentrantUseError,
     WrongThreadError,
 )
-from .tilecfg import TileConfig
+
+# Everything that needs numpy is bound on first use (PEP 562), so commands that need none of it
+# (`pyamx run`, `pyamx --version`) start in milliseconds: name -> (module, attribute or None).
+_LAZY = {
+    "bf16": ("bf16", None),
+    "emulator": ("emulator", None),
+    "backend": ("_backend", "default_backend"),
+    "backend_reason": ("_backend", "default_reason"),
+    "tile_machine": ("_ops", "tile_machine"),
+    "AMXResult": ("_result", "AMXResult"),
+    "matmul": ("_matmul", "matmul"),
+    "Numerics": ("emulator", "Numerics"),
+    "TileMachine": ("emulator", "TileMachine"),
+    "TileConfig": ("tilecfg", "TileConfig"),
+    # The one-instruction functions, one per dot product of pyamx.isa: tdpbf16ps, tdpfp16ps,
+    # tdpbssd, tdpbsud, tdpbusd, tdpbuud.
+    **{name: ("_ops", name) for name in isa.DOT_NAMES},
+}
 
 
-# The one-instruction functions, one per dot product of pyamx.isa: tdpbf16ps, tdpfp16ps,
-# tdpbssd, tdpbsud, tdpbusd, tdpbuud.
-globals().update({name: getattr(_ops, name) for name in isa.DOT_NAMES})
+def __getattr__(name: str):
+    try:
+        module, attribute = _LAZY[name]
+    except KeyError:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+    loaded = importlib.import_module(f".{module}", __name__)
+    value = loaded if attribute is None else getattr(loaded, attribute)
+    globals()[name] = value  # later lookups are plain attribute reads
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY))
 
 
 def cpu_features() -> dict:

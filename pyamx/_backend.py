@@ -25,14 +25,24 @@ numerics rule lives here and nowhere else:
 from __future__ import annotations
 
 from . import _env
-from .emulator.numerics import PRESETS
-from .emulator.numerics import resolve as resolve_numerics
 from .errors import BackendError, EnvironmentVariableError, NativeUnavailableError
 
 ENV_VAR = "PYAMX_BACKEND"
 CHOICES = ("auto", "native", "emulator")
 
-_DEFAULT_NUMERICS = PRESETS["sdm"]
+
+
+def resolve_numerics(numerics):
+    # Imported on use: the CLI builds its parser from this module without loading numpy.
+    from .emulator.numerics import resolve
+
+    return resolve(numerics)
+
+
+def _default_numerics():
+    from .emulator.numerics import PRESETS
+
+    return PRESETS["sdm"]
 
 
 def parse_choice(value, source: str) -> str:
@@ -76,7 +86,7 @@ def __getattr__(name):
 
 def native_runs(numerics) -> bool:
     """Whether the native backend computes ``numerics`` (None: whatever the backend computes)."""
-    return numerics is None or resolve_numerics(numerics) == _DEFAULT_NUMERICS
+    return numerics is None or resolve_numerics(numerics) == _default_numerics()
 
 
 def native_numerics_error(numerics) -> ValueError:
@@ -124,7 +134,7 @@ class Backend(str):
         """The :class:`Numerics` this backend runs for the request (None: its default); ValueError if it cannot."""
         if not self.runs(numerics):
             raise native_numerics_error(numerics)
-        return _DEFAULT_NUMERICS if numerics is None else resolve_numerics(numerics)
+        return _default_numerics() if numerics is None else resolve_numerics(numerics)
 
     def __repr__(self) -> str:
         return f"Backend({self.label!r})"

@@ -36,18 +36,23 @@ def subcommand(name: str, help: str, add_arguments=None):
     return register
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The parser with every registered subcommand."""
+def build_parser(command: Optional[str] = None) -> argparse.ArgumentParser:
+    """The parser with every registered subcommand.
+
+    ``command``: when known, only that subcommand's arguments are built. Some
+    (``--numerics`` choices, ``--backend``) import the emulator and so numpy;
+    ``pyamx run`` must start without paying for that.
+    """
     from ._version import __version__
 
     parser = argparse.ArgumentParser(prog="pyamx", description="Intel AMX tile instructions from Python.")
     parser.add_argument("--version", action="version", version=f"pyamx {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
-    for name, command in COMMANDS.items():
-        p = sub.add_parser(name, help=command.help, description=command.help)
-        if command.add_arguments:
-            command.add_arguments(p)
+    for name, spec in COMMANDS.items():
+        p = sub.add_parser(name, help=spec.help, description=spec.help)
+        if spec.add_arguments and command in (None, name):
+            spec.add_arguments(p)
     return parser
 
 
@@ -62,7 +67,9 @@ def main(argv=None) -> int:
     from ._env import EnvVarError
     from .errors import AMXError
 
-    args = build_parser().parse_args(argv)
+    words = sys.argv[1:] if argv is None else list(argv)
+    first = next((word for word in words if not word.startswith("-")), None)
+    args = build_parser(first if first in COMMANDS else None).parse_args(argv)
     try:
         status = COMMANDS[args.command].run(args)
         sys.stdout.flush()  # a closed pipe shows here, while it can still be handled

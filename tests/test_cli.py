@@ -135,3 +135,23 @@ def test_info_names_a_bad_engine_variable_instead_of_failing():
     result = _pyamx("info", PYAMX_ENGINE="bogus")
     assert result.returncode == 0
     assert "emulator engine: none (" in result.stdout and "PYAMX_ENGINE" in result.stdout
+
+
+def test_pyamx_run_and_version_never_import_numpy():
+    # `pyamx run` wraps other programs: its start-up (target < 50 ms) must not pay for numpy.
+    code = (
+        "import sys\n"
+        "from pyamx import cli\n"
+        "status = cli.main(['run', '--env'])\n"
+        "loaded = sorted(m for m in sys.modules if m == 'numpy' or m.startswith('numpy.'))\n"
+        "assert not loaded, loaded[:5]\n"
+        "sys.exit(status)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          cwd=PYAMX_HOME, env=child_env(drop=("PYAMX_BACKEND",)))
+    # 2: a build without the preload library says so in one line; numpy must stay out either way.
+    assert proc.returncode in (0, 2) and "Traceback" not in proc.stderr, proc.stderr
+    proc = subprocess.run([sys.executable, "-c", "import sys, pyamx; pyamx.__version__, pyamx.isa.DOTS; "
+                           "assert 'numpy' not in sys.modules"], capture_output=True, text=True, timeout=120,
+                          cwd=PYAMX_HOME, env=child_env(drop=("PYAMX_BACKEND",)))
+    assert proc.returncode == 0, proc.stderr

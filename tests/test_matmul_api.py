@@ -234,7 +234,7 @@ def test_memory_is_linear_in_the_operands(data):
 
 def test_plan_packs_b_in_the_instruction_layout():
     b = np.arange(15, dtype=np.uint16).reshape(5, 3)  # K = 5: padded to 3 dwords
-    p = sys.modules["pyamx.matmul"].plan(  # pyamx.matmul, the attribute, is the function
+    p = sys.modules["pyamx._matmul"].plan(  # pyamx.matmul, the attribute, is the function
 np.zeros((2, 5), np.uint16), b)
     assert p.k_dwords == 3 and p.a.shape == (2, 6) and p.b_vnni.shape == (3, 6)
     assert np.array_equal(p.b_vnni, bf16.pack_pairs(b, pad=True))
