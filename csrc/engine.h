@@ -3,7 +3,7 @@
  *
  * build.py feeds this file to cffi's cdef() after pyamx.h (preprocessor
  * lines stripped), so it holds plain declarations only. Op ids are the
- * PYAMX_OP_TDP* values of enum pyamx_op in pyamx.h.
+ * PYAMX_OP_TDP* values of enum pyamx_op in pyamx_ops.h.
  *
  * The schedule (docs: pyamx.matmul): for every output element, K is
  * consumed in blocks of 16 dwords in increasing order; per block the even

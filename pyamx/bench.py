@@ -17,7 +17,9 @@ import time
 
 import numpy as np
 
-FAMILIES = ("bf16", "fp16", "int8")
+from . import isa
+
+FAMILIES = isa.FAMILIES
 DEFAULT_SIZES = (256, 512, 1024)
 DEFAULT_BUDGET_S = 30.0
 #: AMX TMUL throughput per core per cycle (one 16x16x32 bf16/fp16 or 16x16x64 int8 product per 16 cycles)

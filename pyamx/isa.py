@@ -7,8 +7,9 @@ kernel, trap case and tests. Adding an instruction is one row here plus its
 arithmetic in the emulator, the kernels and the trap.
 
 The C op id of a row is not written here: it is ``lib.PYAMX_OP_<MNEMONIC>``
-of the compiled module (csrc/pyamx.h, ``enum pyamx_op``), looked up on first
-use, and None on an install without the extension.
+of the compiled module (``enum pyamx_op`` in csrc/pyamx_ops.h, which both
+modules' headers include), looked up on first use, and None on an install
+without the extension.
 """
 
 from __future__ import annotations
