@@ -218,9 +218,22 @@ def _names_an_engine(engine) -> bool:
     """True when the call named a concrete emulator engine (validated: a bad name raises here)."""
     if engine is None:
         return False
-    from .engine import parse_name
+    parse = _engine_parser()
+    return parse(engine, "engine") != "auto"
 
-    return parse_name(engine, "engine") != "auto"
+
+def _engine_parser():
+    # Imported on first use (pyamx.engine needs numpy; the CLI builds its parser from this module)
+    # and kept: this runs on every one-instruction call that names an engine.
+    global _parse_engine_name
+    if _parse_engine_name is None:
+        from .engine import parse_name
+
+        _parse_engine_name = parse_name
+    return _parse_engine_name
+
+
+_parse_engine_name = None
 
 
 def resolve(backend, family: str = "bf16", numerics=None, engine=None) -> Backend:
