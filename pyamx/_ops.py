@@ -71,15 +71,10 @@ def _function(insn: isa.Instruction):
 
         return label(native.run(name, ops.c, ops.a, ops.b).view(c_view), "native", chosen.mode)
 
-    fn.__name__ = fn.__qualname__ = name
-    fn.__module__ = __name__
-    fn.__doc__ = _doc(insn)
     return fn
 
 
-for _insn in isa.DOTS:
-    globals()[_insn.name] = _function(_insn)
-del _insn
+isa.export_functions(globals(), _function, _doc)
 
 
 def tile_machine(*, backend=None, numerics="sdm", engine=None):

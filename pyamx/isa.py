@@ -191,3 +191,36 @@ def c_constant(name: str):
     """
     lib = _lib()
     return None if lib is None else getattr(lib, name)
+
+
+# -- generating the per-instruction API from the table -------------------------------------------
+
+
+def export_functions(namespace: dict, make, doc) -> None:
+    """Put one function per dot product into a module's ``namespace``: ``make(insn)`` builds it,
+    ``doc(insn)`` gives its docstring; name and module are set as if it were written out."""
+    for insn in DOTS:
+        fn = make(insn)
+        fn.__name__ = fn.__qualname__ = insn.name
+        fn.__module__ = namespace["__name__"]
+        fn.__doc__ = doc(insn)
+        namespace[insn.name] = fn
+
+
+def add_dot_methods(machine: type, doc) -> None:
+    """One method per dot product on a tile machine class, each ``self._dot(name, dst, src1, src2)``;
+    ``doc(insn)`` gives its docstring."""
+    for insn in DOTS:
+        method = _dot_method(insn.name)
+        method.__name__ = insn.name
+        method.__qualname__ = f"{machine.__name__}.{insn.name}"
+        method.__module__ = machine.__module__
+        method.__doc__ = doc(insn)
+        setattr(machine, insn.name, method)
+
+
+def _dot_method(name: str):
+    def method(self, dst: int, src1: int, src2: int) -> None:
+        self._dot(name, dst, src1, src2)
+
+    return method

@@ -232,14 +232,10 @@ def _oneshot_function(insn: isa.Instruction):
         def fn(c: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
             return _oneshot(name, c, a, b)
 
-    fn.__name__ = fn.__qualname__ = name
-    fn.__module__ = __name__
-    fn.__doc__ = _oneshot_doc(insn)
     return fn
 
 
-for _insn in isa.DOTS:
-    globals()[_insn.name] = _oneshot_function(_insn)
+isa.export_functions(globals(), _oneshot_function, _oneshot_doc)
 
 
 # -- the tile machine -----------------------------------------------------------
@@ -547,19 +543,4 @@ class NativeMachine:
         self._call(name.upper(), self._tdp, name, dst, src1, src2)
 
 
-def _dot_method(insn: isa.Instruction):
-    name = insn.name
-
-    def method(self, dst: int, src1: int, src2: int) -> None:
-        self._dot(name, dst, src1, src2)
-
-    method.__name__ = name
-    method.__qualname__ = f"NativeMachine.{name}"
-    method.__module__ = __name__
-    method.__doc__ = f"{insn.mnemonic}: {insn.summary}, on silicon."
-    return method
-
-
-for _insn in isa.DOTS:
-    setattr(NativeMachine, _insn.name, _dot_method(_insn))
-del _insn
+isa.add_dot_methods(NativeMachine, lambda insn: f"{insn.mnemonic}: {insn.summary}, on silicon.")

@@ -88,12 +88,7 @@ def _function(insn: isa.Instruction):
             ops = check(name, c, a, b)
             eng = _engine.resolve(engine)
             return label(eng.dot(name, ops.c, ops.a, ops.b, ops.k), "emulator", engine=eng.name)
-    fn.__name__ = fn.__qualname__ = name
-    fn.__module__ = __name__
-    fn.__doc__ = _doc(insn)
     return fn
 
 
-for _insn in isa.DOTS:
-    globals()[_insn.name] = _function(_insn)
-del _insn
+isa.export_functions(globals(), _function, _doc)

@@ -145,20 +145,9 @@ class TileMachine:
 _DOTS = {insn.name: insn for insn in isa.DOTS}
 
 
-def _dot_method(insn):
-    name = insn.name
-
-    def method(self, dst: int, src1: int, src2: int) -> None:
-        self._dot(name, dst, src1, src2)
-
-    method.__name__ = name
-    method.__qualname__ = f"TileMachine.{name}"
-    method.__module__ = __name__
+def _method_doc(insn) -> str:
     suffix = " (see Numerics)" if insn.family == "bf16" else " (AMX-FP16)" if insn.family == "fp16" else ""
-    method.__doc__ = f"{insn.mnemonic}: {insn.summary}{suffix}."
-    return method
+    return f"{insn.mnemonic}: {insn.summary}{suffix}."
 
 
-for _insn in isa.DOTS:
-    setattr(TileMachine, _insn.name, _dot_method(_insn))
-del _insn
+isa.add_dot_methods(TileMachine, _method_doc)
