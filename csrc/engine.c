@@ -98,71 +98,77 @@ static void note_exponent(struct erange *r, uint32_t w)
         r->hi = e;
 }
 
-/* One row of operand values widened to words: fp32 bits (bf16 with DAZ,
- * fp16 exact) or int16 pairs of bytes. Returns 1 when a float row holds a
- * NaN; widens *er to the exponent range of its finite non-zero values when
- * er is not NULL. Tight loops the compiler can vectorise: packing must stay
- * a small fraction of the multiply. */
-static int widen_row(int op, int is_signed, const uint8_t *src, int64_t count, uint32_t *dst, struct erange *er)
+/* bf16/fp16 values widened to fp32 words: bf16 with DAZ, fp16 exactly (NaN
+ * payloads kept, signalling ones unquieted). The reference every variant's
+ * widen16 must match; returns 1 when one of the values is a NaN. */
+int eng_widen16(int op, const uint16_t *src, int64_t count, uint32_t *dst)
 {
+    uint32_t nan = 0;
     if (op == PYAMX_OP_TDPBF16PS) {
-        uint16_t h;
-        uint32_t nan = 0;
         for (int64_t i = 0; i < count; i++) {
-            memcpy(&h, src + 2 * i, 2);
-            uint32_t w = (uint32_t)h << 16;
+            uint32_t w = (uint32_t)src[i] << 16;
             w = (w & 0x7F800000u) ? w : (w & 0x80000000u);
             nan |= (w & 0x7FFFFFFFu) > 0x7F800000u;
             dst[i] = w;
         }
-        if (er)
-            for (int64_t i = 0; i < count; i++)
-                note_exponent(er, dst[i]);
-        return (int)nan;
-    }
-    if (op == PYAMX_OP_TDPFP16PS) {
-        uint16_t h;
-        uint32_t nan = 0;
+    } else {
         for (int64_t i = 0; i < count; i++) {
-            memcpy(&h, src + 2 * i, 2);
-            uint32_t w = widen_fp16(h);
+            uint32_t w = widen_fp16(src[i]);
             nan |= (w & 0x7FFFFFFFu) > 0x7F800000u;
             dst[i] = w;
         }
-        if (er)
-            for (int64_t i = 0; i < count; i++)
-                note_exponent(er, dst[i]);
-        return (int)nan;
     }
-    /* count words of two bytes each */
+    return (int)nan;
+}
+
+/* int8: count words, each the int16 pair of bytes src[2i], src[2i+1] (sign- or zero-extended). */
+static void widen_bytes(int is_signed, const uint8_t *src, int64_t count, uint32_t *dst)
+{
     if (is_signed)
         for (int64_t i = 0; i < count; i++)
             dst[i] = (uint32_t)(uint16_t)(int16_t)(int8_t)src[2 * i] | ((uint32_t)(uint16_t)(int16_t)(int8_t)src[2 * i + 1] << 16);
     else
         for (int64_t i = 0; i < count; i++)
             dst[i] = (uint32_t)src[2 * i] | ((uint32_t)src[2 * i + 1] << 16);
-    return 0;
 }
 
 struct job {
     const struct eng_variant *v;
     int op, is_float, in_range;
-    int64_t m, n, kd, mp, nq;
+    int b_rowmajor;  /* b is K rows of N values, not kd rows of N interleaved dwords */
+    int64_t m, n, kd, k, mp, nq; /* k: values per row of A (lanes * kd, or fewer: padded) */
     const uint32_t *ap, *bp;
     const uint8_t *row_nan, *col_nan;
-    const uint32_t *c_in;
+    const uint32_t *c_in; /* NULL: C starts as +0 (int: 0) */
     int64_t ldc_in;
     uint32_t *c_out;
     int64_t ldc_out;
     int split_cols, parts, any_nan;
 };
 
-/* A row by row: each row's 2*kd words go to every (2*mr)-th pair of its panel. */
+static int widen_floats(const struct job *j, const uint16_t *src, int64_t count, uint32_t *dst)
+{
+    return j->v->widen16 ? j->v->widen16(j->op, src, count, dst) : eng_widen16(j->op, src, count, dst);
+}
+
+static void note_range(struct erange *er, const uint32_t *w, int64_t count)
+{
+    if (er)
+        for (int64_t i = 0; i < count; i++)
+            note_exponent(er, w[i]);
+}
+
+/* A row by row: each row's 2*kd words go to every (2*mr)-th pair of its
+ * panel. Values past k pad the last dword: -0 for floats (a -0 * +0 product
+ * leaves every lane's bits unchanged, -0 lanes included), 0 for int8.
+ * tmp: 2*kd words plus 4*kd bytes. */
 static int pack_a(const struct job *j, uint32_t *ap, const uint8_t *a, int64_t lda, uint8_t *row_nan, uint32_t *tmp,
                   struct erange *er)
 {
     int mr = j->v->mr, any = 0;
     int a_signed = j->op == PYAMX_OP_TDPBSSD || j->op == PYAMX_OP_TDPBSUD;
+    int64_t words = 2 * j->kd;
+    uint8_t *bytes = (uint8_t *)(tmp + words);
     for (int64_t p = 0; p < j->mp; p++) {
         uint32_t *dst = ap + p * j->kd * 2 * mr;
         for (int r = 0; r < mr; r++) {
@@ -172,10 +178,22 @@ static int pack_a(const struct job *j, uint32_t *ap, const uint8_t *a, int64_t l
                     dst[k * 2 * mr + 2 * r] = dst[k * 2 * mr + 2 * r + 1] = 0;
                 continue;
             }
-            int nan = widen_row(j->op, a_signed, a + row * lda, 2 * j->kd, tmp, er);
-            if (row_nan)
-                row_nan[row] = (uint8_t)nan;
-            any |= nan;
+            const uint8_t *src = a + row * lda;
+            if (j->is_float) {
+                int nan = widen_floats(j, (const uint16_t *)src, j->k, tmp);
+                for (int64_t i = j->k; i < words; i++)
+                    tmp[i] = 0x80000000u;
+                note_range(er, tmp, j->k);
+                if (row_nan)
+                    row_nan[row] = (uint8_t)nan;
+                any |= nan;
+            } else if (j->k == 4 * j->kd) {
+                widen_bytes(a_signed, src, words, tmp);
+            } else {
+                memcpy(bytes, src, (size_t)j->k);
+                memset(bytes + j->k, 0, (size_t)(4 * j->kd - j->k));
+                widen_bytes(a_signed, bytes, words, tmp);
+            }
             for (int64_t k = 0; k < j->kd; k++)
                 memcpy(dst + k * 2 * mr + 2 * r, tmp + 2 * k, 8);
         }
@@ -183,16 +201,28 @@ static int pack_a(const struct job *j, uint32_t *ap, const uint8_t *a, int64_t l
     return any;
 }
 
-/* B row by row (one k at a time): even words to [0, nr), odd words to [nr, 2nr) of each panel. */
-static int pack_b(const struct job *j, uint32_t *bp, const uint8_t *b, int64_t ldb, uint8_t *col_nan, uint32_t *tmp,
-                  struct erange *er)
+/* Marks the columns [col, col + count) whose words hold a NaN. */
+static void mark_nan_cols(uint8_t *col_nan, int64_t col, const uint32_t *w, int64_t count)
+{
+    for (int64_t c = 0; c < count; c++)
+        col_nan[col + c] |= (uint8_t)eng_isnan(w[c]);
+}
+
+/* B in the instructions' layout, one dword row k at a time (tmp: 2*n
+ * words): even words to [0, nr), odd words to [nr, 2nr) of each panel. */
+static int pack_b_vnni(const struct job *j, uint32_t *bp, const uint8_t *b, int64_t ldb, uint8_t *col_nan, uint32_t *tmp,
+                       struct erange *er)
 {
     int nr = j->v->nr, any = 0;
     int b_signed = j->op == PYAMX_OP_TDPBSSD || j->op == PYAMX_OP_TDPBUSD;
-    if (col_nan)
-        memset(col_nan, 0, (size_t)j->n);
     for (int64_t k = 0; k < j->kd; k++) {
-        int nan = widen_row(j->op, b_signed, b + k * ldb, 2 * j->n, tmp, er);
+        int nan = 0;
+        if (j->is_float) {
+            nan = widen_floats(j, (const uint16_t *)(b + k * ldb), 2 * j->n, tmp);
+            note_range(er, tmp, 2 * j->n);
+        } else {
+            widen_bytes(b_signed, b + k * ldb, 2 * j->n, tmp);
+        }
         any |= nan;
         if (nan)
             for (int64_t c = 0; c < j->n; c++)
@@ -212,6 +242,49 @@ static int pack_b(const struct job *j, uint32_t *bp, const uint8_t *b, int64_t l
     return any;
 }
 
+/* B row-major (k rows of n values): the words [h][c] of dword k come from
+ * rows lanes*k + 2h (and + 2h + 1 for int8) at the panel's columns, so
+ * float rows are widened straight into the panel. Rows past k pad with +0
+ * (0 for int8). No transposition anywhere, and no interleaved copy of B. */
+static int pack_b_rows(const struct job *j, uint32_t *bp, const uint8_t *b, int64_t ldb, uint8_t *col_nan,
+                       struct erange *er)
+{
+    int nr = j->v->nr, any = 0;
+    int b_signed = j->op == PYAMX_OP_TDPBSSD || j->op == PYAMX_OP_TDPBUSD;
+    for (int64_t k = 0; k < j->kd; k++) {
+        for (int h = 0; h < 2; h++) {
+            for (int64_t q = 0; q < j->nq; q++) {
+                uint32_t *d = bp + (q * j->kd + k) * 2 * nr + h * nr;
+                int64_t col = q * nr, cols = j->n - col < nr ? j->n - col : nr;
+                if (j->is_float) {
+                    int64_t row = 2 * k + h;
+                    if (row < j->k) {
+                        int nan = widen_floats(j, (const uint16_t *)(b + row * ldb) + col, cols, d);
+                        note_range(er, d, cols);
+                        if (nan)
+                            mark_nan_cols(col_nan, col, d, cols);
+                        any |= nan;
+                    } else {
+                        memset(d, 0, (size_t)cols * 4);
+                    }
+                } else {
+                    int64_t row = 4 * k + 2 * h;
+                    const uint8_t *r0 = row < j->k ? b + row * ldb + col : 0;
+                    const uint8_t *r1 = row + 1 < j->k ? b + (row + 1) * ldb + col : 0;
+                    for (int64_t c = 0; c < cols; c++) {
+                        uint32_t lo = r0 ? (b_signed ? (uint16_t)(int16_t)(int8_t)r0[c] : r0[c]) : 0;
+                        uint32_t hi = r1 ? (b_signed ? (uint16_t)(int16_t)(int8_t)r1[c] : r1[c]) : 0;
+                        d[c] = lo | hi << 16;
+                    }
+                }
+                for (int64_t c = cols; c < nr; c++)
+                    d[c] = 0;
+            }
+        }
+    }
+    return any;
+}
+
 struct pack_b_task {
     const struct job *j;
     uint32_t *bp;
@@ -226,7 +299,11 @@ struct pack_b_task {
 static void *pack_b_main(void *arg)
 {
     struct pack_b_task *t = arg;
-    t->any_nan = pack_b(t->j, t->bp, t->b, t->ldb, t->col_nan, t->tmp, t->need_range ? &t->er : 0);
+    if (t->col_nan)
+        memset(t->col_nan, 0, (size_t)t->j->n);
+    struct erange *er = t->need_range ? &t->er : 0;
+    t->any_nan = t->j->b_rowmajor ? pack_b_rows(t->j, t->bp, t->b, t->ldb, t->col_nan, er)
+                                  : pack_b_vnni(t->j, t->bp, t->b, t->ldb, t->col_nan, t->tmp, er);
     return 0;
 }
 
@@ -238,7 +315,7 @@ static uint32_t exact_element(const struct job *j, int64_t row, int64_t col)
     int mr = j->v->mr, nr = j->v->nr;
     const uint32_t *a = j->ap + (row / mr) * j->kd * 2 * mr + (row % mr) * 2;
     const uint32_t *b = j->bp + (col / nr) * j->kd * 2 * nr + (col % nr);
-    uint32_t acc = j->c_in[row * j->ldc_in + col];
+    uint32_t acc = j->c_in ? j->c_in[row * j->ldc_in + col] : 0;
     for (int64_t kb = 0; kb < j->kd; kb += ENG_BLOCK) {
         int64_t end = kb + ENG_BLOCK < j->kd ? kb + ENG_BLOCK : j->kd;
         uint32_t even = 0, odd = 0;
@@ -249,6 +326,18 @@ static uint32_t exact_element(const struct job *j, int64_t row, int64_t col)
         acc = eng_add32(acc, eng_add32(even, odd));
     }
     return acc;
+}
+
+/* C's tile (rows x cols at row, col) as the kernel starts it: c_in, or +0 (int: 0) without one.
+ * Done per tile just before its first K panel, so no separate pass over C. */
+static void start_tile(const struct job *j, uint32_t *dst, int64_t ldd, int64_t row, int64_t col, int64_t rows, int64_t cols)
+{
+    for (int64_t r = 0; r < rows; r++) {
+        if (j->c_in)
+            memcpy(dst + r * ldd, j->c_in + (row + r) * j->ldc_in + col, (size_t)cols * 4);
+        else
+            memset(dst + r * ldd, 0, (size_t)cols * 4);
+    }
 }
 
 static void run_part(const struct job *j, int part)
@@ -266,8 +355,6 @@ static void run_part(const struct job *j, int part)
 
     struct eng_fpenv saved;
     v->enter(&saved);
-    for (int64_t r = r0; r < r1; r++)
-        memcpy(j->c_out + r * j->ldc_out + c0, j->c_in + r * j->ldc_in + c0, (size_t)(c1 - c0) * 4);
 
     uint32_t tile[ENG_MAX_MR * ENG_MAX_NR];
     int64_t mc_panels = MC_ROWS / mr;
@@ -283,6 +370,8 @@ static void run_part(const struct job *j, int part)
                     int64_t row = p * mr, rows = j->m - row < mr ? j->m - row : mr;
                     uint32_t *c = j->c_out + row * j->ldc_out + col;
                     if (rows == mr && cols == nr) {
+                        if (pc == 0)
+                            start_tile(j, c, j->ldc_out, row, col, rows, cols);
                         if (j->is_float)
                             v->float_kernel(kl, ap, bp, c, j->ldc_out, j->in_range);
                         else
@@ -290,8 +379,11 @@ static void run_part(const struct job *j, int part)
                         continue;
                     }
                     memset(tile, 0, sizeof tile);
-                    for (int64_t r = 0; r < rows; r++)
-                        memcpy(tile + r * nr, c + r * j->ldc_out, (size_t)cols * 4);
+                    if (pc == 0)
+                        start_tile(j, tile, nr, row, col, rows, cols);
+                    else
+                        for (int64_t r = 0; r < rows; r++)
+                            memcpy(tile + r * nr, c + r * j->ldc_out, (size_t)cols * 4);
                     if (j->is_float)
                         v->float_kernel(kl, ap, bp, tile, nr, j->in_range);
                     else
@@ -302,18 +394,18 @@ static void run_part(const struct job *j, int part)
             }
         }
     }
-    if (j->is_float) {
+    if (j->is_float && (j->any_nan || j->c_in)) {
         for (int64_t r = r0; r < r1; r++) {
+            const uint32_t *ci = j->c_in ? j->c_in + r * j->ldc_in : 0;
             if (!j->any_nan) {
                 /* only C can hold a NaN in this row */
-                const uint32_t *ci = j->c_in + r * j->ldc_in;
                 for (int64_t col = c0; col < c1; col++)
                     if (eng_isnan(ci[col]))
                         j->c_out[r * j->ldc_out + col] = exact_element(j, r, col);
                 continue;
             }
             for (int64_t col = c0; col < c1; col++)
-                if (j->row_nan[r] | j->col_nan[col] | eng_isnan(j->c_in[r * j->ldc_in + col]))
+                if (j->row_nan[r] | j->col_nan[col] | (ci && eng_isnan(ci[col])))
                     j->c_out[r * j->ldc_out + col] = exact_element(j, r, col);
         }
     }
@@ -337,28 +429,14 @@ static int overlaps(const void *p0, size_t n0, const void *p1, size_t n1)
     return a < b + n1 && b < a + n0;
 }
 
-int pyamx_engine_dot(int kind, int op, const void *a, int64_t lda, const void *b, int64_t ldb,
-                     const uint32_t *c_in, int64_t ldc_in, uint32_t *c_out, int64_t ldc_out,
-                     int64_t m, int64_t n, int64_t kd, int threads)
+/* The shared driver of pyamx_engine_dot() (b_rowmajor 0, k = 4*kd bytes or
+ * 2*kd values) and pyamx_engine_matmul() (b_rowmajor 1, any k); arguments
+ * already checked. */
+static int run(const struct eng_variant *v, int kind, int op, const void *a, int64_t lda, const void *b, int64_t ldb,
+               int b_rowmajor, const uint32_t *c_in, int64_t ldc_in, uint32_t *c_out, int64_t ldc_out,
+               int64_t m, int64_t n, int64_t kd, int64_t k, int threads)
 {
-    const struct eng_variant *v = variant(kind, 0);
-    if (!v)
-        return PYAMX_ENGINE_E_UNAVAILABLE;
-    if (op < PYAMX_OP_TDPBF16PS || op > PYAMX_OP_TDPBUUD || !a || !b || !c_in || !c_out)
-        return PYAMX_ENGINE_E_ARG;
-    if (m < 1 || n < 1 || kd < 1 || m > (1 << 30) || n > (1 << 30) || kd > (1 << 30))
-        return PYAMX_ENGINE_E_ARG;
-    if (lda < 4 * kd || ldb < 4 * n || ldc_in < n || ldc_out < n)
-        return PYAMX_ENGINE_E_ARG;
     int is_float = op == PYAMX_OP_TDPBF16PS || op == PYAMX_OP_TDPFP16PS;
-    if (is_float && ((lda | ldb) & 1))
-        return PYAMX_ENGINE_E_ARG;
-    size_t out_bytes = (size_t)((m - 1) * ldc_out + n) * 4;
-    if (overlaps(c_out, out_bytes, c_in, (size_t)((m - 1) * ldc_in + n) * 4) ||
-        overlaps(c_out, out_bytes, a, (size_t)((m - 1) * lda + 4 * kd)) ||
-        overlaps(c_out, out_bytes, b, (size_t)((kd - 1) * ldb + 4 * n)))
-        return PYAMX_ENGINE_E_ARG;
-
     struct job j;
     memset(&j, 0, sizeof j);
     j.v = v;
@@ -367,6 +445,8 @@ int pyamx_engine_dot(int kind, int op, const void *a, int64_t lda, const void *b
     j.m = m;
     j.n = n;
     j.kd = kd;
+    j.k = k;
+    j.b_rowmajor = b_rowmajor;
     j.mp = (m + v->mr - 1) / v->mr;
     j.nq = (n + v->nr - 1) / v->nr;
     j.c_in = c_in;
@@ -398,7 +478,7 @@ int pyamx_engine_dot(int kind, int op, const void *a, int64_t lda, const void *b
     /* only the portable kernel looks at the exponent range */
     int need_range = is_float && kind == PYAMX_ENGINE_PORTABLE;
     struct pack_b_task pb = {&j, bp, b, ldb, is_float ? flags + m : 0, 0, {255, 0}, need_range, 0};
-    uint32_t *tmp = malloc((size_t)(2 * kd) * 4);
+    uint32_t *tmp = malloc((size_t)(2 * kd) * 4 + (size_t)(4 * kd)); /* words, then bytes (pack_a) */
     pb.tmp = malloc((size_t)(2 * n) * 4);
     if (!tmp || !pb.tmp) {
         free(tmp);
@@ -461,6 +541,55 @@ int pyamx_engine_dot(int kind, int op, const void *a, int64_t lda, const void *b
     free64(bp);
     free(flags);
     return PYAMX_ENGINE_OK;
+}
+
+int pyamx_engine_dot(int kind, int op, const void *a, int64_t lda, const void *b, int64_t ldb,
+                     const uint32_t *c_in, int64_t ldc_in, uint32_t *c_out, int64_t ldc_out,
+                     int64_t m, int64_t n, int64_t kd, int threads)
+{
+    const struct eng_variant *v = variant(kind, 0);
+    if (!v)
+        return PYAMX_ENGINE_E_UNAVAILABLE;
+    if (op < PYAMX_OP_TDPBF16PS || op > PYAMX_OP_TDPBUUD || !a || !b || !c_in || !c_out)
+        return PYAMX_ENGINE_E_ARG;
+    if (m < 1 || n < 1 || kd < 1 || m > (1 << 30) || n > (1 << 30) || kd > (1 << 30))
+        return PYAMX_ENGINE_E_ARG;
+    if (lda < 4 * kd || ldb < 4 * n || ldc_in < n || ldc_out < n)
+        return PYAMX_ENGINE_E_ARG;
+    int is_float = op == PYAMX_OP_TDPBF16PS || op == PYAMX_OP_TDPFP16PS;
+    if (is_float && ((lda | ldb | (int64_t)(uintptr_t)a | (int64_t)(uintptr_t)b) & 1))
+        return PYAMX_ENGINE_E_ARG;
+    size_t out_bytes = (size_t)((m - 1) * ldc_out + n) * 4;
+    if (overlaps(c_out, out_bytes, c_in, (size_t)((m - 1) * ldc_in + n) * 4) ||
+        overlaps(c_out, out_bytes, a, (size_t)((m - 1) * lda + 4 * kd)) ||
+        overlaps(c_out, out_bytes, b, (size_t)((kd - 1) * ldb + 4 * n)))
+        return PYAMX_ENGINE_E_ARG;
+    return run(v, kind, op, a, lda, b, ldb, 0, c_in, ldc_in, c_out, ldc_out, m, n, kd, (is_float ? 2 : 4) * kd, threads);
+}
+
+int pyamx_engine_matmul(int kind, int op, const void *a, int64_t lda, const void *b, int64_t ldb,
+                        const uint32_t *c_in, int64_t ldc_in, uint32_t *c_out, int64_t ldc_out,
+                        int64_t m, int64_t n, int64_t k, int threads)
+{
+    const struct eng_variant *v = variant(kind, 0);
+    if (!v)
+        return PYAMX_ENGINE_E_UNAVAILABLE;
+    if (op < PYAMX_OP_TDPBF16PS || op > PYAMX_OP_TDPBUUD || !a || !b || !c_out)
+        return PYAMX_ENGINE_E_ARG;
+    if (m < 1 || n < 1 || k < 1 || m > (1 << 30) || n > (1 << 30) || k > (1 << 30))
+        return PYAMX_ENGINE_E_ARG;
+    int is_float = op == PYAMX_OP_TDPBF16PS || op == PYAMX_OP_TDPFP16PS;
+    int64_t size = is_float ? 2 : 1, lanes = is_float ? 2 : 4;
+    if (lda < size * k || ldb < size * n || (c_in && ldc_in < n) || ldc_out < n)
+        return PYAMX_ENGINE_E_ARG;
+    if (is_float && ((lda | ldb | (int64_t)(uintptr_t)a | (int64_t)(uintptr_t)b) & 1))
+        return PYAMX_ENGINE_E_ARG;
+    size_t out_bytes = (size_t)((m - 1) * ldc_out + n) * 4;
+    if ((c_in && overlaps(c_out, out_bytes, c_in, (size_t)((m - 1) * ldc_in + n) * 4)) ||
+        overlaps(c_out, out_bytes, a, (size_t)((m - 1) * lda + size * k)) ||
+        overlaps(c_out, out_bytes, b, (size_t)((k - 1) * ldb + size * n)))
+        return PYAMX_ENGINE_E_ARG;
+    return run(v, kind, op, a, lda, b, ldb, 1, c_in, ldc_in, c_out, ldc_out, m, n, (k + lanes - 1) / lanes, k, threads);
 }
 
 /* ---- scalar primitives and test hooks ---- */

@@ -17,6 +17,7 @@
 #include <stdint.h>
 
 #include "engine.h"
+#include "pyamx_ops.h"
 
 #define ENG_BLOCK 16  /* dwords per tile instruction (tmul_maxk) */
 #define ENG_KC 256    /* K panel in dwords; a multiple of ENG_BLOCK so panels start on block boundaries (256: measured best on Zen 4, 64..1024 tried) */
@@ -45,7 +46,14 @@ struct eng_variant {
     void (*int_kernel)(int64_t kd, const uint32_t *ap, const uint32_t *bp, uint32_t *c, int64_t ldc);
     void (*enter)(struct eng_fpenv *saved);
     void (*leave)(const struct eng_fpenv *saved);
+    /* count bf16/fp16 values at src widened to fp32 words at dst, exactly as
+     * eng_widen16() does (bf16 with DAZ, fp16 exact, NaN payloads kept);
+     * nonzero when one of them is a NaN. NULL: engine.c's eng_widen16(). */
+    int (*widen16)(int op, const uint16_t *src, int64_t count, uint32_t *dst);
 };
+
+/* engine.c: the scalar widening every widen16 must match (and their tails use) */
+int eng_widen16(int op, const uint16_t *src, int64_t count, uint32_t *dst);
 
 /* engine_x86.c (zero/NULL off x86-64) */
 int eng_x86_cpu_has(int kind, const char **why);

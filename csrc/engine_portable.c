@@ -116,7 +116,8 @@ static void leave(const struct eng_fpenv *saved)
     fesetenv(&saved->env);
 }
 
-static const struct eng_variant portable = {P_MR, P_NR, float_kernel, int_kernel, enter, leave};
+/* widen16 NULL: the scalar widening of engine.c (plain C is all this variant may use) */
+static const struct eng_variant portable = {P_MR, P_NR, float_kernel, int_kernel, enter, leave, 0};
 
 int eng_portable_supported(const char **why)
 {
