@@ -342,11 +342,17 @@ struct pack_b_task {
 static void *pack_b_main(void *arg)
 {
     struct pack_b_task *t = arg;
+    /* VCVTPH2PS raises the invalid flag on a signalling NaN: the kernels'
+     * environment (exceptions masked) covers packing too, and the caller's
+     * flags are restored after it. */
+    struct eng_fpenv saved;
+    t->j->v->enter(&saved);
     if (t->col_nan)
         memset(t->col_nan, 0, (size_t)t->j->n);
     struct erange *er = t->need_range ? &t->er : 0;
     t->any_nan = t->j->b_rowmajor ? pack_b_rows(t->j, t->bp, t->b, t->ldb, t->col_nan, er)
                                   : pack_b_vnni(t->j, t->bp, t->b, t->ldb, t->col_nan, t->tmp, er);
+    t->j->v->leave(&saved);
     return 0;
 }
 
@@ -538,7 +544,10 @@ static int run(const struct eng_variant *v, int kind, int op, const void *a, int
 #else
     int helper = 0;
 #endif
+    struct eng_fpenv saved; /* as in pack_b_main() */
+    v->enter(&saved);
     j.any_nan = pack_a(&j, ap, a, lda, is_float ? flags : 0, tmp, need_range ? &ea : 0);
+    v->leave(&saved);
 #if ENG_THREADS
     if (helper)
         pthread_join(packer, 0);
@@ -669,6 +678,23 @@ int pyamx_engine_dot_under_mxcsr(uint32_t mxcsr, uint32_t *mxcsr_after, int kind
     uint32_t own = eng_x86_getcsr();
     eng_x86_setcsr(mxcsr);
     int rc = pyamx_engine_dot(kind, op, a, lda, b, ldb, c_in, ldc_in, c_out, ldc_out, m, n, kd, threads);
+    *mxcsr_after = eng_x86_getcsr();
+    eng_x86_setcsr(own);
+    return rc;
+}
+
+int pyamx_engine_matmul_under_mxcsr(uint32_t mxcsr, uint32_t *mxcsr_after, int kind, int op,
+                                    const void *a, int64_t lda, const void *b, int64_t ldb,
+                                    const uint32_t *c_in, int64_t ldc_in, uint32_t *c_out, int64_t ldc_out,
+                                    int64_t m, int64_t n, int64_t k, int threads)
+{
+    if (!ENG_X86)
+        return PYAMX_ENGINE_E_UNAVAILABLE;
+    if (mxcsr > 0xFFFFu || !mxcsr_after)
+        return PYAMX_ENGINE_E_ARG;
+    uint32_t own = eng_x86_getcsr();
+    eng_x86_setcsr(mxcsr);
+    int rc = pyamx_engine_matmul(kind, op, a, lda, b, ldb, c_in, ldc_in, c_out, ldc_out, m, n, k, threads);
     *mxcsr_after = eng_x86_getcsr();
     eng_x86_setcsr(own);
     return rc;

@@ -86,6 +86,13 @@ int pyamx_engine_dot_under_mxcsr(uint32_t mxcsr, uint32_t *mxcsr_after, int kind
                                  const uint32_t *c_in, int64_t ldc_in,
                                  uint32_t *c_out, int64_t ldc_out,
                                  int64_t m, int64_t n, int64_t kd, int threads);
+/* The same for pyamx_engine_matmul(). */
+int pyamx_engine_matmul_under_mxcsr(uint32_t mxcsr, uint32_t *mxcsr_after, int kind, int op,
+                                    const void *a, int64_t lda_bytes,
+                                    const void *b, int64_t ldb_bytes,
+                                    const uint32_t *c_in, int64_t ldc_in,
+                                    uint32_t *c_out, int64_t ldc_out,
+                                    int64_t m, int64_t n, int64_t k, int threads);
 /* The calling thread's MXCSR, or 0 off x86-64. */
 uint32_t pyamx_engine_getcsr(void);
 
