@@ -187,6 +187,8 @@ struct job {
     uint32_t *c_out;
     int64_t ldc_out;
     int split_cols, parts, any_nan;
+    int64_t units, unit_size; /* work units: groups of unit_size column (or row) panels */
+    int64_t *next_unit;       /* the next unit nobody has taken (parts > 1) */
 };
 
 static int widen_floats(const struct job *j, const uint16_t *src, int64_t count, uint32_t *dst)
@@ -389,21 +391,13 @@ static void start_tile(const struct job *j, uint32_t *dst, int64_t ldd, int64_t 
     }
 }
 
-static void run_part(const struct job *j, int part)
+/* Row panels [p0, p1) x column panels [q0, q1), all of K, C started from c_in. */
+static void run_region(const struct job *j, int64_t p0, int64_t p1, int64_t q0, int64_t q1)
 {
     const struct eng_variant *v = j->v;
     int mr = v->mr, nr = v->nr;
-    int64_t units = j->split_cols ? j->nq : j->mp;
-    int64_t u0 = units * part / j->parts, u1 = units * (part + 1) / j->parts;
-    int64_t p0 = j->split_cols ? 0 : u0, p1 = j->split_cols ? j->mp : u1;
-    int64_t q0 = j->split_cols ? u0 : 0, q1 = j->split_cols ? u1 : j->nq;
-    if (u0 >= u1)
-        return;
     int64_t r0 = p0 * mr, r1 = p1 * mr < j->m ? p1 * mr : j->m;
     int64_t c0 = q0 * nr, c1 = q1 * nr < j->n ? q1 * nr : j->n;
-
-    struct eng_fpenv saved;
-    v->enter(&saved);
 
     uint32_t tile[ENG_MAX_MR * ENG_MAX_NR];
     int64_t mc_panels = MC_ROWS / mr;
@@ -458,7 +452,32 @@ static void run_part(const struct job *j, int part)
                     j->c_out[r * j->ldc_out + col] = exact_element(j, r, col);
         }
     }
-    v->leave(&saved);
+}
+
+/* One thread's share: units taken one at a time from a shared counter, so a
+ * thread that gets less CPU (a busy neighbour on a shared machine) takes
+ * fewer of them instead of holding everyone up. Every output element
+ * belongs to exactly one unit, so the assignment cannot change a bit. */
+static void run_part(const struct job *j, int part)
+{
+    (void)part;
+    struct eng_fpenv saved;
+    j->v->enter(&saved);
+    for (int64_t u = 0;; u++) {
+#if ENG_THREADS
+        if (j->parts > 1)
+            u = __atomic_fetch_add(j->next_unit, 1, __ATOMIC_RELAXED);
+#endif
+        if (u >= j->units)
+            break;
+        int64_t lo = u * j->unit_size, total = j->split_cols ? j->nq : j->mp;
+        int64_t hi = lo + j->unit_size < total ? lo + j->unit_size : total;
+        if (j->split_cols)
+            run_region(j, 0, j->mp, lo, hi);
+        else
+            run_region(j, lo, hi, 0, j->nq);
+    }
+    j->v->leave(&saved);
 }
 
 #if ENG_THREADS
@@ -519,10 +538,18 @@ static int run(const struct eng_variant *v, int kind, int op, const void *a, int
     if ((double)parts > work / MIN_WORK_PER_THREAD)
         parts = work / MIN_WORK_PER_THREAD >= 1 ? (int64_t)(work / MIN_WORK_PER_THREAD) : 1;
     j.split_cols = j.nq >= parts || j.nq >= j.mp;
-    int64_t units = j.split_cols ? j.nq : j.mp;
-    if (parts > units)
-        parts = units;
+#if !ENG_THREADS
+    parts = 1; /* one thread takes every unit */
+#endif
+    int64_t panels = j.split_cols ? j.nq : j.mp;
+    if (parts > panels)
+        parts = panels;
     j.parts = (int)parts;
+    /* one unit per thread would be the static split; about four per thread balance uneven CPU */
+    j.unit_size = parts > 1 && panels / (4 * parts) > 0 ? panels / (4 * parts) : (parts > 1 ? 1 : panels);
+    j.units = (panels + j.unit_size - 1) / j.unit_size;
+    int64_t next_unit = 0;
+    j.next_unit = &next_unit;
 
     struct erange ea = {255, 0};
     /* only the portable kernel looks at the exponent range */
