@@ -49,11 +49,16 @@ class Plan:
 # -- operands ---------------------------------------------------------------------------
 
 
+_DTYPE_NAMES: dict = {}
+
+
 def _family_of(x: np.ndarray, name: str, kind):
     """(family, signed) of one operand, strictly from its dtype and ``kind``."""
     if not isinstance(x, np.ndarray):
         raise TypeError(f"matmul: {name} must be a numpy array, not {type(x).__name__}")
-    dtype = x.dtype.name
+    dtype = _DTYPE_NAMES.get(x.dtype)
+    if dtype is None:  # dtype.name is a Python-level property costing microseconds: looked up once per dtype
+        dtype = _DTYPE_NAMES.setdefault(x.dtype, x.dtype.name)
     if kind is None:
         if dtype in ("uint16", "bfloat16"):
             return "bf16", None
