@@ -379,6 +379,8 @@ static uint32_t exact_element(const struct job *j, int64_t row, int64_t col)
     return acc;
 }
 
+static const uint32_t zero_row[ENG_MAX_NR]; /* +0 / 0: C without c_in */
+
 /* C's tile (rows x cols at row, col) as the kernel starts it: c_in, or +0 (int: 0) without one.
  * Done per tile just before its first K panel, so no separate pass over C. */
 static void start_tile(const struct job *j, uint32_t *dst, int64_t ldd, int64_t row, int64_t col, int64_t rows, int64_t cols)
@@ -413,12 +415,17 @@ static void run_region(const struct job *j, int64_t p0, int64_t p1, int64_t q0, 
                     int64_t row = p * mr, rows = j->m - row < mr ? j->m - row : mr;
                     uint32_t *c = j->c_out + row * j->ldc_out + col;
                     if (rows == mr && cols == nr) {
-                        if (pc == 0)
-                            start_tile(j, c, j->ldc_out, row, col, rows, cols);
+                        /* the first K panel starts from c_in's tile, or a repeated zero row */
+                        const uint32_t *src = c;
+                        int64_t lds = j->ldc_out;
+                        if (pc == 0) {
+                            src = j->c_in ? j->c_in + row * j->ldc_in + col : zero_row;
+                            lds = j->c_in ? j->ldc_in : 0;
+                        }
                         if (j->is_float)
-                            v->float_kernel(kl, ap, bp, c, j->ldc_out, j->in_range);
+                            v->float_kernel(kl, ap, bp, src, lds, c, j->ldc_out, j->in_range);
                         else
-                            v->int_kernel(kl, ap, bp, c, j->ldc_out);
+                            v->int_kernel(kl, ap, bp, src, lds, c, j->ldc_out);
                         continue;
                     }
                     memset(tile, 0, sizeof tile);
@@ -428,9 +435,9 @@ static void run_region(const struct job *j, int64_t p0, int64_t p1, int64_t q0, 
                         for (int64_t r = 0; r < rows; r++)
                             memcpy(tile + r * nr, c + r * j->ldc_out, (size_t)cols * 4);
                     if (j->is_float)
-                        v->float_kernel(kl, ap, bp, tile, nr, j->in_range);
+                        v->float_kernel(kl, ap, bp, tile, nr, tile, nr, j->in_range);
                     else
-                        v->int_kernel(kl, ap, bp, tile, nr);
+                        v->int_kernel(kl, ap, bp, tile, nr, tile, nr);
                     for (int64_t r = 0; r < rows; r++)
                         memcpy(c + r * j->ldc_out, tile + r * nr, (size_t)cols * 4);
                 }

@@ -52,13 +52,14 @@ typedef float f32_alias __attribute__((may_alias));
  * distance stall on false store-to-load dependencies (4K aliasing). */
 T512 static void f512_tile(int64_t kd, const uint32_t *ap, const uint32_t *bp, float *cf);
 
-T512 static void f512(int64_t kd, const uint32_t *ap, const uint32_t *bp, uint32_t *c, int64_t ldc, int in_range)
+T512 static void f512(int64_t kd, const uint32_t *ap, const uint32_t *bp, const uint32_t *src, int64_t lds,
+                      uint32_t *c, int64_t ldc, int in_range)
 {
     (void)in_range;
     __attribute__((aligned(64))) float tile[6 * 32];
     for (int r = 0; r < 6; r++) {
-        _mm512_store_ps(tile + 32 * r, _mm512_loadu_ps((const float *)c + r * ldc));
-        _mm512_store_ps(tile + 32 * r + 16, _mm512_loadu_ps((const float *)c + r * ldc + 16));
+        _mm512_store_ps(tile + 32 * r, _mm512_loadu_ps((const float *)src + r * lds));
+        _mm512_store_ps(tile + 32 * r + 16, _mm512_loadu_ps((const float *)src + r * lds + 16));
     }
     f512_tile(kd, ap, bp, tile);
     for (int r = 0; r < 6; r++) {
@@ -106,8 +107,10 @@ T512 static inline void f512_tile(int64_t kd, const uint32_t *ap, const uint32_t
     }
 }
 
-T512 static void i512(int64_t kd, const uint32_t *ap, const uint32_t *bp, uint32_t *c, int64_t ldc)
+T512 static void i512(int64_t kd, const uint32_t *ap, const uint32_t *bp, const uint32_t *src, int64_t lds,
+                      uint32_t *c, int64_t ldc)
 {
+    eng_tile_start(c, ldc, src, lds, 6, 32);
     __m512i a00 = _mm512_setzero_si512(), a01 = a00, a10 = a00, a11 = a00, a20 = a00, a21 = a00;
     __m512i a30 = a00, a31 = a00, a40 = a00, a41 = a00, a50 = a00, a51 = a00;
     for (int64_t k = 0; k < kd; k++) {
@@ -142,9 +145,11 @@ T512 static void i512(int64_t kd, const uint32_t *ap, const uint32_t *bp, uint32
 
 #define B256(p) _mm256_set1_ps(F32(p))
 
-T256 static void f256(int64_t kd, const uint32_t *ap, const uint32_t *bp, uint32_t *c, int64_t ldc, int in_range)
+T256 static void f256(int64_t kd, const uint32_t *ap, const uint32_t *bp, const uint32_t *src, int64_t lds,
+                      uint32_t *c, int64_t ldc, int in_range)
 {
     (void)in_range;
+    eng_tile_start(c, ldc, src, lds, 3, 16);
     float *cf = (float *)c;
     for (int64_t kb = 0; kb < kd; kb += ENG_BLOCK) {
         int64_t len = kd - kb < ENG_BLOCK ? kd - kb : ENG_BLOCK;
@@ -181,8 +186,10 @@ T256 static void f256(int64_t kd, const uint32_t *ap, const uint32_t *bp, uint32
     }
 }
 
-T256 static void i256(int64_t kd, const uint32_t *ap, const uint32_t *bp, uint32_t *c, int64_t ldc)
+T256 static void i256(int64_t kd, const uint32_t *ap, const uint32_t *bp, const uint32_t *src, int64_t lds,
+                      uint32_t *c, int64_t ldc)
 {
+    eng_tile_start(c, ldc, src, lds, 3, 16);
     __m256i a00 = _mm256_setzero_si256(), a01 = a00, a10 = a00, a11 = a00, a20 = a00, a21 = a00;
     for (int64_t k = 0; k < kd; k++) {
         const __m256i *b = (const __m256i *)bp;
