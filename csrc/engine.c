@@ -464,15 +464,16 @@ static void run_region(const struct job *j, int64_t p0, int64_t p1, int64_t q0, 
 /* One thread's share: units taken one at a time from a shared counter, so a
  * thread that gets less CPU (a busy neighbour on a shared machine) takes
  * fewer of them instead of holding everyone up. Every output element
- * belongs to exactly one unit, so the assignment cannot change a bit. */
-static void run_part(const struct job *j, int part)
+ * belongs to exactly one unit, so the assignment cannot change a bit.
+ * Returns the number of units this thread ran. */
+static int64_t run_units(const struct job *j)
 {
-    (void)part;
+    int64_t ran = 0;
     struct eng_fpenv saved;
     j->v->enter(&saved);
     for (int64_t u = 0;; u++) {
 #if ENG_THREADS
-        if (j->parts > 1)
+        if (j->next_unit)
             u = __atomic_fetch_add(j->next_unit, 1, __ATOMIC_RELAXED);
 #endif
         if (u >= j->units)
@@ -483,17 +484,68 @@ static void run_part(const struct job *j, int part)
             run_region(j, 0, j->mp, lo, hi);
         else
             run_region(j, lo, hi, 0, j->nq);
+        ran++;
     }
     j->v->leave(&saved);
+    return ran;
 }
 
 #if ENG_THREADS
-struct worker { const struct job *job; int part; pthread_t thread; int started; };
+/* What the calling thread and its helpers share. Helpers are detached and
+ * the calling thread never waits for one to start: on a loaded machine a
+ * new thread may not run for a scheduler time slice (measured: a 3 ms
+ * product took 8 ms with 2 threads while a neighbour held a core). So B's
+ * packing is claimed by whoever gets to it first, the calling thread waits
+ * only for units someone has claimed, and the last thread out frees this. */
+struct shared {
+    struct job j;
+    struct pack_b_task pb;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int refs;           /* threads still using this (under mu) */
+    int b_claimed;      /* atomic: someone packs (or packed) B */
+    int b_done, ready;  /* B packed; A and B packed and the job complete (under mu) */
+    int64_t units_done; /* under mu */
+    int64_t next_unit;  /* atomic */
+};
 
-static void *worker_main(void *arg)
+static void shared_release(struct shared *sh)
 {
-    struct worker *w = arg;
-    run_part(w->job, w->part);
+    pthread_mutex_lock(&sh->mu);
+    int last = --sh->refs == 0;
+    pthread_mutex_unlock(&sh->mu);
+    if (last) {
+        pthread_mutex_destroy(&sh->mu);
+        pthread_cond_destroy(&sh->cv);
+        free(sh);
+    }
+}
+
+static void shared_pack_b(struct shared *sh)
+{
+    pack_b_main(&sh->pb);
+    pthread_mutex_lock(&sh->mu);
+    sh->b_done = 1;
+    pthread_cond_broadcast(&sh->cv);
+    pthread_mutex_unlock(&sh->mu);
+}
+
+static void *helper_main(void *arg)
+{
+    struct shared *sh = arg;
+    if (!__atomic_exchange_n(&sh->b_claimed, 1, __ATOMIC_ACQ_REL))
+        shared_pack_b(sh);
+    pthread_mutex_lock(&sh->mu);
+    while (!sh->ready)
+        pthread_cond_wait(&sh->cv, &sh->mu);
+    pthread_mutex_unlock(&sh->mu);
+    int64_t ran = run_units(&sh->j); /* 0 when it started after every unit was taken */
+    pthread_mutex_lock(&sh->mu);
+    sh->units_done += ran;
+    if (ran && sh->units_done == sh->j.units)
+        pthread_cond_broadcast(&sh->cv);
+    pthread_mutex_unlock(&sh->mu);
+    shared_release(sh);
     return 0;
 }
 #endif
@@ -555,8 +607,6 @@ static int run(const struct eng_variant *v, int kind, int op, const void *a, int
     /* one unit per thread would be the static split; about four per thread balance uneven CPU */
     j.unit_size = parts > 1 && panels / (4 * parts) > 0 ? panels / (4 * parts) : (parts > 1 ? 1 : panels);
     j.units = (panels + j.unit_size - 1) / j.unit_size;
-    int64_t next_unit = 0;
-    j.next_unit = &next_unit;
 
     struct erange ea = {255, 0};
     /* only the portable kernel looks at the exponent range */
@@ -571,58 +621,91 @@ static int run(const struct eng_variant *v, int kind, int op, const void *a, int
         free(flags);
         return PYAMX_ENGINE_E_NOMEM;
     }
-    /* With threads to spare, B is packed by a helper while this thread packs A. */
-#if ENG_THREADS
-    pthread_t packer;
-    int helper = parts > 1 && pthread_create(&packer, 0, pack_b_main, &pb) == 0;
-#else
-    int helper = 0;
-#endif
-    struct eng_fpenv saved; /* as in pack_b_main() */
-    v->enter(&saved);
-    j.any_nan = pack_a(&j, ap, a, lda, is_float ? flags : 0, tmp, need_range ? &ea : 0);
-    v->leave(&saved);
-#if ENG_THREADS
-    if (helper)
-        pthread_join(packer, 0);
-#endif
-    if (!helper)
-        pack_b_main(&pb);
-    j.any_nan |= pb.any_nan;
-    struct erange eb = pb.er;
-    free(tmp);
-    free(pb.tmp);
     j.ap = ap;
     j.bp = bp;
     j.row_nan = flags;
     j.col_nan = flags ? flags + m : 0;
+    struct job *jp = &j;
+    struct pack_b_task *pbp = &pb;
+#if ENG_THREADS
+    /* Helpers (detached) pack B if they get there first, then take units. */
+    struct shared *sh = parts > 1 ? calloc(1, sizeof *sh) : 0;
+    if (sh && pthread_mutex_init(&sh->mu, 0) != 0) {
+        free(sh); /* then this thread runs everything */
+        sh = 0;
+    }
+    if (sh && pthread_cond_init(&sh->cv, 0) != 0) {
+        pthread_mutex_destroy(&sh->mu);
+        free(sh);
+        sh = 0;
+    }
+    if (sh) {
+        sh->j = j;
+        sh->j.next_unit = &sh->next_unit;
+        sh->pb = pb;
+        sh->pb.j = &sh->j;
+        jp = &sh->j;
+        pbp = &sh->pb;
+        sh->refs = 1;
+        pthread_attr_t attr;
+        int attr_ok = pthread_attr_init(&attr) == 0 && pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED) == 0;
+        for (int i = 1; attr_ok && i < parts; i++) {
+            pthread_mutex_lock(&sh->mu);
+            sh->refs++;
+            pthread_mutex_unlock(&sh->mu);
+            pthread_t t;
+            if (pthread_create(&t, &attr, helper_main, sh) != 0) {
+                pthread_mutex_lock(&sh->mu);
+                sh->refs--;
+                pthread_mutex_unlock(&sh->mu);
+                break; /* this thread does what is left */
+            }
+        }
+        if (attr_ok)
+            pthread_attr_destroy(&attr);
+    }
+#endif
+    struct eng_fpenv saved; /* as in pack_b_main() */
+    v->enter(&saved);
+    int a_nan = pack_a(jp, ap, a, lda, is_float ? flags : 0, tmp, need_range ? &ea : 0);
+    v->leave(&saved);
+#if ENG_THREADS
+    if (sh) {
+        if (!__atomic_exchange_n(&sh->b_claimed, 1, __ATOMIC_ACQ_REL))
+            shared_pack_b(sh);
+        pthread_mutex_lock(&sh->mu);
+        while (!sh->b_done)
+            pthread_cond_wait(&sh->cv, &sh->mu);
+        pthread_mutex_unlock(&sh->mu);
+    } else
+#endif
+        pack_b_main(pbp);
+    jp->any_nan = a_nan | pbp->any_nan;
+    struct erange eb = pbp->er;
     /* Every finite non-zero product is an fp32 normal number when the
      * smallest exponents sum to >= -126 and the largest to < 127 (products
      * of values below 2^(e+1) stay below 2^128 * 2^-1). */
-    j.in_range = ea.lo > ea.hi || eb.lo > eb.hi ||
-                 ((ea.lo - 127) + (eb.lo - 127) >= -126 && (ea.hi - 127 + 1) + (eb.hi - 127 + 1) <= 127);
-
+    jp->in_range = ea.lo > ea.hi || eb.lo > eb.hi ||
+                   ((ea.lo - 127) + (eb.lo - 127) >= -126 && (ea.hi - 127 + 1) + (eb.hi - 127 + 1) <= 127);
 #if ENG_THREADS
-    struct worker *workers = parts > 1 ? calloc((size_t)parts, sizeof *workers) : 0;
-    if (workers) {
-        for (int i = 1; i < parts; i++) {
-            workers[i].job = &j;
-            workers[i].part = i;
-            workers[i].started = pthread_create(&workers[i].thread, 0, worker_main, &workers[i]) == 0;
-        }
-    }
-    run_part(&j, 0);
-    for (int i = 1; i < parts; i++) {
-        if (workers && workers[i].started)
-            pthread_join(workers[i].thread, 0);
-        else
-            run_part(&j, i); /* no thread (or no memory for one): do its share here */
-    }
-    free(workers);
-#else
-    for (int i = 0; i < parts; i++)
-        run_part(&j, i);
+    if (sh) {
+        pthread_mutex_lock(&sh->mu);
+        sh->ready = 1;
+        pthread_cond_broadcast(&sh->cv);
+        pthread_mutex_unlock(&sh->mu);
+        int64_t ran = run_units(jp);
+        /* wait only for units other threads claimed; a helper that never ran claims none */
+        pthread_mutex_lock(&sh->mu);
+        sh->units_done += ran;
+        while (sh->units_done < sh->j.units)
+            pthread_cond_wait(&sh->cv, &sh->mu);
+        pthread_mutex_unlock(&sh->mu);
+        shared_release(sh);
+    } else
 #endif
+        run_units(jp);
+    free(tmp);
+    free(pb.tmp);
     buffer_put(ap, cached);
     free(flags);
     return PYAMX_ENGINE_OK;
