@@ -253,3 +253,31 @@ def test_c_matmul_entry_refuses_bad_arguments(compiled):
         assert call(**bad) == lib.PYAMX_ENGINE_E_ARG, bad
     # int8 takes 1-byte values: any stride >= k, any address
     assert call(op=lib.PYAMX_OP_TDPBSSD, a_buf=odd, lda=15, k=8, ldb=8) == lib.PYAMX_ENGINE_OK
+
+
+def test_concurrent_calls_with_helper_threads_give_the_same_bits(compiled):
+    """Python threads calling at once (GIL released): each call's helpers, shared state and the
+    kept packing buffer (one caller gets it, the others allocate) must not mix up results."""
+    import threading
+
+    rng = np.random.default_rng(31)
+    jobs = []
+    for i in range(6):
+        m, k, n = 90 + 7 * i, 200 + 13 * i, 70 + 11 * i
+        a, b = operand(rng, "bf16", (m, k), True), operand(rng, "bf16", (k, n), True)
+        jobs.append((a, b, bits(pyamx.matmul(a, b, backend="emulator", engine="numpy"))))
+    failures = []
+
+    def work(index):
+        a, b, want = jobs[index]
+        for threads in (2, 3, 5, 1, 4):
+            got = bits(pyamx.matmul(a, b, backend="emulator", engine=compiled.name, threads=threads))
+            if not np.array_equal(got, want):
+                failures.append((index, threads))
+
+    workers = [threading.Thread(target=work, args=(i,)) for i in range(len(jobs))]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    assert failures == []
