@@ -45,6 +45,49 @@ static void free64(void *p)
 #endif
 }
 
+/* The packed operands' buffer is kept for the next call (up to
+ * CACHE_MAX_BYTES): a fresh one costs a page fault and a kernel zeroing
+ * per 4 KiB on first touch, measured at 2-4% of a 1024^3 product. A call
+ * that finds it in use (another thread's call) allocates its own. */
+#define CACHE_MAX_BYTES ((size_t)64 << 20)
+#if ENG_THREADS
+static pthread_mutex_t cache_lock = PTHREAD_MUTEX_INITIALIZER;
+static void *cache_buf;
+static size_t cache_bytes;
+#endif
+
+static void *buffer_get(size_t bytes, int *cached)
+{
+    *cached = 0;
+#if ENG_THREADS
+    if (bytes <= CACHE_MAX_BYTES && pthread_mutex_trylock(&cache_lock) == 0) {
+        if (cache_bytes < bytes) {
+            free64(cache_buf);
+            cache_buf = alloc64(bytes);
+            cache_bytes = cache_buf ? bytes : 0;
+        }
+        if (cache_buf) {
+            *cached = 1;
+            return cache_buf;
+        }
+        pthread_mutex_unlock(&cache_lock);
+    }
+#endif
+    return alloc64(bytes);
+}
+
+static void buffer_put(void *p, int cached)
+{
+#if ENG_THREADS
+    if (cached) {
+        pthread_mutex_unlock(&cache_lock);
+        return;
+    }
+#endif
+    (void)cached;
+    free64(p);
+}
+
 static const struct eng_variant *variant(int kind, const char **why)
 {
     const char *dummy;
@@ -98,71 +141,79 @@ static void note_exponent(struct erange *r, uint32_t w)
         r->hi = e;
 }
 
-/* One row of operand values widened to words: fp32 bits (bf16 with DAZ,
- * fp16 exact) or int16 pairs of bytes. Returns 1 when a float row holds a
- * NaN; widens *er to the exponent range of its finite non-zero values when
- * er is not NULL. Tight loops the compiler can vectorise: packing must stay
- * a small fraction of the multiply. */
-static int widen_row(int op, int is_signed, const uint8_t *src, int64_t count, uint32_t *dst, struct erange *er)
+/* bf16/fp16 values widened to fp32 words: bf16 with DAZ, fp16 exactly (NaN
+ * payloads kept, signalling ones unquieted). The reference every variant's
+ * widen16 must match; returns 1 when one of the values is a NaN. */
+int eng_widen16(int op, const uint16_t *src, int64_t count, uint32_t *dst)
 {
+    uint32_t nan = 0;
     if (op == PYAMX_OP_TDPBF16PS) {
-        uint16_t h;
-        uint32_t nan = 0;
         for (int64_t i = 0; i < count; i++) {
-            memcpy(&h, src + 2 * i, 2);
-            uint32_t w = (uint32_t)h << 16;
+            uint32_t w = (uint32_t)src[i] << 16;
             w = (w & 0x7F800000u) ? w : (w & 0x80000000u);
             nan |= (w & 0x7FFFFFFFu) > 0x7F800000u;
             dst[i] = w;
         }
-        if (er)
-            for (int64_t i = 0; i < count; i++)
-                note_exponent(er, dst[i]);
-        return (int)nan;
-    }
-    if (op == PYAMX_OP_TDPFP16PS) {
-        uint16_t h;
-        uint32_t nan = 0;
+    } else {
         for (int64_t i = 0; i < count; i++) {
-            memcpy(&h, src + 2 * i, 2);
-            uint32_t w = widen_fp16(h);
+            uint32_t w = widen_fp16(src[i]);
             nan |= (w & 0x7FFFFFFFu) > 0x7F800000u;
             dst[i] = w;
         }
-        if (er)
-            for (int64_t i = 0; i < count; i++)
-                note_exponent(er, dst[i]);
-        return (int)nan;
     }
-    /* count words of two bytes each */
+    return (int)nan;
+}
+
+/* int8: count words, each the int16 pair of bytes src[2i], src[2i+1] (sign- or zero-extended). */
+static void widen_bytes(int is_signed, const uint8_t *src, int64_t count, uint32_t *dst)
+{
     if (is_signed)
         for (int64_t i = 0; i < count; i++)
             dst[i] = (uint32_t)(uint16_t)(int16_t)(int8_t)src[2 * i] | ((uint32_t)(uint16_t)(int16_t)(int8_t)src[2 * i + 1] << 16);
     else
         for (int64_t i = 0; i < count; i++)
             dst[i] = (uint32_t)src[2 * i] | ((uint32_t)src[2 * i + 1] << 16);
-    return 0;
 }
 
 struct job {
     const struct eng_variant *v;
     int op, is_float, in_range;
-    int64_t m, n, kd, mp, nq;
+    int b_rowmajor;  /* b is K rows of N values, not kd rows of N interleaved dwords */
+    int64_t m, n, kd, k, mp, nq; /* k: values per row of A (lanes * kd, or fewer: padded) */
     const uint32_t *ap, *bp;
     const uint8_t *row_nan, *col_nan;
-    const uint32_t *c_in;
+    const uint32_t *c_in; /* NULL: C starts as +0 (int: 0) */
     int64_t ldc_in;
     uint32_t *c_out;
     int64_t ldc_out;
     int split_cols, parts, any_nan;
+    int64_t units, unit_size; /* work units: groups of unit_size column (or row) panels */
+    int64_t *next_unit;       /* the next unit nobody has taken (parts > 1) */
 };
 
-/* A row by row: each row's 2*kd words go to every (2*mr)-th pair of its panel. */
+static int widen_floats(const struct job *j, const uint16_t *src, int64_t count, uint32_t *dst)
+{
+    return j->v->widen16 ? j->v->widen16(j->op, src, count, dst) : eng_widen16(j->op, src, count, dst);
+}
+
+static void note_range(struct erange *er, const uint32_t *w, int64_t count)
+{
+    if (er)
+        for (int64_t i = 0; i < count; i++)
+            note_exponent(er, w[i]);
+}
+
+/* A row by row: each row's 2*kd words go to every (2*mr)-th pair of its
+ * panel. Values past k pad the last dword: -0 for floats (a -0 * +0 product
+ * leaves every lane's bits unchanged, -0 lanes included), 0 for int8.
+ * tmp: 2*kd words plus 4*kd bytes. */
 static int pack_a(const struct job *j, uint32_t *ap, const uint8_t *a, int64_t lda, uint8_t *row_nan, uint32_t *tmp,
                   struct erange *er)
 {
     int mr = j->v->mr, any = 0;
     int a_signed = j->op == PYAMX_OP_TDPBSSD || j->op == PYAMX_OP_TDPBSUD;
+    int64_t words = 2 * j->kd;
+    uint8_t *bytes = (uint8_t *)(tmp + words);
     for (int64_t p = 0; p < j->mp; p++) {
         uint32_t *dst = ap + p * j->kd * 2 * mr;
         for (int r = 0; r < mr; r++) {
@@ -172,10 +223,22 @@ static int pack_a(const struct job *j, uint32_t *ap, const uint8_t *a, int64_t l
                     dst[k * 2 * mr + 2 * r] = dst[k * 2 * mr + 2 * r + 1] = 0;
                 continue;
             }
-            int nan = widen_row(j->op, a_signed, a + row * lda, 2 * j->kd, tmp, er);
-            if (row_nan)
-                row_nan[row] = (uint8_t)nan;
-            any |= nan;
+            const uint8_t *src = a + row * lda;
+            if (j->is_float) {
+                int nan = widen_floats(j, (const uint16_t *)src, j->k, tmp);
+                for (int64_t i = j->k; i < words; i++)
+                    tmp[i] = 0x80000000u;
+                note_range(er, tmp, j->k);
+                if (row_nan)
+                    row_nan[row] = (uint8_t)nan;
+                any |= nan;
+            } else if (j->k == 4 * j->kd) {
+                widen_bytes(a_signed, src, words, tmp);
+            } else {
+                memcpy(bytes, src, (size_t)j->k);
+                memset(bytes + j->k, 0, (size_t)(4 * j->kd - j->k));
+                widen_bytes(a_signed, bytes, words, tmp);
+            }
             for (int64_t k = 0; k < j->kd; k++)
                 memcpy(dst + k * 2 * mr + 2 * r, tmp + 2 * k, 8);
         }
@@ -183,16 +246,28 @@ static int pack_a(const struct job *j, uint32_t *ap, const uint8_t *a, int64_t l
     return any;
 }
 
-/* B row by row (one k at a time): even words to [0, nr), odd words to [nr, 2nr) of each panel. */
-static int pack_b(const struct job *j, uint32_t *bp, const uint8_t *b, int64_t ldb, uint8_t *col_nan, uint32_t *tmp,
-                  struct erange *er)
+/* Marks the columns [col, col + count) whose words hold a NaN. */
+static void mark_nan_cols(uint8_t *col_nan, int64_t col, const uint32_t *w, int64_t count)
+{
+    for (int64_t c = 0; c < count; c++)
+        col_nan[col + c] |= (uint8_t)eng_isnan(w[c]);
+}
+
+/* B in the instructions' layout, one dword row k at a time (tmp: 2*n
+ * words): even words to [0, nr), odd words to [nr, 2nr) of each panel. */
+static int pack_b_vnni(const struct job *j, uint32_t *bp, const uint8_t *b, int64_t ldb, uint8_t *col_nan, uint32_t *tmp,
+                       struct erange *er)
 {
     int nr = j->v->nr, any = 0;
     int b_signed = j->op == PYAMX_OP_TDPBSSD || j->op == PYAMX_OP_TDPBUSD;
-    if (col_nan)
-        memset(col_nan, 0, (size_t)j->n);
     for (int64_t k = 0; k < j->kd; k++) {
-        int nan = widen_row(j->op, b_signed, b + k * ldb, 2 * j->n, tmp, er);
+        int nan = 0;
+        if (j->is_float) {
+            nan = widen_floats(j, (const uint16_t *)(b + k * ldb), 2 * j->n, tmp);
+            note_range(er, tmp, 2 * j->n);
+        } else {
+            widen_bytes(b_signed, b + k * ldb, 2 * j->n, tmp);
+        }
         any |= nan;
         if (nan)
             for (int64_t c = 0; c < j->n; c++)
@@ -212,6 +287,49 @@ static int pack_b(const struct job *j, uint32_t *bp, const uint8_t *b, int64_t l
     return any;
 }
 
+/* B row-major (k rows of n values): the words [h][c] of dword k come from
+ * rows lanes*k + 2h (and + 2h + 1 for int8) at the panel's columns, so
+ * float rows are widened straight into the panel. Rows past k pad with +0
+ * (0 for int8). No transposition anywhere, and no interleaved copy of B. */
+static int pack_b_rows(const struct job *j, uint32_t *bp, const uint8_t *b, int64_t ldb, uint8_t *col_nan,
+                       struct erange *er)
+{
+    int nr = j->v->nr, any = 0;
+    int b_signed = j->op == PYAMX_OP_TDPBSSD || j->op == PYAMX_OP_TDPBUSD;
+    for (int64_t k = 0; k < j->kd; k++) {
+        for (int h = 0; h < 2; h++) {
+            for (int64_t q = 0; q < j->nq; q++) {
+                uint32_t *d = bp + (q * j->kd + k) * 2 * nr + h * nr;
+                int64_t col = q * nr, cols = j->n - col < nr ? j->n - col : nr;
+                if (j->is_float) {
+                    int64_t row = 2 * k + h;
+                    if (row < j->k) {
+                        int nan = widen_floats(j, (const uint16_t *)(b + row * ldb) + col, cols, d);
+                        note_range(er, d, cols);
+                        if (nan)
+                            mark_nan_cols(col_nan, col, d, cols);
+                        any |= nan;
+                    } else {
+                        memset(d, 0, (size_t)cols * 4);
+                    }
+                } else {
+                    int64_t row = 4 * k + 2 * h;
+                    const uint8_t *r0 = row < j->k ? b + row * ldb + col : 0;
+                    const uint8_t *r1 = row + 1 < j->k ? b + (row + 1) * ldb + col : 0;
+                    for (int64_t c = 0; c < cols; c++) {
+                        uint32_t lo = r0 ? (b_signed ? (uint16_t)(int16_t)(int8_t)r0[c] : r0[c]) : 0;
+                        uint32_t hi = r1 ? (b_signed ? (uint16_t)(int16_t)(int8_t)r1[c] : r1[c]) : 0;
+                        d[c] = lo | hi << 16;
+                    }
+                }
+                for (int64_t c = cols; c < nr; c++)
+                    d[c] = 0;
+            }
+        }
+    }
+    return any;
+}
+
 struct pack_b_task {
     const struct job *j;
     uint32_t *bp;
@@ -226,7 +344,17 @@ struct pack_b_task {
 static void *pack_b_main(void *arg)
 {
     struct pack_b_task *t = arg;
-    t->any_nan = pack_b(t->j, t->bp, t->b, t->ldb, t->col_nan, t->tmp, t->need_range ? &t->er : 0);
+    /* VCVTPH2PS raises the invalid flag on a signalling NaN: the kernels'
+     * environment (exceptions masked) covers packing too, and the caller's
+     * flags are restored after it. */
+    struct eng_fpenv saved;
+    t->j->v->enter(&saved);
+    if (t->col_nan)
+        memset(t->col_nan, 0, (size_t)t->j->n);
+    struct erange *er = t->need_range ? &t->er : 0;
+    t->any_nan = t->j->b_rowmajor ? pack_b_rows(t->j, t->bp, t->b, t->ldb, t->col_nan, er)
+                                  : pack_b_vnni(t->j, t->bp, t->b, t->ldb, t->col_nan, t->tmp, er);
+    t->j->v->leave(&saved);
     return 0;
 }
 
@@ -238,7 +366,7 @@ static uint32_t exact_element(const struct job *j, int64_t row, int64_t col)
     int mr = j->v->mr, nr = j->v->nr;
     const uint32_t *a = j->ap + (row / mr) * j->kd * 2 * mr + (row % mr) * 2;
     const uint32_t *b = j->bp + (col / nr) * j->kd * 2 * nr + (col % nr);
-    uint32_t acc = j->c_in[row * j->ldc_in + col];
+    uint32_t acc = j->c_in ? j->c_in[row * j->ldc_in + col] : 0;
     for (int64_t kb = 0; kb < j->kd; kb += ENG_BLOCK) {
         int64_t end = kb + ENG_BLOCK < j->kd ? kb + ENG_BLOCK : j->kd;
         uint32_t even = 0, odd = 0;
@@ -251,23 +379,27 @@ static uint32_t exact_element(const struct job *j, int64_t row, int64_t col)
     return acc;
 }
 
-static void run_part(const struct job *j, int part)
+static const uint32_t zero_row[ENG_MAX_NR]; /* +0 / 0: C without c_in */
+
+/* C's tile (rows x cols at row, col) as the kernel starts it: c_in, or +0 (int: 0) without one.
+ * Done per tile just before its first K panel, so no separate pass over C. */
+static void start_tile(const struct job *j, uint32_t *dst, int64_t ldd, int64_t row, int64_t col, int64_t rows, int64_t cols)
+{
+    for (int64_t r = 0; r < rows; r++) {
+        if (j->c_in)
+            memcpy(dst + r * ldd, j->c_in + (row + r) * j->ldc_in + col, (size_t)cols * 4);
+        else
+            memset(dst + r * ldd, 0, (size_t)cols * 4);
+    }
+}
+
+/* Row panels [p0, p1) x column panels [q0, q1), all of K, C started from c_in. */
+static void run_region(const struct job *j, int64_t p0, int64_t p1, int64_t q0, int64_t q1)
 {
     const struct eng_variant *v = j->v;
     int mr = v->mr, nr = v->nr;
-    int64_t units = j->split_cols ? j->nq : j->mp;
-    int64_t u0 = units * part / j->parts, u1 = units * (part + 1) / j->parts;
-    int64_t p0 = j->split_cols ? 0 : u0, p1 = j->split_cols ? j->mp : u1;
-    int64_t q0 = j->split_cols ? u0 : 0, q1 = j->split_cols ? u1 : j->nq;
-    if (u0 >= u1)
-        return;
     int64_t r0 = p0 * mr, r1 = p1 * mr < j->m ? p1 * mr : j->m;
     int64_t c0 = q0 * nr, c1 = q1 * nr < j->n ? q1 * nr : j->n;
-
-    struct eng_fpenv saved;
-    v->enter(&saved);
-    for (int64_t r = r0; r < r1; r++)
-        memcpy(j->c_out + r * j->ldc_out + c0, j->c_in + r * j->ldc_in + c0, (size_t)(c1 - c0) * 4);
 
     uint32_t tile[ENG_MAX_MR * ENG_MAX_NR];
     int64_t mc_panels = MC_ROWS / mr;
@@ -283,50 +415,137 @@ static void run_part(const struct job *j, int part)
                     int64_t row = p * mr, rows = j->m - row < mr ? j->m - row : mr;
                     uint32_t *c = j->c_out + row * j->ldc_out + col;
                     if (rows == mr && cols == nr) {
+                        /* the first K panel starts from c_in's tile, or a repeated zero row */
+                        const uint32_t *src = c;
+                        int64_t lds = j->ldc_out;
+                        if (pc == 0) {
+                            src = j->c_in ? j->c_in + row * j->ldc_in + col : zero_row;
+                            lds = j->c_in ? j->ldc_in : 0;
+                        }
                         if (j->is_float)
-                            v->float_kernel(kl, ap, bp, c, j->ldc_out, j->in_range);
+                            v->float_kernel(kl, ap, bp, src, lds, c, j->ldc_out, j->in_range);
                         else
-                            v->int_kernel(kl, ap, bp, c, j->ldc_out);
+                            v->int_kernel(kl, ap, bp, src, lds, c, j->ldc_out);
                         continue;
                     }
                     memset(tile, 0, sizeof tile);
-                    for (int64_t r = 0; r < rows; r++)
-                        memcpy(tile + r * nr, c + r * j->ldc_out, (size_t)cols * 4);
-                    if (j->is_float)
-                        v->float_kernel(kl, ap, bp, tile, nr, j->in_range);
+                    if (pc == 0)
+                        start_tile(j, tile, nr, row, col, rows, cols);
                     else
-                        v->int_kernel(kl, ap, bp, tile, nr);
+                        for (int64_t r = 0; r < rows; r++)
+                            memcpy(tile + r * nr, c + r * j->ldc_out, (size_t)cols * 4);
+                    if (j->is_float)
+                        v->float_kernel(kl, ap, bp, tile, nr, tile, nr, j->in_range);
+                    else
+                        v->int_kernel(kl, ap, bp, tile, nr, tile, nr);
                     for (int64_t r = 0; r < rows; r++)
                         memcpy(c + r * j->ldc_out, tile + r * nr, (size_t)cols * 4);
                 }
             }
         }
     }
-    if (j->is_float) {
+    if (j->is_float && (j->any_nan || j->c_in)) {
         for (int64_t r = r0; r < r1; r++) {
+            const uint32_t *ci = j->c_in ? j->c_in + r * j->ldc_in : 0;
             if (!j->any_nan) {
                 /* only C can hold a NaN in this row */
-                const uint32_t *ci = j->c_in + r * j->ldc_in;
                 for (int64_t col = c0; col < c1; col++)
                     if (eng_isnan(ci[col]))
                         j->c_out[r * j->ldc_out + col] = exact_element(j, r, col);
                 continue;
             }
             for (int64_t col = c0; col < c1; col++)
-                if (j->row_nan[r] | j->col_nan[col] | eng_isnan(j->c_in[r * j->ldc_in + col]))
+                if (j->row_nan[r] | j->col_nan[col] | (ci && eng_isnan(ci[col])))
                     j->c_out[r * j->ldc_out + col] = exact_element(j, r, col);
         }
     }
-    v->leave(&saved);
+}
+
+/* One thread's share: units taken one at a time from a shared counter, so a
+ * thread that gets less CPU (a busy neighbour on a shared machine) takes
+ * fewer of them instead of holding everyone up. Every output element
+ * belongs to exactly one unit, so the assignment cannot change a bit.
+ * Returns the number of units this thread ran. */
+static int64_t run_units(const struct job *j)
+{
+    int64_t ran = 0;
+    struct eng_fpenv saved;
+    j->v->enter(&saved);
+    for (int64_t u = 0;; u++) {
+#if ENG_THREADS
+        if (j->next_unit)
+            u = __atomic_fetch_add(j->next_unit, 1, __ATOMIC_RELAXED);
+#endif
+        if (u >= j->units)
+            break;
+        int64_t lo = u * j->unit_size, total = j->split_cols ? j->nq : j->mp;
+        int64_t hi = lo + j->unit_size < total ? lo + j->unit_size : total;
+        if (j->split_cols)
+            run_region(j, 0, j->mp, lo, hi);
+        else
+            run_region(j, lo, hi, 0, j->nq);
+        ran++;
+    }
+    j->v->leave(&saved);
+    return ran;
 }
 
 #if ENG_THREADS
-struct worker { const struct job *job; int part; pthread_t thread; int started; };
+/* What the calling thread and its helpers share. Helpers are detached and
+ * the calling thread never waits for one to start: on a loaded machine a
+ * new thread may not run for a scheduler time slice (measured: a 3 ms
+ * product took 8 ms with 2 threads while a neighbour held a core). So B's
+ * packing is claimed by whoever gets to it first, the calling thread waits
+ * only for units someone has claimed, and the last thread out frees this. */
+struct shared {
+    struct job j;
+    struct pack_b_task pb;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int refs;           /* threads still using this (under mu) */
+    int b_claimed;      /* atomic: someone packs (or packed) B */
+    int b_done, ready;  /* B packed; A and B packed and the job complete (under mu) */
+    int64_t units_done; /* under mu */
+    int64_t next_unit;  /* atomic */
+};
 
-static void *worker_main(void *arg)
+static void shared_release(struct shared *sh)
 {
-    struct worker *w = arg;
-    run_part(w->job, w->part);
+    pthread_mutex_lock(&sh->mu);
+    int last = --sh->refs == 0;
+    pthread_mutex_unlock(&sh->mu);
+    if (last) {
+        pthread_mutex_destroy(&sh->mu);
+        pthread_cond_destroy(&sh->cv);
+        free(sh);
+    }
+}
+
+static void shared_pack_b(struct shared *sh)
+{
+    pack_b_main(&sh->pb);
+    pthread_mutex_lock(&sh->mu);
+    sh->b_done = 1;
+    pthread_cond_broadcast(&sh->cv);
+    pthread_mutex_unlock(&sh->mu);
+}
+
+static void *helper_main(void *arg)
+{
+    struct shared *sh = arg;
+    if (!__atomic_exchange_n(&sh->b_claimed, 1, __ATOMIC_ACQ_REL))
+        shared_pack_b(sh);
+    pthread_mutex_lock(&sh->mu);
+    while (!sh->ready)
+        pthread_cond_wait(&sh->cv, &sh->mu);
+    pthread_mutex_unlock(&sh->mu);
+    int64_t ran = run_units(&sh->j); /* 0 when it started after every unit was taken */
+    pthread_mutex_lock(&sh->mu);
+    sh->units_done += ran;
+    if (ran && sh->units_done == sh->j.units)
+        pthread_cond_broadcast(&sh->cv);
+    pthread_mutex_unlock(&sh->mu);
+    shared_release(sh);
     return 0;
 }
 #endif
@@ -335,6 +554,161 @@ static int overlaps(const void *p0, size_t n0, const void *p1, size_t n1)
 {
     uintptr_t a = (uintptr_t)p0, b = (uintptr_t)p1;
     return a < b + n1 && b < a + n0;
+}
+
+/* The shared driver of pyamx_engine_dot() (b_rowmajor 0, k = 4*kd bytes or
+ * 2*kd values) and pyamx_engine_matmul() (b_rowmajor 1, any k); arguments
+ * already checked. */
+static int run(const struct eng_variant *v, int kind, int op, const void *a, int64_t lda, const void *b, int64_t ldb,
+               int b_rowmajor, const uint32_t *c_in, int64_t ldc_in, uint32_t *c_out, int64_t ldc_out,
+               int64_t m, int64_t n, int64_t kd, int64_t k, int threads)
+{
+    int is_float = op == PYAMX_OP_TDPBF16PS || op == PYAMX_OP_TDPFP16PS;
+    struct job j;
+    memset(&j, 0, sizeof j);
+    j.v = v;
+    j.op = op;
+    j.is_float = is_float;
+    j.m = m;
+    j.n = n;
+    j.kd = kd;
+    j.k = k;
+    j.b_rowmajor = b_rowmajor;
+    j.mp = (m + v->mr - 1) / v->mr;
+    j.nq = (n + v->nr - 1) / v->nr;
+    j.c_in = c_in;
+    j.ldc_in = ldc_in;
+    j.c_out = c_out;
+    j.ldc_out = ldc_out;
+
+    size_t a_words = (size_t)(j.mp * kd * 2 * v->mr), b_words = (size_t)(j.nq * kd * 2 * v->nr);
+    uint8_t *flags = 0;
+    int cached;
+    size_t a_bytes = (a_words * 4 + 63) & ~(size_t)63; /* B's panels 64-byte aligned too */
+    uint32_t *ap = buffer_get(a_bytes + b_words * 4, &cached);
+    uint32_t *bp = ap ? ap + a_bytes / 4 : 0;
+    if (!ap || (is_float && !(flags = malloc((size_t)(m + n))))) {
+        if (ap)
+            buffer_put(ap, cached);
+        return PYAMX_ENGINE_E_NOMEM;
+    }
+    double work = (double)m * (double)n * (double)kd; /* double: no overflow for any argument */
+    int64_t parts = threads < 1 ? 1 : threads;
+    if ((double)parts > work / MIN_WORK_PER_THREAD)
+        parts = work / MIN_WORK_PER_THREAD >= 1 ? (int64_t)(work / MIN_WORK_PER_THREAD) : 1;
+    j.split_cols = j.nq >= parts || j.nq >= j.mp;
+#if !ENG_THREADS
+    parts = 1; /* one thread takes every unit */
+#endif
+    int64_t panels = j.split_cols ? j.nq : j.mp;
+    if (parts > panels)
+        parts = panels;
+    j.parts = (int)parts;
+    /* one unit per thread would be the static split; about four per thread balance uneven CPU */
+    j.unit_size = parts > 1 && panels / (4 * parts) > 0 ? panels / (4 * parts) : (parts > 1 ? 1 : panels);
+    j.units = (panels + j.unit_size - 1) / j.unit_size;
+
+    struct erange ea = {255, 0};
+    /* only the portable kernel looks at the exponent range */
+    int need_range = is_float && kind == PYAMX_ENGINE_PORTABLE;
+    struct pack_b_task pb = {&j, bp, b, ldb, is_float ? flags + m : 0, 0, {255, 0}, need_range, 0};
+    uint32_t *tmp = malloc((size_t)(2 * kd) * 4 + (size_t)(4 * kd)); /* words, then bytes (pack_a) */
+    pb.tmp = malloc((size_t)(2 * n) * 4);
+    if (!tmp || !pb.tmp) {
+        free(tmp);
+        free(pb.tmp);
+        buffer_put(ap, cached);
+        free(flags);
+        return PYAMX_ENGINE_E_NOMEM;
+    }
+    j.ap = ap;
+    j.bp = bp;
+    j.row_nan = flags;
+    j.col_nan = flags ? flags + m : 0;
+    struct job *jp = &j;
+    struct pack_b_task *pbp = &pb;
+#if ENG_THREADS
+    /* Helpers (detached) pack B if they get there first, then take units. */
+    struct shared *sh = parts > 1 ? calloc(1, sizeof *sh) : 0;
+    if (sh && pthread_mutex_init(&sh->mu, 0) != 0) {
+        free(sh); /* then this thread runs everything */
+        sh = 0;
+    }
+    if (sh && pthread_cond_init(&sh->cv, 0) != 0) {
+        pthread_mutex_destroy(&sh->mu);
+        free(sh);
+        sh = 0;
+    }
+    if (sh) {
+        sh->j = j;
+        sh->j.next_unit = &sh->next_unit;
+        sh->pb = pb;
+        sh->pb.j = &sh->j;
+        jp = &sh->j;
+        pbp = &sh->pb;
+        sh->refs = 1;
+        pthread_attr_t attr;
+        int attr_ok = pthread_attr_init(&attr) == 0 && pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED) == 0;
+        for (int i = 1; attr_ok && i < parts; i++) {
+            pthread_mutex_lock(&sh->mu);
+            sh->refs++;
+            pthread_mutex_unlock(&sh->mu);
+            pthread_t t;
+            if (pthread_create(&t, &attr, helper_main, sh) != 0) {
+                pthread_mutex_lock(&sh->mu);
+                sh->refs--;
+                pthread_mutex_unlock(&sh->mu);
+                break; /* this thread does what is left */
+            }
+        }
+        if (attr_ok)
+            pthread_attr_destroy(&attr);
+    }
+#endif
+    struct eng_fpenv saved; /* as in pack_b_main() */
+    v->enter(&saved);
+    int a_nan = pack_a(jp, ap, a, lda, is_float ? flags : 0, tmp, need_range ? &ea : 0);
+    v->leave(&saved);
+#if ENG_THREADS
+    if (sh) {
+        if (!__atomic_exchange_n(&sh->b_claimed, 1, __ATOMIC_ACQ_REL))
+            shared_pack_b(sh);
+        pthread_mutex_lock(&sh->mu);
+        while (!sh->b_done)
+            pthread_cond_wait(&sh->cv, &sh->mu);
+        pthread_mutex_unlock(&sh->mu);
+    } else
+#endif
+        pack_b_main(pbp);
+    jp->any_nan = a_nan | pbp->any_nan;
+    struct erange eb = pbp->er;
+    /* Every finite non-zero product is an fp32 normal number when the
+     * smallest exponents sum to >= -126 and the largest to < 127 (products
+     * of values below 2^(e+1) stay below 2^128 * 2^-1). */
+    jp->in_range = ea.lo > ea.hi || eb.lo > eb.hi ||
+                   ((ea.lo - 127) + (eb.lo - 127) >= -126 && (ea.hi - 127 + 1) + (eb.hi - 127 + 1) <= 127);
+#if ENG_THREADS
+    if (sh) {
+        pthread_mutex_lock(&sh->mu);
+        sh->ready = 1;
+        pthread_cond_broadcast(&sh->cv);
+        pthread_mutex_unlock(&sh->mu);
+        int64_t ran = run_units(jp);
+        /* wait only for units other threads claimed; a helper that never ran claims none */
+        pthread_mutex_lock(&sh->mu);
+        sh->units_done += ran;
+        while (sh->units_done < sh->j.units)
+            pthread_cond_wait(&sh->cv, &sh->mu);
+        pthread_mutex_unlock(&sh->mu);
+        shared_release(sh);
+    } else
+#endif
+        run_units(jp);
+    free(tmp);
+    free(pb.tmp);
+    buffer_put(ap, cached);
+    free(flags);
+    return PYAMX_ENGINE_OK;
 }
 
 int pyamx_engine_dot(int kind, int op, const void *a, int64_t lda, const void *b, int64_t ldb,
@@ -351,116 +725,39 @@ int pyamx_engine_dot(int kind, int op, const void *a, int64_t lda, const void *b
     if (lda < 4 * kd || ldb < 4 * n || ldc_in < n || ldc_out < n)
         return PYAMX_ENGINE_E_ARG;
     int is_float = op == PYAMX_OP_TDPBF16PS || op == PYAMX_OP_TDPFP16PS;
-    if (is_float && ((lda | ldb) & 1))
+    if (is_float && ((lda | ldb | (int64_t)(uintptr_t)a | (int64_t)(uintptr_t)b) & 1))
         return PYAMX_ENGINE_E_ARG;
     size_t out_bytes = (size_t)((m - 1) * ldc_out + n) * 4;
     if (overlaps(c_out, out_bytes, c_in, (size_t)((m - 1) * ldc_in + n) * 4) ||
         overlaps(c_out, out_bytes, a, (size_t)((m - 1) * lda + 4 * kd)) ||
         overlaps(c_out, out_bytes, b, (size_t)((kd - 1) * ldb + 4 * n)))
         return PYAMX_ENGINE_E_ARG;
+    return run(v, kind, op, a, lda, b, ldb, 0, c_in, ldc_in, c_out, ldc_out, m, n, kd, (is_float ? 2 : 4) * kd, threads);
+}
 
-    struct job j;
-    memset(&j, 0, sizeof j);
-    j.v = v;
-    j.op = op;
-    j.is_float = is_float;
-    j.m = m;
-    j.n = n;
-    j.kd = kd;
-    j.mp = (m + v->mr - 1) / v->mr;
-    j.nq = (n + v->nr - 1) / v->nr;
-    j.c_in = c_in;
-    j.ldc_in = ldc_in;
-    j.c_out = c_out;
-    j.ldc_out = ldc_out;
-
-    size_t a_words = (size_t)(j.mp * kd * 2 * v->mr), b_words = (size_t)(j.nq * kd * 2 * v->nr);
-    uint32_t *ap = 0, *bp = 0;
-    uint8_t *flags = 0;
-    ap = alloc64(a_words * 4);
-    bp = alloc64(b_words * 4);
-    if (!ap || !bp || (is_float && !(flags = malloc((size_t)(m + n))))) {
-        free64(ap);
-        free64(bp);
-        return PYAMX_ENGINE_E_NOMEM;
-    }
-    double work = (double)m * (double)n * (double)kd; /* double: no overflow for any argument */
-    int64_t parts = threads < 1 ? 1 : threads;
-    if ((double)parts > work / MIN_WORK_PER_THREAD)
-        parts = work / MIN_WORK_PER_THREAD >= 1 ? (int64_t)(work / MIN_WORK_PER_THREAD) : 1;
-    j.split_cols = j.nq >= parts || j.nq >= j.mp;
-    int64_t units = j.split_cols ? j.nq : j.mp;
-    if (parts > units)
-        parts = units;
-    j.parts = (int)parts;
-
-    struct erange ea = {255, 0};
-    /* only the portable kernel looks at the exponent range */
-    int need_range = is_float && kind == PYAMX_ENGINE_PORTABLE;
-    struct pack_b_task pb = {&j, bp, b, ldb, is_float ? flags + m : 0, 0, {255, 0}, need_range, 0};
-    uint32_t *tmp = malloc((size_t)(2 * kd) * 4);
-    pb.tmp = malloc((size_t)(2 * n) * 4);
-    if (!tmp || !pb.tmp) {
-        free(tmp);
-        free(pb.tmp);
-        free64(ap);
-        free64(bp);
-        free(flags);
-        return PYAMX_ENGINE_E_NOMEM;
-    }
-    /* With threads to spare, B is packed by a helper while this thread packs A. */
-#if ENG_THREADS
-    pthread_t packer;
-    int helper = parts > 1 && pthread_create(&packer, 0, pack_b_main, &pb) == 0;
-#else
-    int helper = 0;
-#endif
-    j.any_nan = pack_a(&j, ap, a, lda, is_float ? flags : 0, tmp, need_range ? &ea : 0);
-#if ENG_THREADS
-    if (helper)
-        pthread_join(packer, 0);
-#endif
-    if (!helper)
-        pack_b_main(&pb);
-    j.any_nan |= pb.any_nan;
-    struct erange eb = pb.er;
-    free(tmp);
-    free(pb.tmp);
-    j.ap = ap;
-    j.bp = bp;
-    j.row_nan = flags;
-    j.col_nan = flags ? flags + m : 0;
-    /* Every finite non-zero product is an fp32 normal number when the
-     * smallest exponents sum to >= -126 and the largest to < 127 (products
-     * of values below 2^(e+1) stay below 2^128 * 2^-1). */
-    j.in_range = ea.lo > ea.hi || eb.lo > eb.hi ||
-                 ((ea.lo - 127) + (eb.lo - 127) >= -126 && (ea.hi - 127 + 1) + (eb.hi - 127 + 1) <= 127);
-
-#if ENG_THREADS
-    struct worker *workers = parts > 1 ? calloc((size_t)parts, sizeof *workers) : 0;
-    if (workers) {
-        for (int i = 1; i < parts; i++) {
-            workers[i].job = &j;
-            workers[i].part = i;
-            workers[i].started = pthread_create(&workers[i].thread, 0, worker_main, &workers[i]) == 0;
-        }
-    }
-    run_part(&j, 0);
-    for (int i = 1; i < parts; i++) {
-        if (workers && workers[i].started)
-            pthread_join(workers[i].thread, 0);
-        else
-            run_part(&j, i); /* no thread (or no memory for one): do its share here */
-    }
-    free(workers);
-#else
-    for (int i = 0; i < parts; i++)
-        run_part(&j, i);
-#endif
-    free64(ap);
-    free64(bp);
-    free(flags);
-    return PYAMX_ENGINE_OK;
+int pyamx_engine_matmul(int kind, int op, const void *a, int64_t lda, const void *b, int64_t ldb,
+                        const uint32_t *c_in, int64_t ldc_in, uint32_t *c_out, int64_t ldc_out,
+                        int64_t m, int64_t n, int64_t k, int threads)
+{
+    const struct eng_variant *v = variant(kind, 0);
+    if (!v)
+        return PYAMX_ENGINE_E_UNAVAILABLE;
+    if (op < PYAMX_OP_TDPBF16PS || op > PYAMX_OP_TDPBUUD || !a || !b || !c_out)
+        return PYAMX_ENGINE_E_ARG;
+    if (m < 1 || n < 1 || k < 1 || m > (1 << 30) || n > (1 << 30) || k > (1 << 30))
+        return PYAMX_ENGINE_E_ARG;
+    int is_float = op == PYAMX_OP_TDPBF16PS || op == PYAMX_OP_TDPFP16PS;
+    int64_t size = is_float ? 2 : 1, lanes = is_float ? 2 : 4;
+    if (lda < size * k || ldb < size * n || (c_in && ldc_in < n) || ldc_out < n)
+        return PYAMX_ENGINE_E_ARG;
+    if (is_float && ((lda | ldb | (int64_t)(uintptr_t)a | (int64_t)(uintptr_t)b) & 1))
+        return PYAMX_ENGINE_E_ARG;
+    size_t out_bytes = (size_t)((m - 1) * ldc_out + n) * 4;
+    if ((c_in && overlaps(c_out, out_bytes, c_in, (size_t)((m - 1) * ldc_in + n) * 4)) ||
+        overlaps(c_out, out_bytes, a, (size_t)((m - 1) * lda + size * k)) ||
+        overlaps(c_out, out_bytes, b, (size_t)((k - 1) * ldb + size * n)))
+        return PYAMX_ENGINE_E_ARG;
+    return run(v, kind, op, a, lda, b, ldb, 1, c_in, ldc_in, c_out, ldc_out, m, n, (k + lanes - 1) / lanes, k, threads);
 }
 
 /* ---- scalar primitives and test hooks ---- */
@@ -498,6 +795,23 @@ int pyamx_engine_dot_under_mxcsr(uint32_t mxcsr, uint32_t *mxcsr_after, int kind
     uint32_t own = eng_x86_getcsr();
     eng_x86_setcsr(mxcsr);
     int rc = pyamx_engine_dot(kind, op, a, lda, b, ldb, c_in, ldc_in, c_out, ldc_out, m, n, kd, threads);
+    *mxcsr_after = eng_x86_getcsr();
+    eng_x86_setcsr(own);
+    return rc;
+}
+
+int pyamx_engine_matmul_under_mxcsr(uint32_t mxcsr, uint32_t *mxcsr_after, int kind, int op,
+                                    const void *a, int64_t lda, const void *b, int64_t ldb,
+                                    const uint32_t *c_in, int64_t ldc_in, uint32_t *c_out, int64_t ldc_out,
+                                    int64_t m, int64_t n, int64_t k, int threads)
+{
+    if (!ENG_X86)
+        return PYAMX_ENGINE_E_UNAVAILABLE;
+    if (mxcsr > 0xFFFFu || !mxcsr_after)
+        return PYAMX_ENGINE_E_ARG;
+    uint32_t own = eng_x86_getcsr();
+    eng_x86_setcsr(mxcsr);
+    int rc = pyamx_engine_matmul(kind, op, a, lda, b, ldb, c_in, ldc_in, c_out, ldc_out, m, n, k, threads);
     *mxcsr_after = eng_x86_getcsr();
     eng_x86_setcsr(own);
     return rc;

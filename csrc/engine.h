@@ -55,6 +55,20 @@ int pyamx_engine_dot(int kind, int op,
                      uint32_t *c_out, int64_t ldc_out,
                      int64_t m, int64_t n, int64_t kd, int threads);
 
+/* pyamx.matmul's entry: the same schedule on ordinary row-major operands,
+ * packed (and widened) inside, once, shared by the threads:
+ *   a: M rows of k values (bf16/fp16 bits: 2 bytes, int8/uint8: 1 byte), row r at a + r*lda_bytes
+ *   b: k rows of N values, row i at b + i*ldb_bytes (no interleaving)
+ *   c_in: NULL for C = +0 (int: 0), else as for pyamx_engine_dot().
+ * K is padded to whole dwords as docs/matmul.md says (A with -0, B with +0
+ * for floats; zeros for int8). Float operands must be 2-byte aligned. */
+int pyamx_engine_matmul(int kind, int op,
+                        const void *a, int64_t lda_bytes,
+                        const void *b, int64_t ldb_bytes,
+                        const uint32_t *c_in, int64_t ldc_in,
+                        uint32_t *c_out, int64_t ldc_out,
+                        int64_t m, int64_t n, int64_t k, int threads);
+
 /* The exact scalar primitives the engine falls back to for NaN operands
  * (and that the portable variant is built on): fp32 bit patterns in and
  * out, DAZ on every operand, FTZ after rounding, RNE, x86 NaN rule. */
@@ -72,6 +86,13 @@ int pyamx_engine_dot_under_mxcsr(uint32_t mxcsr, uint32_t *mxcsr_after, int kind
                                  const uint32_t *c_in, int64_t ldc_in,
                                  uint32_t *c_out, int64_t ldc_out,
                                  int64_t m, int64_t n, int64_t kd, int threads);
+/* The same for pyamx_engine_matmul(). */
+int pyamx_engine_matmul_under_mxcsr(uint32_t mxcsr, uint32_t *mxcsr_after, int kind, int op,
+                                    const void *a, int64_t lda_bytes,
+                                    const void *b, int64_t ldb_bytes,
+                                    const uint32_t *c_in, int64_t ldc_in,
+                                    uint32_t *c_out, int64_t ldc_out,
+                                    int64_t m, int64_t n, int64_t k, int threads);
 /* The calling thread's MXCSR, or 0 off x86-64. */
 uint32_t pyamx_engine_getcsr(void);
 

@@ -17,9 +17,10 @@
 #include <stdint.h>
 
 #include "engine.h"
+#include "pyamx_ops.h"
 
 #define ENG_BLOCK 16  /* dwords per tile instruction (tmul_maxk) */
-#define ENG_KC 256    /* K panel in dwords; a multiple of ENG_BLOCK so panels start on block boundaries (256: measured best on Zen 4, 64..1024 tried) */
+#define ENG_KC 512    /* K panel in dwords; a multiple of ENG_BLOCK so panels start on block boundaries (512: measured best on Zen 4 at 512..2048, 128..1024 tried; fewer C tile reloads) */
 #define ENG_MAX_MR 8
 #define ENG_MAX_NR 32
 
@@ -30,7 +31,9 @@
 #endif
 
 /* A compiled variant. The float kernel runs kd dwords starting on a block
- * boundary over one MR x NR tile of C (ldc in elements), in place; the int
+ * boundary over one MR x NR tile of C (ldc in elements), starting from the
+ * tile at src (rows lds apart: lds 0 repeats one row, e.g. of zeros; src == c
+ * for in place), so no separate pass starts C; the int
  * kernel adds the byte products with wrap-around. in_range = 1 promises
  * that every product of the packed operands is zero, infinite or an fp32
  * normal number (exact in fp32): the portable kernel then runs on fp32
@@ -41,11 +44,20 @@ struct eng_fpenv { uint32_t mxcsr; fenv_t env; };
 
 struct eng_variant {
     int mr, nr;
-    void (*float_kernel)(int64_t kd, const uint32_t *ap, const uint32_t *bp, uint32_t *c, int64_t ldc, int in_range);
-    void (*int_kernel)(int64_t kd, const uint32_t *ap, const uint32_t *bp, uint32_t *c, int64_t ldc);
+    void (*float_kernel)(int64_t kd, const uint32_t *ap, const uint32_t *bp, const uint32_t *src, int64_t lds,
+                         uint32_t *c, int64_t ldc, int in_range);
+    void (*int_kernel)(int64_t kd, const uint32_t *ap, const uint32_t *bp, const uint32_t *src, int64_t lds,
+                       uint32_t *c, int64_t ldc);
     void (*enter)(struct eng_fpenv *saved);
     void (*leave)(const struct eng_fpenv *saved);
+    /* count bf16/fp16 values at src widened to fp32 words at dst, exactly as
+     * eng_widen16() does (bf16 with DAZ, fp16 exact, NaN payloads kept);
+     * nonzero when one of them is a NaN. NULL: engine.c's eng_widen16(). */
+    int (*widen16)(int op, const uint16_t *src, int64_t count, uint32_t *dst);
 };
+
+/* engine.c: the scalar widening every widen16 must match (and their tails use) */
+int eng_widen16(int op, const uint16_t *src, int64_t count, uint32_t *dst);
 
 /* engine_x86.c (zero/NULL off x86-64) */
 int eng_x86_cpu_has(int kind, const char **why);
@@ -64,6 +76,15 @@ uint32_t eng_fma32_nonan(uint32_t a, uint32_t b, uint32_t acc);
 uint32_t eng_add32_nonan(uint32_t x, uint32_t y);
 
 static inline uint32_t eng_daz(uint32_t x) { return (x & 0x7F800000u) == 0 ? x & 0x80000000u : x; }
+/* The tile at src copied to c (nothing when src == c): kernels that work in place start with it. */
+static inline void eng_tile_start(uint32_t *c, int64_t ldc, const uint32_t *src, int64_t lds, int rows, int cols)
+{
+    if (src != c)
+        for (int r = 0; r < rows; r++)
+            for (int j = 0; j < cols; j++)
+                c[r * ldc + j] = src[r * lds + j];
+}
+
 static inline int eng_isnan(uint32_t x) { return (x & 0x7FFFFFFFu) > 0x7F800000u; }
 
 #endif

@@ -39,8 +39,10 @@ static inline uint32_t nan_to_default(uint32_t s)
     return eng_isnan(s) ? 0xFFC00000u : s;
 }
 
-static void float_kernel(int64_t kd, const uint32_t *ap, const uint32_t *bp, uint32_t *c, int64_t ldc, int in_range)
+static void float_kernel(int64_t kd, const uint32_t *ap, const uint32_t *bp, const uint32_t *src, int64_t lds,
+                         uint32_t *c, int64_t ldc, int in_range)
 {
+    eng_tile_start(c, ldc, src, lds, P_MR, P_NR);
     for (int64_t kb = 0; kb < kd; kb += ENG_BLOCK) {
         int64_t len = kd - kb < ENG_BLOCK ? kd - kb : ENG_BLOCK;
         uint32_t even[P_MR][P_NR], odd[P_MR][P_NR];
@@ -83,8 +85,10 @@ static void float_kernel(int64_t kd, const uint32_t *ap, const uint32_t *bp, uin
     }
 }
 
-static void int_kernel(int64_t kd, const uint32_t *ap, const uint32_t *bp, uint32_t *c, int64_t ldc)
+static void int_kernel(int64_t kd, const uint32_t *ap, const uint32_t *bp, const uint32_t *src, int64_t lds,
+                       uint32_t *c, int64_t ldc)
 {
+    eng_tile_start(c, ldc, src, lds, P_MR, P_NR);
     uint32_t acc[P_MR][P_NR];
     memset(acc, 0, sizeof acc);
     for (int64_t k = 0; k < kd; k++) {
@@ -116,7 +120,8 @@ static void leave(const struct eng_fpenv *saved)
     fesetenv(&saved->env);
 }
 
-static const struct eng_variant portable = {P_MR, P_NR, float_kernel, int_kernel, enter, leave};
+/* widen16 NULL: the scalar widening of engine.c (plain C is all this variant may use) */
+static const struct eng_variant portable = {P_MR, P_NR, float_kernel, int_kernel, enter, leave, 0};
 
 int eng_portable_supported(const char **why)
 {

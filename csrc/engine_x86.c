@@ -52,13 +52,14 @@ typedef float f32_alias __attribute__((may_alias));
  * distance stall on false store-to-load dependencies (4K aliasing). */
 T512 static void f512_tile(int64_t kd, const uint32_t *ap, const uint32_t *bp, float *cf);
 
-T512 static void f512(int64_t kd, const uint32_t *ap, const uint32_t *bp, uint32_t *c, int64_t ldc, int in_range)
+T512 static void f512(int64_t kd, const uint32_t *ap, const uint32_t *bp, const uint32_t *src, int64_t lds,
+                      uint32_t *c, int64_t ldc, int in_range)
 {
     (void)in_range;
     __attribute__((aligned(64))) float tile[6 * 32];
     for (int r = 0; r < 6; r++) {
-        _mm512_store_ps(tile + 32 * r, _mm512_loadu_ps((const float *)c + r * ldc));
-        _mm512_store_ps(tile + 32 * r + 16, _mm512_loadu_ps((const float *)c + r * ldc + 16));
+        _mm512_store_ps(tile + 32 * r, _mm512_loadu_ps((const float *)src + r * lds));
+        _mm512_store_ps(tile + 32 * r + 16, _mm512_loadu_ps((const float *)src + r * lds + 16));
     }
     f512_tile(kd, ap, bp, tile);
     for (int r = 0; r < 6; r++) {
@@ -106,8 +107,10 @@ T512 static inline void f512_tile(int64_t kd, const uint32_t *ap, const uint32_t
     }
 }
 
-T512 static void i512(int64_t kd, const uint32_t *ap, const uint32_t *bp, uint32_t *c, int64_t ldc)
+T512 static void i512(int64_t kd, const uint32_t *ap, const uint32_t *bp, const uint32_t *src, int64_t lds,
+                      uint32_t *c, int64_t ldc)
 {
+    eng_tile_start(c, ldc, src, lds, 6, 32);
     __m512i a00 = _mm512_setzero_si512(), a01 = a00, a10 = a00, a11 = a00, a20 = a00, a21 = a00;
     __m512i a30 = a00, a31 = a00, a40 = a00, a41 = a00, a50 = a00, a51 = a00;
     for (int64_t k = 0; k < kd; k++) {
@@ -142,9 +145,11 @@ T512 static void i512(int64_t kd, const uint32_t *ap, const uint32_t *bp, uint32
 
 #define B256(p) _mm256_set1_ps(F32(p))
 
-T256 static void f256(int64_t kd, const uint32_t *ap, const uint32_t *bp, uint32_t *c, int64_t ldc, int in_range)
+T256 static void f256(int64_t kd, const uint32_t *ap, const uint32_t *bp, const uint32_t *src, int64_t lds,
+                      uint32_t *c, int64_t ldc, int in_range)
 {
     (void)in_range;
+    eng_tile_start(c, ldc, src, lds, 3, 16);
     float *cf = (float *)c;
     for (int64_t kb = 0; kb < kd; kb += ENG_BLOCK) {
         int64_t len = kd - kb < ENG_BLOCK ? kd - kb : ENG_BLOCK;
@@ -181,8 +186,10 @@ T256 static void f256(int64_t kd, const uint32_t *ap, const uint32_t *bp, uint32
     }
 }
 
-T256 static void i256(int64_t kd, const uint32_t *ap, const uint32_t *bp, uint32_t *c, int64_t ldc)
+T256 static void i256(int64_t kd, const uint32_t *ap, const uint32_t *bp, const uint32_t *src, int64_t lds,
+                      uint32_t *c, int64_t ldc)
 {
+    eng_tile_start(c, ldc, src, lds, 3, 16);
     __m256i a00 = _mm256_setzero_si256(), a01 = a00, a10 = a00, a11 = a00, a20 = a00, a21 = a00;
     for (int64_t k = 0; k < kd; k++) {
         const __m256i *b = (const __m256i *)bp;
@@ -212,8 +219,110 @@ T256 static void i256(int64_t kd, const uint32_t *ap, const uint32_t *bp, uint32
 #undef OUT
 }
 
-static const struct eng_variant v512 = {6, 32, f512, i512, enter, leave};
-static const struct eng_variant v256 = {3, 16, f256, i256, enter, leave};
+/* ---- widening while packing ----
+ *
+ * bf16: the value is the top half of its fp32 word; DAZ keeps only the sign
+ * of a zero exponent (the hardware would do the same in the FMA, but the
+ * exact scalar path and the numpy engine see the packed words).
+ * fp16: VCVTPH2PS is exact for every finite value, subnormals included, and
+ * ignores MXCSR.DAZ (SDM: half-precision inputs are never treated as
+ * denormals-are-zero; tests/test_engine_pack.py checks all 65536 values under
+ * several MXCSR settings); it quiets signalling NaNs, so lanes with an
+ * all-ones exponent (inf, NaN) are rebuilt from their bits as eng_widen16()
+ * builds them, keeping NaN payloads unquieted. */
+
+T512 static inline __m512i w512_bf16(__m256i h, __mmask16 *nan)
+{
+    __m512i w = _mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16);
+    __mmask16 normal = _mm512_test_epi32_mask(w, _mm512_set1_epi32(0x7F800000));
+    w = _mm512_mask_mov_epi32(_mm512_and_si512(w, _mm512_set1_epi32((int)0x80000000u)), normal, w);
+    *nan |= _mm512_cmpgt_epu32_mask(_mm512_and_si512(w, _mm512_set1_epi32(0x7FFFFFFF)), _mm512_set1_epi32(0x7F800000));
+    return w;
+}
+
+T512 static inline __m512i w512_fp16(__m256i h, __mmask16 *nan)
+{
+    __m512i z = _mm512_cvtepu16_epi32(h);
+    __m512i w = _mm512_castps_si512(_mm512_cvtph_ps(h));
+    __m512i e = _mm512_and_si512(z, _mm512_set1_epi32(0x7C00));
+    __mmask16 special = _mm512_cmpeq_epi32_mask(e, _mm512_set1_epi32(0x7C00));
+    if (special) {
+        __m512i bits = _mm512_or_si512(_mm512_slli_epi32(_mm512_and_si512(z, _mm512_set1_epi32(0x8000)), 16),
+                                       _mm512_or_si512(_mm512_set1_epi32(0x7F800000),
+                                                       _mm512_slli_epi32(_mm512_and_si512(z, _mm512_set1_epi32(0x3FF)), 13)));
+        w = _mm512_mask_mov_epi32(w, special, bits);
+        *nan |= _mm512_cmpgt_epu32_mask(_mm512_and_si512(z, _mm512_set1_epi32(0x7FFF)), _mm512_set1_epi32(0x7C00));
+    }
+    return w;
+}
+
+T512 static int widen512(int op, const uint16_t *src, int64_t count, uint32_t *dst)
+{
+    __mmask16 nan = 0;
+    int bf = op == PYAMX_OP_TDPBF16PS;
+    int64_t i = 0;
+    for (; i + 32 <= count; i += 32) {
+        __m512i h = _mm512_loadu_si512(src + i);
+        __m256i lo = _mm512_castsi512_si256(h), hi = _mm512_extracti64x4_epi64(h, 1);
+        _mm512_storeu_si512(dst + i, bf ? w512_bf16(lo, &nan) : w512_fp16(lo, &nan));
+        _mm512_storeu_si512(dst + i + 16, bf ? w512_bf16(hi, &nan) : w512_fp16(hi, &nan));
+    }
+    for (; i < count; i += 16) {
+        int64_t left = count - i < 16 ? count - i : 16;
+        __mmask32 m = (__mmask32)((1u << left) - 1);
+        __m256i h = _mm512_castsi512_si256(_mm512_maskz_loadu_epi16(m, src + i));
+        __m512i w = bf ? w512_bf16(h, &nan) : w512_fp16(h, &nan); /* zero lanes: +0, never NaN */
+        _mm512_mask_storeu_epi32(dst + i, (__mmask16)m, w);
+    }
+    return nan != 0;
+}
+
+/* AVX2: bf16 with shifts; fp16 through F16C where the CPU has it (every
+ * AVX2 CPU so far does, but it is a separate CPUID bit), else the scalar
+ * widening. */
+static int have_f16c;
+
+T256 static inline __m256i w256_bf16(__m128i h, __m256i *nan)
+{
+    __m256i w = _mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16);
+    __m256i zero_exp = _mm256_cmpeq_epi32(_mm256_and_si256(w, _mm256_set1_epi32(0x7F800000)), _mm256_setzero_si256());
+    w = _mm256_blendv_epi8(w, _mm256_and_si256(w, _mm256_set1_epi32((int)0x80000000u)), zero_exp);
+    *nan = _mm256_or_si256(*nan, _mm256_cmpgt_epi32(_mm256_and_si256(w, _mm256_set1_epi32(0x7FFFFFFF)), _mm256_set1_epi32(0x7F800000)));
+    return w;
+}
+
+__attribute__((target("avx2,fma,f16c"))) static inline __m256i w256_fp16(__m128i h, __m256i *nan)
+{
+    __m256i z = _mm256_cvtepu16_epi32(h);
+    __m256i w = _mm256_castps_si256(_mm256_cvtph_ps(h));
+    __m256i special = _mm256_cmpeq_epi32(_mm256_and_si256(z, _mm256_set1_epi32(0x7C00)), _mm256_set1_epi32(0x7C00));
+    if (!_mm256_testz_si256(special, special)) {
+        __m256i bits = _mm256_or_si256(_mm256_slli_epi32(_mm256_and_si256(z, _mm256_set1_epi32(0x8000)), 16),
+                                       _mm256_or_si256(_mm256_set1_epi32(0x7F800000),
+                                                       _mm256_slli_epi32(_mm256_and_si256(z, _mm256_set1_epi32(0x3FF)), 13)));
+        w = _mm256_blendv_epi8(w, bits, special);
+        *nan = _mm256_or_si256(*nan, _mm256_cmpgt_epi32(_mm256_and_si256(z, _mm256_set1_epi32(0x7FFF)), _mm256_set1_epi32(0x7C00)));
+    }
+    return w;
+}
+
+__attribute__((target("avx2,fma,f16c"))) static int widen256(int op, const uint16_t *src, int64_t count, uint32_t *dst)
+{
+    int bf = op == PYAMX_OP_TDPBF16PS;
+    if (!bf && !__atomic_load_n(&have_f16c, __ATOMIC_RELAXED))
+        return eng_widen16(op, src, count, dst);
+    __m256i nan = _mm256_setzero_si256();
+    int64_t i = 0;
+    for (; i + 8 <= count; i += 8) {
+        __m128i h = _mm_loadu_si128((const __m128i *)(src + i));
+        _mm256_storeu_si256((__m256i *)(dst + i), bf ? w256_bf16(h, &nan) : w256_fp16(h, &nan));
+    }
+    int tail = i < count ? eng_widen16(op, src + i, count - i, dst + i) : 0;
+    return tail | !_mm256_testz_si256(nan, nan);
+}
+
+static const struct eng_variant v512 = {6, 32, f512, i512, enter, leave, widen512};
+static const struct eng_variant v256 = {3, 16, f256, i256, enter, leave, widen256};
 
 static uint64_t xgetbv0(void)
 {
@@ -229,6 +338,7 @@ static int cpu_has_uncached(int kind, const char **why)
         *why = "CPUID leaf 1 is not available";
         return 0;
     }
+    __atomic_store_n(&have_f16c, (int)((c >> 29) & 1), __ATOMIC_RELAXED);
     int fma = (c >> 12) & 1, osxsave = (c >> 27) & 1, avx = (c >> 28) & 1;
     if (!avx || !fma) {
         *why = "the CPU lacks AVX or FMA (CPUID.1:ECX)";

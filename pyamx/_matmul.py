@@ -49,11 +49,16 @@ class Plan:
 # -- operands ---------------------------------------------------------------------------
 
 
+_DTYPE_NAMES: dict = {}
+
+
 def _family_of(x: np.ndarray, name: str, kind):
     """(family, signed) of one operand, strictly from its dtype and ``kind``."""
     if not isinstance(x, np.ndarray):
         raise TypeError(f"matmul: {name} must be a numpy array, not {type(x).__name__}")
-    dtype = x.dtype.name
+    dtype = _DTYPE_NAMES.get(x.dtype)
+    if dtype is None:  # dtype.name is a Python-level property costing microseconds: looked up once per dtype
+        dtype = _DTYPE_NAMES.setdefault(x.dtype, x.dtype.name)
     if kind is None:
         if dtype in ("uint16", "bfloat16"):
             return "bf16", None
@@ -76,8 +81,19 @@ def _check_kind(kind):
         raise ValueError(f"matmul: kind must be None or one of {', '.join(KINDS)}, not {kind!r}")
 
 
-def plan(a, b, c=None, *, kind=None) -> Plan:
-    """Validate the operands and pad and pack them as the schedule's instructions take them."""
+@dataclass(frozen=True)
+class Operands:
+    """Validated operands as raw bits, before any padding or interleaving."""
+
+    mnemonic: str
+    family: str
+    a: np.ndarray  # (M, K) raw bits
+    b: np.ndarray  # (K, N) raw bits, row-major
+    c: "np.ndarray | None"  # (M, N) uint32 bits / int32, or None for zeros
+
+
+def operands(a, b, c=None, *, kind=None) -> Operands:
+    """Validate the operands (dtypes, shapes, accumulator) and return their raw bits."""
     _check_kind(kind)
     family_a, signed_a = _family_of(a, "a", kind)
     family_b, signed_b = _family_of(b, "b", kind)
@@ -104,8 +120,21 @@ def plan(a, b, c=None, *, kind=None) -> Plan:
         a_bits = to_bits(a, "a", "matmul")
         b_bits = to_bits(b, "b", "matmul")
         mnemonic = _FLOAT_MNEMONIC[family]
-    c_bits = _accumulator(c, m, n, family)
-    lanes = isa.get(mnemonic).lanes
+    c_bits = None if c is None else _accumulator(c, m, n, family)
+    return Operands(mnemonic, family, a_bits, b_bits, c_bits)
+
+
+def plan(a, b, c=None, *, kind=None) -> Plan:
+    """Validate the operands and pad and pack them as the schedule's instructions take them."""
+    return _pack(operands(a, b, c, kind=kind))
+
+
+def _pack(ops: Operands) -> Plan:
+    """The padded A, the interleaved B and C's bits: the instructions' operands (numpy engine, native)."""
+    family, a_bits, b_bits = ops.family, ops.a, ops.b
+    (m, k), n = a_bits.shape, b_bits.shape[1]
+    c_bits = _accumulator(None, m, n, family) if ops.c is None else ops.c
+    lanes = isa.get(ops.mnemonic).lanes
     k_dwords = -(-k // lanes)
     width = k_dwords * lanes
     if width == k:
@@ -119,7 +148,7 @@ def plan(a, b, c=None, *, kind=None) -> Plan:
         b_pad = np.zeros((width, n), dtype=b_bits.dtype)
         b_pad[:k] = b_bits
     b_vnni = _interleave(b_pad, k_dwords, lanes)
-    return Plan(mnemonic, family, m, n, k, k_dwords, a_pad, b_vnni, c_bits)
+    return Plan(ops.mnemonic, family, m, n, k, k_dwords, a_pad, b_vnni, c_bits)
 
 
 def _interleave(b_pad: np.ndarray, k_dwords: int, lanes: int) -> np.ndarray:
@@ -204,11 +233,17 @@ def matmul(a, b, c=None, *, kind=None, backend=None, engine=None, threads=None, 
     """
     threads = _check_threads(threads)
     numerics = _numerics.resolve(numerics)
-    p = plan(a, b, c, kind=kind)
-    chosen = _backend.resolve(backend, p.family, numerics=numerics, engine=engine)
+    ops = operands(a, b, c, kind=kind)
+    view = np.int32 if ops.family == "int8" else np.float32
+    chosen = _backend.resolve(backend, ops.family, numerics=numerics, engine=engine)
     if chosen == "native":
-        bits = _run_native(p, threads)
-        return label(bits.view(np.int32 if p.family == "int8" else np.float32), "native", _backend.native_mode())
+        bits = _run_native(_pack(ops), threads)
+        return label(bits.view(view), "native", _backend.native_mode())
     eng = _engine.resolve(engine, numerics)
-    out = eng.dot(p.mnemonic, p.c, p.a, p.b_vnni, p.k_dwords, threads)
-    return label(np.asarray(out).view(np.int32 if p.family == "int8" else np.float32), "emulator", engine=eng.name)
+    if eng.compiled:
+        # row-major B straight to C: padded, widened and packed there once (no interleaved copy here)
+        out = eng.matmul(ops.mnemonic, ops.a, ops.b, ops.c, threads)
+    else:
+        p = _pack(ops)
+        out = eng.dot(p.mnemonic, p.c, p.a, p.b_vnni, p.k_dwords, threads)
+    return label(np.asarray(out).view(view), "emulator", engine=eng.name)

@@ -241,6 +241,44 @@ class Engine:
             raise _error(lib, rc, self.name)
         return out if is_float else out.view(np.int32)
 
+    def matmul(self, op_name: str, a: np.ndarray, b: np.ndarray, c_bits=None, threads=None):
+        """``pyamx.matmul``'s schedule on row-major operands, packed inside C (compiled engines only).
+
+        ``a``: (M, K) uint16 bits / 8-bit values; ``b``: (K, N) likewise, row-major, *not*
+        interleaved; ``c_bits``: (M, N) 32-bit words or None for zeros. K need not be a multiple
+        of the values per dword: the C side pads the last dword as docs/matmul.md says. Returns
+        what :meth:`dot` returns for the padded, interleaved operands, without building them.
+        """
+        if not self.compiled:
+            raise TypeError(f"engine {self.name}: matmul() on row-major operands is for compiled engines; use dot()")
+        lanes, is_float = OPS[op_name]
+        (m, k), (k_b, n) = a.shape, b.shape
+        if k != k_b or min(m, n, k) < 1 or (c_bits is not None and c_bits.shape != (m, n)):
+            raise ValueError(f"{op_name}: engine operands must be a (M, K), b (K, N), c (M, N) with M, N, K >= 1; "
+                             f"got a {a.shape}, b {b.shape}, c {None if c_bits is None else c_bits.shape}")
+        if a.itemsize != 4 // lanes or b.itemsize != 4 // lanes or (c_bits is not None and c_bits.itemsize != 4):
+            raise TypeError(f"{op_name}: engine operands are {32 // lanes}-bit values in a and b and 32-bit words "
+                            f"in c; got {a.dtype}, {b.dtype}, {None if c_bits is None else c_bits.dtype}")
+        if threads is None:
+            threads = _threads_default()
+        ffi, lib = self._ffi, self._lib
+        # C-contiguous and aligned (the C side reads 16-bit values in place)
+        a, b = _c_aligned(a), _c_aligned(b)
+        if c_bits is None:
+            c_ptr, ldc = ffi.NULL, n
+        else:
+            c_bits = _c_aligned(c_bits.view(np.uint32) if c_bits.dtype != np.uint32 else c_bits)
+            c_ptr, ldc = ffi.from_buffer("uint32_t[]", c_bits), n
+        out = np.empty((m, n), dtype=np.uint32)
+        rc = lib.pyamx_engine_matmul(
+            self._kind, self._op_ids[op_name],
+            ffi.from_buffer(a), a.shape[1] * a.itemsize, ffi.from_buffer(b), b.shape[1] * b.itemsize,
+            c_ptr, ldc, ffi.from_buffer("uint32_t[]", out), n, m, n, k, min(int(threads), MAX_THREADS),
+        )
+        if rc:
+            raise _error(lib, rc, self.name)
+        return out if is_float else out.view(np.int32)
+
     @default_fpenv  # every numpy step, and the caller's MXCSR (flags too) restored exactly afterwards
     def _numpy_dot(self, op_name, is_float, c, a, b, kd, threads):
         # the whole schedule at once (pyamx/emulator/dot.py): operands scanned once, every K
@@ -248,6 +286,12 @@ class Engine:
         from .emulator.dot import engine_dot
 
         return engine_dot(op_name, c, a, b, kd, threads or 1, self._numerics)
+
+
+def _c_aligned(x: np.ndarray) -> np.ndarray:
+    """``x`` when C-contiguous and aligned (the usual case: a flags test, not np.require's microseconds)."""
+    flags = x.flags
+    return x if flags.c_contiguous and flags.aligned else np.require(x, requirements="CA")
 
 
 def _error(lib, rc: int, name: str) -> Exception:

@@ -9,6 +9,7 @@ and that the caller's floating-point environment does not leak in.
 from __future__ import annotations
 
 import ctypes
+import importlib
 import ctypes.util
 import platform
 import sys
@@ -66,7 +67,7 @@ def test_fp16_products_are_always_exact_in_float32():
 
 def _plan(a, b, numerics=Numerics(), input_daz=True):
     """The engine's plan for bf16 a (M, K), b (K, N), padded and packed as pyamx.matmul packs them."""
-    p = sys.modules["pyamx._matmul"].plan(a, b)
+    p = importlib.import_module("pyamx._matmul").plan(a, b)  # the module, not pyamx.matmul the function
     a32 = bf16.widen_bits(p.a).reshape(p.m, p.k_dwords, 2)
     b32 = bf16.widen_bits(p.b_vnni).reshape(p.k_dwords, p.n, 2)
     return dot._FloatPlan(a32, b32, numerics, input_daz, 8)
