@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import isa
-from .._result import label, new_result, tag
+from .._result import AMXResult, new_result, tag
 
 #: name -> (result dtype, c bits dtype, a/b bits dtype)
 _DTYPES = {insn.name: ((np.float32, np.uint32, np.uint16) if insn.is_float else (np.int32, np.int32, np.uint8))
@@ -34,4 +34,6 @@ def run_one(name: str, eng, c, a, b, m: int, k: int, n: int):
         run(a, a.shape[1] * a.itemsize, b, b.shape[1] * b.itemsize, c, n, out, n, m, n, k)
         return tag(out, "emulator", engine=eng.name)
     bits = eng.dot(name, c.view(c_bits), a.view(ab_bits), b.view(ab_bits), k)
-    return label(bits.view(out_dtype), "emulator", engine=eng.name)
+    if not bits.flags.c_contiguous:
+        bits = np.ascontiguousarray(bits)
+    return tag(bits.view(dtype=out_dtype, type=AMXResult), "emulator", engine=eng.name)

@@ -109,6 +109,51 @@ def bf16_exponents_fit(range_a, range_b) -> bool:
     return range_a[0] + range_b[0] >= 126 + 16 and range_a[1] + range_b[1] <= 370
 
 
+def _lane_sums(products: np.ndarray, kd: int, width: int) -> np.ndarray:
+    """+0 + P[0] + ... + P[K-1] per column of the (K, width) float32 products, strictly in that order."""
+    if _sequential_reduce(kd, width):
+        return np.add.reduce(products.reshape(kd, width), axis=0, initial=_ZERO32)
+    lanes = np.add(products[0], _ZERO32)
+    for k in range(1, kd):
+        np.add(lanes, products[k], out=lanes)
+    return lanes.reshape(width)
+
+
+# np.add.reduce over the outer axis of a C-contiguous (K, W) array adds row after row into the
+# output (numpy sums pairwise only along the fast axis, as np.sum's documentation says), one
+# ufunc call instead of K. That is numpy's implementation, not a promise, so each (K, W) is
+# checked once against the explicit chain on data where any other order or grouping shows
+# (ties that a different grouping would break, random signs and exponents) before it is used.
+
+_REDUCE_OK: dict = {}
+
+
+def _sequential_reduce(kd: int, width: int) -> bool:
+    ok = _REDUCE_OK.get((kd, width))
+    if ok is None:
+        ok = _REDUCE_OK[(kd, width)] = _probe_reduce(kd, width)
+    return ok
+
+
+def _probe_reduce(kd: int, width: int) -> bool:
+    rng = np.random.default_rng(kd * 1000 + width)
+    trials = [np.full((kd, width), -0.0, dtype=np.float32)]  # +0 must come first: the sum is +0
+    ties = np.full((kd, width), 2.0**-24, dtype=np.float32)
+    ties[0] = 1.0  # 1 + 2**-24 ties to 1 every step; any earlier grouping of the small ones does not
+    trials.append(ties)
+    for _ in range(8):
+        trials.append((rng.choice((-1.0, 1.0), (kd, width)) * np.exp2(rng.integers(-30, 30, (kd, width)))
+                       * rng.uniform(1, 2, (kd, width))).astype(np.float32))
+    for data in trials:
+        want = np.add(data[0], _ZERO32)
+        for k in range(1, kd):
+            np.add(want, data[k], out=want)
+        got = np.add.reduce(np.ascontiguousarray(data), axis=0, initial=_ZERO32)
+        if not np.array_equal(got.view(np.uint32), want.view(np.uint32)):
+            return False
+    return True
+
+
 def sdm_tile(fp16: bool, c_bits: np.ndarray, a: np.ndarray, b: np.ndarray, m: int, n: int, kd: int):
     """The instruction's (M, N) uint32 result bits, or None when the operands need the general tiers.
 
@@ -116,25 +161,25 @@ def sdm_tile(fp16: bool, c_bits: np.ndarray, a: np.ndarray, b: np.ndarray, m: in
     pair-interleaved), K = ``kd`` <= 16. Runs under the default
     floating-point environment (the caller's job: Engine._numpy_dot).
     """
-    if fp16:
-        if not (_fp16_finite(a) and _fp16_finite(b)):
-            return None
-    elif not bf16_exponents_fit(_bf16_exponents(a), _bf16_exponents(b)):
-        return None
     if not _c_ordinary(c_bits):
         return None
-    # Row 2k + l of both: lane l of dword k (a's column 2k + l; b's pair element l).
-    a_rows = a.T
-    b_rows = b.reshape(kd, n, 2).transpose(0, 2, 1).reshape(2 * kd, n)
-    if fp16:  # every fp16 number is an fp32 number: the conversion is exact
-        a32 = a_rows.view(np.float16).astype(np.float32)
-        b32 = b_rows.view(np.float16).astype(np.float32)
-    else:  # bf16 is the top half of fp32
-        a32 = np.left_shift(a_rows, _WIDEN, dtype=np.uint32).view(np.float32)
-        b32 = np.left_shift(b_rows, _WIDEN, dtype=np.uint32).view(np.float32)
-    products = np.multiply(a32[:, :, None], b32[:, None, :]).reshape(kd, 2, m, n)
-    lanes = np.add(products[0], _ZERO32)  # the lanes start at +0 (step 4)
-    for k in range(1, kd):
-        np.add(lanes, products[k], out=lanes)
+    # One (2K, M + N) buffer, row 2k + l holding lane l of dword k: a's column 2k + l, then b's
+    # pair element l of every n. One scan and one widening then serve both operands.
+    ab = np.empty((kd, 2, m + n), dtype=np.uint16)
+    ab[:, :, :m] = a.reshape(m, kd, 2).transpose(1, 2, 0)
+    ab[:, :, m:] = b.reshape(kd, n, 2).transpose(0, 2, 1)
+    ab = ab.reshape(2 * kd, m + n)
+    if fp16:
+        if not _fp16_finite(ab):
+            return None
+        wide = ab.view(np.float16).astype(np.float32)  # every fp16 number is an fp32 number: exact
+    else:
+        both = _bf16_exponents(ab)  # one scan of both: the joint range implies condition (b)...
+        if not bf16_exponents_fit(both, both) and not bf16_exponents_fit(_bf16_exponents(ab[:, :m]),
+                                                                         _bf16_exponents(ab[:, m:])):
+            return None  # ...and only where it does not are the two read apart
+        wide = np.left_shift(ab, _WIDEN, dtype=np.uint32).view(np.float32)  # bf16: the top half of fp32
+    products = np.multiply(wide[:, :m, None], wide[:, None, m:])  # (2K, M, N): exact (step 1)
+    lanes = _lane_sums(products.reshape(kd, 2, m, n), kd, 2 * m * n).reshape(2, m, n)  # from +0 (step 4)
     total = np.add(c_bits.view(np.float32), np.add(lanes[0], lanes[1]))
     return total.view(np.uint32)
