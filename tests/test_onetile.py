@@ -267,3 +267,21 @@ def test_the_path_ignores_the_callers_mxcsr(value):
             got = _public(fp16, c, a, b)
             assert lib.pyamx_get_mxcsr() & ~0x3F == value
         np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("options", [dict(tininess="before"), dict(dest_daz=False), dict(input_daz=False),
+                                     dict(nan="canonical", tininess="before", dest_daz=False, input_daz=False)])
+def test_the_other_sdm_options_are_moot_under_the_conditions(options):
+    # the path runs for every Numerics with the sdm structure; its proof says no option but the
+    # structure can act on such operands, so the reference with each option must agree
+    numerics = pyamx.Numerics(**options)
+    rng = np.random.default_rng([SEED, 11, len(options)])
+    for _ in range(4):
+        m, k, n = (int(x) for x in rng.integers(1, 17, 3))
+        a, b = _bf16(rng, (m, 2 * k), 71, 150), _bf16(rng, (k, 2 * n), 71, 150)
+        c = _fp32(rng, (m, n), 24, 253)
+        assert _fast(False, c, a, b) is not None
+        ref_options = {key: value for key, value in options.items() if key != "nan"}
+        want = np.asarray(reference.tdpbf16ps(c, a, b, **ref_options), dtype=np.uint64).astype(np.uint32)
+        got = pyamx.emulator.tdpbf16ps(c, a, b, numerics=numerics, engine="numpy").view(np.uint32)
+        np.testing.assert_array_equal(got, want)
