@@ -226,3 +226,25 @@ def test_lane_sums_equal_the_explicit_chain(kd):
             want = want + products[k]
         got = onetile._lane_sums(products.copy(), kd, width)
         np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
+@pytest.mark.parametrize("engine", _engines())
+def test_machine_reads_its_tiles_in_place_without_touching_them(engine):
+    import reference
+    from pyamx import testing as gen
+
+    rng = np.random.default_rng([SEED, 7])
+    machine = pyamx.emulator.TileMachine(engine=engine)
+    for cls in gen.CLASSES:  # every tier of the numpy engine sees strided tile views
+        m, k, n = (int(x) for x in rng.integers(1, 17, 3))
+        c, a, b = gen.operands(rng, m, k, n, cls)
+        machine.ldtilecfg(pyamx.TileConfig.make({3: (m, 4 * n), 5: (m, 4 * k), 6: (k, 4 * n)}))
+        machine.tileloadd(3, c, 4 * n)
+        machine.tileloadd(5, a, 4 * k)
+        machine.tileloadd(6, b, 4 * n)
+        sources = machine.tile(5), machine.tile(6)
+        machine.tdpbf16ps(3, 5, 6)
+        np.testing.assert_array_equal(machine.tile(5), sources[0])
+        np.testing.assert_array_equal(machine.tile(6), sources[1])
+        want = np.asarray(reference.tdpbf16ps(c, a, b), dtype=np.uint64).astype(np.uint32)
+        np.testing.assert_array_equal(machine.tile(3)[:m, : 4 * n].view(np.uint32), want, err_msg=cls)

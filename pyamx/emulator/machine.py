@@ -156,13 +156,16 @@ class TileMachine:
                 m, n, k)
             tiles[dst] = out.view(np.uint8)  # bytes past N*4 and rows past M are zeroed
         else:
-            insn = _DOTS[name]
-            c = tiles[dst, :m, : 4 * n].copy().view(insn.c_dtype)
-            a = tiles[src1, :m, : 4 * k].copy().view(insn.ab_dtype)
-            b = tiles[src2, :k, : 4 * n].copy().view(insn.ab_dtype)
-            result = np.ascontiguousarray(self._engine.dot(name, c, a, b)).view(np.uint8)
-            tiles[dst] = 0  # bytes past N*4 and rows past M are zeroed
-            tiles[dst, :m, : 4 * n] = result.reshape(m, 4 * n)
+            # Views of the tiles, not copies: an engine never modifies its inputs, and the new
+            # tile is built aside, so a result that shared memory with C would still be safe.
+            c_dtype, ab_dtype = _DTYPES[name]
+            c = tiles[dst, :m, : 4 * n].view(c_dtype)
+            a = tiles[src1, :m, : 4 * k].view(ab_dtype)
+            b = tiles[src2, :k, : 4 * n].view(ab_dtype)
+            result = self._engine.dot(name, c, a, b, k)
+            out = np.zeros((MAX_ROWS, MAX_COLSB // 4), dtype=np.uint32)
+            out[:m, :n] = result.view(np.uint32)
+            tiles[dst] = out.view(np.uint8)  # bytes past N*4 and rows past M are zeroed
         if config.start_row:
             self._config = config.with_start_row(0)
 
@@ -175,6 +178,8 @@ class TileMachine:
 
 #: name -> pyamx.isa row
 _DOTS = {insn.name: insn for insn in isa.DOTS}
+#: name -> (C, A/B) dtypes of its operands as the tiles hold them
+_DTYPES = {insn.name: (np.dtype(insn.c_dtype), np.dtype(insn.ab_dtype)) for insn in isa.DOTS}
 
 
 def _method_doc(insn) -> str:
