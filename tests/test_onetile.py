@@ -18,6 +18,7 @@ import pytest
 import pyamx
 import reference
 from pyamx import bf16
+from pyamx import engine as _engine
 from pyamx.emulator import instructions, onetile
 from pyamx.testing import _bf16, _fp32
 
@@ -194,7 +195,7 @@ def test_products_beyond_one_instruction_are_not_taken():
     rng = np.random.default_rng([SEED, 9])
     a, b = _bf16(rng, (3, 40), 120, 134), _bf16(rng, (20, 4), 120, 134)
     c = _fp32(rng, (3, 2), 120, 134)
-    got = pyamx.engine.resolve("numpy").dot("tdpbf16ps", c, a, b, 20).view(np.uint32)
+    got = _engine.resolve("numpy").dot("tdpbf16ps", c, a, b, 20).view(np.uint32)
     first_block = _reference(False, c, a[:, :32], b[:16])
     np.testing.assert_array_equal(got, _reference(False, first_block, a[:, 32:], b[16:]))
 
