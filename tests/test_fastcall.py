@@ -190,42 +190,50 @@ def test_machine_methods_agree_with_the_array_functions_on_both_engines(name):
 # -- onetile's ordered reduction ------------------------------------------------------------------
 
 
-def test_the_reduction_probe_rejects_any_other_order():
-    def pairwise(x):
+@pytest.mark.parametrize("initial", [np.float32(0.0), np.float32(-0.0)])
+def test_the_reduction_probe_rejects_any_other_order(initial):
+    def pairwise(x, start):
         while x.shape[0] > 1:
             half = x.shape[0] // 2
             x = np.concatenate([x[:half] + x[half:2 * half], x[2 * half:]])
-        return x[0] + np.float32(0)
+        return start + x[0]
 
-    def reverse(x):
-        return onetile._ordered_reduce(np.ascontiguousarray(x[::-1]))
+    def reverse(x, start):
+        return onetile._ordered_reduce(np.ascontiguousarray(x[::-1]), start)
 
-    def without_the_initial_zero(x):  # the chain from the first row instead of from +0
+    def from_the_first_row(x, start):  # the chain without the start value
         acc = x[0].copy()
         for row in x[1:]:
             acc += row
         return acc
 
-    for kd in (3, 4, 16):
+    def from_the_other_zero(x, start):
+        return onetile._ordered_reduce(x, -start)
+
+    for count in (3, 4, 16, 33):
         for width in (2, 512):
-            assert onetile._probe_reduce(kd, width)
-            if kd > 3:  # for three rows the pairwise grouping is the chain itself
-                assert not onetile._probe_reduce(kd, width, pairwise)
-            assert not onetile._probe_reduce(kd, width, reverse)
-            assert not onetile._probe_reduce(kd, width, without_the_initial_zero)
+            assert onetile._probe_reduce(count, width, initial)
+            if count > 3:  # for three rows the pairwise grouping is the chain itself
+                assert not onetile._probe_reduce(count, width, initial, pairwise)
+            assert not onetile._probe_reduce(count, width, initial, reverse)
+            if not np.signbit(initial):  # -0 + x is x for every x: from -0 is from the first row
+                assert not onetile._probe_reduce(count, width, initial, from_the_first_row)
+            assert not onetile._probe_reduce(count, width, initial, from_the_other_zero)
 
 
-@pytest.mark.parametrize("kd", range(1, 17))
-def test_lane_sums_equal_the_explicit_chain(kd):
-    rng = np.random.default_rng([SEED, 6, kd])
+@pytest.mark.parametrize("count", list(range(1, 18)) + [33])
+def test_chains_equal_the_explicit_chain(count):
+    rng = np.random.default_rng([SEED, 6, count])
     for width in (2, 6, 32, 512):
-        products = (rng.standard_normal((kd, width)) * np.exp2(rng.integers(-20, 20, (kd, width)))).astype(np.float32)
-        products[rng.random(products.shape) < 0.1] = -0.0
-        want = np.add(products[0], np.float32(0))
-        for k in range(1, kd):
-            want = want + products[k]
-        got = onetile._lane_sums(products.copy(), kd, width)
-        np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+        rows = (rng.standard_normal((count, width)) * np.exp2(rng.integers(-20, 20, (count, width)))).astype(np.float32)
+        rows[rng.random(rows.shape) < 0.1] = -0.0
+        rows[rng.random(rows.shape) < 0.1] = 0.0
+        for initial in (np.float32(0.0), np.float32(-0.0)):
+            want = np.add(rows[0], initial)
+            for k in range(1, count):
+                want = want + rows[k]
+            got = onetile._chain(rows.copy(), initial)
+            np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
 
 
 @pytest.mark.parametrize("engine", _engines())

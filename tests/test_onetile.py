@@ -25,31 +25,40 @@ from pyamx.testing import _bf16, _fp32
 SEED = 20261202
 
 
-def _reference(fp16, c, a, b):
-    fn = reference.tdpfp16ps if fp16 else reference.tdpbf16ps
-    return np.asarray(fn(c, a, b), dtype=np.uint64).astype(np.uint32)
+STRUCTURES = ("sdm", "straight")
 
 
-def _fast(fp16, c, a, b):
+def _reference(fp16, c, a, b, structure="sdm"):
+    if fp16:
+        assert structure == "sdm"  # the reference's fp16 entry runs the default model
+        return np.asarray(reference.tdpfp16ps(c, a, b), dtype=np.uint64).astype(np.uint32)
+    return np.asarray(reference.tdpbf16ps(c, a, b, structure=structure), dtype=np.uint64).astype(np.uint32)
+
+
+def _fast(fp16, c, a, b, structure="sdm"):
     m, n = c.shape
-    return onetile.sdm_tile(fp16, np.ascontiguousarray(c, dtype=np.uint32), a, b, m, n, b.shape[0])
+    return onetile.one_tile(structure, fp16, np.ascontiguousarray(c, dtype=np.uint32), a, b, m, n, b.shape[0])
 
 
-def _public(fp16, c, a, b):
+def _public(fp16, c, a, b, structure="sdm"):
+    if structure != "sdm":
+        return np.asarray(pyamx.emulator.tdpbf16ps(c, a, b, numerics=structure, engine="numpy")).view(np.uint32)
     fn = pyamx.tdpfp16ps if fp16 else pyamx.tdpbf16ps
     return np.asarray(fn(c, a, b, backend="emulator", engine="numpy")).view(np.uint32)
 
 
 def _check(fp16, c, a, b, *, fast: bool):
-    """The public numpy-engine result equals the reference; ``fast`` says whether onetile must take it."""
-    want = _reference(fp16, c, a, b)
-    got_fast = _fast(fp16, c, a, b)
-    if fast:
-        assert got_fast is not None, "ordinary operands must take the one-instruction path"
-        np.testing.assert_array_equal(got_fast.view(np.uint32), want)
-    else:
-        assert got_fast is None, "operands outside the proof's conditions must go to the general tiers"
-    np.testing.assert_array_equal(_public(fp16, c, a, b), want)
+    """The public numpy-engine result equals the reference for each structure the path runs
+    (fp16: the default one); ``fast`` says whether onetile must take it."""
+    for structure in STRUCTURES[:1] if fp16 else STRUCTURES:
+        want = _reference(fp16, c, a, b, structure)
+        got_fast = _fast(fp16, c, a, b, structure)
+        if fast:
+            assert got_fast is not None, "ordinary operands must take the one-instruction path"
+            np.testing.assert_array_equal(got_fast.view(np.uint32), want, err_msg=structure)
+        else:
+            assert got_fast is None, "operands outside the proof's conditions must go to the general tiers"
+        np.testing.assert_array_equal(_public(fp16, c, a, b, structure), want, err_msg=structure)
 
 
 def _bf(values):

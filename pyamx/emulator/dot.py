@@ -30,13 +30,14 @@ import numpy as np
 
 from . import fp32
 from .numerics import Numerics
-from .onetile import sdm_tile
+from .onetile import one_tile
 
 #: dwords per dot-product instruction (tmul_maxk): the K block of the matmul schedule
 BLOCK_DWORDS = 16
 #: outputs of one instruction (16 x 16): the most onetile.sdm_tile is given (its products are K x 2 x M x N)
 _ONE_TILE = 256
 _FLOAT_OPS = ("tdpbf16ps", "tdpfp16ps")
+_ONE_TILE_STRUCTURES = ("sdm", "straight")
 
 #: output elements per row chunk: bounds the temporaries of one step (a few MiB)
 #: and is the unit of work handed to threads
@@ -464,11 +465,12 @@ def engine_dot(op_name: str, c_bits, a, b_vnni, k_dwords: int, threads: int, num
     block's result. Returns (M, N) uint32 bits or int32.
     """
     m, n = c_bits.shape
-    if (k_dwords <= BLOCK_DWORDS and m * n <= _ONE_TILE and op_name in _FLOAT_OPS and numerics.structure == "sdm"
+    if (k_dwords <= BLOCK_DWORDS and m * n <= _ONE_TILE and op_name in _FLOAT_OPS
+            and numerics.structure in _ONE_TILE_STRUCTURES
             and a.shape == (m, 2 * k_dwords) and b_vnni.shape == (k_dwords, 2 * n)):
         # one instruction: ordinary operands take a few float32 ufuncs (onetile.py proves why)
-        out = sdm_tile(op_name == "tdpfp16ps", _words(c_bits, np.uint32), a.view(np.uint16), b_vnni.view(np.uint16),
-                       m, n, k_dwords)
+        out = one_tile(numerics.structure, op_name == "tdpfp16ps", _words(c_bits, np.uint32), a.view(np.uint16),
+                       b_vnni.view(np.uint16), m, n, k_dwords)
         if out is not None:
             return out
     from .instructions import INT8_SIGNEDNESS, widen_fp16_bits  # the fp16 widening lives with the instructions

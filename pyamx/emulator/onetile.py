@@ -1,4 +1,4 @@
-"""One float dot-product instruction (sdm structure) on ordinary data, in a handful of numpy calls.
+"""One float dot-product instruction (sdm or straight structure) on ordinary data, in a few numpy calls.
 
 The numpy engine's general tiers (pyamx/emulator/dot.py) prepare every
 operand for any schedule; for one instruction that preparation costs more
@@ -50,6 +50,16 @@ Proof, with Q = 2**(Ea_min + Eb_min - 252 - Pa - Pb) >= 2**-126 (by (b)):
      has nothing to flush (no denormal C). |C + t| < 2**127 + 2**124 rounds
      to a finite value. An exact zero is +0 (t is never -0), as add32 gives.
 
+  7. The "straight" structure (one accumulator from C; per dword the even,
+     then the odd product, each an fma32): by (c) C is a multiple of
+     2**-126 and every product one of Q, a power of two >= 2**-126, so
+     every accumulator value is a multiple of 2**-126 (the induction of 2):
+     never tiny, and |acc| < 2**127 + 32 * 2**118 stays finite. With exact
+     products each fma32 is one float32 addition, zero signs included (the
+     exact product's sign is float32's). The chain -0 + C + P[0] + P[1] + ...
+     starts with -0 + C, which is C for every C (-0 + -0 = -0,
+     -0 + +0 = +0).
+
 So every open point of Numerics except the structure (tininess, dest_daz,
 input_daz, nan) is moot under the conditions, and no floating-point
 exception other than inexact is raised (no np.errstate needed).
@@ -71,6 +81,7 @@ _FP16_INF = 0x7C00
 _C_MIN = 24 << 23  # smallest allowed non-zero |C| bits: 2**-103, condition (c)
 _C_LIMIT = 254 << 23  # |C| bits must stay below: 2**127
 _ZERO32 = np.float32(0.0)
+_NEGATIVE_ZERO32 = np.float32(-0.0)
 _WIDEN = np.uint32(16)
 
 
@@ -109,67 +120,63 @@ def bf16_exponents_fit(range_a, range_b) -> bool:
     return range_a[0] + range_b[0] >= 126 + 16 and range_a[1] + range_b[1] <= 370
 
 
-def _lane_sums(products: np.ndarray, kd: int, width: int) -> np.ndarray:
-    """+0 + P[0] + ... + P[K-1] per column of the (K, width) float32 products, strictly in that order."""
-    if _sequential_reduce(kd, width):
-        return _ordered_reduce(products.reshape(kd, width))
-    lanes = np.add(products[0], _ZERO32)
-    for k in range(1, kd):
-        np.add(lanes, products[k], out=lanes)
-    return lanes.reshape(width)
+def _chain(rows: np.ndarray, initial) -> np.ndarray:
+    """initial + R[0] + R[1] + ... per column of the C-contiguous (R, W) float32 ``rows``, in that order."""
+    count, width = rows.shape
+    if _sequential_reduce(count, width, initial):
+        return _ordered_reduce(rows, initial)
+    out = np.add(rows[0], initial)
+    for r in range(1, count):
+        np.add(out, rows[r], out=out)
+    return out
 
 
-# np.add.reduce over the outer axis of a C-contiguous (K, W) array adds row after row into the
+# np.add.reduce over the outer axis of a C-contiguous (R, W) array adds row after row into the
 # output (numpy sums pairwise only along the fast axis, as np.sum's documentation says), one
-# ufunc call instead of K. That is numpy's implementation, not a promise, so each (K, W) is
-# checked once against the explicit chain on data where any other order or grouping shows
-# (ties that a different grouping would break, random signs and exponents) before it is used.
+# ufunc call instead of R. That is numpy's implementation, not a promise, so each (R, W, initial)
+# is checked once against the explicit chain on data where any other order, grouping or start
+# shows (all -0, ties a different grouping would break, random signs and exponents) before it
+# is used.
 
 _REDUCE_OK: dict = {}
 
 
-def _sequential_reduce(kd: int, width: int) -> bool:
-    ok = _REDUCE_OK.get((kd, width))
+def _sequential_reduce(count: int, width: int, initial) -> bool:
+    key = (count, width, bool(np.signbit(initial)))
+    ok = _REDUCE_OK.get(key)
     if ok is None:
-        ok = _REDUCE_OK[(kd, width)] = _probe_reduce(kd, width)
+        ok = _REDUCE_OK[key] = _probe_reduce(count, width, initial)
     return ok
 
 
-def _ordered_reduce(products: np.ndarray) -> np.ndarray:
-    return np.add.reduce(products, axis=0, initial=_ZERO32)
+def _ordered_reduce(rows: np.ndarray, initial) -> np.ndarray:
+    return np.add.reduce(rows, axis=0, initial=initial)
 
 
-def _probe_reduce(kd: int, width: int, reduce=_ordered_reduce) -> bool:
-    """Whether ``reduce`` of (kd, width) float32 arrays is the explicit chain from +0 (tests pass others)."""
-    rng = np.random.default_rng(kd * 1000 + width)
-    trials = [np.full((kd, width), -0.0, dtype=np.float32)]  # +0 must come first: the sum is +0
-    ties = np.full((kd, width), 2.0**-24, dtype=np.float32)
+def _probe_reduce(count: int, width: int, initial, reduce=_ordered_reduce) -> bool:
+    """Whether ``reduce(rows, initial)`` of (count, width) float32 rows is the explicit chain (tests pass others)."""
+    rng = np.random.default_rng(count * 1000 + width)
+    # all -0: the sum is +0 from +0 and -0 from -0, so another start shows
+    trials = [np.full((count, width), -0.0, dtype=np.float32)]
+    ties = np.full((count, width), 2.0**-24, dtype=np.float32)
     ties[0] = 1.0  # 1 + 2**-24 ties to 1 every step; any earlier grouping of the small ones does not
     trials.append(ties)
     for _ in range(8):
-        trials.append((rng.choice((-1.0, 1.0), (kd, width)) * np.exp2(rng.integers(-30, 30, (kd, width)))
-                       * rng.uniform(1, 2, (kd, width))).astype(np.float32))
+        trials.append((rng.choice((-1.0, 1.0), (count, width)) * np.exp2(rng.integers(-30, 30, (count, width)))
+                       * rng.uniform(1, 2, (count, width))).astype(np.float32))
     for data in trials:
-        want = np.add(data[0], _ZERO32)
-        for k in range(1, kd):
-            np.add(want, data[k], out=want)
-        got = reduce(np.ascontiguousarray(data))
+        want = np.add(data[0], initial)
+        for r in range(1, count):
+            np.add(want, data[r], out=want)
+        got = reduce(np.ascontiguousarray(data), initial)
         if not np.array_equal(got.view(np.uint32), want.view(np.uint32)):
             return False
     return True
 
 
-def sdm_tile(fp16: bool, c_bits: np.ndarray, a: np.ndarray, b: np.ndarray, m: int, n: int, kd: int):
-    """The instruction's (M, N) uint32 result bits, or None when the operands need the general tiers.
-
-    ``c_bits`` (M, N) uint32, ``a`` (M, 2K) and ``b`` (K, 2N) uint16 bits (b
-    pair-interleaved), K = ``kd`` <= 16. Runs under the default
-    floating-point environment (the caller's job: Engine._numpy_dot).
-    """
-    if not _c_ordinary(c_bits):
-        return None
-    # One (2K, M + N) buffer, row 2k + l holding lane l of dword k: a's column 2k + l, then b's
-    # pair element l of every n. One scan and one widening then serve both operands.
+def _widened(fp16: bool, a: np.ndarray, b: np.ndarray, m: int, n: int, kd: int):
+    """(2K, M + N) float32 values, row 2k + l = lane l of dword k (a's, then b's), or None (conditions (a), (b))."""
+    # One buffer for both operands: one scan and one widening serve a and b.
     ab = np.empty((kd, 2, m + n), dtype=np.uint16)
     ab[:, :, :m] = a.reshape(m, kd, 2).transpose(1, 2, 0)
     ab[:, :, m:] = b.reshape(kd, n, 2).transpose(0, 2, 1)
@@ -177,14 +184,39 @@ def sdm_tile(fp16: bool, c_bits: np.ndarray, a: np.ndarray, b: np.ndarray, m: in
     if fp16:
         if not _fp16_finite(ab):
             return None
-        wide = ab.view(np.float16).astype(np.float32)  # every fp16 number is an fp32 number: exact
-    else:
-        both = _bf16_exponents(ab)  # one scan of both: the joint range implies condition (b)...
-        if not bf16_exponents_fit(both, both) and not bf16_exponents_fit(_bf16_exponents(ab[:, :m]),
-                                                                         _bf16_exponents(ab[:, m:])):
-            return None  # ...and only where it does not are the two read apart
-        wide = np.left_shift(ab, _WIDEN, dtype=np.uint32).view(np.float32)  # bf16: the top half of fp32
+        return ab.view(np.float16).astype(np.float32)  # every fp16 number is an fp32 number: exact
+    both = _bf16_exponents(ab)  # one scan of both: the joint range implies condition (b)...
+    if not bf16_exponents_fit(both, both) and not bf16_exponents_fit(_bf16_exponents(ab[:, :m]),
+                                                                     _bf16_exponents(ab[:, m:])):
+        return None  # ...and only where it does not are the two read apart
+    return np.left_shift(ab, _WIDEN, dtype=np.uint32).view(np.float32)  # bf16: the top half of fp32
+
+
+def one_tile(structure: str, fp16: bool, c_bits: np.ndarray, a: np.ndarray, b: np.ndarray, m: int, n: int,
+             kd: int):
+    """The instruction's (M, N) uint32 result bits, or None when the operands need the general tiers.
+
+    ``structure``: ``"sdm"`` or ``"straight"``. ``c_bits`` (M, N) uint32,
+    ``a`` (M, 2K) and ``b`` (K, 2N) uint16 bits (b pair-interleaved), K =
+    ``kd`` <= 16. Runs under the default floating-point environment (the
+    caller's job: Engine._numpy_dot).
+    """
+    if not _c_ordinary(c_bits):
+        return None
+    wide = _widened(fp16, a, b, m, n, kd)
+    if wide is None:
+        return None
+    if structure == "straight":  # C, then per dword the even and the odd product (step 7)
+        rows = np.empty((2 * kd + 1, m, n), dtype=np.float32)
+        rows[0] = c_bits.view(np.float32)
+        np.multiply(wide[:, :m, None], wide[:, None, m:], out=rows[1:])  # exact (step 1)
+        return _chain(rows.reshape(2 * kd + 1, m * n), _NEGATIVE_ZERO32).reshape(m, n).view(np.uint32)
     products = np.multiply(wide[:, :m, None], wide[:, None, m:])  # (2K, M, N): exact (step 1)
-    lanes = _lane_sums(products.reshape(kd, 2, m, n), kd, 2 * m * n).reshape(2, m, n)  # from +0 (step 4)
+    lanes = _chain(products.reshape(kd, 2 * m * n), _ZERO32).reshape(2, m, n)  # from +0 (step 4)
     total = np.add(c_bits.view(np.float32), np.add(lanes[0], lanes[1]))
     return total.view(np.uint32)
+
+
+def sdm_tile(fp16: bool, c_bits: np.ndarray, a: np.ndarray, b: np.ndarray, m: int, n: int, kd: int):
+    """:func:`one_tile` of the default structure."""
+    return one_tile("sdm", fp16, c_bits, a, b, m, n, kd)
