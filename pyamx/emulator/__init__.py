@@ -7,8 +7,6 @@ numpy operands without a machine; both share the same arithmetic.
 
 from __future__ import annotations
 
-import numpy as np
-
 from .. import _validate, isa
 from .. import engine as _engine
 from .._result import AMXResult

@@ -5,13 +5,14 @@ operand for any schedule; for one instruction that preparation costs more
 than the arithmetic. Here the operands are scanned on their 16-bit patterns
 and, when they are ordinary (the conditions below), the instruction is
 
-    lanes = +0 + P[0] + P[1] + ... + P[K-1]    (float32, in that order)
-    result = C + (lanes[even] + lanes[odd])    (float32)
+    sdm:       lanes = +0 + P[0] + P[1] + ... + P[K-1]    (float32, in that order)
+               result = C + (lanes[even] + lanes[odd])
+    straight:  result = C + P[0][even] + P[0][odd] + P[1][even] + ...
 
 with P[k] the float32 products of dword k. Anything else returns None and
 the caller runs the general tiers, which hold every rule of Numerics.
 
-Why these float32 operations give the model's bits (SEMANTICS.md, default
+Why these float32 operations give the model's bits (docs/semantics.md, default
 structure "sdm": per output two fp32 lanes from +0, one fma32 per dword,
 then add32(C, add32(even, odd)); RNE, DAZ, FTZ after rounding, x86 NaNs).
 
@@ -49,7 +50,6 @@ Proof, with Q = 2**(Ea_min + Eb_min - 252 - Pa - Pb) >= 2**-126 (by (b)):
      multiple of Q, so C + t is 0 or at least 2**-126: never tiny. dest DAZ
      has nothing to flush (no denormal C). |C + t| < 2**127 + 2**124 rounds
      to a finite value. An exact zero is +0 (t is never -0), as add32 gives.
-
   7. The "straight" structure (one accumulator from C; per dword the even,
      then the odd product, each an fma32): by (c) C is a multiple of
      2**-126 and every product one of Q, a power of two >= 2**-126, so
