@@ -66,8 +66,12 @@ def _bits_view(x, name: str, fn: str, allowed: dict, hint: str, fast: set = None
 
 
 def contiguous_bits(x: np.ndarray) -> np.ndarray:
-    """A C-contiguous, native-endian copy (or the array itself when it already is one)."""
-    return np.ascontiguousarray(x, dtype=x.dtype.newbyteorder("="))
+    """A C-contiguous, aligned, native-endian copy (or the array itself when it already is one).
+
+    Aligned too: the C code reads whole elements (a buffer at an odd offset,
+    np.frombuffer(..., offset=1), would be a misaligned load there).
+    """
+    return np.require(x, dtype=x.dtype.newbyteorder("="), requirements=("C", "A", "E"))
 
 
 def _bits(x, name: str, fn: str, allowed: dict, hint: str, fast: set = None) -> np.ndarray:
@@ -206,7 +210,7 @@ FAMILY_KINDS = {"bf16": (_FP32, _BF16, 2), "fp16": (_FP32, _FP16, 2), "int8": (_
 def fast_dot_shape(family: str, c, a, b):
     """``(M, K, N)`` when c, a, b are valid one-instruction operands as they are, else None.
 
-    Valid as they are: ndarray (or AMXResult), C-contiguous, native-endian,
+    Valid as they are: ndarray (or AMXResult), C-contiguous, aligned, native-endian,
     an accepted dtype, c (M, N), a (M, lanes*K), b (K, lanes*N), 1 <= M, K, N
     <= 16. None says nothing about validity: the caller runs the full checks.
     """
@@ -226,6 +230,7 @@ def fast_dot_shape(family: str, c, a, b):
         return None
     if not (0 < m <= MAX_M and 0 < k <= MAX_K and 0 < n <= MAX_N):
         return None
-    if not (c.flags.c_contiguous and a.flags.c_contiguous and b.flags.c_contiguous):
+    cf, af, bf = c.flags, a.flags, b.flags
+    if not (cf.c_contiguous and af.c_contiguous and bf.c_contiguous and cf.aligned and af.aligned and bf.aligned):
         return None
     return m, k, n

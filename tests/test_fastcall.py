@@ -256,3 +256,17 @@ def test_machine_reads_its_tiles_in_place_without_touching_them(engine):
         np.testing.assert_array_equal(machine.tile(6), sources[1])
         want = np.asarray(reference.tdpbf16ps(c, a, b), dtype=np.uint64).astype(np.uint32)
         np.testing.assert_array_equal(machine.tile(3)[:m, : 4 * n].view(np.uint32), want, err_msg=cls)
+
+
+def test_misaligned_operands_are_copied_before_any_engine_reads_them():
+    rng = np.random.default_rng([SEED, 8])
+    c, a, b = _operands(rng, isa.get("tdpbf16ps"), 4, 3, 5)
+    buf = bytearray(a.nbytes + 1)
+    odd = np.frombuffer(buf, dtype=np.uint16, offset=1, count=a.size).reshape(a.shape)
+    odd[...] = a
+    assert not odd.flags.aligned and odd.flags.c_contiguous
+    assert _validate.fast_dot_shape("bf16", c, odd, b) is None
+    assert emulator.bf16_operands("tdpbf16ps", c, odd, b).a.flags.aligned
+    for engine in _engines():
+        np.testing.assert_array_equal(pyamx.tdpbf16ps(c, odd, b, backend="emulator", engine=engine),
+                                      pyamx.tdpbf16ps(c, a, b, backend="emulator", engine=engine))
