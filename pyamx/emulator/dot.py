@@ -34,7 +34,7 @@ from .onetile import one_tile
 
 #: dwords per dot-product instruction (tmul_maxk): the K block of the matmul schedule
 BLOCK_DWORDS = 16
-#: outputs of one instruction (16 x 16): the most onetile.sdm_tile is given (its products are K x 2 x M x N)
+#: outputs of one instruction (16 x 16): the most onetile.one_tile is given (its products are K x 2 x M x N)
 _ONE_TILE = 256
 _FLOAT_OPS = ("tdpbf16ps", "tdpfp16ps")
 _ONE_TILE_STRUCTURES = ("sdm", "straight")
