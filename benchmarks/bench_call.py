@@ -101,7 +101,7 @@ def main() -> None:
         engine_t = t(lambda: default.dot("tdpbf16ps", cc.view(np.uint32), a, b, 16))
         bits = default.dot("tdpbf16ps", cc.view(np.uint32), a, b, 16)
         wrap = t(lambda: _result.label(bits.view(np.float32), "emulator", engine=default.name))
-    parts += [("backend + engine resolution", resolve), (f"engine {default.name} (incl. cffi call)", engine_t),
+    parts += [("backend + engine resolution", resolve), (f"engine {default.name}" + (" (incl. cffi call)" if default.compiled else ""), engine_t),
               ("result wrapping", wrap)]
     for label, value in parts:
         print(f"  {label:32s}{value:8.2f}")
