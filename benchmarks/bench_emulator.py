@@ -2,7 +2,8 @@
 
 Prints absolute times and the ratio to a numpy float32 matmul of the same
 shape (16x32 @ 32x16 plus C) measured in the same process, so the figure
-means something on any machine. A figure, not a test.
+means something on any machine. A figure, not a test. benchmarks/bench_call.py
+has every dot product and where the time of one call goes.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ import numpy as np
 
 import pyamx
 from pyamx import bf16
+from pyamx import _backend
+from pyamx import engine as _engine
 
 
 def best_time(fn, repeat: int, number: int) -> float:
@@ -34,16 +37,17 @@ def main() -> None:
 
     reference = best_time(lambda: c + a32 @ b32, args.repeat, args.number * 100)
     print(f"numpy float32 matmul 16x32 @ 32x16 + C: {reference * 1e6:10.2f} us (reference)")
-    rows = [("emulator sdm", lambda: pyamx.emulator.tdpbf16ps(c, a, b))]
+    rows = [(f"emulator sdm ({_engine.resolve(None).name} engine)", lambda: pyamx.emulator.tdpbf16ps(c, a, b))]
+    rows.append(("emulator sdm (numpy engine)", lambda: pyamx.emulator.tdpbf16ps(c, a, b, engine="numpy")))
     rows.append(("emulator straight", lambda: pyamx.emulator.tdpbf16ps(c, a, b, numerics="straight")))
     rows.append(("emulator wide (exact sum)", lambda: pyamx.emulator.tdpbf16ps(c, a, b, numerics="wide")))
     machine = pyamx.TileMachine()
     machine.ldtilecfg(pyamx.TileConfig.make({0: (16, 64), 1: (16, 64), 2: (16, 64)}))
     rows.append(("emulator TileMachine.tdpbf16ps", lambda: machine.tdpbf16ps(0, 1, 2)))
-    if pyamx._backend.native_status()[0]:
-        rows.append((f"native ({pyamx._backend.native_mode()})", lambda: pyamx.tdpbf16ps(c, a, b, backend="native")))
+    if _backend.native_status()[0]:
+        rows.append((f"native ({_backend.native_mode()})", lambda: pyamx.tdpbf16ps(c, a, b, backend="native")))
     else:
-        print(f"native: not run ({pyamx._backend.native_status()[1]})")
+        print(f"native: not run ({_backend.native_status()[1]})")
     for name, fn in rows:
         number = max(1, args.number // (20 if "wide" in name else 1))
         t = best_time(fn, args.repeat, number)

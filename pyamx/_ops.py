@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import _backend, emulator, isa
+from . import _backend, _validate, emulator, isa
 from . import engine as _engine
 from ._result import AMXResult, label
+from .emulator.call import run_one
 
 _EMULATOR = _backend.EMULATOR
 
@@ -58,18 +59,22 @@ def _function(insn: isa.Instruction):
     name, family = insn.name, insn.family
     check = emulator._OPERANDS[family]
     c_view = np.float32 if insn.is_float else np.int32
+    bits = (np.uint32, np.uint16) if insn.is_float else (np.int32, np.uint8)
+    fast_shape, resolve_backend, resolve_engine = _validate.fast_dot_shape, _backend.resolve, _engine.resolve
 
     def fn(c, a, b, *, backend=None, engine=None) -> AMXResult:
-        ops = check(name, c, a, b)
-        chosen = _backend.resolve(backend, family, engine=engine)
+        shape = fast_shape(family, c, a, b)  # None: not plainly valid, so the full checks decide
+        if shape is None:
+            ops = check(name, c, a, b)
+            c, a, b, shape = ops.c, ops.a, ops.b, (ops.m, ops.k, ops.n)
+        chosen = resolve_backend(backend, family, engine=engine)
         if chosen is _EMULATOR:
             # The SDM numerics on the engine (compiled when available); one instruction is K <= 16 dwords.
-            eng = _engine.resolve(engine)
-            bits = eng.dot(name, ops.c, ops.a, ops.b, ops.k)
-            return label(bits.view(c_view), "emulator", engine=eng.name)
+            return run_one(name, resolve_engine(engine), c, a, b, *shape)
         from . import native
 
-        return label(native.run(name, ops.c, ops.a, ops.b).view(c_view), "native", chosen.mode)
+        c, a, b = c.view(bits[0]), a.view(bits[1]), b.view(bits[1])
+        return label(native.run(name, c, a, b).view(c_view), "native", chosen.mode)
 
     return fn
 

@@ -39,7 +39,7 @@ def _require_array(x, name: str, fn: str) -> np.ndarray:
 _DTYPE_NAMES: dict = {}  # dtype -> dtype.name, which numpy computes slowly (microseconds per call)
 
 
-def _bits_view(x, name: str, fn: str, allowed: dict, hint: str) -> np.ndarray:
+def _bits_view(x, name: str, fn: str, allowed: dict, hint: str, fast: set = None) -> np.ndarray:
     """A view of ``x`` as the unsigned bit type for its dtype, or raise naming the allowed dtypes.
 
     No copy is made here (strides and byte order stay as they are): the
@@ -58,28 +58,45 @@ def _bits_view(x, name: str, fn: str, allowed: dict, hint: str) -> np.ndarray:
             f"{fn}: {name} has dtype {x.dtype}; expected {' or '.join(allowed)}{hint}"
         )
     bits_dtype = np.dtype(bits_dtype)
+    if fast is not None and dtype.isnative:
+        fast.add(dtype)  # accepted once by name (ml_dtypes.bfloat16 too): the fast check takes it from now on
     if not x.dtype.isnative:  # big-endian values: a big-endian view of the bits; swapped when copied
         bits_dtype = bits_dtype.newbyteorder()
     return x.view(bits_dtype)  # same item size, so any strides are fine
 
 
 def contiguous_bits(x: np.ndarray) -> np.ndarray:
-    """A C-contiguous, native-endian copy (or the array itself when it already is one)."""
-    return np.ascontiguousarray(x, dtype=x.dtype.newbyteorder("="))
+    """A C-contiguous, aligned, native-endian copy (or the array itself when it already is one).
+
+    Aligned too: the C code reads whole elements (a buffer at an odd offset,
+    np.frombuffer(..., offset=1), would be a misaligned load there).
+    """
+    return np.require(x, dtype=x.dtype.newbyteorder("="), requirements=("C", "A", "E"))
 
 
-def _bits(x, name: str, fn: str, allowed: dict, hint: str) -> np.ndarray:
+def _bits(x, name: str, fn: str, allowed: dict, hint: str, fast: set = None) -> np.ndarray:
     """As :func:`_bits_view`, materialized: C-contiguous and native-endian."""
-    return contiguous_bits(_bits_view(x, name, fn, allowed, hint))
+    return contiguous_bits(_bits_view(x, name, fn, allowed, hint, fast))
 
 
-_BF16 = ({"uint16": np.uint16, "int16": np.uint16, "bfloat16": np.uint16},
-         " (int16/uint16 are taken as bit patterns; convert float32 with pyamx.bf16.from_float32)" + _FRAMEWORK_HINT)
-_FP16 = ({"float16": np.uint16, "uint16": np.uint16, "int16": np.uint16},
-         " (int16/uint16 are taken as bit patterns)" + _FRAMEWORK_HINT)
-_FP32 = ({"float32": np.uint32, "uint32": np.uint32}, " (raw bits)")
-_INT32 = ({"int32": np.int32, "uint32": np.int32}, " (uint32 is taken as raw bits)")
-_BYTES = ({"int8": np.uint8, "uint8": np.uint8}, "")
+def _kind(allowed: dict, hint: str) -> tuple:
+    """(allowed dtype names -> bits dtype, hint for the message, native dtypes the fast check accepts).
+
+    The fast set starts with numpy's own dtypes of those names and learns
+    the others (ml_dtypes.bfloat16) the first time the full check accepts one.
+    """
+    fast = {np.dtype(n).newbyteorder("=") for n in allowed if n in np.sctypeDict}
+    return allowed, hint, fast
+
+
+_BF16 = _kind({"uint16": np.uint16, "int16": np.uint16, "bfloat16": np.uint16},
+              " (int16/uint16 are taken as bit patterns; convert float32 with pyamx.bf16.from_float32)"
+              + _FRAMEWORK_HINT)
+_FP16 = _kind({"float16": np.uint16, "uint16": np.uint16, "int16": np.uint16},
+              " (int16/uint16 are taken as bit patterns)" + _FRAMEWORK_HINT)
+_FP32 = _kind({"float32": np.uint32, "uint32": np.uint32}, " (raw bits)")
+_INT32 = _kind({"int32": np.int32, "uint32": np.int32}, " (uint32 is taken as raw bits)")
+_BYTES = _kind({"int8": np.uint8, "uint8": np.uint8}, "")
 
 
 def bf16_bits(x, name: str, fn: str = "pyamx") -> np.ndarray:
@@ -165,3 +182,55 @@ def check_dot_shapes(fn: str, c: np.ndarray, a: np.ndarray, b: np.ndarray, lanes
         if not 1 <= value <= limit:
             raise ValueError(f"{fn}: {name}={value}; one instruction takes 1 <= {name} <= {limit}")
     return DotOperands(contiguous_bits(c), contiguous_bits(a), contiguous_bits(b), m, k, n)
+
+
+# -- the fast check ------------------------------------------------------------------------------
+#
+# What nearly every call passes: plain C-contiguous native-endian arrays of an
+# accepted dtype and valid shapes. Recognising that costs a few attribute
+# compares; anything else (another type, a view, big-endian, a bad shape) goes
+# to the full checks above, which accept it (with a copy) or raise the clear
+# error. So this check only ever says "valid as is" or "look closer".
+
+_PLAIN = None  # (np.ndarray, AMXResult): subclasses whose buffer is their data (not a masked array)
+
+
+def _plain_types():
+    global _PLAIN
+    from ._result import AMXResult
+
+    _PLAIN = (np.ndarray, AMXResult)
+    return _PLAIN
+
+
+#: family -> (c kind, a/b kind, values per dword); the fast sets inside the kinds are shared
+FAMILY_KINDS = {"bf16": (_FP32, _BF16, 2), "fp16": (_FP32, _FP16, 2), "int8": (_INT32, _BYTES, 4)}
+
+
+def fast_dot_shape(family: str, c, a, b):
+    """``(M, K, N)`` when c, a, b are valid one-instruction operands as they are, else None.
+
+    Valid as they are: ndarray (or AMXResult), C-contiguous, aligned, native-endian,
+    an accepted dtype, c (M, N), a (M, lanes*K), b (K, lanes*N), 1 <= M, K, N
+    <= 16. None says nothing about validity: the caller runs the full checks.
+    """
+    plain = _PLAIN or _plain_types()
+    if type(c) not in plain or type(a) not in plain or type(b) not in plain:
+        return None
+    c_kind, ab_kind, lanes = FAMILY_KINDS[family]
+    ab_fast = ab_kind[2]
+    if c.dtype not in c_kind[2] or a.dtype not in ab_fast or b.dtype not in ab_fast:
+        return None
+    cs, as_, bs = c.shape, a.shape, b.shape
+    if len(cs) != 2 or len(as_) != 2 or len(bs) != 2:
+        return None
+    m, n = cs
+    k = bs[0]
+    if as_[0] != m or as_[1] != k * lanes or bs[1] != n * lanes:
+        return None
+    if not (0 < m <= MAX_M and 0 < k <= MAX_K and 0 < n <= MAX_N):
+        return None
+    cf, af, bf = c.flags, a.flags, b.flags
+    if not (cf.c_contiguous and af.c_contiguous and bf.c_contiguous and cf.aligned and af.aligned and bf.aligned):
+        return None
+    return m, k, n

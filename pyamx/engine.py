@@ -279,6 +279,29 @@ class Engine:
             raise _error(lib, rc, self.name)
         return out if is_float else out.view(np.int32)
 
+    def tile_call(self, op_name: str):
+        """Hook for the per-instruction fast paths (pyamx._ops, TileMachine); None on the numpy engine.
+
+        Returns ``run(a, lda_bytes, b, ldb_bytes, c, ldc, out, ldout, m, n, kd)``:
+        one instruction (K <= 16 dwords) on buffers the caller has already
+        validated (dtype, shape, row pitches within the buffers; ``out`` a
+        separate M x N 4-byte buffer), on one thread. The checks of
+        :meth:`dot` are the caller's job here: they cost more than the
+        arithmetic of one tile.
+        """
+        if not self.compiled:
+            return None
+        ffi, lib, kind, op, name = self._ffi, self._lib, self._kind, self._op_ids[op_name], self.name
+        call, buf = lib.pyamx_engine_dot, ffi.from_buffer
+
+        def run(a, lda, b, ldb, c, ldc, out, ldout, m, n, kd):
+            rc = call(kind, op, buf(a), lda, buf(b), ldb, buf("uint32_t[]", c), ldc,
+                      buf("uint32_t[]", out), ldout, m, n, kd, 1)
+            if rc:
+                raise _error(lib, rc, name)
+
+        return run
+
     @default_fpenv  # every numpy step, and the caller's MXCSR (flags too) restored exactly afterwards
     def _numpy_dot(self, op_name, is_float, c, a, b, kd, threads):
         # the whole schedule at once (pyamx/emulator/dot.py): operands scanned once, every K

@@ -7,12 +7,11 @@ numpy operands without a machine; both share the same arithmetic.
 
 from __future__ import annotations
 
-import numpy as np
-
 from .. import _validate, isa
 from .. import engine as _engine
-from .._result import AMXResult, label
+from .._result import AMXResult
 from . import instructions
+from .call import run_one
 from .machine import TileMachine
 from .numerics import PRESETS, Numerics, resolve
 
@@ -76,18 +75,24 @@ def _doc(insn: isa.Instruction) -> str:
 
 def _function(insn: isa.Instruction):
     """The array-level function of one dot product, generated from its pyamx.isa row."""
-    name, check = insn.name, _OPERANDS[insn.family]
+    name, family, check = insn.name, insn.family, _OPERANDS[insn.family]
+    fast_shape, resolve_engine = _validate.fast_dot_shape, _engine.resolve
+
+    def operands(c, a, b):
+        shape = fast_shape(family, c, a, b)  # None: not plainly valid, so the full checks decide
+        if shape is None:
+            ops = check(name, c, a, b)
+            return ops.c, ops.a, ops.b, (ops.m, ops.k, ops.n)
+        return c, a, b, shape
+
     if insn.is_float:
         def fn(c, a, b, *, numerics="sdm", engine=None) -> AMXResult:
-            ops = check(name, c, a, b)
-            eng = _engine.resolve(engine, numerics)
-            return label(eng.dot(name, ops.c, ops.a, ops.b, ops.k).view(np.float32),
-                         "emulator", engine=eng.name)
+            c, a, b, shape = operands(c, a, b)
+            return run_one(name, resolve_engine(engine, numerics), c, a, b, *shape)
     else:
         def fn(c, a, b, *, engine=None) -> AMXResult:
-            ops = check(name, c, a, b)
-            eng = _engine.resolve(engine)
-            return label(eng.dot(name, ops.c, ops.a, ops.b, ops.k), "emulator", engine=eng.name)
+            c, a, b, shape = operands(c, a, b)
+            return run_one(name, resolve_engine(engine), c, a, b, *shape)
     return fn
 
 

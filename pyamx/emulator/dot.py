@@ -30,9 +30,14 @@ import numpy as np
 
 from . import fp32
 from .numerics import Numerics
+from .onetile import one_tile
 
 #: dwords per dot-product instruction (tmul_maxk): the K block of the matmul schedule
 BLOCK_DWORDS = 16
+#: outputs of one instruction (16 x 16): the most onetile.one_tile is given (its products are K x 2 x M x N)
+_ONE_TILE = 256
+_FLOAT_OPS = ("tdpbf16ps", "tdpfp16ps")
+_ONE_TILE_STRUCTURES = ("sdm", "straight")
 
 #: output elements per row chunk: bounds the temporaries of one step (a few MiB)
 #: and is the unit of work handed to threads
@@ -459,11 +464,19 @@ def engine_dot(op_name: str, c_bits, a, b_vnni, k_dwords: int, threads: int, num
     increasing order, each block one instruction whose C is the previous
     block's result. Returns (M, N) uint32 bits or int32.
     """
+    m, n = c_bits.shape
+    if (k_dwords <= BLOCK_DWORDS and m * n <= _ONE_TILE and op_name in _FLOAT_OPS
+            and numerics.structure in _ONE_TILE_STRUCTURES
+            and a.shape == (m, 2 * k_dwords) and b_vnni.shape == (k_dwords, 2 * n)):
+        # one instruction: ordinary operands take a few float32 ufuncs (onetile.py proves why)
+        out = one_tile(numerics.structure, op_name == "tdpfp16ps", _words(c_bits, np.uint32), a.view(np.uint16),
+                       b_vnni.view(np.uint16), m, n, k_dwords)
+        if out is not None:
+            return out
     from .instructions import INT8_SIGNEDNESS, widen_fp16_bits  # the fp16 widening lives with the instructions
     from ..bf16 import widen_bits
 
-    m, n = c_bits.shape
-    if op_name in ("tdpbf16ps", "tdpfp16ps"):
+    if op_name in _FLOAT_OPS:
         if a.shape != (m, 2 * k_dwords) or b_vnni.shape != (k_dwords, 2 * n):
             raise ValueError(f"engine_dot: shapes a {a.shape}, b {b_vnni.shape}, c {c_bits.shape} do not match Kd={k_dwords}")
         if op_name == "tdpbf16ps":

@@ -49,6 +49,9 @@ class TileMachine:
         self.engine = self._engine.name
         self._config = TileConfig()
         self._tiles = np.zeros((NUM_TILES, MAX_ROWS, MAX_COLSB), dtype=np.uint8)
+        self._runs = {}  # name -> the engine's tile_call (None on the numpy engine)
+        self._shapes = {}  # (name, dst, src1, src2) -> (M, K, N), valid for _shapes_config
+        self._shapes_config = None
 
     # -- inspection ---------------------------------------------------------
 
@@ -129,20 +132,54 @@ class TileMachine:
     # -- dot products -------------------------------------------------------
 
     def _dot(self, name, dst, src1, src2) -> None:
-        insn = _DOTS[name]
-        shape = check_dot_product(insn.mnemonic, self._config, dst, src1, src2)
-        m, k, n = shape.m, shape.k, shape.n
-        c = self._tiles[dst, :m, : 4 * n].copy().view(insn.c_dtype)
-        a = self._tiles[src1, :m, : 4 * k].copy().view(insn.ab_dtype)
-        b = self._tiles[src2, :k, : 4 * n].copy().view(insn.ab_dtype)
-        result = np.ascontiguousarray(self._engine.dot(name, c, a, b)).view(np.uint8)
-        self._tiles[dst] = 0  # bytes past N*4 and rows past M are zeroed
-        self._tiles[dst, :m, : 4 * n] = result.reshape(m, 4 * n)
-        self._config = self._config.with_start_row(0)
+        config = self._config
+        if type(dst) is int and type(src1) is int and type(src2) is int:  # the cache keys need exact ints
+            if self._shapes_config is not config:
+                self._shapes.clear()
+                self._shapes_config = config
+            key = (name, dst, src1, src2)
+            shape = self._shapes.get(key)
+            if shape is None:  # a config only changes by LDTILECFG/TILERELEASE, so the #UD rules run once
+                shape = self._shapes[key] = self._check_dot(name, config, dst, src1, src2)
+        else:
+            shape = self._check_dot(name, config, dst, src1, src2)
+        m, k, n = shape
+        tiles = self._tiles
+        run = self._runs.get(name, False)
+        if run is False:
+            run = self._runs[name] = self._engine.tile_call(name)
+        if run is not None:
+            # A compiled engine reads the tiles in place (64-byte rows) and writes a separate
+            # 16 x 16 word buffer: the output may not overlap its inputs.
+            out = np.zeros((MAX_ROWS, MAX_COLSB // 4), dtype=np.uint32)
+            run(tiles[src1], MAX_COLSB, tiles[src2], MAX_COLSB, tiles[dst], MAX_COLSB // 4, out, MAX_COLSB // 4,
+                m, n, k)
+            tiles[dst] = out.view(np.uint8)  # bytes past N*4 and rows past M are zeroed
+        else:
+            # Views of the tiles, not copies: an engine never modifies its inputs, and the new
+            # tile is built aside, so a result that shared memory with C would still be safe.
+            c_dtype, ab_dtype = _DTYPES[name]
+            c = tiles[dst, :m, : 4 * n].view(c_dtype)
+            a = tiles[src1, :m, : 4 * k].view(ab_dtype)
+            b = tiles[src2, :k, : 4 * n].view(ab_dtype)
+            result = self._engine.dot(name, c, a, b, k)
+            out = np.zeros((MAX_ROWS, MAX_COLSB // 4), dtype=np.uint32)
+            out[:m, :n] = result.view(np.uint32)
+            tiles[dst] = out.view(np.uint8)  # bytes past N*4 and rows past M are zeroed
+        if config.start_row:
+            self._config = config.with_start_row(0)
+
+    @staticmethod
+    def _check_dot(name, config, dst, src1, src2):
+        """(M, K, N) of the instruction, or the #UD fault (pyamx.tilecfg.check_dot_product)."""
+        shape = check_dot_product(_DOTS[name].mnemonic, config, dst, src1, src2)
+        return shape.m, shape.k, shape.n
 
 
 #: name -> pyamx.isa row
 _DOTS = {insn.name: insn for insn in isa.DOTS}
+#: name -> (C, A/B) dtypes of its operands as the tiles hold them
+_DTYPES = {insn.name: (np.dtype(insn.c_dtype), np.dtype(insn.ab_dtype)) for insn in isa.DOTS}
 
 
 def _method_doc(insn) -> str:
