@@ -905,6 +905,37 @@ def test_float_dot_with_an_inf_or_nan_operand_leaves_the_vector_path(dot_path, f
     assert (got == model_float_dot(a, b, c, fp16)).all()
 
 
+@pytest.mark.parametrize("fp16", [False, True], ids=["TDPBF16PS", "TDPFP16PS"])
+def test_vector_path_equals_the_scalar_path_on_every_finite_half(trapped, fp16):
+    # Every finite bf16/fp16 value passes through the vector widening (in tsrc1 and in tsrc2) and
+    # its products, bit for bit against the scalar path, itself checked against the Fraction
+    # reference above; accumulators include NaN payloads and infinities.
+    was = lib.pyamx_trap_set_simd(-1)
+    if not lib.pyamx_trap_set_simd(1):
+        pytest.skip("this CPU has no AVX2: the handler runs its scalar dot products only")
+    try:
+        exp = 0x7C00 if fp16 else 0x7F80
+        halves = np.array([h for h in range(1 << 16) if (h & exp) != exp], np.uint16)
+        rng = np.random.default_rng(5)
+        rng.shuffle(halves)
+        halves = np.concatenate([halves, halves[: (-len(halves)) % 512]])
+        op = OP["TDPFP16PS" if fp16 else "TDPBF16PS"]
+        before = lib.pyamx_trap_simd_count()
+        for i, chunk in enumerate(halves.reshape(-1, 16, 32)):
+            a = chunk.view(np.uint32)  # 16 x 16 dwords
+            b = np.roll(chunk, i + 1, axis=0).view(np.uint32)
+            c = rng.choice(np.array(C_EDGES, np.uint32), (16, 16))
+            lib.pyamx_trap_set_simd(1)
+            vec = run_dot(op, a, b, c)
+            lib.pyamx_trap_set_simd(0)
+            scalar = run_dot(op, a, b, c)
+            bad = np.argwhere(vec != scalar)
+            assert bad.size == 0, [(tuple(j), hex(vec[tuple(j)]), hex(scalar[tuple(j)])) for j in bad[:5]]
+        assert lib.pyamx_trap_simd_count() == before + len(halves) // 512
+    finally:
+        lib.pyamx_trap_set_simd(was)
+
+
 def test_float_dot_overflow_in_the_fast_path(trapped):
     # Products near the top of the range overflow even/odd to inf and back is impossible.
     big = 0x7F00  # bf16 2^127
