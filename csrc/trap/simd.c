@@ -211,26 +211,38 @@ __attribute__((noinline)) AVX2 void trap_simd_dp_int8(struct tile_state *st, int
             _mm256_storeu_si256((__m256i *)(bw + 128 * k + 32 * q), w);
         }
     }
-    for (int m = 0; m < M; m++) {
-        __m256i acc[4] = {_mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256(),
-                          _mm256_setzero_si256()};
+    /* Two rows at a time share the loads of tsrc2. */
+    for (int m = 0; m < M; m += 2) {
+        int rows = m + 1 < M ? 2 : 1;
+        __m256i acc[2][4];
+        for (int r = 0; r < 2; r++)
+            for (int q = 0; q < 4; q++)
+                acc[r][q] = _mm256_setzero_si256();
         for (int k = 0; k < K; k++) {
-            uint32_t a4;
-            memcpy(&a4, &st->tiles[s1][m][4 * k], 4);
-            __m128i a = _mm_cvtsi32_si128((int)a4);
-            a = s1_signed ? _mm_cvtepi8_epi16(a) : _mm_cvtepu8_epi16(a);
             /* (a0, a1, a2, a3) as int16 in every 64-bit lane: VPMADDWD then
              * gives, per dword n, a0*b0 + a1*b1 and a2*b2 + a3*b3 */
-            __m256i ab = _mm256_broadcastq_epi64(a);
-            for (int q = 0; q < 4; q++)
-                acc[q] = _mm256_add_epi32(
-                    acc[q], _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)(bw + 128 * k + 32 * q)), ab));
+            __m256i ab[2];
+            for (int r = 0; r < rows; r++) {
+                uint32_t a4;
+                memcpy(&a4, &st->tiles[s1][m + r][4 * k], 4);
+                __m128i a = _mm_cvtsi32_si128((int)a4);
+                a = s1_signed ? _mm_cvtepi8_epi16(a) : _mm_cvtepu8_epi16(a);
+                ab[r] = _mm256_broadcastq_epi64(a);
+            }
+            for (int q = 0; q < 4; q++) {
+                __m256i b = _mm256_loadu_si256((const __m256i *)(bw + 128 * k + 32 * q));
+                acc[0][q] = _mm256_add_epi32(acc[0][q], _mm256_madd_epi16(b, ab[0]));
+                if (rows == 2)
+                    acc[1][q] = _mm256_add_epi32(acc[1][q], _mm256_madd_epi16(b, ab[1]));
+            }
         }
-        /* acc[q] holds the two partial sums of dwords 4q..4q+3 side by side. */
-        for (int h = 0; h < 2; h++) {
-            __m256i s = _mm256_permute4x64_epi64(_mm256_hadd_epi32(acc[2 * h], acc[2 * h + 1]), 0xD8);
-            __m256i *cp = (__m256i *)&st->tiles[d][m][32 * h];
-            _mm256_storeu_si256(cp, _mm256_add_epi32(_mm256_loadu_si256(cp), s));
+        /* acc[r][q] holds the two partial sums of dwords 4q..4q+3 side by side. */
+        for (int r = 0; r < rows; r++) {
+            for (int h = 0; h < 2; h++) {
+                __m256i sum = _mm256_permute4x64_epi64(_mm256_hadd_epi32(acc[r][2 * h], acc[r][2 * h + 1]), 0xD8);
+                __m256i *cp = (__m256i *)&st->tiles[d][m + r][32 * h];
+                _mm256_storeu_si256(cp, _mm256_add_epi32(_mm256_loadu_si256(cp), sum));
+            }
         }
     }
     __atomic_fetch_add(&g_simd_count, 1, __ATOMIC_RELAXED);
