@@ -196,6 +196,27 @@ __attribute__((noinline)) AVX2 int trap_simd_dp_float(struct tile_state *st, int
     return 0;
 }
 
+/* (a0, a1, a2, a3), one dword of tsrc1, as int16 in every 64-bit lane:
+ * VPMADDWD with a tsrc2 row then gives, per dword n, a0*b0 + a1*b1 and
+ * a2*b2 + a3*b3 side by side. */
+AVX2 static inline __m256i a_pattern(const uint8_t *p, int is_signed)
+{
+    uint32_t a4;
+    memcpy(&a4, p, 4);
+    __m128i a = _mm_cvtsi32_si128((int)a4);
+    return _mm256_broadcastq_epi64(is_signed ? _mm_cvtepi8_epi16(a) : _mm_cvtepu8_epi16(a));
+}
+
+/* C row (16 dwords) += the pair sums of dwords 0-3, 4-7, 8-11, 12-15 (int32, wrapping). */
+AVX2 static inline void add_pair_sums(uint8_t *crow, __m256i p0, __m256i p1, __m256i p2, __m256i p3)
+{
+    __m256i lo = _mm256_permute4x64_epi64(_mm256_hadd_epi32(p0, p1), 0xD8);
+    __m256i hi = _mm256_permute4x64_epi64(_mm256_hadd_epi32(p2, p3), 0xD8);
+    __m256i *c = (__m256i *)crow;
+    _mm256_storeu_si256(c, _mm256_add_epi32(_mm256_loadu_si256(c), lo));
+    _mm256_storeu_si256(c + 1, _mm256_add_epi32(_mm256_loadu_si256(c + 1), hi));
+}
+
 /* tsrc2 rows as int16 (sign- or zero-extended bytes), kept in st->bconv's
  * 2 KiB (off the signal stack): row k is 64 int16, byte j of the tile row
  * at [k][j]. */
@@ -211,39 +232,30 @@ __attribute__((noinline)) AVX2 void trap_simd_dp_int8(struct tile_state *st, int
             _mm256_storeu_si256((__m256i *)(bw + 128 * k + 32 * q), w);
         }
     }
-    /* Two rows at a time share the loads of tsrc2. */
+    /* Two rows at a time share the loads of tsrc2 (row M-1 twice when M is
+     * odd: computed twice, stored once); accumulators in named registers. */
     for (int m = 0; m < M; m += 2) {
-        int rows = m + 1 < M ? 2 : 1;
-        __m256i acc[2][4];
-        for (int r = 0; r < 2; r++)
-            for (int q = 0; q < 4; q++)
-                acc[r][q] = _mm256_setzero_si256();
+        int m1 = m + 1 < M ? m + 1 : m;
+        __m256i x0 = _mm256_setzero_si256(), x1 = x0, x2 = x0, x3 = x0;
+        __m256i y0 = x0, y1 = x0, y2 = x0, y3 = x0;
         for (int k = 0; k < K; k++) {
-            /* (a0, a1, a2, a3) as int16 in every 64-bit lane: VPMADDWD then
-             * gives, per dword n, a0*b0 + a1*b1 and a2*b2 + a3*b3 */
-            __m256i ab[2];
-            for (int r = 0; r < rows; r++) {
-                uint32_t a4;
-                memcpy(&a4, &st->tiles[s1][m + r][4 * k], 4);
-                __m128i a = _mm_cvtsi32_si128((int)a4);
-                a = s1_signed ? _mm_cvtepi8_epi16(a) : _mm_cvtepu8_epi16(a);
-                ab[r] = _mm256_broadcastq_epi64(a);
-            }
-            for (int q = 0; q < 4; q++) {
-                __m256i b = _mm256_loadu_si256((const __m256i *)(bw + 128 * k + 32 * q));
-                acc[0][q] = _mm256_add_epi32(acc[0][q], _mm256_madd_epi16(b, ab[0]));
-                if (rows == 2)
-                    acc[1][q] = _mm256_add_epi32(acc[1][q], _mm256_madd_epi16(b, ab[1]));
-            }
+            __m256i ax = a_pattern(&st->tiles[s1][m][4 * k], s1_signed);
+            __m256i ay = a_pattern(&st->tiles[s1][m1][4 * k], s1_signed);
+            const __m256i *b = (const __m256i *)(bw + 128 * k);
+            __m256i b0 = _mm256_loadu_si256(b), b1 = _mm256_loadu_si256(b + 1);
+            __m256i b2 = _mm256_loadu_si256(b + 2), b3 = _mm256_loadu_si256(b + 3);
+            x0 = _mm256_add_epi32(x0, _mm256_madd_epi16(b0, ax));
+            x1 = _mm256_add_epi32(x1, _mm256_madd_epi16(b1, ax));
+            x2 = _mm256_add_epi32(x2, _mm256_madd_epi16(b2, ax));
+            x3 = _mm256_add_epi32(x3, _mm256_madd_epi16(b3, ax));
+            y0 = _mm256_add_epi32(y0, _mm256_madd_epi16(b0, ay));
+            y1 = _mm256_add_epi32(y1, _mm256_madd_epi16(b1, ay));
+            y2 = _mm256_add_epi32(y2, _mm256_madd_epi16(b2, ay));
+            y3 = _mm256_add_epi32(y3, _mm256_madd_epi16(b3, ay));
         }
-        /* acc[r][q] holds the two partial sums of dwords 4q..4q+3 side by side. */
-        for (int r = 0; r < rows; r++) {
-            for (int h = 0; h < 2; h++) {
-                __m256i sum = _mm256_permute4x64_epi64(_mm256_hadd_epi32(acc[r][2 * h], acc[r][2 * h + 1]), 0xD8);
-                __m256i *cp = (__m256i *)&st->tiles[d][m + r][32 * h];
-                _mm256_storeu_si256(cp, _mm256_add_epi32(_mm256_loadu_si256(cp), sum));
-            }
-        }
+        add_pair_sums(st->tiles[d][m], x0, x1, x2, x3);
+        if (m1 != m)
+            add_pair_sums(st->tiles[d][m1], y0, y1, y2, y3);
     }
     __atomic_fetch_add(&g_simd_count, 1, __ATOMIC_RELAXED);
 }
