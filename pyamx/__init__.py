@@ -10,8 +10,9 @@ reports every detection stage.
 from __future__ import annotations
 
 import importlib
+import os
 
-from . import errors, isa
+from . import errors
 from ._version import __version__
 from .errors import (
     AMXError,
@@ -28,7 +29,11 @@ from .errors import (
 
 # Everything that needs numpy is bound on first use (PEP 562), so commands that need none of it
 # (`pyamx run`, `pyamx --version`) start in milliseconds: name -> (module, attribute or None).
+# pyamx.isa too (dataclasses and typing cost `pyamx run` ~15 ms): the one-instruction functions
+# it names (tdpbf16ps, tdpfp16ps, tdpbssd, tdpbsud, tdpbusd, tdpbuud: isa.DOT_NAMES) resolve in
+# __getattr__, and so does __all__, which lists them.
 _LAZY = {
+    "isa": ("isa", None),
     "bf16": ("bf16", None),
     "emulator": ("emulator", None),
     "backend": ("_backend", "default_backend"),
@@ -39,25 +44,37 @@ _LAZY = {
     "Numerics": ("emulator", "Numerics"),
     "TileMachine": ("emulator", "TileMachine"),
     "TileConfig": ("tilecfg", "TileConfig"),
-    # The one-instruction functions, one per dot product of pyamx.isa: tdpbf16ps, tdpfp16ps,
-    # tdpbssd, tdpbsud, tdpbusd, tdpbuud.
-    **{name: ("_ops", name) for name in isa.DOT_NAMES},
 }
 
 
+def _dot_names() -> tuple:
+    return importlib.import_module(".isa", __name__).DOT_NAMES
+
+
+def _is_submodule(name: str) -> bool:
+    """``from pyamx import cli`` asks this module for ``cli`` before importing it: not a reason to load isa."""
+    return any(os.path.exists(os.path.join(d, name + ".py")) or os.path.isdir(os.path.join(d, name))
+               for d in __path__)
+
+
 def __getattr__(name: str):
-    try:
-        module, attribute = _LAZY[name]
-    except KeyError:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
-    loaded = importlib.import_module(f".{module}", __name__)
-    value = loaded if attribute is None else getattr(loaded, attribute)
+    if name == "__all__":
+        value = [*_ALL_HEAD, *_dot_names(), *_ALL_TAIL]
+    else:
+        if name in _LAZY:
+            module, attribute = _LAZY[name]
+        elif not name.startswith("_") and not _is_submodule(name) and name in _dot_names():
+            module, attribute = "_ops", name
+        else:
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        loaded = importlib.import_module(f".{module}", __name__)
+        value = loaded if attribute is None else getattr(loaded, attribute)
     globals()[name] = value  # later lookups are plain attribute reads
     return value
 
 
 def __dir__():
-    return sorted(set(globals()) | set(_LAZY))
+    return sorted(set(globals()) | set(_LAZY) | set(_dot_names()) | {"__all__"})
 
 
 def cpu_features() -> dict:
@@ -75,10 +92,10 @@ def show_runtime() -> None:
     _show_runtime()
 
 
-__all__ = [
-    "__version__", "backend", "backend_reason", "cpu_features", "show_runtime",
-    *isa.DOT_NAMES, "tile_machine", "isa", "matmul",
+_ALL_HEAD = ("__version__", "backend", "backend_reason", "cpu_features", "show_runtime")
+_ALL_TAIL = (
+    "tile_machine", "isa", "matmul",
     "TileMachine", "TileConfig", "Numerics", "AMXResult", "bf16", "emulator", "errors",
     "AMXError", "AMXFault", "BackendError", "EnvironmentVariableError", "GeneralProtectionFault",
     "InvalidOpcodeFault", "MemoryAccessFault", "NativeUnavailableError", "ReentrantUseError", "WrongThreadError",
-]
+)

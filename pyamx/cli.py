@@ -8,17 +8,24 @@ new subcommand (probe, record, replay, ...) is one decorated function.
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import sys
-from typing import Callable, Dict, NamedTuple, Optional
+
+# argparse, json and typing are imported where used: `pyamx run` starts without them (docs/run.md).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import argparse
+    from typing import Callable, Dict, Optional
 
 
-class Command(NamedTuple):
-    run: Callable[[argparse.Namespace], int]
-    help: str
-    add_arguments: Optional[Callable[[argparse.ArgumentParser], None]]
+class Command:
+    """One subcommand: ``run(args) -> exit status``, its help line, the function adding its arguments."""
+
+    __slots__ = ("run", "help", "add_arguments")
+
+    def __init__(self, run: Callable[[argparse.Namespace], int], help: str,
+                 add_arguments: Optional[Callable[[argparse.ArgumentParser], None]]):
+        self.run, self.help, self.add_arguments = run, help, add_arguments
 
 
 COMMANDS: Dict[str, Command] = {}
@@ -43,6 +50,8 @@ def build_parser(command: Optional[str] = None) -> argparse.ArgumentParser:
     (``--numerics`` choices, ``--backend``) import the emulator and so numpy;
     ``pyamx run`` must start without paying for that.
     """
+    import argparse
+
     from ._version import __version__
 
     parser = argparse.ArgumentParser(prog="pyamx", description="Intel AMX tile instructions from Python.")
@@ -68,8 +77,14 @@ def main(argv=None) -> int:
     from .errors import AMXError
 
     words = sys.argv[1:] if argv is None else list(argv)
-    first = next((word for word in words if not word.startswith("-")), None)
-    args = build_parser(first if first in COMMANDS else None).parse_args(argv)
+    args = None
+    if words[:1] == ["run"]:  # read without argparse: `pyamx run` start-up (docs/run.md)
+        from .run import parse_arguments
+
+        args = parse_arguments(words[1:])
+    if args is None:
+        first = next((word for word in words if not word.startswith("-")), None)
+        args = build_parser(first if first in COMMANDS else None).parse_args(argv)
     try:
         status = COMMANDS[args.command].run(args)
         sys.stdout.flush()  # a closed pipe shows here, while it can still be handled
@@ -107,6 +122,8 @@ def _int_at_least(minimum: int, what: str):
     """An argparse type: an integer >= ``minimum`` (a usage error, not a traceback, otherwise)."""
 
     def parse(text: str) -> int:
+        import argparse
+
         try:
             value = int(text)
         except ValueError:
@@ -147,6 +164,8 @@ def info(args: argparse.Namespace) -> int:
     rep = detect.report()
     backend, why = backend_decision()
     if args.json:
+        import json
+
         out = {"version": __version__, "backend": backend, "backend_reason": why,
                "backend_label": backend_label(backend, rep.mode if backend == "native" else None)}
         out.update(rep.as_dict())
@@ -190,6 +209,8 @@ def probe_command(args: argparse.Namespace) -> int:
         print(f"pyamx probe: {exc}", file=sys.stderr)
         return 2
     if args.json:
+        import json
+
         json.dump(report, sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
@@ -276,6 +297,9 @@ def demo_command(args: argparse.Namespace) -> int:
 
 
 def _run_arguments(parser: argparse.ArgumentParser) -> None:
+    # pyamx.run.parse_arguments reads the plain forms of these without argparse; keep both in step.
+    import argparse
+
     parser.add_argument("--verbose", action="store_true", help="print each emulated instruction (stderr)")
     parser.add_argument("--stats", action="store_true",
                         help="print emulated instructions by mnemonic and the time spent, at exit (stderr)")

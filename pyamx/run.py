@@ -10,21 +10,24 @@ counters file the preload updates (``struct pyamx_run_stats`` in
 csrc/trap/trap.h) to report what was emulated. docs/run.md has the details
 and the limits.
 
-It imports nothing heavy at module level: ``pyamx run`` should cost little
-more than the interpreter's own start.
+Start-up is part of the contract (docs/run.md: under 50 ms on top of the
+program): ``pyamx run`` imports only os, sys, signal and the cffi module of
+the trap at run time -- no argparse (:func:`parse_arguments` reads the
+command line), no subprocess (``os.posix_spawnp``: the kernel's vfork path,
+no pipe), no pathlib or tempfile, no typing.
 """
 
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
 import sys
-import tempfile
-from pathlib import Path
-from typing import NamedTuple, Optional, Sequence
 
-PRELOAD_GLOB = "_amxpreload*.so"
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Optional, Sequence
+
+PRELOAD_PREFIX, PRELOAD_SUFFIX = "_amxpreload", ".so"
+PRELOAD_GLOB = PRELOAD_PREFIX + "*" + PRELOAD_SUFFIX
 STATS_ENV = "PYAMX_RUN_STATS"
 VERBOSE_ENV = "PYAMX_RUN_VERBOSE"
 
@@ -33,20 +36,28 @@ class RunError(RuntimeError):
     """``pyamx run`` cannot start the program (no preload library, not x86-64 Linux)."""
 
 
-def preload_path() -> Path:
-    """The preload library shipped in the package; RunError saying how to get it."""
-    import platform
-
-    if not sys.platform.startswith("linux") or platform.machine().lower() not in ("x86_64", "amd64"):
-        raise RunError(f"pyamx run needs x86-64 Linux; this is {sys.platform}/{platform.machine()}")
-    found = sorted(Path(__file__).resolve().parent.glob(PRELOAD_GLOB))
+def preload_file() -> str:
+    """The path of the preload library shipped in the package (a str); RunError saying how to get it."""
+    machine = os.uname().machine if hasattr(os, "uname") else ""
+    if not sys.platform.startswith("linux") or machine.lower() not in ("x86_64", "amd64"):
+        raise RunError(f"pyamx run needs x86-64 Linux; this is {sys.platform}/{machine}")
+    here = os.path.dirname(os.path.realpath(__file__))
+    found = sorted(name for name in os.listdir(here)
+                   if name.startswith(PRELOAD_PREFIX) and name.endswith(PRELOAD_SUFFIX))
     if not found:
         raise RunError("the preload library pyamx/_amxpreload*.so is not built; reinstall pyamx with a C "
                        "compiler (pip install --force-reinstall pyamx) or run `python build.py` in a checkout")
-    return found[0]
+    return os.path.join(here, found[0])
 
 
-def environment(preload: Path, stats_path: Optional[str] = None, verbose: bool = False, base=None) -> dict:
+def preload_path():
+    """The preload library shipped in the package, as a ``pathlib.Path``; RunError saying how to get it."""
+    from pathlib import Path
+
+    return Path(preload_file())
+
+
+def environment(preload, stats_path: Optional[str] = None, verbose: bool = False, base=None) -> dict:
     """The environment a program runs under: the preload in LD_PRELOAD (kept for children).
 
     Appended after what is there: a sanitizer's runtime (libasan) must stay first, and any
@@ -66,38 +77,89 @@ def environment(preload: Path, stats_path: Optional[str] = None, verbose: bool =
     return env
 
 
-class RunStats(NamedTuple):
-    """What the preload counted over the whole process tree of one run."""
+class RunStats(tuple):
+    """What the preload counted over the whole process tree of one run.
 
-    processes: int  # processes that loaded the preload (exec'd programs included)
-    installed: int  # of those, with the trap installed
-    requests: int  # ARCH_REQ_XCOMP_PERM calls answered
-    granted: int
-    counts: dict  # mnemonic -> emulated instructions
-    seconds: dict  # mnemonic -> time in the handler
-    why: str  # the last reason a process could not install the trap
+    A named tuple (written out: ``typing`` and ``collections`` cost start-up time) of
+    processes (that loaded the preload, exec'd programs included), installed (of those,
+    with the trap installed), requests (ARCH_REQ_XCOMP_PERM calls answered), granted,
+    counts (mnemonic -> emulated instructions), seconds (mnemonic -> time in the handler)
+    and why (the last reason a process could not install the trap).
+    """
+
+    __slots__ = ()
+    _fields = ("processes", "installed", "requests", "granted", "counts", "seconds", "why")
+
+    def __new__(cls, processes: int, installed: int, requests: int, granted: int, counts: dict,
+                seconds: dict, why: str):
+        return tuple.__new__(cls, (processes, installed, requests, granted, counts, seconds, why))
+
+    def __repr__(self) -> str:
+        return "RunStats(" + ", ".join(f"{k}={v!r}" for k, v in zip(self._fields, self)) + ")"
+
+    processes = property(lambda self: self[0])
+    installed = property(lambda self: self[1])
+    requests = property(lambda self: self[2])
+    granted = property(lambda self: self[3])
+    counts = property(lambda self: self[4])
+    seconds = property(lambda self: self[5])
+    why = property(lambda self: self[6])
 
     @property
     def total(self) -> int:
         return sum(self.counts.values())
 
 
-def _new_stats_file() -> str:
+def _trap_module():
+    """``(ffi, lib)`` of pyamx._trap, for the counters' layout: the cffi module alone (pyamx.trap,
+    which imports more, only to word the error when it is missing or stale)."""
+    from ._version import __version__
+
+    try:
+        from . import _trap
+
+        if _trap.ffi.string(_trap.lib.pyamx_trap_build_version()).decode() == __version__:
+            return _trap.ffi, _trap.lib
+    except ImportError:
+        pass
     from .trap import _load
 
-    ffi, _ = _load()
+    return _load()  # raises ImportError saying what is wrong
+
+
+def _new_stats_file() -> str:
+    """A zeroed counters file of the struct's size, only this user can open; its path."""
+    ffi, _ = _trap_module()
+    size = ffi.sizeof("struct pyamx_run_stats")
+    folder = os.environ.get("TMPDIR") or "/tmp"
+    for _ in range(100):
+        path = os.path.join(folder, f"pyamx-run-{os.getpid()}-{os.urandom(6).hex()}.stats")
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+        except FileExistsError:
+            continue
+        except OSError:
+            break  # not writable: let tempfile find a folder that is
+        try:
+            os.ftruncate(fd, size)
+        finally:
+            os.close(fd)
+        return path
+    import tempfile
+
     fd, path = tempfile.mkstemp(prefix="pyamx-run-", suffix=".stats")
-    os.ftruncate(fd, ffi.sizeof("struct pyamx_run_stats"))
-    os.close(fd)
+    try:
+        os.ftruncate(fd, size)
+    finally:
+        os.close(fd)
     return path
 
 
 def read_stats(path: str) -> RunStats:
     """Decode a counters file (all zero if no process ever attached)."""
-    from .trap import _load
-
-    ffi, lib = _load()
-    data = Path(path).read_bytes()
+    ffi, lib = _trap_module()
+    with open(path, "rb") as f:
+        data = f.read()
     buf = ffi.new("struct pyamx_run_stats *")
     ffi.memmove(buf, data, min(len(data), ffi.sizeof(buf[0])))
     counts, seconds = {}, {}
@@ -140,7 +202,41 @@ def nothing_emulated_message(stats: RunStats) -> Optional[str]:
             "docs/run.md")
 
 
-_FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
+# The program's terminal signals go to it; it decides how to end.
+_FORWARDED = ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2")
+# Ignored by the interpreter at start-up; a program starts with them at their default, as
+# subprocess does (restore_signals).
+_DEFAULTED = ("SIGPIPE", "SIGXFZ", "SIGXFSZ")
+
+
+def _spawn_and_wait(argv, env) -> int:
+    """Start ``argv`` (PATH searched) with ``env``; its exit status (-N for signal N).
+
+    posix_spawnp rather than subprocess: no import cost, and the program inherits this
+    process's file descriptors, as if started directly (a jobserver pipe, ``3>file``);
+    the interpreter's own are close-on-exec (PEP 446).
+    """
+    import signal
+
+    defaults = [getattr(signal, name) for name in _DEFAULTED if hasattr(signal, name)]
+    try:
+        pid = os.posix_spawnp(argv[0], list(argv), env, setsigdef=defaults)
+    except OSError as exc:
+        raise RunError(f"pyamx run: cannot start {argv[0]!r}: {exc}") from exc
+
+    def forward(sig, _frame):
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            pass
+
+    previous = {s: signal.signal(s, forward) for s in (getattr(signal, n) for n in _FORWARDED)}
+    try:
+        _, status = os.waitpid(pid, 0)  # retried after each forwarded signal (PEP 475)
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+    return os.waitstatus_to_exitcode(status)
 
 
 def run(argv: Sequence[str], *, verbose: bool = False, stats: bool = False, stats_out=None,
@@ -148,21 +244,10 @@ def run(argv: Sequence[str], *, verbose: bool = False, stats: bool = False, stat
     """Run ``argv`` under emulation; returns its exit status (-N when signal N killed it)."""
     if not argv:
         raise RunError("pyamx run: no program given (pyamx run [--verbose] [--stats] -- PROGRAM [ARGS...])")
-    preload = preload_path()
+    preload = preload_file()
     path = _new_stats_file()
     try:
-        env = environment(preload, path, verbose)
-        try:
-            child = subprocess.Popen(list(argv), env=env)
-        except OSError as exc:
-            raise RunError(f"pyamx run: cannot start {argv[0]!r}: {exc}") from exc
-        # The program's terminal signals go to it; it decides how to end.
-        previous = {s: signal.signal(s, lambda sig, _f: child.send_signal(sig)) for s in _FORWARDED}
-        try:
-            rc = child.wait()
-        finally:
-            for s, h in previous.items():
-                signal.signal(s, h)
+        rc = _spawn_and_wait(argv, environment(preload, path, verbose))
         result = read_stats(path)
     finally:
         os.unlink(path)
@@ -170,6 +255,8 @@ def run(argv: Sequence[str], *, verbose: bool = False, stats: bool = False, stat
     if stats:
         print(format_stats(result), file=out)
     if not quiet:
+        import signal
+
         note = nothing_emulated_message(result)
         if rc == -signal.SIGILL:
             note = ("pyamx run: the program died of SIGILL: a tile instruction before "
@@ -187,6 +274,8 @@ def exit_like(rc: int) -> int:
     """Make this process end the way the program did: same exit code or same fatal signal."""
     if rc >= 0:
         return rc
+    import signal
+
     sig = -rc
     try:
         import resource
@@ -196,15 +285,61 @@ def exit_like(rc: int) -> int:
         pass
     sys.stdout.flush()
     sys.stderr.flush()
-    signal.signal(sig, signal.SIG_DFL)
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, [sig])
+    if sig not in (signal.SIGKILL, signal.SIGSTOP):  # neither can be caught, so neither set nor blocked
+        signal.signal(sig, signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, [sig])
     os.kill(os.getpid(), sig)
     return 128 + sig  # a signal whose default is to be ignored
 
 
-def shell_exports(preload: Optional[Path] = None) -> str:
+def shell_exports(preload=None) -> str:
     """``export LD_PRELOAD=...`` for running many programs without pyamx run's start-up each time."""
     import shlex
 
-    env = environment(preload or preload_path(), base={"LD_PRELOAD": os.environ.get("LD_PRELOAD", "")})
+    env = environment(preload or preload_file(), base={"LD_PRELOAD": os.environ.get("LD_PRELOAD", "")})
     return f"export LD_PRELOAD={shlex.quote(env['LD_PRELOAD'])}"
+
+
+_FLAGS = {"--verbose": "verbose", "--stats": "stats", "--env": "env"}
+
+
+class _Arguments:
+    """What argparse would give the ``run`` subcommand (see cli._run_arguments)."""
+
+    command = "run"
+
+    def __init__(self):
+        self.verbose = self.stats = self.env = False
+        self.stats_file = None
+        self.program = []
+
+
+def parse_arguments(words: Sequence[str]):
+    """``pyamx run``'s own options, read without building argparse's parser (start-up time).
+
+    ``words`` follow ``run``. Returns the parsed arguments, or None for anything but the plain
+    forms (help, an abbreviation, an unknown option, a missing value): argparse then parses the
+    command line and words the error, so both readers accept the same language.
+    """
+    args = _Arguments()
+    words = list(words)
+    i = 0
+    while i < len(words):
+        word = words[i]
+        if word == "--":
+            args.program = words[i + 1:]
+            return args
+        if not word.startswith("-") or word == "-":
+            args.program = words[i:]
+            return args
+        if word in _FLAGS:
+            setattr(args, _FLAGS[word], True)
+        elif word == "--stats-file" and i + 1 < len(words) and not words[i + 1].startswith("-"):
+            i += 1
+            args.stats_file = words[i]
+        elif word.startswith("--stats-file=") and len(word) > len("--stats-file="):
+            args.stats_file = word[len("--stats-file="):]
+        else:
+            return None
+        i += 1
+    return args

@@ -827,10 +827,21 @@ def _random_c(rng, shape, specials):
     return out
 
 
+@pytest.fixture(params=["avx2", "scalar"])
+def dot_path(request, trapped):
+    """Each dot-product test on both paths of the handler (csrc/trap/simd.c and semantics.c)."""
+    was = lib.pyamx_trap_set_simd(-1)
+    on = lib.pyamx_trap_set_simd(1 if request.param == "avx2" else 0)
+    if request.param == "avx2" and not on:
+        pytest.skip("this CPU has no AVX2: the handler runs its scalar dot products only")
+    yield request.param
+    lib.pyamx_trap_set_simd(was)
+
+
 @pytest.mark.parametrize("fp16", [False, True], ids=["TDPBF16PS", "TDPFP16PS"])
 @pytest.mark.parametrize("specials", [False, True], ids=["finite", "inf-nan"])
 @pytest.mark.parametrize("shape", [(1, 1, 1), (3, 5, 7), (16, 16, 16), (16, 2, 9)])
-def test_float_dot_products_match_the_reference_bit_for_bit(trapped, fp16, specials, shape):
+def test_float_dot_products_match_the_reference_bit_for_bit(dot_path, fp16, specials, shape):
     M, K, N = shape
     rng = random.Random(hash((fp16, specials, shape)) & 0xFFFF)
     a = _random_halves(rng, (M, K), specials, fp16)
@@ -840,6 +851,89 @@ def test_float_dot_products_match_the_reference_bit_for_bit(trapped, fp16, speci
     got = run_dot(OP["TDPFP16PS" if fp16 else "TDPBF16PS"], a, b, c)
     bad = np.argwhere(got != want)
     assert bad.size == 0, [(tuple(i), hex(got[tuple(i)]), hex(want[tuple(i)])) for i in bad[:5]]
+
+
+FINITE_EDGES = {  # halves that stay on the vector path: denormals, +-0, extremes, ties' neighbours
+    False: [0x0000, 0x8000, 0x0001, 0x8001, 0x007F, 0x0080, 0x8080, 0x7F7F, 0xFF7F, 0x3F80, 0xBF80, 0x3F81,
+            0x4B80, 0x3380],
+    True: [0x0000, 0x8000, 0x0001, 0x8001, 0x03FF, 0x83FF, 0x0400, 0x7BFF, 0xFBFF, 0x3C00, 0xBC00, 0x3C01,
+           0x6800, 0x1400],
+}
+C_EDGES = [0x00000000, 0x80000000, 0x00000001, 0x807FFFFF, 0x7F7FFFFF, 0xFF7FFFFF, 0x7F800000, 0xFF800000,
+           0x7FC00000, 0x7F800001, 0xFFBFFFFF, 0x7FC0BEEF, 0xFFC00000]
+
+
+@pytest.mark.parametrize("fp16", [False, True], ids=["TDPBF16PS", "TDPFP16PS"])
+@pytest.mark.parametrize("shape", [(16, 16, 16), (15, 16, 13), (3, 7, 9), (1, 16, 1), (2, 1, 16)])
+def test_float_dot_finite_operands_any_accumulator(dot_path, fp16, shape):
+    # The vector path's whole domain: operands without inf/NaN (denormals, +-0, values whose products
+    # overflow to inf or cancel exactly) and accumulators holding anything (NaN payloads, sNaN, inf).
+    M, K, N = shape
+    rng = random.Random(hash((fp16, shape)) & 0xFFFF)
+    edges = FINITE_EDGES[fp16]
+
+    def words(rows, cols):
+        out = _random_halves(rng, (rows, cols), False, fp16)
+        for idx in np.ndindex(rows, cols):
+            if rng.random() < 0.5:
+                out[idx] = _bf16_pair(rng.choice(edges), rng.choice(edges))
+        return out
+
+    a, b = words(M, K), words(K, N)
+    c = np.array([[rng.choice(C_EDGES) if rng.random() < 0.6 else rng.getrandbits(32) for _ in range(N)]
+                  for _ in range(M)], np.uint32)
+    before = lib.pyamx_trap_simd_count()
+    got = run_dot(OP["TDPFP16PS" if fp16 else "TDPBF16PS"], a, b, c)
+    assert lib.pyamx_trap_simd_count() == before + (dot_path == "avx2")  # the path under test ran
+    want = model_float_dot(a, b, c, fp16)
+    bad = np.argwhere(got != want)
+    assert bad.size == 0, [(tuple(i), hex(got[tuple(i)]), hex(want[tuple(i)])) for i in bad[:5]]
+
+
+@pytest.mark.parametrize("fp16", [False, True], ids=["TDPBF16PS", "TDPFP16PS"])
+def test_float_dot_with_an_inf_or_nan_operand_leaves_the_vector_path(dot_path, fp16):
+    # One NaN in an unused column changes nothing; in a used one, the scalar rules decide.
+    rng = random.Random(7)
+    a = _random_halves(rng, (4, 3), False, fp16)
+    b = _random_halves(rng, (3, 5), False, fp16)
+    c = _random_c(rng, (4, 5), True)
+    nan = 0x7E01 if fp16 else 0x7FC1
+    a[2, 1] = _bf16_pair(nan, a[2, 1] & 0xFFFF)
+    before = lib.pyamx_trap_simd_count()
+    got = run_dot(OP["TDPFP16PS" if fp16 else "TDPBF16PS"], a, b, c)
+    assert lib.pyamx_trap_simd_count() == before
+    assert (got == model_float_dot(a, b, c, fp16)).all()
+
+
+@pytest.mark.parametrize("fp16", [False, True], ids=["TDPBF16PS", "TDPFP16PS"])
+def test_vector_path_equals_the_scalar_path_on_every_finite_half(trapped, fp16):
+    # Every finite bf16/fp16 value passes through the vector widening (in tsrc1 and in tsrc2) and
+    # its products, bit for bit against the scalar path, itself checked against the Fraction
+    # reference above; accumulators include NaN payloads and infinities.
+    was = lib.pyamx_trap_set_simd(-1)
+    if not lib.pyamx_trap_set_simd(1):
+        pytest.skip("this CPU has no AVX2: the handler runs its scalar dot products only")
+    try:
+        exp = 0x7C00 if fp16 else 0x7F80
+        halves = np.array([h for h in range(1 << 16) if (h & exp) != exp], np.uint16)
+        rng = np.random.default_rng(5)
+        rng.shuffle(halves)
+        halves = np.concatenate([halves, halves[: (-len(halves)) % 512]])
+        op = OP["TDPFP16PS" if fp16 else "TDPBF16PS"]
+        before = lib.pyamx_trap_simd_count()
+        for i, chunk in enumerate(halves.reshape(-1, 16, 32)):
+            a = chunk.view(np.uint32)  # 16 x 16 dwords
+            b = np.roll(chunk, i + 1, axis=0).view(np.uint32)
+            c = rng.choice(np.array(C_EDGES, np.uint32), (16, 16))
+            lib.pyamx_trap_set_simd(1)
+            vec = run_dot(op, a, b, c)
+            lib.pyamx_trap_set_simd(0)
+            scalar = run_dot(op, a, b, c)
+            bad = np.argwhere(vec != scalar)
+            assert bad.size == 0, [(tuple(j), hex(vec[tuple(j)]), hex(scalar[tuple(j)])) for j in bad[:5]]
+        assert lib.pyamx_trap_simd_count() == before + len(halves) // 512
+    finally:
+        lib.pyamx_trap_set_simd(was)
 
 
 def test_float_dot_overflow_in_the_fast_path(trapped):
@@ -857,19 +951,27 @@ INT8_SIGNS = {i.mnemonic: reference.int8_signedness(i.mnemonic) for i in isa.DOT
 
 
 @pytest.mark.parametrize("name", list(INT8_SIGNS))
-@pytest.mark.parametrize("shape", [(1, 1, 1), (16, 16, 16), (7, 3, 11)])
-def test_int8_dot_products_match_the_reference_with_wraparound(trapped, name, shape):
+@pytest.mark.parametrize("shape", [(1, 1, 1), (16, 16, 16), (7, 3, 11), (15, 16, 16)])
+@pytest.mark.parametrize("data", ["random", "extremes"])
+def test_int8_dot_products_match_the_reference_with_wraparound(dot_path, name, shape, data):
     M, K, N = shape
     rng = np.random.default_rng(len(name) * 31 + M)
-    a = rng.integers(0, 256, (M, K * 4), dtype=np.uint8)
-    b = rng.integers(0, 256, (K, N * 4), dtype=np.uint8)
+    if data == "random":
+        a = rng.integers(0, 256, (M, K * 4), dtype=np.uint8)
+        b = rng.integers(0, 256, (K, N * 4), dtype=np.uint8)
+    else:  # the largest products of every signedness: -128, 127, 255
+        a = rng.choice(np.array([0x80, 0x7F, 0xFF], np.uint8), (M, K * 4))
+        b = rng.choice(np.array([0x80, 0x7F, 0xFF], np.uint8), (K, N * 4))
     c = rng.integers(-(2 ** 31), 2 ** 31, (M, N), dtype=np.int64)
     c[0, 0] = 2 ** 31 - 1  # wrap-around, no saturation
+    c[-1, -1] = -(2 ** 31)
     s1, s2 = INT8_SIGNS[name]
     av = (a.view(np.int8) if s1 else a).astype(np.int64).reshape(M, K, 4)
     bv = (b.view(np.int8) if s2 else b).astype(np.int64).reshape(K, N, 4)
     want = (c + np.einsum("mki,kni->mn", av, bv)) & 0xFFFFFFFF
+    before = lib.pyamx_trap_simd_count()
     got = run_dot(OP[name], a.view(np.uint32), b.view(np.uint32), (c & 0xFFFFFFFF).astype(np.uint32))
+    assert lib.pyamx_trap_simd_count() == before + (dot_path == "avx2")
     assert (got.astype(np.int64) == want).all()
 
 

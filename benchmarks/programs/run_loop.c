@@ -3,7 +3,9 @@
  *
  *   run_loop KIND N    KIND: ud2 (the bare SIGILL round trip: a handler
  *                      that only skips the instruction, no emulation),
- *                      sttilecfg, tilezero, tileloadd, tdpbf16ps
+ *                      sttilecfg, tilezero, tileloadd, tilestored,
+ *                      tdpbf16ps, tdpfp16ps, tdpbssd (16x16x16, on finite
+ *                      non-zero operands loaded once before the loop)
  * Prints "KIND N SECONDS".
  */
 #define _GNU_SOURCE 1
@@ -33,19 +35,35 @@ static double now(void)
 
 static uint8_t cfg[64] __attribute__((aligned(64)));
 static uint8_t buf[1024] __attribute__((aligned(64)));
+static uint16_t data[512] __attribute__((aligned(64)));
 
-__attribute__((target("amx-tile,amx-bf16"), noinline))
-static void loop(const char *kind, long n)
+/* TDPFP16PS tmm0, tmm2, tmm1 as bytes: compilers before GCC 13 lack amx-fp16. */
+#define TDPFP16PS_0_2_1() __asm__ volatile(".byte 0xc4, 0xe2, 0x73, 0x5c, 0xc2" ::: "memory")
+
+__attribute__((target("amx-tile,amx-bf16,amx-int8"), noinline))
+static int loop(const char *kind, long n)
 {
     _tile_loadconfig(cfg);
+    _tile_loadd(1, data, 64);
+    _tile_loadd(2, data, 64);
     if (!strcmp(kind, "sttilecfg"))
         for (long i = 0; i < n; i++) _tile_storeconfig(buf);
     else if (!strcmp(kind, "tilezero"))
         for (long i = 0; i < n; i++) _tile_zero(0);
     else if (!strcmp(kind, "tileloadd"))
         for (long i = 0; i < n; i++) _tile_loadd(1, buf, 64);
-    else
+    else if (!strcmp(kind, "tilestored"))
+        for (long i = 0; i < n; i++) _tile_stored(1, buf, 64);
+    else if (!strcmp(kind, "tdpbf16ps"))
         for (long i = 0; i < n; i++) _tile_dpbf16ps(0, 1, 2);
+    else if (!strcmp(kind, "tdpfp16ps"))
+        for (long i = 0; i < n; i++) TDPFP16PS_0_2_1();
+    else if (!strcmp(kind, "tdpbssd"))
+        for (long i = 0; i < n; i++) _tile_dpbssd(0, 1, 2);
+    else
+        return 2;
+    _tile_release();
+    return 0;
 }
 
 int main(int argc, char **argv)
@@ -69,13 +87,19 @@ int main(int argc, char **argv)
             fprintf(stderr, "run_loop: no AMX permission (run it under pyamx run)\n");
             return 3;
         }
+        /* 1.0 .. 1.98 as bf16 and 1.875 .. 1.94 as fp16: finite sums over any N */
+        for (int i = 0; i < 512; i++)
+            data[i] = (uint16_t)(0x3F80 + (i % 64));
         cfg[0] = 1;
         for (int t = 0; t < 3; t++) {
             cfg[16 + 2 * t] = 64;
             cfg[48 + t] = 16;
         }
         t0 = now();
-        loop(kind, n);
+        if (loop(kind, n) != 0) {
+            fprintf(stderr, "run_loop: unknown kind %s\n", kind);
+            return 2;
+        }
     }
     printf("%s %ld %.9f\n", kind, n, now() - t0);
     return 0;

@@ -171,6 +171,9 @@ __attribute__((constructor)) static void preload_init(void)
         return;
     }
     add32(&g_stats->installed);
+    /* The main thread's slot, keyed for the handler's fast lookup (new
+     * threads do the same in thread_start). */
+    pyamx_trap_thread_prepare();
     if (g_stats || g_verbose) {
         trap_set_observer(observe);
         xcomp_set_observer(observe_xcomp);

@@ -37,6 +37,9 @@ struct tile_state {
 void state_init(struct tile_state *st);
 /* The calling thread's state, claimed on first use; NULL when the table is full. */
 struct tile_state *state_for(int32_t tid);
+/* The same for the handler's hot path: the slot a prepared thread's pthread
+ * key names, without the gettid system call; state_for() otherwise. */
+struct tile_state *state_current(void);
 /* The calling thread's state as Linux starts a new thread: the creating
  * thread's STTILECFG image (64 bytes, from pyamx_trap_thread_state), tile
  * data in the init state.  From normal context. */
@@ -65,6 +68,16 @@ enum { EXEC_OK = 0, EXEC_UD = 1, EXEC_GP = 2 };
 /* Performs one decoded, permitted instruction on st; on EXEC_UD/EXEC_GP the
  * rule that failed is appended to m. */
 int trap_execute(struct tile_state *st, const struct pyamx_trap_insn *in, struct msg *m);
+
+/* ---- simd.c: AVX2 dot products, bit-identical to the scalar ones ---- */
+
+/* Probes the CPU once (from pyamx_trap_install) and turns them on where supported. */
+void trap_simd_setup(void);
+int32_t trap_simd_enabled(void);
+/* 0 when done; 1 (nothing written) when tsrc1/tsrc2 hold an inf or NaN.
+ * Under TRAP_MXCSR. */
+int trap_simd_dp_float(struct tile_state *st, int d, int s1, int s2, int fp16);
+void trap_simd_dp_int8(struct tile_state *st, int d, int s1, int s2, int s1_signed, int s2_signed);
 
 /* ---- sigaction.c: the kernel's view of a disposition ---- */
 

@@ -256,6 +256,14 @@ static void dp_int8_rows(struct tile_state *st, int d, int s1, int s2, int s1_si
     }
 }
 
+static void int8_rows(struct tile_state *st, int d, int s1, int s2, int s1_signed, int s2_signed)
+{
+    if (trap_simd_enabled())
+        trap_simd_dp_int8(st, d, s1, s2, s1_signed, s2_signed);
+    else
+        dp_int8_rows(st, d, s1, s2, s1_signed, s2_signed);
+}
+
 static int do_dot(struct tile_state *st, const struct pyamx_trap_insn *in, struct msg *m)
 {
     int d = in->tdst, s1 = in->tsrc1, s2 = in->tsrc2;
@@ -310,14 +318,16 @@ static int do_dot(struct tile_state *st, const struct pyamx_trap_insn *in, struc
     case PYAMX_OP_TDPFP16PS: {
         unsigned int saved = _mm_getcsr();
         _mm_setcsr(TRAP_MXCSR);
-        dp_float_rows(st, d, s1, s2, in->op == PYAMX_OP_TDPFP16PS);
+        int fp16 = in->op == PYAMX_OP_TDPFP16PS;
+        if (!trap_simd_enabled() || trap_simd_dp_float(st, d, s1, s2, fp16) != 0)
+            dp_float_rows(st, d, s1, s2, fp16);
         _mm_setcsr(saved);
         break;
     }
-    case PYAMX_OP_TDPBSSD: dp_int8_rows(st, d, s1, s2, 1, 1); break;
-    case PYAMX_OP_TDPBSUD: dp_int8_rows(st, d, s1, s2, 1, 0); break;
-    case PYAMX_OP_TDPBUSD: dp_int8_rows(st, d, s1, s2, 0, 1); break;
-    case PYAMX_OP_TDPBUUD: dp_int8_rows(st, d, s1, s2, 0, 0); break;
+    case PYAMX_OP_TDPBSSD: int8_rows(st, d, s1, s2, 1, 1); break;
+    case PYAMX_OP_TDPBSUD: int8_rows(st, d, s1, s2, 1, 0); break;
+    case PYAMX_OP_TDPBUSD: int8_rows(st, d, s1, s2, 0, 1); break;
+    case PYAMX_OP_TDPBUUD: int8_rows(st, d, s1, s2, 0, 0); break;
     }
     zero_tail(st, d, st->rows[d], st->colsb[d]);
     st->start_row = 0;

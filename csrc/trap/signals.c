@@ -248,6 +248,19 @@ static void m_prefix(struct msg *m, int op, uint64_t rip)
     m_str(m, ": ");
 }
 
+/* The line for an instruction trap_execute() refused: the prefix, the rule
+ * it wrote into `rule`, then `outcome`.  Built only on that path, so that
+ * an emulated instruction costs no formatting. */
+__attribute__((noinline)) static void emit_refusal(int op, uint64_t rip, struct msg *rule, const char *outcome)
+{
+    struct msg m;
+    m_prefix(&m, op, rip);
+    rule->buf[rule->n < sizeof rule->buf ? rule->n : sizeof rule->buf - 1] = 0;
+    m_str(&m, rule->buf);
+    m_str(&m, outcome);
+    m_emit(&m);
+}
+
 void trap_handler(int sig, siginfo_t *si, void *vctx)
 {
     (void)sig;
@@ -272,27 +285,30 @@ void trap_handler(int sig, siginfo_t *si, void *vctx)
         pass_on_sigill(si, vctx, 1);
         goto out;
     }
-    m_prefix(&m, in.op, rip);
     if (len == PYAMX_TRAP_DECODE_UD) {
+        m_prefix(&m, in.op, rip);
         m_str(&m, "#UD: encoding not valid (VEX.W/L/vvvv, ModRM form or missing SIB) -> SIGILL");
         m_emit(&m);
         pass_on_sigill(si, vctx, 1);
         goto out;
     }
     if (!__atomic_load_n(&g_permission, __ATOMIC_ACQUIRE)) {
+        m_prefix(&m, in.op, rip);
         m_str(&m, "no AMX permission yet (the emulated arch_prctl(ARCH_REQ_XCOMP_PERM), "
                   "pyamx_trap_grant_permission(), was not called) -> SIGILL as on silicon");
         m_emit(&m);
         pass_on_sigill(si, vctx, 1);
         goto out;
     }
-    struct tile_state *st = state_for(trap_tid());
+    struct tile_state *st = state_current();
     if (st == NULL) {
+        m_prefix(&m, in.op, rip);
         m_str(&m, "cannot emulate: all per-thread tile state slots are in use -> SIGILL");
         m_emit(&m);
         pass_on_sigill(si, vctx, 1);
         goto out;
     }
+    m.n = 0;
     int r = trap_execute(st, &in, &m);
     if (r == EXEC_OK) {
         g[REG_RIP] = (greg_t)(rip + (uint64_t)len);
@@ -301,12 +317,10 @@ void trap_handler(int sig, siginfo_t *si, void *vctx)
         if (observer)
             observer(&in, rip, now_ns() - t0);
     } else if (r == EXEC_UD) {
-        m_str(&m, " -> #UD (SIGILL)");
-        m_emit(&m);
+        emit_refusal(in.op, rip, &m, " -> #UD (SIGILL)");
         pass_on_sigill(si, vctx, 1);
     } else {
-        m_str(&m, " -> #GP (SIGSEGV)");
-        m_emit(&m);
+        emit_refusal(in.op, rip, &m, " -> #GP (SIGSEGV)");
         deliver_sigsegv(vctx);
     }
 out:
@@ -397,6 +411,7 @@ static int32_t install_now(void)
 static void setup_once(void)
 {
     state_setup_once();
+    trap_simd_setup();
     pthread_atfork(trap_lock, trap_unlock, trap_unlock);
 }
 

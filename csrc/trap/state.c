@@ -87,6 +87,23 @@ struct tile_state *state_for(int32_t tid)
     return s < 0 ? NULL : &slots[s].st;
 }
 
+/* A prepared thread's key value is its own slot for the thread's whole
+ * life: slots are released only by that thread's own destructor (glibc
+ * clears the value first), re-keyed to the same thread by the fork
+ * handler, and reaped only when their tid no longer exists.  Reading it
+ * is a load from the thread descriptor (keys below 32 live there; a
+ * higher key is read from an array pthread_setspecific allocated from
+ * normal context), so the handler's common case needs no system call. */
+struct tile_state *state_current(void)
+{
+    if (__atomic_load_n(&g_key_ready, __ATOMIC_ACQUIRE)) {
+        uintptr_t v = (uintptr_t)pthread_getspecific(g_key);
+        if (v >= 1 && v <= MAX_SLOTS && __atomic_load_n(&slots[v - 1].tid, __ATOMIC_ACQUIRE) != 0)
+            return &slots[v - 1].st;
+    }
+    return state_for(trap_tid());
+}
+
 static void slot_release_destructor(void *v)
 {
     int s = (int)((uintptr_t)v - 1);

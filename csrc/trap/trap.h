@@ -80,6 +80,14 @@ const char *pyamx_trap_op_name(int32_t op);
 uint32_t pyamx_trap_fma32(uint32_t a, uint32_t b, uint32_t c);
 uint32_t pyamx_trap_add32(uint32_t x, uint32_t y);
 uint32_t pyamx_trap_f16_to_f32(uint16_t h);
+/* The dot products' AVX2 paths (simd.c), on where the CPU has AVX2: 0 turns
+ * them off (the scalar paths run, as on a CPU without AVX2), 1 back on where
+ * supported, -1 only asks.  Returns whether they are on.  For the tests that
+ * compare both paths bit for bit. */
+int32_t pyamx_trap_set_simd(int32_t on);
+/* Dot products the AVX2 paths computed (process-wide; the float path
+ * declines operands holding an inf or NaN). */
+uint64_t pyamx_trap_simd_count(void);
 
 /* ---- state.c: per-thread emulated tile state ---- */
 
