@@ -782,10 +782,12 @@ uint32_t pyamx_engine_add32(uint32_t x, uint32_t y)
 
 uint32_t pyamx_engine_getcsr(void) { return ENG_X86 ? eng_x86_getcsr() : 0; }
 
-int pyamx_engine_dot_under_mxcsr(uint32_t mxcsr, uint32_t *mxcsr_after, int kind, int op,
-                                 const void *a, int64_t lda, const void *b, int64_t ldb,
-                                 const uint32_t *c_in, int64_t ldc_in, uint32_t *c_out, int64_t ldc_out,
-                                 int64_t m, int64_t n, int64_t kd, int threads)
+/* Test hooks: one call with MXCSR set to a caller-chosen value first (a process whose MXCSR was
+ * changed), reporting the MXCSR found after it; the hook's own MXCSR is put back. */
+static int under_mxcsr(uint32_t mxcsr, uint32_t *mxcsr_after, int rowmajor, int kind, int op,
+                       const void *a, int64_t lda, const void *b, int64_t ldb,
+                       const uint32_t *c_in, int64_t ldc_in, uint32_t *c_out, int64_t ldc_out,
+                       int64_t m, int64_t n, int64_t depth, int threads)
 {
     if (!ENG_X86)
         return PYAMX_ENGINE_E_UNAVAILABLE;
@@ -794,10 +796,19 @@ int pyamx_engine_dot_under_mxcsr(uint32_t mxcsr, uint32_t *mxcsr_after, int kind
         return PYAMX_ENGINE_E_ARG;
     uint32_t own = eng_x86_getcsr();
     eng_x86_setcsr(mxcsr);
-    int rc = pyamx_engine_dot(kind, op, a, lda, b, ldb, c_in, ldc_in, c_out, ldc_out, m, n, kd, threads);
+    int rc = rowmajor ? pyamx_engine_matmul(kind, op, a, lda, b, ldb, c_in, ldc_in, c_out, ldc_out, m, n, depth, threads)
+                      : pyamx_engine_dot(kind, op, a, lda, b, ldb, c_in, ldc_in, c_out, ldc_out, m, n, depth, threads);
     *mxcsr_after = eng_x86_getcsr();
     eng_x86_setcsr(own);
     return rc;
+}
+
+int pyamx_engine_dot_under_mxcsr(uint32_t mxcsr, uint32_t *mxcsr_after, int kind, int op,
+                                 const void *a, int64_t lda, const void *b, int64_t ldb,
+                                 const uint32_t *c_in, int64_t ldc_in, uint32_t *c_out, int64_t ldc_out,
+                                 int64_t m, int64_t n, int64_t kd, int threads)
+{
+    return under_mxcsr(mxcsr, mxcsr_after, 0, kind, op, a, lda, b, ldb, c_in, ldc_in, c_out, ldc_out, m, n, kd, threads);
 }
 
 int pyamx_engine_matmul_under_mxcsr(uint32_t mxcsr, uint32_t *mxcsr_after, int kind, int op,
@@ -805,14 +816,5 @@ int pyamx_engine_matmul_under_mxcsr(uint32_t mxcsr, uint32_t *mxcsr_after, int k
                                     const uint32_t *c_in, int64_t ldc_in, uint32_t *c_out, int64_t ldc_out,
                                     int64_t m, int64_t n, int64_t k, int threads)
 {
-    if (!ENG_X86)
-        return PYAMX_ENGINE_E_UNAVAILABLE;
-    if (mxcsr > 0xFFFFu || !mxcsr_after)
-        return PYAMX_ENGINE_E_ARG;
-    uint32_t own = eng_x86_getcsr();
-    eng_x86_setcsr(mxcsr);
-    int rc = pyamx_engine_matmul(kind, op, a, lda, b, ldb, c_in, ldc_in, c_out, ldc_out, m, n, k, threads);
-    *mxcsr_after = eng_x86_getcsr();
-    eng_x86_setcsr(own);
-    return rc;
+    return under_mxcsr(mxcsr, mxcsr_after, 1, kind, op, a, lda, b, ldb, c_in, ldc_in, c_out, ldc_out, m, n, k, threads);
 }
