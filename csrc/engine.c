@@ -711,6 +711,27 @@ static int run(const struct eng_variant *v, int kind, int op, const void *a, int
     return PYAMX_ENGINE_OK;
 }
 
+/* The checks both entries make: A is m rows of a_row bytes, B is b_rows rows of b_row bytes,
+ * floats 2-byte aligned, and the output overlaps nothing it reads. */
+static int check_operands(int op, const void *a, int64_t lda, int64_t a_row, const void *b, int64_t ldb,
+                          int64_t b_rows, int64_t b_row, const uint32_t *c_in, int64_t ldc_in,
+                          const uint32_t *c_out, int64_t ldc_out, int64_t m, int64_t n)
+{
+    if (op < PYAMX_OP_TDPBF16PS || op > PYAMX_OP_TDPBUUD || !a || !b || !c_out)
+        return 0;
+    if (m < 1 || n < 1 || b_rows < 1 || m > (1 << 30) || n > (1 << 30) || b_rows > (1 << 30))
+        return 0;
+    if (lda < a_row || ldb < b_row || (c_in && ldc_in < n) || ldc_out < n)
+        return 0;
+    int is_float = op == PYAMX_OP_TDPBF16PS || op == PYAMX_OP_TDPFP16PS;
+    if (is_float && ((lda | ldb | (int64_t)(uintptr_t)a | (int64_t)(uintptr_t)b) & 1))
+        return 0;
+    size_t out_bytes = (size_t)((m - 1) * ldc_out + n) * 4;
+    return !((c_in && overlaps(c_out, out_bytes, c_in, (size_t)((m - 1) * ldc_in + n) * 4)) ||
+             overlaps(c_out, out_bytes, a, (size_t)((m - 1) * lda + a_row)) ||
+             overlaps(c_out, out_bytes, b, (size_t)((b_rows - 1) * ldb + b_row)));
+}
+
 int pyamx_engine_dot(int kind, int op, const void *a, int64_t lda, const void *b, int64_t ldb,
                      const uint32_t *c_in, int64_t ldc_in, uint32_t *c_out, int64_t ldc_out,
                      int64_t m, int64_t n, int64_t kd, int threads)
@@ -718,20 +739,9 @@ int pyamx_engine_dot(int kind, int op, const void *a, int64_t lda, const void *b
     const struct eng_variant *v = variant(kind, 0);
     if (!v)
         return PYAMX_ENGINE_E_UNAVAILABLE;
-    if (op < PYAMX_OP_TDPBF16PS || op > PYAMX_OP_TDPBUUD || !a || !b || !c_in || !c_out)
-        return PYAMX_ENGINE_E_ARG;
-    if (m < 1 || n < 1 || kd < 1 || m > (1 << 30) || n > (1 << 30) || kd > (1 << 30))
-        return PYAMX_ENGINE_E_ARG;
-    if (lda < 4 * kd || ldb < 4 * n || ldc_in < n || ldc_out < n)
+    if (kd > (1 << 30) || !c_in || !check_operands(op, a, lda, 4 * kd, b, ldb, kd, 4 * n, c_in, ldc_in, c_out, ldc_out, m, n))
         return PYAMX_ENGINE_E_ARG;
     int is_float = op == PYAMX_OP_TDPBF16PS || op == PYAMX_OP_TDPFP16PS;
-    if (is_float && ((lda | ldb | (int64_t)(uintptr_t)a | (int64_t)(uintptr_t)b) & 1))
-        return PYAMX_ENGINE_E_ARG;
-    size_t out_bytes = (size_t)((m - 1) * ldc_out + n) * 4;
-    if (overlaps(c_out, out_bytes, c_in, (size_t)((m - 1) * ldc_in + n) * 4) ||
-        overlaps(c_out, out_bytes, a, (size_t)((m - 1) * lda + 4 * kd)) ||
-        overlaps(c_out, out_bytes, b, (size_t)((kd - 1) * ldb + 4 * n)))
-        return PYAMX_ENGINE_E_ARG;
     return run(v, kind, op, a, lda, b, ldb, 0, c_in, ldc_in, c_out, ldc_out, m, n, kd, (is_float ? 2 : 4) * kd, threads);
 }
 
@@ -742,20 +752,9 @@ int pyamx_engine_matmul(int kind, int op, const void *a, int64_t lda, const void
     const struct eng_variant *v = variant(kind, 0);
     if (!v)
         return PYAMX_ENGINE_E_UNAVAILABLE;
-    if (op < PYAMX_OP_TDPBF16PS || op > PYAMX_OP_TDPBUUD || !a || !b || !c_out)
-        return PYAMX_ENGINE_E_ARG;
-    if (m < 1 || n < 1 || k < 1 || m > (1 << 30) || n > (1 << 30) || k > (1 << 30))
-        return PYAMX_ENGINE_E_ARG;
     int is_float = op == PYAMX_OP_TDPBF16PS || op == PYAMX_OP_TDPFP16PS;
     int64_t size = is_float ? 2 : 1, lanes = is_float ? 2 : 4;
-    if (lda < size * k || ldb < size * n || (c_in && ldc_in < n) || ldc_out < n)
-        return PYAMX_ENGINE_E_ARG;
-    if (is_float && ((lda | ldb | (int64_t)(uintptr_t)a | (int64_t)(uintptr_t)b) & 1))
-        return PYAMX_ENGINE_E_ARG;
-    size_t out_bytes = (size_t)((m - 1) * ldc_out + n) * 4;
-    if ((c_in && overlaps(c_out, out_bytes, c_in, (size_t)((m - 1) * ldc_in + n) * 4)) ||
-        overlaps(c_out, out_bytes, a, (size_t)((m - 1) * lda + size * k)) ||
-        overlaps(c_out, out_bytes, b, (size_t)((k - 1) * ldb + size * n)))
+    if (k > (1 << 30) || !check_operands(op, a, lda, size * k, b, ldb, k, size * n, c_in, ldc_in, c_out, ldc_out, m, n))
         return PYAMX_ENGINE_E_ARG;
     return run(v, kind, op, a, lda, b, ldb, 1, c_in, ldc_in, c_out, ldc_out, m, n, (k + lanes - 1) / lanes, k, threads);
 }
