@@ -72,11 +72,7 @@ class AMXResult(np.ndarray):
 def label(array: np.ndarray, backend: str, native_mode: str | None = None, engine: str | None = None,
           **labels) -> AMXResult:
     """``array`` as a C-contiguous AMXResult carrying ``backend``, ``native_mode``, ``engine`` and ``labels``."""
-    result = np.ascontiguousarray(array).view(AMXResult)
-    result.backend = backend
-    result.native_mode = native_mode
-    if engine is not None:
-        result.engine = engine
+    result = tag(np.ascontiguousarray(array).view(AMXResult), backend, native_mode, engine)
     for name, value in labels.items():
         setattr(result, name, value)
     return result

@@ -37,6 +37,7 @@ import numpy as np
 from . import _env as env_parser  # the one PYAMX_* parser (this module's own _env caches what it said)
 from . import isa
 from ._fpenv import default_fpenv
+from ._validate import contiguous_bits
 from .errors import BackendError, EnvironmentVariableError
 
 ENV_VAR = "PYAMX_ENGINE"
@@ -263,11 +264,11 @@ class Engine:
             threads = _threads_default()
         ffi, lib = self._ffi, self._lib
         # C-contiguous and aligned (the C side reads 16-bit values in place)
-        a, b = _c_aligned(a), _c_aligned(b)
+        a, b = contiguous_bits(a), contiguous_bits(b)
         if c_bits is None:
             c_ptr, ldc = ffi.NULL, n
         else:
-            c_bits = _c_aligned(c_bits.view(np.uint32) if c_bits.dtype != np.uint32 else c_bits)
+            c_bits = contiguous_bits(c_bits.view(np.uint32) if c_bits.dtype != np.uint32 else c_bits)
             c_ptr, ldc = ffi.from_buffer("uint32_t[]", c_bits), n
         out = np.empty((m, n), dtype=np.uint32)
         rc = lib.pyamx_engine_matmul(
@@ -309,12 +310,6 @@ class Engine:
         from .emulator.dot import engine_dot
 
         return engine_dot(op_name, c, a, b, kd, threads or 1, self._numerics)
-
-
-def _c_aligned(x: np.ndarray) -> np.ndarray:
-    """``x`` when C-contiguous and aligned (the usual case: a flags test, not np.require's microseconds)."""
-    flags = x.flags
-    return x if flags.c_contiguous and flags.aligned else np.require(x, requirements="CA")
 
 
 def _error(lib, rc: int, name: str) -> Exception:
