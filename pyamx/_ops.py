@@ -60,13 +60,10 @@ def _function(insn: isa.Instruction):
     check = emulator._OPERANDS[family]
     c_view = np.float32 if insn.is_float else np.int32
     bits = (np.uint32, np.uint16) if insn.is_float else (np.int32, np.uint8)
-    fast_shape, resolve_backend, resolve_engine = _validate.fast_dot_shape, _backend.resolve, _engine.resolve
+    dot_operands, resolve_backend, resolve_engine = _validate.dot_operands, _backend.resolve, _engine.resolve
 
     def fn(c, a, b, *, backend=None, engine=None) -> AMXResult:
-        shape = fast_shape(family, c, a, b)  # None: not plainly valid, so the full checks decide
-        if shape is None:
-            ops = check(name, c, a, b)
-            c, a, b, shape = ops.c, ops.a, ops.b, (ops.m, ops.k, ops.n)
+        c, a, b, shape = dot_operands(check, name, family, c, a, b)
         chosen = resolve_backend(backend, family, engine=engine)
         if chosen is _EMULATOR:
             # The SDM numerics on the engine (compiled when available); one instruction is K <= 16 dwords.

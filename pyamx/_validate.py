@@ -238,3 +238,13 @@ def fast_dot_shape(family: str, c, a, b):
     if not (cf.c_contiguous and af.c_contiguous and bf.c_contiguous and cf.aligned and af.aligned and bf.aligned):
         return None
     return m, k, n
+
+
+def dot_operands(check, name: str, family: str, c, a, b):
+    """``(c, a, b, (M, K, N))`` for one instruction: the operands as they are when the fast check
+    takes them, else what ``check(name, c, a, b)`` (the full checks) gives or raises."""
+    shape = fast_dot_shape(family, c, a, b)
+    if shape is None:
+        ops = check(name, c, a, b)
+        return ops.c, ops.a, ops.b, (ops.m, ops.k, ops.n)
+    return c, a, b, shape

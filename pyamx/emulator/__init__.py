@@ -76,22 +76,15 @@ def _doc(insn: isa.Instruction) -> str:
 def _function(insn: isa.Instruction):
     """The array-level function of one dot product, generated from its pyamx.isa row."""
     name, family, check = insn.name, insn.family, _OPERANDS[insn.family]
-    fast_shape, resolve_engine = _validate.fast_dot_shape, _engine.resolve
-
-    def operands(c, a, b):
-        shape = fast_shape(family, c, a, b)  # None: not plainly valid, so the full checks decide
-        if shape is None:
-            ops = check(name, c, a, b)
-            return ops.c, ops.a, ops.b, (ops.m, ops.k, ops.n)
-        return c, a, b, shape
+    dot_operands, resolve_engine = _validate.dot_operands, _engine.resolve
 
     if insn.is_float:
         def fn(c, a, b, *, numerics="sdm", engine=None) -> AMXResult:
-            c, a, b, shape = operands(c, a, b)
+            c, a, b, shape = dot_operands(check, name, family, c, a, b)
             return run_one(name, resolve_engine(engine, numerics), c, a, b, *shape)
     else:
         def fn(c, a, b, *, engine=None) -> AMXResult:
-            c, a, b, shape = operands(c, a, b)
+            c, a, b, shape = dot_operands(check, name, family, c, a, b)
             return run_one(name, resolve_engine(engine), c, a, b, *shape)
     return fn
 

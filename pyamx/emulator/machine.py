@@ -148,24 +148,21 @@ class TileMachine:
         run = self._runs.get(name, False)
         if run is False:
             run = self._runs[name] = self._engine.tile_call(name)
+        # The new tile is built aside (a compiled engine's output may not overlap its inputs);
+        # its bytes past N*4 and rows past M stay zero.
+        out = np.zeros((MAX_ROWS, MAX_COLSB // 4), dtype=np.uint32)
         if run is not None:
-            # A compiled engine reads the tiles in place (64-byte rows) and writes a separate
-            # 16 x 16 word buffer: the output may not overlap its inputs.
-            out = np.zeros((MAX_ROWS, MAX_COLSB // 4), dtype=np.uint32)
+            # A compiled engine reads the tiles in place (64-byte rows).
             run(tiles[src1], MAX_COLSB, tiles[src2], MAX_COLSB, tiles[dst], MAX_COLSB // 4, out, MAX_COLSB // 4,
                 m, n, k)
-            tiles[dst] = out.view(np.uint8)  # bytes past N*4 and rows past M are zeroed
         else:
-            # Views of the tiles, not copies: an engine never modifies its inputs, and the new
-            # tile is built aside, so a result that shared memory with C would still be safe.
+            # Views of the tiles, not copies: an engine never modifies its inputs.
             c_dtype, ab_dtype = _DTYPES[name]
             c = tiles[dst, :m, : 4 * n].view(c_dtype)
             a = tiles[src1, :m, : 4 * k].view(ab_dtype)
             b = tiles[src2, :k, : 4 * n].view(ab_dtype)
-            result = self._engine.dot(name, c, a, b, k)
-            out = np.zeros((MAX_ROWS, MAX_COLSB // 4), dtype=np.uint32)
-            out[:m, :n] = result.view(np.uint32)
-            tiles[dst] = out.view(np.uint8)  # bytes past N*4 and rows past M are zeroed
+            out[:m, :n] = self._engine.dot(name, c, a, b, k).view(np.uint32)
+        tiles[dst] = out.view(np.uint8)
         if config.start_row:
             self._config = config.with_start_row(0)
 
