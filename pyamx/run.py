@@ -130,29 +130,29 @@ def _trap_module():
 def _new_stats_file() -> str:
     """A zeroed counters file of the struct's size, only this user can open; its path."""
     ffi, _ = _trap_module()
-    size = ffi.sizeof("struct pyamx_run_stats")
+    fd, path = _private_file()
+    try:
+        os.ftruncate(fd, ffi.sizeof("struct pyamx_run_stats"))
+    finally:
+        os.close(fd)
+    return path
+
+
+def _private_file():
+    """``(fd, path)`` of a new 0600 file in $TMPDIR or /tmp: tempfile.mkstemp's job, done with os
+    alone, because importing tempfile costs start-up time; tempfile only where that folder fails."""
     folder = os.environ.get("TMPDIR") or "/tmp"
     for _ in range(100):
         path = os.path.join(folder, f"pyamx-run-{os.getpid()}-{os.urandom(6).hex()}.stats")
         try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+            return os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600), path
         except FileExistsError:
             continue
         except OSError:
-            break  # not writable: let tempfile find a folder that is
-        try:
-            os.ftruncate(fd, size)
-        finally:
-            os.close(fd)
-        return path
+            break
     import tempfile
 
-    fd, path = tempfile.mkstemp(prefix="pyamx-run-", suffix=".stats")
-    try:
-        os.ftruncate(fd, size)
-    finally:
-        os.close(fd)
-    return path
+    return tempfile.mkstemp(prefix="pyamx-run-", suffix=".stats")
 
 
 def read_stats(path: str) -> RunStats:
@@ -206,7 +206,7 @@ def nothing_emulated_message(stats: RunStats) -> Optional[str]:
 _FORWARDED = ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2")
 # Ignored by the interpreter at start-up; a program starts with them at their default, as
 # subprocess does (restore_signals).
-_DEFAULTED = ("SIGPIPE", "SIGXFZ", "SIGXFSZ")
+_DEFAULTED = ("SIGPIPE", "SIGXFSZ")
 
 
 def _spawn_and_wait(argv, env) -> int:
