@@ -21,6 +21,7 @@ import numpy as np
 from . import _backend, _validate, isa
 from . import engine as _engine
 from ._result import AMXResult, label
+from ._validate import dtype_name
 from .emulator import numerics as _numerics
 
 #: the value a padded dword holds in A, per family (B is padded with 0): -0 for the float formats
@@ -49,16 +50,11 @@ class Plan:
 # -- operands ---------------------------------------------------------------------------
 
 
-_DTYPE_NAMES: dict = {}
-
-
 def _family_of(x: np.ndarray, name: str, kind):
     """(family, signed) of one operand, strictly from its dtype and ``kind``."""
     if not isinstance(x, np.ndarray):
         raise TypeError(f"matmul: {name} must be a numpy array, not {type(x).__name__}")
-    dtype = _DTYPE_NAMES.get(x.dtype)
-    if dtype is None:  # dtype.name is a Python-level property costing microseconds: looked up once per dtype
-        dtype = _DTYPE_NAMES.setdefault(x.dtype, x.dtype.name)
+    dtype = dtype_name(x.dtype)
     if kind is None:
         if dtype in ("uint16", "bfloat16"):
             return "bf16", None

@@ -39,6 +39,14 @@ def _require_array(x, name: str, fn: str) -> np.ndarray:
 _DTYPE_NAMES: dict = {}  # dtype -> dtype.name, which numpy computes slowly (microseconds per call)
 
 
+def dtype_name(dtype: np.dtype) -> str:
+    """``dtype.name``, looked up once per dtype."""
+    name = _DTYPE_NAMES.get(dtype)
+    if name is None:
+        name = _DTYPE_NAMES[dtype] = dtype.name
+    return name
+
+
 def _bits_view(x, name: str, fn: str, allowed: dict, hint: str, fast: set = None) -> np.ndarray:
     """A view of ``x`` as the unsigned bit type for its dtype, or raise naming the allowed dtypes.
 
@@ -49,10 +57,7 @@ def _bits_view(x, name: str, fn: str, allowed: dict, hint: str, fast: set = None
     """
     x = _require_array(x, name, fn)
     dtype = x.dtype
-    dtype_name = _DTYPE_NAMES.get(dtype)
-    if dtype_name is None:
-        dtype_name = _DTYPE_NAMES[dtype] = dtype.name
-    bits_dtype = allowed.get(dtype_name)
+    bits_dtype = allowed.get(dtype_name(dtype))
     if bits_dtype is None:
         raise TypeError(
             f"{fn}: {name} has dtype {x.dtype}; expected {' or '.join(allowed)}{hint}"
