@@ -67,8 +67,8 @@ static int cfg_legal(const uint8_t *cfg)
 static inline unsigned cfg_colsb(const uint8_t *cfg, int t) { return cfg[16 + 2 * t] | (cfg[17 + 2 * t] << 8); }
 static inline unsigned cfg_rows(const uint8_t *cfg, int t) { return cfg[48 + t]; }
 
-/* TILEZERO, TILELOADD, TILESTORED: configured tiles and a palette-1
- * register; the operand tile itself may be unconfigured (rows = 0). */
+/* Configured tiles and a palette-1 register: what every tile instruction
+ * but LDTILECFG/STTILECFG/TILERELEASE needs first. */
 int pyamx_check_tile_register(const uint8_t *cfg, int tmm)
 {
     if (!cfg_legal(cfg))
@@ -80,13 +80,36 @@ int pyamx_check_tile_register(const uint8_t *cfg, int tmm)
     return PYAMX_OK;
 }
 
+/* TILEZERO: the tile itself must be configured too (silicon faults where the
+ * SDM's class AMX-E5 is silent; docs/semantics.md section 7). */
+int pyamx_check_tile_configured(const uint8_t *cfg, int tmm)
+{
+    int rc = pyamx_check_tile_register(cfg, tmm);
+    if (rc != PYAMX_OK)
+        return rc;
+    return cfg_rows(cfg, tmm) ? PYAMX_OK : PYAMX_E_UD_SHAPE;
+}
+
+/* TILELOADD(T1), TILESTORED: a configured tile whose colsb is a multiple of 4
+ * and whose rows exceed start_row (silicon's rules, docs/semantics.md
+ * section 7). */
+static int check_memory_tile(const uint8_t *cfg, int tmm)
+{
+    int rc = pyamx_check_tile_configured(cfg, tmm);
+    if (rc != PYAMX_OK)
+        return rc;
+    if (cfg_colsb(cfg, tmm) % 4 || cfg[1] >= cfg_rows(cfg, tmm))
+        return PYAMX_E_UD_SHAPE;
+    return PYAMX_OK;
+}
+
 /* Rows start_row..rows-1 of colsb bytes at offset + r * stride must lie in
  * [0, len). Every step is overflow-checked: a wrapped product or sum would
  * otherwise land back inside the buffer's numbers while the instruction's
  * own 64-bit address arithmetic points elsewhere. */
 int pyamx_check_memory_operand(const uint8_t *cfg, int tmm, int64_t len, int64_t offset, int64_t stride)
 {
-    int rc = pyamx_check_tile_register(cfg, tmm);
+    int rc = check_memory_tile(cfg, tmm);
     if (rc != PYAMX_OK)
         return rc;
     if (len < 0)
@@ -177,6 +200,14 @@ AMX_TILE static void load_tile(int t, const void *src, long stride, int t1)
 #undef LOADT1_CASE
 }
 
+/* Loads and stores fault on a tile whose colsb is not a multiple of 4. Such a
+ * tile always holds zeros: LDTILECFG zeroed it, and only TILEZERO may write it
+ * (a dot product's operands need colsb % 4 == 0 too), so it needs no saving. */
+static int tile_movable(const uint8_t *cfg, int t)
+{
+    return cfg_rows(cfg, t) && cfg_colsb(cfg, t) % 4 == 0;
+}
+
 /* Whatever this thread configured (a NativeMachine, or other code) is kept:
  * the config and every configured tile, stored with stride 64. A pending
  * start_row cannot be kept (the first store would consume it, and only
@@ -191,7 +222,7 @@ AMX_TILE static int save_state(tile_state *s)
     if (s->cfg[1] != 0)
         return PYAMX_E_START_ROW;
     for (int t = 0; t < 8; t++)
-        if (cfg_rows(s->cfg, t))
+        if (tile_movable(s->cfg, t))
             store_tile(t, s->tiles[t], 64);
     return PYAMX_OK;
 }
@@ -205,7 +236,7 @@ AMX_TILE static void restore_state(const tile_state *s)
     BARRIER();
     _tile_loadconfig(s->cfg);
     for (int t = 0; t < 8; t++)
-        if (cfg_rows(s->cfg, t))
+        if (tile_movable(s->cfg, t))
             load_tile(t, s->tiles[t], 64, 0);
 }
 
@@ -352,7 +383,7 @@ AMX_TILE int pyamx_tilezero(int tmm)
         return PYAMX_E_NOT_READY;
     uint8_t cfg[64] __attribute__((aligned(64)));
     loaded_cfg(cfg);
-    int rc = pyamx_check_tile_register(cfg, tmm);
+    int rc = pyamx_check_tile_configured(cfg, tmm);
     if (rc != PYAMX_OK)
         return rc;
 #define ZERO_CASE(n) case n: _tile_zero(n); break;

@@ -104,6 +104,7 @@ int pyamx_restore_tiles(const uint8_t *cfg64, const uint8_t *tiles8192);
 int pyamx_check_memory_operand(const uint8_t *cfg64, int tmm, int64_t len, int64_t offset, int64_t stride);
 int pyamx_check_dot_product(const uint8_t *cfg64, int dst, int src1, int src2);
 int pyamx_check_tile_register(const uint8_t *cfg64, int tmm);
+int pyamx_check_tile_configured(const uint8_t *cfg64, int tmm); /* TILEZERO */
 
 /* ---- matmul_amx.c: native AMX matmul (owner: amxkernel) ---- */
 

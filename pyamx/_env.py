@@ -41,7 +41,6 @@ VARIABLES = {
     "PYAMX_REQUIRE_EXTENSION": "boolean (build): fail the install when the C extension cannot be built",
     "PYAMX_CROSSCHECK_SEQUENCES": "integer (tests): random sequences of the native-vs-emulator cross-check",
     "PYAMX_CROSSCHECK_SEED": "integer (tests): seed of the cross-check",
-    "PYAMX_CROSSCHECK_EDGES": "boolean (tests): add the cross-check's edge cases",
 }
 
 

@@ -40,9 +40,10 @@ from .tilecfg import (
     NUM_TILES,
     TILECFG_BYTES,
     TileConfig,
-    check_configured,
     check_dot_product,
+    check_memory_tile,
     check_tile_index,
+    check_tile_usable,
     parse_tilecfg,
 )
 
@@ -111,7 +112,7 @@ def _trap_entry() -> None:
 _C_FAULTS = {
     "PYAMX_E_UD_UNCONFIGURED": (InvalidOpcodeFault, "tiles are not configured (palette 0, init state)"),
     "PYAMX_E_UD_REGISTER": (InvalidOpcodeFault, "a tile register outside tmm0..tmm7"),
-    "PYAMX_E_UD_SHAPE": (InvalidOpcodeFault, "the operands break a dot-product shape rule"),
+    "PYAMX_E_UD_SHAPE": (InvalidOpcodeFault, "an operand tile breaks a shape rule (unconfigured, colsb, start_row, or the dot-product shapes)"),
     "PYAMX_E_GP_CONFIG": (GeneralProtectionFault, "an illegal tile configuration"),
     "PYAMX_E_MEMORY": (MemoryAccessFault, "a row of the memory operand lies outside the buffer"),
 }
@@ -478,8 +479,7 @@ class NativeMachine:
         tmm, offset, stride = _exact(tmm), _exact(offset), _exact(stride)
 
         def check(cfg):
-            check_configured(mnemonic, cfg)
-            check_tile_index(mnemonic, "tile", tmm)
+            check_memory_tile(mnemonic, "tile", cfg, tmm)
             _memory.row_offsets(mnemonic, memory.size, offset, stride, cfg.start_row, cfg.rows[tmm], cfg.colsb[tmm])
 
         check(cfg)
@@ -512,8 +512,7 @@ class NativeMachine:
         tmm = _exact(tmm)
 
         def check(cfg):
-            check_configured("TILEZERO", cfg)
-            check_tile_index("TILEZERO", "tdest", tmm)
+            check_tile_usable("TILEZERO", "tdest", cfg, tmm)
 
         check(cfg)
         self._execute("TILEZERO", self._lib.pyamx_tilezero, (tmm,), _consumed(cfg), check)

@@ -201,6 +201,24 @@ def check_tile_usable(mnemonic: str, operand: str, cfg: TileConfig, tmm) -> int:
     return tmm
 
 
+def check_memory_tile(mnemonic: str, operand: str, cfg: TileConfig, tmm) -> int:
+    """#UD rules of TILELOADD(T1)/TILESTORED's tile, as Sapphire Rapids enforces them.
+
+    The SDM's exception class (AMX-E3) lists only the configuration and the
+    register; silicon also faults on an unconfigured tile, a colsb that is
+    not a multiple of 4 and a start_row at or past the tile's rows
+    (docs/semantics.md section 7).
+    """
+    tmm = check_tile_usable(mnemonic, operand, cfg, tmm)
+    if cfg.colsb[tmm] % 4:
+        raise InvalidOpcodeFault(mnemonic, f"{operand} tmm{tmm} colsb={cfg.colsb[tmm]} is not a multiple of 4")
+    if cfg.start_row >= cfg.rows[tmm]:
+        raise InvalidOpcodeFault(
+            mnemonic, f"start_row={cfg.start_row} is not below the rows of {operand} tmm{tmm} (rows={cfg.rows[tmm]})"
+        )
+    return tmm
+
+
 @dataclass(frozen=True)
 class DotShape:
     """M x K x N of a tile dot product, K counted in dwords (pairs or quads)."""

@@ -10,10 +10,10 @@ operands in hex and the differing bytes.
 Skipped where native cannot run (the reason is the detection report's),
 failed instead under PYAMX_REQUIRE_NATIVE=1 (see tests/conftest.py).
 
-Knobs: PYAMX_CROSSCHECK_SEQUENCES (default 200), PYAMX_CROSSCHECK_SEED,
-PYAMX_CROSSCHECK_EDGES=1 also runs loads/stores on unconfigured tiles and
-with start_row >= rows, which the shared rules allow but no public document
-promises silicon accepts: on silicon a #UD there would kill the test process.
+Knobs: PYAMX_CROSSCHECK_SEQUENCES (default 200), PYAMX_CROSSCHECK_SEED.
+The steps include the #UD edges that silicon decides (docs/semantics.md
+section 7): loads, stores and TILEZERO of unconfigured tiles, loads and
+stores of tiles whose colsb is not a multiple of 4, start_row >= rows.
 """
 
 from __future__ import annotations
@@ -32,7 +32,6 @@ from pyamx.tilecfg import TileConfig
 
 SEQUENCES = _env.integer("PYAMX_CROSSCHECK_SEQUENCES", 200)
 SEED = _env.integer("PYAMX_CROSSCHECK_SEED", 20240611)
-EDGES = _env.flag("PYAMX_CROSSCHECK_EDGES")
 STEPS = 24
 MEM_BYTES = 4096
 STATS = {}  # (method, ran without fault) -> count, over the random sequences
@@ -100,7 +99,7 @@ def random_config(rng: np.random.Generator):
     min_rows = min(r for r, _ in shapes.values())
     start_row = 0
     if rng.random() < 0.2:
-        start_row = int(rng.integers(0, 17)) if EDGES else int(rng.integers(0, min_rows))
+        start_row = int(rng.integers(0, 17)) if rng.random() < 0.5 else int(rng.integers(0, min_rows))
     return TileConfig.make(shapes, start_row=start_row), tuple(roles)
 
 
@@ -149,17 +148,17 @@ def random_step(rng, state, families):
     if r < 0.12:
         return "sttilecfg", ()
     if r < 0.45:
-        tmm = int(rng.integers(0, 8)) if EDGES else int(rng.choice(configured))
+        tmm = int(rng.integers(0, 8)) if rng.random() < 0.2 else int(rng.choice(configured))
         if rng.random() < 0.02:
             tmm = 8
         stride, offset = memory_operand(rng, cfg, tmm)
         return str(rng.choice(["tileloadd", "tileloaddt1"])), (tmm, "mem", stride, offset)
     if r < 0.60:
-        tmm = int(rng.integers(0, 8)) if EDGES else int(rng.choice(configured))
+        tmm = int(rng.integers(0, 8)) if rng.random() < 0.2 else int(rng.choice(configured))
         stride, offset = memory_operand(rng, cfg, tmm)
         return "tilestored", (tmm, "out", stride, offset)
     if r < 0.66:
-        return "tilezero", (int(rng.choice(configured)),)
+        return "tilezero", (int(rng.integers(0, 8)) if rng.random() < 0.2 else int(rng.choice(configured)),)
     if r < 0.70:
         return "oneshot", ()
     names = [name for fam in sorted(families) for name in _FAMILY_NAMES[fam] * (4 // len(_FAMILY_NAMES[fam]))]
@@ -368,24 +367,30 @@ def run_sequence(native, seed: int, families, check_faults_in_c: bool = False) -
     cfg, roles = random_config(rng)
     state = {"cfg": cfg, "roles": roles}
     steps = [("ldtilecfg", (cfg.to_bytes(),))] + [None] * STEPS
-    for i in range(len(steps)):
-        method, args = steps[i] or random_step(rng, state, families)
-        context = f"seed {seed}, " + _describe(i, method, args, emu.snapshot())
-        if method == "oneshot":
-            _oneshot_step(rng, native, emu, nat, context)
-        else:
-            cfg_before = emu.config
-            err_e, out_e = _apply(emu, method, args, bufs_e)
-            err_n, out_n = _apply(nat, method, args, bufs_n)
-            assert type(err_e) is type(err_n), (
-                f"{context}\n  emulator raised {err_e!r}\n  native raised   {err_n!r}"
-            )
-            if check_faults_in_c and err_e is not None:
-                _check_fault_in_c(cfg_before, method, args, err_e)
-            state["cfg"] = emu.config  # what the next random step is generated against
-            STATS[method, err_e is None] = STATS.get((method, err_e is None), 0) + 1
-            assert out_e == out_n, f"{context}\n  results differ: emulator {out_e!r}, native {out_n!r}"
-        _compare_state(emu, nat, bufs_e, bufs_n, context)
+    try:
+        for i in range(len(steps)):
+            method, args = steps[i] or random_step(rng, state, families)
+            context = f"seed {seed}, " + _describe(i, method, args, emu.snapshot())
+            if method == "oneshot":
+                _oneshot_step(rng, native, emu, nat, context)
+            else:
+                cfg_before = emu.config
+                err_e, out_e = _apply(emu, method, args, bufs_e)
+                err_n, out_n = _apply(nat, method, args, bufs_n)
+                assert type(err_e) is type(err_n), (
+                    f"{context}\n  emulator raised {err_e!r}\n  native raised   {err_n!r}"
+                )
+                if check_faults_in_c and err_e is not None:
+                    _check_fault_in_c(cfg_before, method, args, err_e)
+                state["cfg"] = emu.config  # what the next random step is generated against
+                STATS[method, err_e is None] = STATS.get((method, err_e is None), 0) + 1
+                assert out_e == out_n, f"{context}\n  results differ: emulator {out_e!r}, native {out_n!r}"
+            _compare_state(emu, nat, bufs_e, bufs_n, context)
+    finally:
+        # A faulting step's exception keeps this frame, and so `nat`, alive in a reference
+        # cycle; a pending start_row (an edge step may leave one no load can consume) would
+        # then stop the next sequence's machine from taking the thread's registers.
+        nat.tilerelease()
 
 
 # -- the tests --------------------------------------------------------------------------
@@ -514,7 +519,7 @@ def test_oneshot_keeps_a_machine_state_intact(native):
     nat.ldtilecfg(cfg.with_start_row(0))
     mem = adversarial_memory(rng, MEM_BYTES)
     for t in range(8):
-        if cfg.rows[t]:
+        if cfg.rows[t] and cfg.colsb[t] % 4 == 0:  # others cannot be loaded (#UD) and stay zero
             nat.tileloadd(t, mem, 64, 0)
     before = nat.snapshot()
     native.tdpbf16ps(*_bf16_oneshot_inputs(rng))

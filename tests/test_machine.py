@@ -100,13 +100,13 @@ def test_config_accepts_tileconfig_and_rejects_wrong_size():
 
 @pytest.mark.parametrize("load", ["tileloadd", "tileloaddt1"])
 def test_load_zeroes_row_tails_and_upper_rows(load):
-    machine = configured({4: (3, 10)})
+    machine = configured({4: (3, 12)})
     memory = np.arange(256, dtype=np.uint8)
     getattr(machine, load)(4, memory, 20, offset=5)
     tile = machine.tile(4)
     for r in range(3):
-        assert list(tile[r, :10]) == list(range(5 + 20 * r, 15 + 20 * r))
-    assert not tile[:3, 10:].any() and not tile[3:].any()
+        assert list(tile[r, :12]) == list(range(5 + 20 * r, 17 + 20 * r))
+    assert not tile[:3, 12:].any() and not tile[3:].any()
 
 
 def test_load_with_stride_zero_and_negative_stride():
@@ -119,13 +119,13 @@ def test_load_with_stride_zero_and_negative_stride():
 
 
 def test_store_writes_only_configured_bytes():
-    machine = configured({2: (2, 6)})
-    machine.tileloadd(2, np.arange(1, 65, dtype=np.uint8), 8)
+    machine = configured({2: (2, 8)})
+    machine.tileloadd(2, np.arange(1, 65, dtype=np.uint8), 12)
     out = np.full(32, 0xEE, np.uint8)
     machine.tilestored(2, out, 16, offset=1)
-    assert list(out[1:7]) == [1, 2, 3, 4, 5, 6] and list(out[17:23]) == [9, 10, 11, 12, 13, 14]
+    assert list(out[1:9]) == [1, 2, 3, 4, 5, 6, 7, 8] and list(out[17:25]) == [13, 14, 15, 16, 17, 18, 19, 20]
     untouched = np.ones(32, bool)
-    untouched[1:7] = untouched[17:23] = False
+    untouched[1:9] = untouched[17:25] = False
     assert (out[untouched] == 0xEE).all()
 
 
@@ -151,7 +151,8 @@ def test_tilezero_zeroes_the_whole_tile():
     machine.tileloadd(1, np.full(1024, 3, np.uint8), 64)
     machine.tilezero(1)
     assert not machine.tile(1).any()
-    machine.tilezero(5)  # an unconfigured tile is still a tile: SDM pseudo-code, no fault
+    with pytest.raises(InvalidOpcodeFault, match="tmm5 is not configured"):
+        machine.tilezero(5)  # Sapphire Rapids faults, though the SDM's AMX-E5 class does not say so
 
 
 @pytest.mark.parametrize("op", ["tileloadd", "tileloaddt1", "tilestored"])
@@ -170,6 +171,25 @@ def test_load_store_ud_rules_and_bounds(op):
         getattr(machine, op)(0, np.zeros((16, 8), np.uint8)[:, ::2], 16)
     with pytest.raises(TypeError, match="stride"):
         getattr(machine, op)(0, np.zeros(64, np.uint8), 16.0)
+
+
+@pytest.mark.parametrize("op", ["tileloadd", "tileloaddt1", "tilestored"])
+def test_load_store_ud_rules_that_sapphire_rapids_adds(op):
+    """#UD where the SDM's class AMX-E3 is silent, as silicon faults (docs/semantics.md section 7)."""
+    memory = np.zeros(1024, np.uint8)
+    machine = configured({0: (4, 16), 1: (4, 10)})
+    with pytest.raises(InvalidOpcodeFault, match="tmm2 is not configured"):
+        getattr(machine, op)(2, memory, 64)
+    with pytest.raises(InvalidOpcodeFault, match="colsb=10 is not a multiple of 4"):
+        getattr(machine, op)(1, memory, 64)
+    for start_row in (4, 5, 16, 255):
+        machine = configured({0: (4, 16)}, start_row=start_row)
+        with pytest.raises(InvalidOpcodeFault, match=f"start_row={start_row} is not below the rows"):
+            getattr(machine, op)(0, memory, 64)
+        assert machine.config.start_row == start_row, "a faulting instruction changes nothing"
+    machine = configured({0: (4, 16)}, start_row=3)
+    getattr(machine, op)(0, memory, 64)  # the last row: still legal
+    assert machine.config.start_row == 0
 
 
 @pytest.mark.filterwarnings("ignore::PendingDeprecationWarning")  # np.matrix is the subclass at hand

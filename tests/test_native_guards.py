@@ -19,7 +19,7 @@ import pytest
 from lockstep import GUARD, GuardedBuffer, random_config
 from pyamx import _memory, _nativelib
 from pyamx.errors import GeneralProtectionFault, InvalidOpcodeFault, MemoryAccessFault
-from pyamx.tilecfg import TileConfig, check_configured, check_dot_product, check_tile_index
+from pyamx.tilecfg import TileConfig, check_configured, check_dot_product, check_memory_tile, check_tile_index
 
 I64 = (-(2**63), 2**63 - 1)
 EXTREMES = [I64[0], I64[0] + 1, -(2**62), -(2**32), -65, -1, 0, 1, 63, 64, 2**32, 2**62, 2**63 - 65, I64[1]]
@@ -56,8 +56,7 @@ def _code(lib, fault) -> int:
 
 def _memory_rule(cfg: TileConfig, tmm, size, offset, stride):
     try:
-        check_configured("TILELOADD", cfg)
-        check_tile_index("TILELOADD", "tile", tmm)
+        check_memory_tile("TILELOADD", "tile", cfg, tmm)
         _memory.row_offsets("TILELOADD", size, offset, stride, cfg.start_row, cfg.rows[tmm], cfg.colsb[tmm])
     except (InvalidOpcodeFault, MemoryAccessFault) as fault:
         return fault
@@ -78,7 +77,9 @@ def test_c_memory_guard_agrees_with_the_emulator_rule_on_extreme_operands(c):
         got = lib.pyamx_check_memory_operand(_image(cfg), tmm, size, offset, stride)
         assert got == want, (cfg, tmm, size, offset, stride)
         seen.add(got)
-    assert seen == {lib.PYAMX_OK, lib.PYAMX_E_MEMORY, lib.PYAMX_E_UD_UNCONFIGURED, lib.PYAMX_E_UD_REGISTER}
+    assert seen == {
+        lib.PYAMX_OK, lib.PYAMX_E_MEMORY, lib.PYAMX_E_UD_UNCONFIGURED, lib.PYAMX_E_UD_REGISTER, lib.PYAMX_E_UD_SHAPE
+    }
 
 
 def test_c_memory_guard_catches_wrapped_row_arithmetic(c):

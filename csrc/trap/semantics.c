@@ -106,6 +106,31 @@ static int need_tile(const struct tile_state *st, const char *what, int t, struc
     return 0;
 }
 
+/* The tile of a load or store, as silicon checks it (Sapphire Rapids,
+ * docs/semantics.md section 7; the SDM's class AMX-E3 names none of these):
+ * a configured tile, colsb a multiple of 4, and start_row below its rows. */
+static int need_memory_tile(const struct tile_state *st, const char *what, int t, struct msg *m)
+{
+    if (need_tile(st, what, t, m))
+        return 1;
+    if (st->colsb[t] % 4) {
+        m_tile(m, what, t);
+        m_str(m, " colsb is not a multiple of 4: ");
+        m_dec(m, st->colsb[t]);
+        return 1;
+    }
+    if (st->start_row >= st->rows[t]) {
+        m_str(m, "start_row ");
+        m_dec(m, st->start_row);
+        m_str(m, " is not below the rows of ");
+        m_tile(m, what, t);
+        m_str(m, ": ");
+        m_dec(m, st->rows[t]);
+        return 1;
+    }
+    return 0;
+}
+
 static void zero_tail(struct tile_state *st, int t, int rows, int bytes)
 {
     for (int r = 0; r < 16; r++) {
@@ -346,24 +371,22 @@ int trap_execute(struct tile_state *st, const struct pyamx_trap_insn *in, struct
         state_init(st);
         return EXEC_OK;
     case PYAMX_OP_TILEZERO:
-        /* Only TILES_CONFIGURED and the register number are checked
-         * (SDM class AMX-E5); the whole 16x64 tile is zeroed. */
-        if (need_configured(st, m) || need_register("tdest", in->tdst, m))
+        /* Silicon (Sapphire Rapids, docs/semantics.md section 7) also faults on an
+         * unconfigured tdest, which the SDM's class AMX-E5 does not list. The
+         * whole 16x64 tile is zeroed; start_row is ignored and reset. */
+        if (need_configured(st, m) || need_tile(st, "tdest", in->tdst, m))
             return EXEC_UD;
         memset(st->tiles[in->tdst], 0, 1024);
         st->start_row = 0;
         return EXEC_OK;
-    /* Loads and stores check TILES_CONFIGURED and the register number only
-     * (SDM class AMX-E3, and the pseudo-code: an unconfigured tile has rows = 0,
-     * so a load zeroes it and a store writes nothing), as the emulator does. */
     case PYAMX_OP_TILELOADD:
     case PYAMX_OP_TILELOADDT1:
-        if (need_configured(st, m) || need_register("tdest", in->tdst, m))
+        if (need_configured(st, m) || need_memory_tile(st, "tdest", in->tdst, m))
             return EXEC_UD;
         do_tileloadd(st, in->tdst, in->addr, in->stride);
         return EXEC_OK;
     case PYAMX_OP_TILESTORED:
-        if (need_configured(st, m) || need_register("tsrc", in->tsrc1, m))
+        if (need_configured(st, m) || need_memory_tile(st, "tsrc", in->tsrc1, m))
             return EXEC_UD;
         do_tilestored(st, in->tsrc1, in->addr, in->stride);
         return EXEC_OK;

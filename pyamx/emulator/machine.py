@@ -20,9 +20,10 @@ from ..tilecfg import (
     MAX_ROWS,
     NUM_TILES,
     TileConfig,
-    check_configured,
     check_dot_product,
+    check_memory_tile,
     check_tile_index,
+    check_tile_usable,
     parse_tilecfg,
 )
 from .. import engine as _engine
@@ -87,8 +88,7 @@ class TileMachine:
     # -- data movement ------------------------------------------------------
 
     def _row_offsets(self, mnemonic, tmm, memory, stride, offset):
-        check_configured(mnemonic, self._config)
-        tmm = check_tile_index(mnemonic, "tile", tmm)
+        tmm = check_memory_tile(mnemonic, "tile", self._config, tmm)
         rows, colsb = self._config.rows[tmm], self._config.colsb[tmm]
         starts = _memory.row_offsets(mnemonic, memory.size, offset, stride, self._config.start_row, rows, colsb)
         return tmm, rows, colsb, starts
@@ -124,9 +124,8 @@ class TileMachine:
         self._config = self._config.with_start_row(0)
 
     def tilezero(self, tmm: int) -> None:
-        """TILEZERO: all 16 x 64 bytes of the tile become zero."""
-        check_configured("TILEZERO", self._config)
-        self._tiles[check_tile_index("TILEZERO", "tdest", tmm)] = 0
+        """TILEZERO: all 16 x 64 bytes of a configured tile become zero."""
+        self._tiles[check_tile_usable("TILEZERO", "tdest", self._config, tmm)] = 0
         self._config = self._config.with_start_row(0)
 
     # -- dot products -------------------------------------------------------
