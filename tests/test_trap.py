@@ -10,6 +10,7 @@ run in subprocesses and must die with the signal silicon would raise.
 
 from __future__ import annotations
 
+import errno
 import faulthandler
 import os
 import platform
@@ -144,6 +145,28 @@ def test_enable_refuses_without_the_extension(monkeypatch):
     with pytest.raises(BackendError, match="needs the C extension"):
         trap.enable()
     assert lib.pyamx_trap_installed() == was_installed  # refused before installing anything
+
+
+class _FakeLibWithoutSeccomp(_FakeLib):
+    """A CPU without AMX in a container that forbids seccomp filters: the xcomp install fails."""
+
+    def pyamx_trap_xcomp_install(self):
+        return errno.EPERM
+
+
+def test_emulate_process_without_seccomp_says_why(monkeypatch):
+    from pyamx import trap
+
+    fake = _FakeLibWithoutSeccomp(bits=3)
+    monkeypatch.setattr(trap, "_load_or_backend_error", lambda: (None, fake))
+    monkeypatch.setattr(trap, "_preload_active", lambda: False)
+    monkeypatch.setattr(trap, "_hook_into_native", lambda lib: None)
+    monkeypatch.setattr(trap.platform, "machine", lambda: "x86_64")
+    monkeypatch.setattr(trap.sys, "platform", "linux")
+    with pytest.raises(BackendError) as exc:
+        trap.emulate_process()
+    msg = str(exc.value)
+    assert "arch_prctl" in msg and os.strerror(errno.EPERM) in msg and "seccomp" in msg
 
 
 # ---------------------------------------------------------------------------------------------
