@@ -48,7 +48,6 @@ if __name__ == "__main__" and globals().get("__spec__") is not None and __spec__
 import json  # noqa: E402  (after the hand-over: nothing of this project runs under `-m build`)
 import platform  # noqa: E402
 import re  # noqa: E402
-import shutil  # noqa: E402
 import subprocess  # noqa: E402
 import sysconfig  # noqa: E402
 import tempfile  # noqa: E402

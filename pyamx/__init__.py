@@ -12,9 +12,10 @@ from __future__ import annotations
 import importlib
 import os
 
-from . import errors
-from ._version import __version__
-from .errors import (
+# Re-exports: __all__ is computed in __getattr__ (it names isa's lazy functions), so linters cannot see it.
+from . import errors  # noqa: F401
+from ._version import __version__  # noqa: F401
+from .errors import (  # noqa: F401
     AMXError,
     AMXFault,
     BackendError,

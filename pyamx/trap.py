@@ -34,6 +34,7 @@ What the bindings do in this mode (all cheap, all idempotent):
 from __future__ import annotations
 
 import functools
+import os
 import platform
 import sys
 from typing import NamedTuple

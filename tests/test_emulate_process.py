@@ -12,9 +12,7 @@ import os
 import shutil
 import subprocess
 import sys
-import textwrap
 from importlib import metadata
-from pathlib import Path
 
 import pytest
 

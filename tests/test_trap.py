@@ -10,6 +10,7 @@ run in subprocesses and must die with the signal silicon would raise.
 
 from __future__ import annotations
 
+import errno
 import faulthandler
 import os
 import platform
@@ -35,6 +36,9 @@ lib, ffi = _trap.lib, _trap.ffi
 
 from childproc import PYAMX_HOME as ROOT  # the pyamx under test, not necessarily this checkout
 from trap_selftest_build import selftest_dir, selftest_lib
+from trap_cfg import make_cfg, u8p, vp
+
+TESTS = os.path.dirname(os.path.abspath(__file__))  # for trap_cfg in the children
 
 
 def _why_not():
@@ -146,6 +150,28 @@ def test_enable_refuses_without_the_extension(monkeypatch):
     assert lib.pyamx_trap_installed() == was_installed  # refused before installing anything
 
 
+class _FakeLibWithoutSeccomp(_FakeLib):
+    """A CPU without AMX in a container that forbids seccomp filters: the xcomp install fails."""
+
+    def pyamx_trap_xcomp_install(self):
+        return errno.EPERM
+
+
+def test_emulate_process_without_seccomp_says_why(monkeypatch):
+    from pyamx import trap
+
+    fake = _FakeLibWithoutSeccomp(bits=3)
+    monkeypatch.setattr(trap, "_load_or_backend_error", lambda: (None, fake))
+    monkeypatch.setattr(trap, "_preload_active", lambda: False)
+    monkeypatch.setattr(trap, "_hook_into_native", lambda lib: None)
+    monkeypatch.setattr(trap.platform, "machine", lambda: "x86_64")
+    monkeypatch.setattr(trap.sys, "platform", "linux")
+    with pytest.raises(BackendError) as exc:
+        trap.emulate_process()
+    msg = str(exc.value)
+    assert "arch_prctl" in msg and os.strerror(errno.EPERM) in msg and "seccomp" in msg
+
+
 # ---------------------------------------------------------------------------------------------
 # The module boundary: pyamx._trap on its own, one hook into pyamx._native
 
@@ -227,10 +253,10 @@ def run_py(code: str, env_extra=None, timeout=60):
     """Runs code in a child Python: ``lib``/``ffi`` are pyamx._trap's, ``st`` the self-test kernels."""
     env = dict(os.environ)
     env.pop("PYAMX_TRAP_EMULATION", None)
-    env["PYTHONPATH"] = os.pathsep.join([ROOT, selftest_dir(), env.get("PYTHONPATH", "")])
+    env["PYTHONPATH"] = os.pathsep.join([ROOT, selftest_dir(), TESTS, env.get("PYTHONPATH", "")])
     env.update(env_extra or {})
     prelude = ("from pyamx._trap import lib, ffi\nfrom _pyamx_trap_selftest import lib as st\n"
-               "import numpy as np\n" + CFG_HELPERS)
+               "import numpy as np\nfrom trap_cfg import make_cfg, u8p, vp\n")
     return subprocess.run(
         [sys.executable, "-c", prelude + textwrap.dedent(code)],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout,
@@ -238,28 +264,23 @@ def run_py(code: str, env_extra=None, timeout=60):
     )
 
 
-CFG_HELPERS = '''
-def make_cfg(shapes, palette=1, start_row=0):
-    c = np.zeros(64, np.uint8)
-    c[0] = palette
-    c[1] = start_row
-    for t, (rows, colsb) in shapes.items():
-        c[16 + 2 * t] = colsb & 0xFF
-        c[17 + 2 * t] = colsb >> 8
-        c[48 + t] = rows
-    return c
-
-def u8p(a):
-    return ffi.cast("uint8_t *", a.ctypes.data)
-
-def vp(a):
-    return ffi.cast("void *", a.ctypes.data)
-'''
-exec(CFG_HELPERS)  # the same helpers in this process
-
-
 def dies_with(res, sig):
     return res.returncode == -sig
+
+
+def test_children_build_the_configurations_pyamx_builds():
+    # Runs on AMX silicon too, where every other child of run_py is skipped: the children's
+    # helpers are the ones imported here, and they encode what pyamx.tilecfg encodes.
+    from pyamx.tilecfg import TileConfig
+
+    shapes = {0: (2, 8), 3: (16, 64), 7: (1, 4)}
+    res = run_py(f"""
+        c = make_cfg({shapes!r}, start_row=5)
+        assert int(ffi.cast("uintptr_t", u8p(c))) == int(ffi.cast("uintptr_t", vp(c))) == c.ctypes.data
+        print(bytes(c).hex())
+    """)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip() == TileConfig.make(shapes, start_row=5).to_bytes().hex()
 
 
 @needs_trap

@@ -10,10 +10,10 @@ from __future__ import annotations
 from .. import _validate, isa
 from .. import engine as _engine
 from .._result import AMXResult
-from . import instructions
+from . import instructions  # noqa: F401  (public: pyamx.emulator.instructions.tdpbf16ps and its kin, docs/isa.md)
 from .call import run_one
 from .machine import TileMachine
-from .numerics import PRESETS, Numerics, resolve
+from .numerics import PRESETS, Numerics
 
 __all__ = ["TileMachine", "Numerics", "PRESETS", *isa.DOT_NAMES]
 
