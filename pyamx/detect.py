@@ -726,6 +726,9 @@ def report() -> Report:
     and never runs a tile instruction in this process.
     """
     global _cached
+    cached = _cached
+    if cached is not None:  # no lock once decided: a hook that raises inside `with` must not leave it held
+        return cached
     with _lock:
         if _cached is None:
             _cached = evaluate(collect())

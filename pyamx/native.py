@@ -65,7 +65,11 @@ def available(family=None):
     """
     if family is not None and family not in FAMILY_FEATURE:
         raise ValueError(f"unknown kernel family {family!r}; expected one of {', '.join(FAMILY_FEATURE)}")
-    rep = detect.report()
+    return _availability(detect.report(), family)
+
+
+def _availability(rep, family):
+    """``available``'s answer from a given report (a machine asks with the one it kept)."""
     if not rep.native_usable:
         return False, rep.reason
     if family is not None and family not in rep.kernels:
@@ -318,6 +322,7 @@ class NativeMachine:
         self._known = TileConfig()
         self._stash = _INIT_STATE
         report = detect.report()
+        self._report = report
         self._kernels = report.kernels
         # Decided once: detect.report() takes a lock, and an exception between
         # its acquire and release (a profile hook raising at __exit__) would
@@ -527,7 +532,7 @@ class NativeMachine:
         mnemonic = name.upper()
         insn = isa.BY_NAME[name]
         if insn.family not in self._kernels:
-            raise NativeUnavailableError(available(insn.family)[1])
+            raise NativeUnavailableError(_availability(self._report, insn.family)[1])
         cfg = self._config_now()
         dst, src1, src2 = _exact(dst), _exact(src1), _exact(src2)
 

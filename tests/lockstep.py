@@ -41,6 +41,17 @@ BUFFER_SIZES = (4, 64, 200, 1024, 2048)
 DOT_NAMES = ("tdpbf16ps", "tdpfp16ps", "tdpbssd", "tdpbsud", "tdpbusd", "tdpbuud")
 
 
+def native_dot_names() -> tuple:
+    """The dot products the native side runs here: on silicon only those whose extension the CPU has
+    (a Sapphire Rapids has no AMX-FP16), everywhere else (trap mode, or no native) all of them."""
+    from pyamx import detect, isa
+
+    rep = detect.report()
+    if not rep.native_usable:
+        return DOT_NAMES
+    return tuple(name for name in DOT_NAMES if isa.BY_NAME[name].family in rep.kernels)
+
+
 class Interrupt(BaseException):
     """What the interrupting hook raises (a BaseException, like KeyboardInterrupt)."""
 
@@ -366,7 +377,7 @@ def random_op(rng: np.random.Generator, cfg: TileConfig, sizes=BUFFER_SIZES, sta
         return Op("tilerelease", ())
     if kind == "sttilecfg":
         return Op("sttilecfg", ())
-    return Op(str(rng.choice(DOT_NAMES)), tuple(_tile(rng, cfg) for _ in range(3)))
+    return Op(str(rng.choice(native_dot_names())), tuple(_tile(rng, cfg) for _ in range(3)))
 
 
 class ProfileInterrupter:

@@ -42,6 +42,7 @@
 #define XTILECFG 17
 #define XTILEDATA 18
 #define XTILE_MASK ((1ull << XTILECFG) | (1ull << XTILEDATA))
+#define LINUX_XFEATURE_MAX 20 /* Linux 6.18 (APX is component 19); 19 on kernels before APX */
 
 static uint64_t g_supp;      /* what this kernel supports, without AMX */
 static uint64_t g_perm_base; /* what this process may use, without AMX */
@@ -83,21 +84,21 @@ static long answer(long code, uint64_t arg)
         g_inherited = 1;
         return -ENOSYS;
     }
-    uint64_t granted = pyamx_trap_permission_granted() ? XTILE_MASK : 0;
+    /* As Linux 6.18 on Sapphire Rapids answers (measured 2026-12-03,
+     * docs/run.md): XTILECFG is permitted from the start and only XTILEDATA
+     * is requestable; every other component below XFEATURE_MAX (20 there)
+     * is EOPNOTSUPP, beyond it EINVAL. */
+    uint64_t granted = pyamx_trap_permission_granted() ? (1ull << XTILEDATA) : 0;
     switch (code) {
     case XCOMP_GET_SUPP:
         return put_u64(arg, g_supp | XTILE_MASK);
     case XCOMP_GET_PERM:
-        return put_u64(arg, g_perm_base | granted);
+        return put_u64(arg, g_perm_base | (1ull << XTILECFG) | granted);
     default: /* XCOMP_REQ_PERM */
         __atomic_fetch_add(&g_requests, 1, __ATOMIC_RELAXED);
-        /* AMX is one facility: asking for either component grants both,
-         * as the kernel's facility mask does. */
-        if (arg == XTILEDATA || arg == XTILECFG)
+        if (arg == XTILEDATA)
             return pyamx_trap_grant_permission() == 0 ? 0 : -EINVAL;
-        if (arg < 64 && (g_perm_base & (1ull << arg)))
-            return 0; /* an always-enabled component: nothing to request */
-        return arg < 64 ? -EOPNOTSUPP : -EINVAL;
+        return arg < LINUX_XFEATURE_MAX ? -EOPNOTSUPP : -EINVAL;
     }
 }
 
