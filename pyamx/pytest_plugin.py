@@ -66,7 +66,7 @@ def amx_available():
 
         rep = detect.report()
         if trap.active():
-            return False, ("pyamx's own trap mode is on (PYAMX_TRAP_EMULATION=1) but other code's "
+            return False, (f"pyamx's own trap mode is on ({trap.ENV_VAR}=1) but other code's "
                            "arch_prctl permission request is not emulated; use --amx=emulate")
         if rep.amx_usable:
             return True, f"silicon: {rep.reason}"
