@@ -81,8 +81,6 @@ def __getattr__(name):
 
 KERNEL_FEATURE = MappingProxyType({"bf16": "amx_bf16", "int8": "amx_int8", "fp16": "amx_fp16"})
 
-TRAP_ENV = "PYAMX_TRAP_EMULATION"
-
 FAULTHANDLER_FIXED = {(3, 9): (3, 9, 12), (3, 10): (3, 10, 4)}  # 3.11+ fixed from the start
 
 # -- raw values ----------------------------------------------------------------
@@ -490,14 +488,16 @@ def _silicon_stages(raw: RawFacts, st: _Stages, cpu: dict) -> Tuple[set, dict]:
 
 def _trap_stage(raw: RawFacts, st: _Stages, silicon_reason: str) -> bool:
     """Adds the trap-mode stage; True when native runs trapped."""
-    name = "trap mode (PYAMX_TRAP_EMULATION)"
+    from .trap import ENV_VAR as TRAP_ENV  # pyamx.trap owns the variable's name
+
+    name = f"trap mode ({TRAP_ENV})"
     trap = raw.trap
     if trap is None:
         return False
     if not trap.available:
         st.add(name, "unavailable: " + (trap.error or "pyamx.trap is not installed"), None)
         return False
-    if trap.error and not trap.requested:  # e.g. a PYAMX_TRAP_EMULATION value the parser refused
+    if trap.error and not trap.requested:  # e.g. a value of the variable the parser refused
         st.add(name, f"refused: {trap.error}", False)
         return False
     if not trap.requested:

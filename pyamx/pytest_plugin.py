@@ -10,7 +10,7 @@ Inactive unless asked. It adds:
 * the ``amx`` marker: such a test is skipped with the detection report's
   reason when AMX is not available (neither silicon nor emulation).
 
-README, "Downstream CI", shows the recipe.
+The README ("The pytest plugin") and docs/guide.md show the downstream CI recipe.
 """
 
 from __future__ import annotations
@@ -66,7 +66,7 @@ def amx_available():
 
         rep = detect.report()
         if trap.active():
-            return False, ("pyamx's own trap mode is on (PYAMX_TRAP_EMULATION=1) but other code's "
+            return False, (f"pyamx's own trap mode is on ({trap.ENV_VAR}=1) but other code's "
                            "arch_prctl permission request is not emulated; use --amx=emulate")
         if rep.amx_usable:
             return True, f"silicon: {rep.reason}"

@@ -118,3 +118,26 @@ def test_engine_variables_go_through_the_same_parser(monkeypatch, variable, valu
     finally:
         monkeypatch.delenv(variable)
         engine.reset_environment()
+
+
+def _modules_spelling(name: str) -> set:
+    """The pyamx modules, _env's registry aside, whose code holds ``name`` as a whole string literal."""
+    import ast
+    from pathlib import Path
+
+    package = Path(_env.__file__).resolve().parent
+    found = set()
+    for path in package.rglob("*.py"):
+        if path.name == "_env.py":
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        if any(isinstance(node, ast.Constant) and node.value == name for node in ast.walk(tree)):
+            found.add(path.relative_to(package).as_posix())
+    return found
+
+
+@pytest.mark.parametrize("name", sorted(_env.VARIABLES))
+def test_each_variable_name_has_one_owning_module(name):
+    # A name spelled in two modules drifts apart on the first rename; the others import the owner's constant.
+    owners = _modules_spelling(name)
+    assert len(owners) <= 1, f"{name} is spelled in {sorted(owners)}; keep it in one and import it in the rest"

@@ -246,11 +246,18 @@ def test_dot_product_needs_configured_tiles():
         TileMachine().tdpbf16ps(0, 1, 2)
 
 
-def test_k_above_tmul_maxk_is_ud():
-    # K = 16 is the most: src1 colsb 64 -> 16 dwords, src2 rows 16. K > 16 cannot be configured
-    # (rows <= 16), so the K limit is reached exactly at the edge and must be legal there.
+def test_k_at_tmul_maxk_runs_and_k_above_it_cannot_be_configured():
+    # K is src2's rows, and LDTILECFG refuses rows > 16 (#GP), so tmul_maxk=16 is reached exactly
+    # at the edge: the #UD for K > tmul_maxk can never fire, and K = 16 must compute every dword.
     machine = configured({0: (16, 64), 1: (16, 64), 2: (16, 64)})
+    ones = np.full((16, 32), 0x3F80, np.uint16)  # bf16 1.0 in every lane of A and B
+    machine.tileloadd(1, ones, 64)
+    machine.tileloadd(2, ones, 64)
     machine.tdpbf16ps(0, 1, 2)
+    out = machine.tile(0).copy().view(np.float32)
+    assert out.shape == (16, 16) and (out == 32.0).all()  # 16 dwords x 2 products of 1.0 each
+    with pytest.raises(GeneralProtectionFault, match="tmm2 rows"):
+        machine.ldtilecfg(image(shapes={0: (16, 64), 1: (16, 64), 2: (17, 64)}))
 
 
 def test_dot_product_zeroes_tail_bytes_and_upper_rows_and_start_row():
