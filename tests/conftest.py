@@ -8,7 +8,7 @@ import pytest
 
 from pyamx import _env
 
-# ---- native backend (issue 3): skip, or fail under PYAMX_REQUIRE_NATIVE=1 ----------
+# ---- native backend: skip, or fail under PYAMX_REQUIRE_NATIVE=1 ----------
 # One place decides what a test that needs the native backend does where it
 # cannot run: skip with the detection report's reason, or fail when the run
 # demands native (CI on AMX silicon, or in trap mode).
@@ -24,12 +24,55 @@ def pytest_configure(config):
         raise pytest.UsageError(str(exc)) from None
 
 
+def pytest_addoption(parser):
+    parser.addoption("--slow", action="store_true",
+                     help="also run the tests marked slow (left out by default; CI runs each once)")
+
+
 def pytest_collection_modifyitems(config, items):
     for item in items:
         if {"native", "native_family"} & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.native)
         if item.path.name.startswith("test_trap"):
             item.add_marker(pytest.mark.trap)
+    _leave_out_slow(config, items)
+
+
+# ---- the one-minute loop: tests marked slow run only when asked for ----------------
+
+_SLOW_LEFT_OUT = "pyamx_slow_left_out"
+_slow_key = pytest.StashKey[int]()
+
+
+def _leave_out_slow(config, items):
+    """Deselect the slow tests unless ``--slow`` is given or ``-m`` names the marker itself."""
+    if config.getoption("--slow") or "slow" in (config.getoption("markexpr") or ""):
+        return
+    slow = [item for item in items if item.get_closest_marker("slow")]
+    if not slow:
+        return
+    items[:] = [item for item in items if not item.get_closest_marker("slow")]
+    config.hook.pytest_deselected(items=slow)
+    config.stash[_slow_key] = len(slow)
+    if hasattr(config, "workeroutput"):  # an xdist worker: the controller prints the line
+        config.workeroutput[_SLOW_LEFT_OUT] = len(slow)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    """xdist's controller: every worker collected the same tests, so any one's count is the count."""
+    count = getattr(node, "workeroutput", {}).get(_SLOW_LEFT_OUT)
+    if count:
+        node.config.stash[_slow_key] = count
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    count = config.stash.get(_slow_key, 0)
+    if count:
+        terminalreporter.write_line(
+            f"{count} slow tests left out: `pytest --slow` runs them too, `pytest --slow -m slow` only "
+            "them (CI runs each once; docs/testing.md)"
+        )
 
 
 def native_required_by_env() -> bool:
@@ -72,4 +115,3 @@ def native_family():
     """A function ``(family) -> pyamx.native`` that skips/fails when that kernel family cannot run."""
     return _native_or_skip
 
-# ---- end of the native backend block ---------------------------------------------

@@ -75,7 +75,7 @@ def main(argv=None) -> int:
 
     from pyamx import _memory, _nativelib, native
     from pyamx.errors import InvalidOpcodeFault, MemoryAccessFault
-    from pyamx.tilecfg import check_configured, check_dot_product, check_tile_index
+    from pyamx.tilecfg import check_dot_product, check_memory_tile
 
     usable, reason = native.available()
     if not usable:
@@ -85,8 +85,7 @@ def main(argv=None) -> int:
 
     def memory_rule(cfg, tmm, size, offset, stride):
         try:
-            check_configured("TILELOADD", cfg)
-            check_tile_index("TILELOADD", "tile", tmm)
+            check_memory_tile("TILELOADD", "tile", cfg, tmm)
             _memory.row_offsets("TILELOADD", size, offset, stride, cfg.start_row, cfg.rows[tmm], cfg.colsb[tmm])
         except (InvalidOpcodeFault, MemoryAccessFault):
             return False

@@ -24,7 +24,9 @@ COMPILED = ("avx512", "avx2", "portable")
 INT8_DTYPES = ((np.int8, np.int8), (np.int8, np.uint8), (np.uint8, np.int8), (np.uint8, np.uint8))
 
 
-@pytest.fixture(params=COMPILED)
+# The portable engine is the slowest by far; CI's slow leg runs it here once, and its exactness
+# tests run on every commit in tests/test_engine.py.
+@pytest.fixture(params=[*COMPILED[:-1], pytest.param(COMPILED[-1], marks=pytest.mark.slow)])
 def compiled(request) -> eng.Engine:
     return _compiled_engine(request.param)
 
@@ -122,7 +124,7 @@ def test_every_16_bit_pattern_in_products_equals_the_numpy_engine(compiled, fami
 SMALL_SHAPES = [(1, 1, 1), (1, 2, 1), (2, 3, 5), (7, 1, 13), (6, 33, 32), (13, 31, 33), (17, 64, 1), (31, 65, 29),
                 (37, 70, 41), (70, 67, 70), (64, 97, 3)]
 # large enough for several threads: column split, and a narrow B that splits rows
-THREAD_SHAPES = [(130, 301, 97), (400, 999, 40), (97, 515, 131)]
+THREAD_SHAPES = [(130, 301, 97), pytest.param(400, 999, 40, marks=pytest.mark.slow), (97, 515, 131)]
 
 
 @pytest.mark.parametrize("family", ("bf16", "fp16"))
@@ -255,6 +257,7 @@ def test_c_matmul_entry_refuses_bad_arguments(compiled):
     assert call(op=lib.PYAMX_OP_TDPBSSD, a_buf=odd, lda=15, k=8, ldb=8) == lib.PYAMX_ENGINE_OK
 
 
+@pytest.mark.slow
 def test_concurrent_calls_with_helper_threads_give_the_same_bits(compiled):
     """Python threads calling at once (GIL released): each call's helpers, shared state and the
     kept packing buffer (one caller gets it, the others allocate) must not mix up results."""

@@ -12,6 +12,7 @@ import pytest
 from pyamx import bench, cli
 
 
+@pytest.mark.slow  # a benchmark's own run: seconds of warm-up and timing rounds
 def test_bench_json_on_tiny_sizes(capsys):
     assert cli.main(["bench", "--sizes", "8", "3", "--json", "--threads", "1"]) == 0
     captured = capsys.readouterr()
@@ -32,6 +33,7 @@ def test_bench_json_on_tiny_sizes(capsys):
         assert s["reason"]
 
 
+@pytest.mark.slow  # a benchmark's own run: seconds of warm-up and timing rounds
 def test_bench_table(capsys):
     assert cli.main(["bench", "--sizes", "4", "--families", "int8,bf16", "--engines", "numpy"]) == 0
     out = capsys.readouterr().out
@@ -60,6 +62,7 @@ def test_bench_skips_what_exceeds_the_budget():
     assert all(r["size"] == 4 for r in report["results"])  # native too, where it runs
 
 
+@pytest.mark.slow  # a benchmark's own run: seconds of warm-up and timing rounds
 def test_bench_reports_an_engine_asked_for_that_cannot_run():
     report = bench.run([4], families=["int8"], engines=["numpy", "avx2"])
     ran = {r["engine"] for r in report["results"]}
@@ -73,6 +76,7 @@ def test_bench_rejects_bad_arguments(argv, capsys):
     assert "pyamx bench" in capsys.readouterr().err
 
 
+@pytest.mark.slow  # a benchmark's own run: seconds of warm-up and timing rounds
 def test_bench_console_entry_point_runs():
     proc = subprocess.run([sys.executable, "-m", "pyamx", "bench", "--sizes", "8", "--families", "fp16"],
                           capture_output=True, text=True, timeout=300)

@@ -1199,6 +1199,7 @@ def test_guard_keeps_trapped_instructions_running_when_another_handler_comes(wha
     _survived(res, fields)
 
 
+@pytest.mark.slow  # the hanging half waits out its timeout
 @pytest.mark.parametrize("what", ["faulthandler.enable once", "signal.signal(SIGILL) from Python"])
 def test_without_the_guard_the_same_scenario_kills_or_hangs(what):
     """The control: reinstall-on-entry alone does not survive these scenarios (issue 9)."""
