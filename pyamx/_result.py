@@ -36,6 +36,7 @@ class AMXResult(np.ndarray):
     backend = None
     native_mode = None
     engine = None  # the emulator's arithmetic engine, where one is named (pyamx.engine)
+    rounded_to = None  # "bf16"/"fp16" where pyamx.matmul rounded float32 operands to that format
 
     def __array_finalize__(self, obj):
         labels = getattr(obj, "__dict__", None)
