@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from ._fpenv import default_fpenv
-from ._validate import bf16_bits
+from ._validate import bf16_bits, bf16_view, dtype_name, require_array
 
 
 @default_fpenv
@@ -26,6 +26,10 @@ def from_float32(x) -> np.ndarray:
     quieted, keeping the top 7 bits of its significand (the quiet bit and
     the next 6 payload bits), for float32 and float64 alike. Scalars and 0-d
     input give a 0-d array. No step depends on the caller's MXCSR.
+
+    uint16, int16 and ``ml_dtypes.bfloat16`` are refused: pyamx reads those
+    dtypes as bf16 bits everywhere, so rounding them as integers
+    (``from_float32(from_float32(x))``) would be a silent mistake.
     """
     array = _float_input(x)
     shape = array.shape
@@ -37,8 +41,17 @@ def from_float32(x) -> np.ndarray:
     return out.reshape(shape)
 
 
+#: the dtypes pyamx reads as bf16 bits (pyamx._validate): values already converted, never integers to round
+_BITS_DTYPES = ("uint16", "int16", "bfloat16")
+
+
 def _float_input(x) -> np.ndarray:
-    array = np.asarray(x)
+    array = require_array(x, "x", "from_float32")
+    if dtype_name(array.dtype) in _BITS_DTYPES:
+        raise TypeError(
+            f"from_float32: x has dtype {array.dtype}, which pyamx reads as bf16 bits (already converted); "
+            "decode bits with pyamx.bf16.to_float32, or cast integers to float64 first"
+        )
     kind, size = array.dtype.kind, array.dtype.itemsize
     if kind == "f" and size == 4:
         return array
@@ -93,17 +106,21 @@ def _round_float64(bits: np.ndarray) -> np.ndarray:
 
 
 def to_float32(bits) -> np.ndarray:
-    """bf16 bits (or ml_dtypes.bfloat16) -> float32, exactly."""
-    return widen_bits(bf16_bits(np.asarray(bits), "bits")).view(np.float32)
+    """bf16 bits (uint16/int16 or ml_dtypes.bfloat16) -> float32, exactly."""
+    return _widen(bf16_bits(bits, "bits", "to_float32")).view(np.float32)
 
 
-def widen_bits(bits: np.ndarray) -> np.ndarray:
-    """bf16 bits -> fp32 bits: the 16 bits become the top half (exact, payload kept)."""
-    return bits.astype(np.uint32) << 16
+def widen_bits(bits) -> np.ndarray:
+    """bf16 bits (uint16/int16 or ml_dtypes.bfloat16) -> fp32 bits: the top half (exact, payload kept)."""
+    return _widen(bf16_view(bits, "bits", "widen_bits"))
+
+
+def _widen(bits: np.ndarray) -> np.ndarray:
+    return bits.astype(np.uint32) << np.uint32(16)
 
 
 def _pack(matrix, group: int, pad: bool, name: str) -> np.ndarray:
-    matrix = np.asarray(matrix)
+    matrix = require_array(matrix, "b", name)
     if matrix.ndim != 2:
         raise ValueError(f"{name} expects a 2-D (rows, N) matrix, got shape {matrix.shape}")
     rows, n = matrix.shape
@@ -118,7 +135,7 @@ def _pack(matrix, group: int, pad: bool, name: str) -> np.ndarray:
 
 
 def _unpack(packed, group: int, name: str) -> np.ndarray:
-    packed = np.asarray(packed)
+    packed = require_array(packed, "packed", name)
     if packed.ndim != 2 or packed.shape[1] % group:
         raise ValueError(f"{name} expects a 2-D (K, {group}*N) matrix, got shape {packed.shape}")
     k, width = packed.shape
