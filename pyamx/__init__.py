@@ -35,6 +35,7 @@ from .errors import (
 _LAZY = {
     "isa": ("isa", None),
     "bf16": ("bf16", None),
+    "layout": ("layout", None),
     "emulator": ("emulator", None),
     "backend": ("_backend", "default_backend"),
     "backend_reason": ("_backend", "default_reason"),
@@ -95,7 +96,7 @@ def show_runtime() -> None:
 _ALL_HEAD = ("__version__", "backend", "backend_reason", "cpu_features", "show_runtime")
 _ALL_TAIL = (
     "tile_machine", "isa", "matmul",
-    "TileMachine", "TileConfig", "Numerics", "AMXResult", "bf16", "emulator", "errors",
+    "TileMachine", "TileConfig", "Numerics", "AMXResult", "bf16", "layout", "emulator", "errors",
     "AMXError", "AMXFault", "BackendError", "EnvironmentVariableError", "GeneralProtectionFault",
     "InvalidOpcodeFault", "MemoryAccessFault", "NativeUnavailableError", "ReentrantUseError", "WrongThreadError",
 )

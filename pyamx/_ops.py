@@ -28,7 +28,7 @@ def _doc(insn: isa.Instruction) -> str:
     ``c``: (M, N) float32, or uint32 taken as raw bits. ``a``: (M, 2K) bf16;
     ``b``: (K, 2N) bf16 in the pair-interleaved layout (row k holds
     ``(b[2k][n], b[2k+1][n])`` for each n; build it with
-    :func:`pyamx.bf16.pack_pairs`). bf16 arrays are uint16 bit patterns or
+    :func:`pyamx.layout.pack_pairs`). bf16 arrays are uint16 bit patterns or
     ``ml_dtypes.bfloat16``. 1 <= M, K, N <= 16.
 
     ``backend``: None for the process default (``PYAMX_BACKEND``), or
@@ -49,7 +49,7 @@ def _doc(insn: isa.Instruction) -> str:
         return f"""Run one {m}: ``c`` (M, N) int32 + {s1} (M, 4K) ``a`` . {s2} (K, 4N) ``b``, wrapping.
 
     ``a``/``b`` are int8 or uint8 arrays whose bytes the mnemonic reads as
-    signed or unsigned; ``b`` is quad-interleaved (:func:`pyamx.bf16.pack_quads`).
+    signed or unsigned; ``b`` is quad-interleaved (:func:`pyamx.layout.pack_quads`).
     """
     return f"Run one {m}: {s1} ``a`` bytes, {s2} ``b`` bytes (see :func:`tdpbssd`)."
 

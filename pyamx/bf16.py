@@ -1,7 +1,9 @@
-"""bfloat16 conversions and the pair-interleaved ("VNNI") operand layout.
+"""bfloat16 conversions, and the operand layouts under the names they have always had here.
 
 bf16 values travel as uint16 bit patterns (``ml_dtypes.bfloat16`` arrays are
-accepted wherever bits are, without a copy).
+accepted wherever bits are, without a copy). The interleaved layouts live in
+:mod:`pyamx.layout`; ``pack_pairs``/``unpack_pairs`` (the bf16/fp16 layout)
+and ``pack_quads``/``unpack_quads`` (the int8 one) stay importable from here.
 """
 
 from __future__ import annotations
@@ -10,6 +12,9 @@ import numpy as np
 
 from ._fpenv import default_fpenv
 from ._validate import bf16_bits, bf16_view, dtype_name, require_array
+from .layout import pack_pairs, pack_quads, unpack_pairs, unpack_quads
+
+__all__ = ["from_float32", "to_float32", "widen_bits", "pack_pairs", "unpack_pairs", "pack_quads", "unpack_quads"]
 
 
 @default_fpenv
@@ -117,50 +122,3 @@ def widen_bits(bits) -> np.ndarray:
 
 def _widen(bits: np.ndarray) -> np.ndarray:
     return bits.astype(np.uint32) << np.uint32(16)
-
-
-def _pack(matrix, group: int, pad: bool, name: str) -> np.ndarray:
-    matrix = require_array(matrix, "b", name)
-    if matrix.ndim != 2:
-        raise ValueError(f"{name} expects a 2-D (rows, N) matrix, got shape {matrix.shape}")
-    rows, n = matrix.shape
-    if rows % group:
-        if not pad:
-            raise ValueError(
-                f"{name}: the row count {rows} is not a multiple of {group}; pass pad=True to append zero rows"
-            )
-        matrix = np.concatenate([matrix, np.zeros((group - rows % group, n), dtype=matrix.dtype)])
-    k = matrix.shape[0] // group
-    return np.ascontiguousarray(matrix.reshape(k, group, n).transpose(0, 2, 1).reshape(k, group * n))
-
-
-def _unpack(packed, group: int, name: str) -> np.ndarray:
-    packed = require_array(packed, "packed", name)
-    if packed.ndim != 2 or packed.shape[1] % group:
-        raise ValueError(f"{name} expects a 2-D (K, {group}*N) matrix, got shape {packed.shape}")
-    k, width = packed.shape
-    return np.ascontiguousarray(packed.reshape(k, width // group, group).transpose(0, 2, 1).reshape(k * group, width // group))
-
-
-def pack_pairs(b, *, pad: bool = False) -> np.ndarray:
-    """An ordinary (2K, N) matrix -> the (K, 2N) pair-interleaved layout of tsrc2.
-
-    Row k of the result holds (b[2k][n], b[2k+1][n]) for every column n. Any
-    dtype is moved as is; ``pad=True`` appends a zero row to an odd row count.
-    """
-    return _pack(b, 2, pad, "pack_pairs")
-
-
-def unpack_pairs(packed) -> np.ndarray:
-    """The (K, 2N) pair-interleaved layout -> the ordinary (2K, N) matrix."""
-    return _unpack(packed, 2, "unpack_pairs")
-
-
-def pack_quads(b, *, pad: bool = False) -> np.ndarray:
-    """A (4K, N) byte matrix -> the (K, 4N) quad-interleaved layout of the int8 dot products."""
-    return _pack(b, 4, pad, "pack_quads")
-
-
-def unpack_quads(packed) -> np.ndarray:
-    """The (K, 4N) quad-interleaved layout -> the ordinary (4K, N) matrix."""
-    return _unpack(packed, 4, "unpack_quads")

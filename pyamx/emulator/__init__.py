@@ -58,7 +58,7 @@ def _doc(insn: isa.Instruction) -> str:
 
     ``c`` is (M, N) float32 (or uint32 raw bits), ``a`` (M, 2K) and ``b``
     (K, 2N) bf16 bits (uint16 or ml_dtypes.bfloat16), ``b`` pair-interleaved
-    (see :func:`pyamx.bf16.pack_pairs`); 1 <= M, K, N <= 16. ``numerics`` is
+    (see :func:`pyamx.layout.pack_pairs`); 1 <= M, K, N <= 16. ``numerics`` is
     a preset name or a :class:`Numerics`. Inputs are never modified.
     """
     if insn.family == "fp16":
@@ -68,7 +68,7 @@ def _doc(insn: isa.Instruction) -> str:
         return f"""One {m}: ``c`` (M, N) int32 plus {s1} (M, 4K) ``a`` times {s2} (K, 4N) quad-interleaved ``b``.
 
     ``a`` and ``b`` are int8 or uint8 arrays (their bytes are reinterpreted
-    per the mnemonic); the int32 sum wraps around. See :func:`pyamx.bf16.pack_quads`.
+    per the mnemonic); the int32 sum wraps around. See :func:`pyamx.layout.pack_quads`.
     """
     return f"One {m}: {s1} ``a`` bytes times {s2} ``b`` bytes (see :func:`tdpbssd`)."
 
