@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -25,6 +26,10 @@ from ._fpenv import default_fpenv
 from ._result import AMXResult, label
 from ._validate import dtype_name
 from .emulator import numerics as _numerics
+
+if TYPE_CHECKING:
+    from ._types import ArrayInput
+    from .emulator.numerics import Numerics
 
 #: the value a padded dword holds in A, per family (B is padded with 0): -0 for the float formats
 _PAD_A = {"bf16": 0x8000, "fp16": 0x8000, "int8": 0}
@@ -282,7 +287,9 @@ def _check_threads(threads):
     return min(int(threads), _engine.MAX_THREADS)
 
 
-def matmul(a, b, c=None, *, kind=None, backend=None, engine=None, threads=None, numerics="sdm") -> AMXResult:
+def matmul(a: ArrayInput, b: ArrayInput, c: ArrayInput | None = None, *, kind: str | None = None,
+           backend: str | None = None, engine: str | None = None, threads: int | None = None,
+           numerics: str | Numerics = "sdm") -> AMXResult:
     """``c + a @ b`` through AMX tile instructions, for any M, N, K >= 1: a new (..., M, N) array.
 
     ``a`` (M, K) and ``b`` (K, N) are ordinary row-major matrices (no packing), or stacks of them:

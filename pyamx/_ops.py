@@ -6,6 +6,8 @@ One function per dot product of :mod:`pyamx.isa`, generated from its row:
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from . import _backend, _validate, emulator, isa
@@ -78,15 +80,39 @@ def _function(insn: isa.Instruction):
 
 isa.export_functions(globals(), _function, _doc)
 
+if TYPE_CHECKING:  # the functions export_functions generates, as type checkers must see them
+    from ._types import ArrayInput
+    from .emulator import Numerics, TileMachine
 
-def tile_machine(*, backend=None, numerics="sdm", engine=None):
+    def tdpbf16ps(c: ArrayInput, a: ArrayInput, b: ArrayInput, *, backend: str | None = None,
+                  engine: str | None = None) -> AMXResult: ...
+
+    def tdpfp16ps(c: ArrayInput, a: ArrayInput, b: ArrayInput, *, backend: str | None = None,
+                  engine: str | None = None) -> AMXResult: ...
+
+    def tdpbssd(c: ArrayInput, a: ArrayInput, b: ArrayInput, *, backend: str | None = None,
+                engine: str | None = None) -> AMXResult: ...
+
+    def tdpbsud(c: ArrayInput, a: ArrayInput, b: ArrayInput, *, backend: str | None = None,
+                engine: str | None = None) -> AMXResult: ...
+
+    def tdpbusd(c: ArrayInput, a: ArrayInput, b: ArrayInput, *, backend: str | None = None,
+                engine: str | None = None) -> AMXResult: ...
+
+    def tdpbuud(c: ArrayInput, a: ArrayInput, b: ArrayInput, *, backend: str | None = None,
+                engine: str | None = None) -> AMXResult: ...
+
+
+def tile_machine(*, backend: str | None = None, numerics: str | Numerics = "sdm",
+                 engine: str | None = None) -> TileMachine:
     """A tile machine on the chosen backend.
 
     ``numerics`` is an emulator model; the native machine runs only the
     default one, so ``backend="auto"`` (or None with ``PYAMX_BACKEND=auto``)
     picks the emulator for any other model on every machine, and a
     ``native`` backend named by the call or ``PYAMX_BACKEND`` refuses it
-    with ValueError (see :mod:`pyamx._backend`).
+    with ValueError (see :mod:`pyamx._backend`). Typed as the emulator's
+    :class:`~pyamx.TileMachine`: the native machine has the same methods.
     """
     chosen = _backend.resolve(backend, numerics=numerics, engine=engine)
     if not chosen.is_native:

@@ -8,17 +8,24 @@ and ``pack_quads``/``unpack_quads`` (the int8 one) stay importable from here.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from ._fpenv import default_fpenv
 from ._validate import bf16_bits, bf16_view, dtype_name, require_array
 from .layout import pack_pairs, pack_quads, unpack_pairs, unpack_quads
 
+if TYPE_CHECKING:
+    import numpy.typing as npt
+
+    from ._types import ArrayInput
+
 __all__ = ["from_float32", "to_float32", "widen_bits", "pack_pairs", "unpack_pairs", "pack_quads", "unpack_quads"]
 
 
 @default_fpenv
-def from_float32(x) -> np.ndarray:
+def from_float32(x: ArrayInput | float) -> npt.NDArray[np.uint16]:
     """Floats -> bf16 bits (uint16), each correctly rounded once: to nearest, ties to even.
 
     float32 input is rounded from its bits; float64 input (Python floats
@@ -110,15 +117,15 @@ def _round_float64(bits: np.ndarray) -> np.ndarray:
     return (sign | magnitude.astype(np.uint16)).astype(np.uint16)
 
 
-def to_float32(bits) -> np.ndarray:
+def to_float32(bits: ArrayInput) -> npt.NDArray[np.float32]:
     """bf16 bits (uint16/int16 or ml_dtypes.bfloat16) -> float32, exactly."""
     return _widen(bf16_bits(bits, "bits", "to_float32")).view(np.float32)
 
 
-def widen_bits(bits) -> np.ndarray:
+def widen_bits(bits: ArrayInput) -> npt.NDArray[np.uint32]:
     """bf16 bits (uint16/int16 or ml_dtypes.bfloat16) -> fp32 bits: the top half (exact, payload kept)."""
     return _widen(bf16_view(bits, "bits", "widen_bits"))
 
 
-def _widen(bits: np.ndarray) -> np.ndarray:
+def _widen(bits: np.ndarray) -> npt.NDArray[np.uint32]:
     return bits.astype(np.uint32) << np.uint32(16)
