@@ -65,10 +65,9 @@ def _float_input(x) -> np.ndarray:
             "decode bits with pyamx.bf16.to_float32, or cast integers to float64 first"
         )
     kind, size = array.dtype.kind, array.dtype.itemsize
-    if kind == "f" and size == 4:
-        return array
-    if kind == "f" and size == 8:
-        return array
+    if kind == "f" and size in (4, 8):
+        # the rounding reads the values' bits as native integers: big-endian input is swapped first
+        return array if array.dtype.isnative else array.astype(array.dtype.newbyteorder("="))
     if kind == "f" and size == 2:
         return array.astype(np.float32)  # exact
     if kind in "iu":

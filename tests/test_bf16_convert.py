@@ -144,3 +144,10 @@ def test_widen_bits_checks_its_operand_like_to_float32():
     for bad in (bits.astype(np.float32), bits.astype(np.uint32), [16256, 16384]):
         with pytest.raises(TypeError, match="widen_bits: bits has dtype"):
             bf16.widen_bits(bad)
+
+
+@pytest.mark.parametrize("dtype", [">f4", ">f8"])
+def test_big_endian_floats_round_like_native_ones(dtype):
+    values = np.array([1.0, -2.5, 1 + 2**-8 + 2**-20, 3.4e38, np.nan], np.float64)
+    native = bf16.from_float32(values.astype("=" + dtype[1:]))
+    np.testing.assert_array_equal(bf16.from_float32(values.astype(dtype)), native)

@@ -89,6 +89,8 @@ def test_float32_operands_are_rounded_once_then_run_as_bits(kind, to_bits, engin
     assert f"rounded_to={kind}" in repr(got)
     mixed = pyamx.matmul(a32, to_bits(b32), kind=kind, backend="emulator", engine=engine)
     np.testing.assert_array_equal(_bits(mixed), _bits(want))
+    big_endian = pyamx.matmul(a32.astype(">f4"), b32.T.copy().T, kind=kind, backend="emulator", engine=engine)
+    np.testing.assert_array_equal(_bits(big_endian), _bits(want))
 
 
 # (value, its nearest-even neighbour in the format): ties go to the even significand, and a float64
