@@ -199,3 +199,17 @@ def test_a_refused_call_copies_nothing(dtype, kind, mistake, error):
 def test_a_bad_kind_is_refused_before_the_operands_are_looked_at():
     with pytest.raises(ValueError, match="kind must be"):
         pyamx.matmul(_huge(np.uint16), _huge(np.uint16), kind="float16")
+
+
+@pytest.mark.parametrize("family, make, kind", [
+    ("bf16", lambda s: RNG.standard_normal(s).astype(np.float32), "bf16"),
+    ("int8", lambda s: RNG.integers(-128, 128, s).astype(np.int8), None),
+])
+def test_native_batches_and_rounded_floats_match_the_emulator(native_family, family, make, kind):
+    native_family(family)
+    a, b = make((3, 20, 40)), make((40, 17))
+    got = pyamx.matmul(a, b, kind=kind, backend="native")
+    assert got.backend == "native" and got.shape == (3, 20, 17) and got.rounded_to == kind
+    np.testing.assert_array_equal(_bits(got), _bits(pyamx.matmul(a, b, kind=kind, backend="emulator")))
+    for i in range(3):
+        np.testing.assert_array_equal(_bits(got[i]), _bits(pyamx.matmul(a[i], b, kind=kind, backend="native")))
