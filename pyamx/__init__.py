@@ -12,21 +12,46 @@ from __future__ import annotations
 import importlib
 import os
 
-# Re-exports: __all__ is computed in __getattr__ (it names isa's lazy functions), so linters cannot see it.
-from . import errors  # noqa: F401
-from ._version import __version__  # noqa: F401
-from .errors import (  # noqa: F401
-    AMXError,
-    AMXFault,
-    BackendError,
-    EnvironmentVariableError,
-    GeneralProtectionFault,
-    InvalidOpcodeFault,
-    MemoryAccessFault,
-    NativeUnavailableError,
-    ReentrantUseError,
-    WrongThreadError,
+from . import errors as errors
+from ._version import __version__ as __version__
+from .errors import (  # "X as X": re-exported for type checkers (mypy --strict)
+    AMXError as AMXError,
+    AMXFault as AMXFault,
+    BackendError as BackendError,
+    EnvironmentVariableError as EnvironmentVariableError,
+    GeneralProtectionFault as GeneralProtectionFault,
+    InvalidOpcodeFault as InvalidOpcodeFault,
+    MemoryAccessFault as MemoryAccessFault,
+    NativeUnavailableError as NativeUnavailableError,
+    ReentrantUseError as ReentrantUseError,
+    WrongThreadError as WrongThreadError,
 )
+
+# typing.TYPE_CHECKING without importing typing (it is not otherwise loaded by `pyamx run`);
+# type checkers treat any TYPE_CHECKING name as true.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    # What the lazy names below resolve to, so a type checker sees real types instead of Any.
+    from . import _backend
+    from . import bf16 as bf16
+    from . import emulator as emulator
+    from . import isa as isa
+    from . import layout as layout
+    from ._matmul import matmul as matmul
+    from ._ops import tdpbf16ps as tdpbf16ps
+    from ._ops import tdpbssd as tdpbssd
+    from ._ops import tdpbsud as tdpbsud
+    from ._ops import tdpbusd as tdpbusd
+    from ._ops import tdpbuud as tdpbuud
+    from ._ops import tdpfp16ps as tdpfp16ps
+    from ._ops import tile_machine as tile_machine
+    from ._result import AMXResult as AMXResult
+    from .emulator import Numerics as Numerics
+    from .emulator import TileMachine as TileMachine
+    from .tilecfg import TileConfig as TileConfig
+
+    backend = _backend.default_backend
+    backend_reason = _backend.default_reason
 
 # Everything that needs numpy is bound on first use (PEP 562), so commands that need none of it
 # (`pyamx run`, `pyamx --version`) start in milliseconds: name -> (module, attribute or None).
@@ -36,6 +61,7 @@ from .errors import (  # noqa: F401
 _LAZY = {
     "isa": ("isa", None),
     "bf16": ("bf16", None),
+    "layout": ("layout", None),
     "emulator": ("emulator", None),
     "backend": ("_backend", "default_backend"),
     "backend_reason": ("_backend", "default_reason"),
@@ -48,7 +74,7 @@ _LAZY = {
 }
 
 
-def _dot_names() -> tuple:
+def _dot_names() -> tuple[str, ...]:
     return importlib.import_module(".isa", __name__).DOT_NAMES
 
 
@@ -58,27 +84,29 @@ def _is_submodule(name: str) -> bool:
                for d in __path__)
 
 
-def __getattr__(name: str):
-    if name == "__all__":
-        value = [*_ALL_HEAD, *_dot_names(), *_ALL_TAIL]
-    else:
-        if name in _LAZY:
-            module, attribute = _LAZY[name]
-        elif not name.startswith("_") and not _is_submodule(name) and name in _dot_names():
-            module, attribute = "_ops", name
+if not TYPE_CHECKING:  # hidden from type checkers: a misspelt name is their error, not Any
+
+    def __getattr__(name: str) -> object:
+        if name == "__all__":
+            value = [*_ALL_HEAD, *_dot_names(), *_ALL_TAIL]
         else:
-            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-        loaded = importlib.import_module(f".{module}", __name__)
-        value = loaded if attribute is None else getattr(loaded, attribute)
-    globals()[name] = value  # later lookups are plain attribute reads
-    return value
+            if name in _LAZY:
+                module, attribute = _LAZY[name]
+            elif not name.startswith("_") and not _is_submodule(name) and name in _dot_names():
+                module, attribute = "_ops", name
+            else:
+                raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+            loaded = importlib.import_module(f".{module}", __name__)
+            value = loaded if attribute is None else getattr(loaded, attribute)
+        globals()[name] = value  # later lookups are plain attribute reads
+        return value
 
 
-def __dir__():
+def __dir__() -> list[str]:
     return sorted(set(globals()) | set(_LAZY) | set(_dot_names()) | {"__all__"})
 
 
-def cpu_features() -> dict:
+def cpu_features() -> dict[str, object]:
     """Every detection stage as a dict (see :mod:`pyamx.detect`)."""
     from .detect import cpu_features as _cpu_features
 
@@ -96,7 +124,7 @@ def show_runtime() -> None:
 _ALL_HEAD = ("__version__", "backend", "backend_reason", "cpu_features", "show_runtime")
 _ALL_TAIL = (
     "tile_machine", "isa", "matmul",
-    "TileMachine", "TileConfig", "Numerics", "AMXResult", "bf16", "emulator", "errors",
+    "TileMachine", "TileConfig", "Numerics", "AMXResult", "bf16", "layout", "emulator", "errors",
     "AMXError", "AMXFault", "BackendError", "EnvironmentVariableError", "GeneralProtectionFault",
     "InvalidOpcodeFault", "MemoryAccessFault", "NativeUnavailableError", "ReentrantUseError", "WrongThreadError",
 )

@@ -30,6 +30,12 @@ import ctypes.util
 import functools
 import platform
 import threading
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from typing import Any, Callable, TypeVar
+
+    _F = TypeVar("_F", bound=Callable[..., Any])
 
 #: round to nearest even, no FTZ (bit 15), no DAZ (bit 6), all six exceptions masked, no flags
 DEFAULT_MXCSR = 0x1F80
@@ -153,7 +159,7 @@ def _leave(saved) -> None:
         access().set(saved)  # also when saved was the default: the arithmetic may have raised flags
 
 
-def default_fpenv(fn):
+def default_fpenv(fn: _F) -> _F:
     """Run ``fn`` under the default floating-point environment; the caller's, flags included, comes back."""
 
     @functools.wraps(fn)
@@ -164,7 +170,7 @@ def default_fpenv(fn):
         finally:
             _leave(saved)
 
-    return guarded
+    return guarded  # type: ignore[return-value]  # the same signature: functools.wraps
 
 
 @contextlib.contextmanager

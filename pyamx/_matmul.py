@@ -15,14 +15,21 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from . import _backend, _validate, isa
+from . import bf16 as _bf16
 from . import engine as _engine
+from ._fpenv import default_fpenv
 from ._result import AMXResult, label
 from ._validate import dtype_name
 from .emulator import numerics as _numerics
+
+if TYPE_CHECKING:
+    from ._types import ArrayInput
+    from .emulator.numerics import Numerics
 
 #: the value a padded dword holds in A, per family (B is padded with 0): -0 for the float formats
 _PAD_A = {"bf16": 0x8000, "fp16": 0x8000, "int8": 0}
@@ -49,32 +56,134 @@ class Plan:
 
 # -- operands ---------------------------------------------------------------------------
 
+#: kinds whose operands may be given as floats, each then rounded once (nearest even) to the kind
+ROUNDED_KINDS = ("bf16", "fp16")
+#: the float dtypes rounded for the caller: float64 too (Python floats, lists), rounded directly, not via float32
+ROUNDED_DTYPES = ("float32", "float64")
 
-def _family_of(x: np.ndarray, name: str, kind):
-    """(family, signed) of one operand, strictly from its dtype and ``kind``."""
-    if not isinstance(x, np.ndarray):
-        raise TypeError(f"matmul: {name} must be a numpy array, not {type(x).__name__}")
+
+@dataclass(frozen=True)
+class _Operand:
+    """One a/b operand as checked: a view (no copy) of its bits, or of its float values to round."""
+
+    array: np.ndarray
+    family: str
+    signed: "bool | None"  # int8 only: whether the bytes are read as signed
+    rounds: bool  # float32/float64 values, rounded to the family's format once before the run
+
+
+def _operand(x, name: str, kind) -> _Operand:
+    """One operand read strictly from its dtype and ``kind``: nothing is copied or converted here."""
+    x = _validate.require_array(x, name, "matmul")
     dtype = dtype_name(x.dtype)
-    if kind is None:
-        if dtype in ("uint16", "bfloat16"):
-            return "bf16", None
-        if dtype == "float16":
-            return "fp16", None
-        if dtype in ("int8", "uint8"):
-            return "int8", dtype == "int8"
+    if dtype in ROUNDED_DTYPES and kind in ROUNDED_KINDS:
+        return _Operand(x, kind, None, True)
+    family = kind if kind is not None else _validate.INFERRED_FAMILY.get(dtype)
+    if family is None:
         raise TypeError(
-            f"matmul: {name} has dtype {dtype}; expected bf16 (uint16 bits or ml_dtypes.bfloat16), "
-            "float16, int8 or uint8 (convert float32 with pyamx.bf16.from_float32)"
+            f"matmul: {name} has dtype {dtype}; expected bf16 (uint16/int16 bits or ml_dtypes.bfloat16), "
+            "float16, int8 or uint8" + (f", or {dtype} with kind='bf16' or kind='fp16' to round it once"
+                                        if dtype in ROUNDED_DTYPES else "")
         )
-    allowed = {"bf16": ("uint16", "bfloat16"), "fp16": ("float16", "uint16"), "int8": ("int8", "uint8")}[kind]
+    allowed = _validate.operand_dtypes(family) + (ROUNDED_DTYPES if family in ROUNDED_KINDS else ())
     if dtype not in allowed:
         raise TypeError(f"matmul: kind={kind!r} takes {' or '.join(allowed)} operands, but {name} has dtype {dtype}")
-    return kind, (dtype == "int8") if kind == "int8" else None
+    signed = (dtype == "int8") if family == "int8" else None
+    return _Operand(_validate.operand_view(x, name, "matmul", family), family, signed, False)
 
 
 def _check_kind(kind):
     if kind is not None and kind not in KINDS:
         raise ValueError(f"matmul: kind must be None or one of {', '.join(KINDS)}, not {kind!r}")
+
+
+@dataclass(frozen=True)
+class Call:
+    """A checked call: operand views (nothing copied yet), the instruction and the shapes."""
+
+    mnemonic: str
+    family: str
+    a: _Operand  # (..., M, K)
+    b: _Operand  # (..., K, N)
+    c: "np.ndarray | None"  # view of (..., M, N) accumulator bits, or None for zeros
+    batch: tuple  # the broadcast leading dimensions, () for a 2-D product
+    m: int
+    k: int
+    n: int
+
+    @property
+    def rounded_to(self) -> "str | None":
+        """The format float operands were rounded to, None when every operand came as bits."""
+        return self.family if self.a.rounds or self.b.rounds else None
+
+
+def check(a, b, c=None, *, kind=None) -> Call:
+    """Every operand rule (dtypes, kind, shapes, broadcasting, accumulator), before any copy."""
+    _check_kind(kind)
+    op_a, op_b = _operand(a, "a", kind), _operand(b, "b", kind)
+    if op_a.family != op_b.family:
+        raise TypeError(
+            f"matmul: a is {op_a.family} ({dtype_name(op_a.array.dtype)}) but b is {op_b.family} "
+            f"({dtype_name(op_b.array.dtype)}); both operands must be one kind (uint16 is read as bf16 bits: "
+            "pass kind='fp16' to read uint16 as fp16 bits)"
+        )
+    family = op_a.family
+    for name, x in (("a", op_a.array), ("b", op_b.array)):
+        if x.ndim < 2:
+            raise ValueError(f"matmul: {name} must be 2-D, or batched with leading dimensions; got shape {x.shape}")
+    (m, k), (k_b, n) = op_a.array.shape[-2:], op_b.array.shape[-2:]
+    if k != k_b:
+        raise ValueError(f"matmul: a is {m}x{k} and b is {k_b}x{n}; a's columns must equal b's rows")
+    if min(m, k, n) < 1:
+        raise ValueError(f"matmul: M={m}, K={k}, N={n}; every dimension must be at least 1")
+    batch = _batch_shape(op_a.array.shape[:-2], op_b.array.shape[:-2])
+    c_bits = None if c is None else _accumulator_view(c, batch + (m, n), family)
+    if family == "int8":
+        mnemonic = _INT8_MNEMONIC[(op_a.signed, op_b.signed)]
+    else:
+        mnemonic = _FLOAT_MNEMONIC[family]
+    return Call(mnemonic, family, op_a, op_b, c_bits, batch, m, k, n)
+
+
+def _batch_shape(a_batch: tuple, b_batch: tuple) -> tuple:
+    """The leading dimensions broadcast as np.matmul broadcasts them."""
+    try:
+        return tuple(np.broadcast_shapes(a_batch, b_batch))
+    except ValueError:
+        raise ValueError(
+            f"matmul: a's leading dimensions {a_batch} and b's {b_batch} do not broadcast together"
+        ) from None
+
+
+def _accumulator_view(c, out_shape: tuple, family: str) -> np.ndarray:
+    """``c`` as bits: its last two dimensions (M, N), its leading ones broadcasting to the batch."""
+    bits = _validate.accumulator_view(c, "c", "matmul", family)
+    try:
+        fits = bits.ndim >= 2 and bits.shape[-2:] == out_shape[-2:] and \
+            np.broadcast_shapes(bits.shape, out_shape) == out_shape
+    except ValueError:
+        fits = False
+    if not fits:
+        raise ValueError(f"matmul: c has shape {bits.shape}; the product is {out_shape}")
+    return bits
+
+
+def _round(x: np.ndarray, family: str) -> np.ndarray:
+    """float32/float64 values -> bf16/fp16 bits, each rounded once (directly) to nearest even."""
+    if family == "bf16":
+        return _bf16.from_float32(x)
+    return _to_fp16_bits(x)
+
+
+@default_fpenv
+def _to_fp16_bits(x: np.ndarray) -> np.ndarray:
+    # Under the default MXCSR: numpy may convert with F16C/AVX512-FP16 instructions, which read it.
+    return x.astype(np.float16).view(np.uint16)
+
+
+def _bits_of(op: _Operand, family: str) -> np.ndarray:
+    """An operand's bits, rounded first where it came as floats: a view, or its own size (never the batch's)."""
+    return _round(op.array, family) if op.rounds else op.array
 
 
 @dataclass(frozen=True)
@@ -88,36 +197,19 @@ class Operands:
     c: "np.ndarray | None"  # (M, N) uint32 bits / int32, or None for zeros
 
 
+def _materialize(call: Call, a_bits: np.ndarray, b_bits: np.ndarray, c_bits) -> Operands:
+    """One 2-D product's operands, C-contiguous, native-endian and aligned (copied only where needed)."""
+    contiguous = _validate.contiguous_bits
+    return Operands(call.mnemonic, call.family, contiguous(a_bits), contiguous(b_bits),
+                    None if c_bits is None else contiguous(c_bits))
+
+
 def operands(a, b, c=None, *, kind=None) -> Operands:
-    """Validate the operands (dtypes, shapes, accumulator) and return their raw bits."""
-    _check_kind(kind)
-    family_a, signed_a = _family_of(a, "a", kind)
-    family_b, signed_b = _family_of(b, "b", kind)
-    if family_a != family_b:
-        raise TypeError(
-            f"matmul: a is {family_a} ({a.dtype}) but b is {family_b} ({b.dtype}); both operands must be one "
-            "kind (uint16 is read as bf16 bits: pass kind='fp16' to read uint16 as fp16 bits)"
-        )
-    family = family_a
-    for name, x in (("a", a), ("b", b)):
-        if x.ndim != 2:
-            raise ValueError(f"matmul: {name} must be 2-D, got shape {x.shape}")
-    (m, k), (k_b, n) = a.shape, b.shape
-    if k != k_b:
-        raise ValueError(f"matmul: a is {m}x{k} and b is {k_b}x{n}; a's columns must equal b's rows")
-    if min(m, k, n) < 1:
-        raise ValueError(f"matmul: M={m}, K={k}, N={n}; every dimension must be at least 1")
-    if family == "int8":
-        a_bits = _validate.byte_lanes(a, "a", "matmul")
-        b_bits = _validate.byte_lanes(b, "b", "matmul")
-        mnemonic = _INT8_MNEMONIC[(signed_a, signed_b)]
-    else:
-        to_bits = _validate.bf16_bits if family == "bf16" else _validate.fp16_bits
-        a_bits = to_bits(a, "a", "matmul")
-        b_bits = to_bits(b, "b", "matmul")
-        mnemonic = _FLOAT_MNEMONIC[family]
-    c_bits = None if c is None else _accumulator(c, m, n, family)
-    return Operands(mnemonic, family, a_bits, b_bits, c_bits)
+    """Validate 2-D operands (dtypes, shapes, accumulator) and return their raw bits."""
+    call = check(a, b, c, kind=kind)
+    if call.batch:
+        raise ValueError(f"matmul: operands(): a 2-D product only, got leading dimensions {call.batch}")
+    return _materialize(call, _bits_of(call.a, call.family), _bits_of(call.b, call.family), call.c)
 
 
 def plan(a, b, c=None, *, kind=None) -> Plan:
@@ -129,7 +221,7 @@ def _pack(ops: Operands) -> Plan:
     """The padded A, the interleaved B and C's bits: the instructions' operands (numpy engine, native)."""
     family, a_bits, b_bits = ops.family, ops.a, ops.b
     (m, k), n = a_bits.shape, b_bits.shape[1]
-    c_bits = _accumulator(None, m, n, family) if ops.c is None else ops.c
+    c_bits = _zero_accumulator(m, n, family) if ops.c is None else ops.c
     lanes = isa.get(ops.mnemonic).lanes
     k_dwords = -(-k // lanes)
     width = k_dwords * lanes
@@ -164,16 +256,8 @@ def _interleave(b_pad: np.ndarray, k_dwords: int, lanes: int) -> np.ndarray:
     return words.view(b_pad.dtype).reshape(k_dwords, n * lanes)
 
 
-def _accumulator(c, m: int, n: int, family: str) -> np.ndarray:
-    if c is None:
-        return np.zeros((m, n), dtype=np.int32 if family == "int8" else np.uint32)
-    if family == "int8":
-        bits = _validate.int32_words(c, "c", "matmul")
-    else:
-        bits = _validate.fp32_bits(c, "c", "matmul")
-    if bits.shape != (m, n):
-        raise ValueError(f"matmul: c has shape {bits.shape}; the product is {m}x{n}")
-    return bits
+def _zero_accumulator(m: int, n: int, family: str) -> np.ndarray:
+    return np.zeros((m, n), dtype=np.int32 if family == "int8" else np.uint32)
 
 
 # -- the native path ----------------------------------------------------------------------
@@ -203,20 +287,28 @@ def _check_threads(threads):
     return min(int(threads), _engine.MAX_THREADS)
 
 
-def matmul(a, b, c=None, *, kind=None, backend=None, engine=None, threads=None, numerics="sdm") -> AMXResult:
-    """``c + a @ b`` through AMX tile instructions, for any M, N, K >= 1: a new (M, N) array.
+def matmul(a: ArrayInput, b: ArrayInput, c: ArrayInput | None = None, *, kind: str | None = None,
+           backend: str | None = None, engine: str | None = None, threads: int | None = None,
+           numerics: str | Numerics = "sdm") -> AMXResult:
+    """``c + a @ b`` through AMX tile instructions, for any M, N, K >= 1: a new (..., M, N) array.
 
-    ``a`` (M, K) and ``b`` (K, N) are ordinary row-major matrices (no packing):
+    ``a`` (M, K) and ``b`` (K, N) are ordinary row-major matrices (no packing), or stacks of them:
+    leading dimensions broadcast as in ``np.matmul``, each product computed as the 2-D call would.
 
-    - bf16 (uint16 bit patterns or ``ml_dtypes.bfloat16``) -> float32 via TDPBF16PS;
-    - float16 -> float32 via TDPFP16PS (pass ``kind="fp16"`` to give fp16 as uint16 bits);
+    - bf16 (uint16 or int16 bit patterns, or ``ml_dtypes.bfloat16``) -> float32 via TDPBF16PS;
+    - float16 -> float32 via TDPFP16PS (pass ``kind="fp16"`` to give fp16 as uint16/int16 bits);
     - int8/uint8 -> int32 via TDPBSSD/TDPBSUD/TDPBUSD/TDPBUUD, chosen by the signedness
-      of a's and b's dtypes.
+      of a's and b's dtypes;
+    - float32 or float64 (Python floats) with ``kind="bf16"`` or ``kind="fp16"``: each such
+      operand is rounded once, directly, to that format (nearest even, as
+      :func:`pyamx.bf16.from_float32`) and the product runs as above; the result's
+      ``.rounded_to`` names the format.
 
-    ``kind``: None (infer from the dtypes, uint16 meaning bf16) or "bf16", "fp16", "int8"
-    to state it; both operands must match it. ``c``: optional (M, N) float32 (int32 for
-    int8) accumulator, uint32 taken as raw bits; zeros by default. Inputs are never
-    modified.
+    Operands are anything numpy converts (lists, ``__array__`` objects, buffers).
+    ``kind``: None (infer from the dtypes, uint16/int16 meaning bf16) or "bf16", "fp16", "int8"
+    to state it; both operands must match it. ``c``: optional (..., M, N) float32 (int32 for
+    int8) accumulator, uint32 taken as raw bits, broadcasting over the batch; zeros by default.
+    Inputs are never modified. Every argument is checked before anything is copied.
 
     The result is bit for bit what the schedule of docs/matmul.md produces: per output
     element, blocks of 16 dwords of K in increasing order, one dot-product instruction
@@ -229,17 +321,44 @@ def matmul(a, b, c=None, *, kind=None, backend=None, engine=None, threads=None, 
     """
     threads = _check_threads(threads)
     numerics = _numerics.resolve(numerics)
-    ops = operands(a, b, c, kind=kind)
-    view = np.int32 if ops.family == "int8" else np.float32
-    chosen = _backend.resolve(backend, ops.family, numerics=numerics, engine=engine)
-    if chosen == "native":
-        bits = _run_native(_pack(ops), threads)
-        return label(bits.view(view), "native", _backend.native_mode())
-    eng = _engine.resolve(engine, numerics)
+    call = check(a, b, c, kind=kind)
+    chosen = _backend.resolve(backend, call.family, numerics=numerics, engine=engine)
+    eng = None if chosen == "native" else _engine.resolve(engine, numerics)
+    # Every check is done: only now are float operands rounded and anything copied.
+    a_bits, b_bits = _bits_of(call.a, call.family), _bits_of(call.b, call.family)
+    view = np.int32 if call.family == "int8" else np.float32
+    labels = {} if call.rounded_to is None else {"rounded_to": call.rounded_to}
+    if not call.batch:
+        out = _product(_materialize(call, a_bits, b_bits, call.c), eng, threads)
+    else:
+        out = _batched(call, a_bits, b_bits, eng, threads)
+    if eng is None:
+        return label(out.view(view), "native", _backend.native_mode(), **labels)
+    return label(out.view(view), "emulator", engine=eng.name, **labels)
+
+
+def _product(ops: Operands, eng, threads) -> np.ndarray:
+    """One 2-D product's result bits, on the native kernels (``eng`` None) or the engine ``eng``."""
+    if eng is None:
+        return _run_native(_pack(ops), threads)
     if eng.compiled:
         # row-major B straight to C: padded, widened and packed there once (no interleaved copy here)
-        out = eng.matmul(ops.mnemonic, ops.a, ops.b, ops.c, threads)
-    else:
-        p = _pack(ops)
-        out = eng.dot(p.mnemonic, p.c, p.a, p.b_vnni, p.k_dwords, threads)
-    return label(np.asarray(out).view(view), "emulator", engine=eng.name)
+        return np.asarray(eng.matmul(ops.mnemonic, ops.a, ops.b, ops.c, threads))
+    p = _pack(ops)
+    return np.asarray(eng.dot(p.mnemonic, p.c, p.a, p.b_vnni, p.k_dwords, threads))
+
+
+def _batched(call: Call, a_bits: np.ndarray, b_bits: np.ndarray, eng, threads) -> np.ndarray:
+    """Each product of the broadcast batch as its own 2-D call, into one (*batch, M, N) array.
+
+    The operands are broadcast as views, so a product repeated over the batch is
+    copied one matrix at a time, never as a whole stack.
+    """
+    a_all = np.broadcast_to(a_bits, call.batch + (call.m, call.k))
+    b_all = np.broadcast_to(b_bits, call.batch + (call.k, call.n))
+    c_all = None if call.c is None else np.broadcast_to(call.c, call.batch + (call.m, call.n))
+    out = np.empty(call.batch + (call.m, call.n), np.int32 if call.family == "int8" else np.uint32)
+    for index in np.ndindex(*call.batch):
+        ops = _materialize(call, a_all[index], b_all[index], None if c_all is None else c_all[index])
+        out[index] = _product(ops, eng, threads).view(out.dtype)  # bits: no value conversion
+    return out

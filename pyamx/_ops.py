@@ -6,6 +6,8 @@ One function per dot product of :mod:`pyamx.isa`, generated from its row:
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from . import _backend, _validate, emulator, isa
@@ -28,7 +30,7 @@ def _doc(insn: isa.Instruction) -> str:
     ``c``: (M, N) float32, or uint32 taken as raw bits. ``a``: (M, 2K) bf16;
     ``b``: (K, 2N) bf16 in the pair-interleaved layout (row k holds
     ``(b[2k][n], b[2k+1][n])`` for each n; build it with
-    :func:`pyamx.bf16.pack_pairs`). bf16 arrays are uint16 bit patterns or
+    :func:`pyamx.layout.pack_pairs`). bf16 arrays are uint16 bit patterns or
     ``ml_dtypes.bfloat16``. 1 <= M, K, N <= 16.
 
     ``backend``: None for the process default (``PYAMX_BACKEND``), or
@@ -49,7 +51,7 @@ def _doc(insn: isa.Instruction) -> str:
         return f"""Run one {m}: ``c`` (M, N) int32 + {s1} (M, 4K) ``a`` . {s2} (K, 4N) ``b``, wrapping.
 
     ``a``/``b`` are int8 or uint8 arrays whose bytes the mnemonic reads as
-    signed or unsigned; ``b`` is quad-interleaved (:func:`pyamx.bf16.pack_quads`).
+    signed or unsigned; ``b`` is quad-interleaved (:func:`pyamx.layout.pack_quads`).
     """
     return f"Run one {m}: {s1} ``a`` bytes, {s2} ``b`` bytes (see :func:`tdpbssd`)."
 
@@ -78,15 +80,39 @@ def _function(insn: isa.Instruction):
 
 isa.export_functions(globals(), _function, _doc)
 
+if TYPE_CHECKING:  # the functions export_functions generates, as type checkers must see them
+    from ._types import ArrayInput
+    from .emulator import Numerics, TileMachine
 
-def tile_machine(*, backend=None, numerics="sdm", engine=None):
+    def tdpbf16ps(c: ArrayInput, a: ArrayInput, b: ArrayInput, *, backend: str | None = None,
+                  engine: str | None = None) -> AMXResult: ...
+
+    def tdpfp16ps(c: ArrayInput, a: ArrayInput, b: ArrayInput, *, backend: str | None = None,
+                  engine: str | None = None) -> AMXResult: ...
+
+    def tdpbssd(c: ArrayInput, a: ArrayInput, b: ArrayInput, *, backend: str | None = None,
+                engine: str | None = None) -> AMXResult: ...
+
+    def tdpbsud(c: ArrayInput, a: ArrayInput, b: ArrayInput, *, backend: str | None = None,
+                engine: str | None = None) -> AMXResult: ...
+
+    def tdpbusd(c: ArrayInput, a: ArrayInput, b: ArrayInput, *, backend: str | None = None,
+                engine: str | None = None) -> AMXResult: ...
+
+    def tdpbuud(c: ArrayInput, a: ArrayInput, b: ArrayInput, *, backend: str | None = None,
+                engine: str | None = None) -> AMXResult: ...
+
+
+def tile_machine(*, backend: str | None = None, numerics: str | Numerics = "sdm",
+                 engine: str | None = None) -> TileMachine:
     """A tile machine on the chosen backend.
 
     ``numerics`` is an emulator model; the native machine runs only the
     default one, so ``backend="auto"`` (or None with ``PYAMX_BACKEND=auto``)
     picks the emulator for any other model on every machine, and a
     ``native`` backend named by the call or ``PYAMX_BACKEND`` refuses it
-    with ValueError (see :mod:`pyamx._backend`).
+    with ValueError (see :mod:`pyamx._backend`). Typed as the emulator's
+    :class:`~pyamx.TileMachine`: the native machine has the same methods.
     """
     chosen = _backend.resolve(backend, numerics=numerics, engine=engine)
     if not chosen.is_native:

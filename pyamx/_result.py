@@ -8,7 +8,7 @@ import numpy as np
 MODE_WORDS = {"silicon": "silicon", "trap": "trap mode"}
 
 
-def backend_label(backend, native_mode=None) -> str:
+def backend_label(backend: str | None, native_mode: str | None = None) -> str:
     """``"emulator"``, ``"native (silicon)"`` or ``"native (trap mode)"``: the one vocabulary.
 
     ``native_mode`` is what :func:`pyamx._backend.native_mode` returns
@@ -33,9 +33,10 @@ class AMXResult(np.ndarray):
 
     # Class defaults; the labels a result carries live in the instance __dict__,
     # so attributes added later (an engine name) travel without changes here.
-    backend = None
-    native_mode = None
-    engine = None  # the emulator's arithmetic engine, where one is named (pyamx.engine)
+    backend: str | None = None
+    native_mode: str | None = None
+    engine: str | None = None  # the emulator's arithmetic engine, where one is named (pyamx.engine)
+    rounded_to: str | None = None  # "bf16"/"fp16" where pyamx.matmul rounded float operands to that format
 
     def __array_finalize__(self, obj):
         labels = getattr(obj, "__dict__", None)
@@ -63,14 +64,14 @@ class AMXResult(np.ndarray):
         """Where the numbers came from, in the words ``pyamx info`` uses."""
         return backend_label(self.backend, self.native_mode)
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         extras = "".join(f", {k}={v}" for k, v in self.__dict__.items()
                          if k not in ("backend", "native_mode") and v is not None)
         return f"{np.asarray(self)!r} (backend={self.label}{extras})"
 
 
 def label(array: np.ndarray, backend: str, native_mode: str | None = None, engine: str | None = None,
-          **labels) -> AMXResult:
+          **labels: object) -> AMXResult:
     """``array`` as a C-contiguous AMXResult carrying ``backend``, ``native_mode``, ``engine`` and ``labels``."""
     result = tag(np.ascontiguousarray(array).view(AMXResult), backend, native_mode, engine)
     for name, value in labels.items():
@@ -78,7 +79,7 @@ def label(array: np.ndarray, backend: str, native_mode: str | None = None, engin
     return result
 
 
-def new_result(shape, dtype) -> AMXResult:
+def new_result(shape: tuple[int, ...], dtype: np.dtype | type) -> AMXResult:
     """An uninitialised C-contiguous AMXResult for a backend to write into; :func:`tag` it afterwards.
 
     Cheaper than :func:`label` on a finished array (no copy, no second view):

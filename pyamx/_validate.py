@@ -22,8 +22,14 @@ _FRAMEWORK_HINT = (
 )
 
 
-def _require_array(x, name: str, fn: str) -> np.ndarray:
-    """``x`` as an ndarray without copying where numpy can: __array__, the buffer protocol, a JAX array."""
+def require_array(x: object, name: str, fn: str) -> np.ndarray:
+    """``x`` as an ndarray without copying where numpy can: __array__, the buffer protocol, a JAX array.
+
+    The one operand rule: every public entry point (the one-instruction
+    functions, ``pyamx.matmul``, ``pyamx.bf16.*``) takes its arrays through
+    here, so they accept the same objects and refuse the rest with the same
+    message (a failing ``__array__`` never escapes as the framework's own error).
+    """
     if isinstance(x, np.ndarray):
         return x
     if isinstance(x, (str, bytes, dict, set)) or x is None:
@@ -55,7 +61,7 @@ def _bits_view(x, name: str, fn: str, allowed: dict, hint: str, fast: set = None
     :func:`check_dot_shapes` makes the operands contiguous and native-endian,
     so a huge zero-stride view is refused before anything is allocated.
     """
-    x = _require_array(x, name, fn)
+    x = require_array(x, name, fn)
     dtype = x.dtype
     bits_dtype = allowed.get(dtype_name(dtype))
     if bits_dtype is None:
@@ -243,6 +249,26 @@ def fast_dot_shape(family: str, c, a, b):
     if not (cf.c_contiguous and af.c_contiguous and bf.c_contiguous and cf.aligned and af.aligned and bf.aligned):
         return None
     return m, k, n
+
+
+#: dtype name -> the family an operand is read as when the call names none (int16 and uint16: bf16 bits)
+INFERRED_FAMILY = {"uint16": "bf16", "int16": "bf16", "bfloat16": "bf16", "float16": "fp16",
+                   "int8": "int8", "uint8": "int8"}
+
+
+def operand_dtypes(family: str) -> tuple:
+    """The dtype names an a/b operand of ``family`` may have (the same for every entry point)."""
+    return tuple(FAMILY_KINDS[family][1][0])
+
+
+def operand_view(x: np.ndarray, name: str, fn: str, family: str) -> np.ndarray:
+    """An a/b operand of ``family`` as a view of its bits (no copy: shapes are checked next)."""
+    return _bits_view(x, name, fn, *FAMILY_KINDS[family][1])
+
+
+def accumulator_view(x: object, name: str, fn: str, family: str) -> np.ndarray:
+    """The accumulator of ``family`` (float32/uint32 bits, int32/uint32 words) as a view, no copy."""
+    return _bits_view(x, name, fn, *FAMILY_KINDS[family][0])
 
 
 def dot_operands(check, name: str, family: str, c, a, b):

@@ -1,19 +1,31 @@
-"""bfloat16 conversions and the pair-interleaved ("VNNI") operand layout.
+"""bfloat16 conversions, and the operand layouts under the names they have always had here.
 
 bf16 values travel as uint16 bit patterns (``ml_dtypes.bfloat16`` arrays are
-accepted wherever bits are, without a copy).
+accepted wherever bits are, without a copy). The interleaved layouts live in
+:mod:`pyamx.layout`; ``pack_pairs``/``unpack_pairs`` (the bf16/fp16 layout)
+and ``pack_quads``/``unpack_quads`` (the int8 one) stay importable from here.
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from ._fpenv import default_fpenv
-from ._validate import bf16_bits
+from ._validate import bf16_bits, bf16_view, dtype_name, require_array
+from .layout import pack_pairs, pack_quads, unpack_pairs, unpack_quads
+
+if TYPE_CHECKING:
+    import numpy.typing as npt
+
+    from ._types import ArrayInput
+
+__all__ = ["from_float32", "to_float32", "widen_bits", "pack_pairs", "unpack_pairs", "pack_quads", "unpack_quads"]
 
 
 @default_fpenv
-def from_float32(x) -> np.ndarray:
+def from_float32(x: ArrayInput | float) -> npt.NDArray[np.uint16]:
     """Floats -> bf16 bits (uint16), each correctly rounded once: to nearest, ties to even.
 
     float32 input is rounded from its bits; float64 input (Python floats
@@ -26,6 +38,10 @@ def from_float32(x) -> np.ndarray:
     quieted, keeping the top 7 bits of its significand (the quiet bit and
     the next 6 payload bits), for float32 and float64 alike. Scalars and 0-d
     input give a 0-d array. No step depends on the caller's MXCSR.
+
+    uint16, int16 and ``ml_dtypes.bfloat16`` are refused: pyamx reads those
+    dtypes as bf16 bits everywhere, so rounding them as integers
+    (``from_float32(from_float32(x))``) would be a silent mistake.
     """
     array = _float_input(x)
     shape = array.shape
@@ -37,13 +53,21 @@ def from_float32(x) -> np.ndarray:
     return out.reshape(shape)
 
 
+#: the dtypes pyamx reads as bf16 bits (pyamx._validate): values already converted, never integers to round
+_BITS_DTYPES = ("uint16", "int16", "bfloat16")
+
+
 def _float_input(x) -> np.ndarray:
-    array = np.asarray(x)
+    array = require_array(x, "x", "from_float32")
+    if dtype_name(array.dtype) in _BITS_DTYPES:
+        raise TypeError(
+            f"from_float32: x has dtype {array.dtype}, which pyamx reads as bf16 bits (already converted); "
+            "decode bits with pyamx.bf16.to_float32, or cast integers to float64 first"
+        )
     kind, size = array.dtype.kind, array.dtype.itemsize
-    if kind == "f" and size == 4:
-        return array
-    if kind == "f" and size == 8:
-        return array
+    if kind == "f" and size in (4, 8):
+        # the rounding reads the values' bits as native integers: big-endian input is swapped first
+        return array if array.dtype.isnative else array.astype(array.dtype.newbyteorder("="))
     if kind == "f" and size == 2:
         return array.astype(np.float32)  # exact
     if kind in "iu":
@@ -92,58 +116,15 @@ def _round_float64(bits: np.ndarray) -> np.ndarray:
     return (sign | magnitude.astype(np.uint16)).astype(np.uint16)
 
 
-def to_float32(bits) -> np.ndarray:
-    """bf16 bits (or ml_dtypes.bfloat16) -> float32, exactly."""
-    return widen_bits(bf16_bits(np.asarray(bits), "bits")).view(np.float32)
+def to_float32(bits: ArrayInput) -> npt.NDArray[np.float32]:
+    """bf16 bits (uint16/int16 or ml_dtypes.bfloat16) -> float32, exactly."""
+    return _widen(bf16_bits(bits, "bits", "to_float32")).view(np.float32)
 
 
-def widen_bits(bits: np.ndarray) -> np.ndarray:
-    """bf16 bits -> fp32 bits: the 16 bits become the top half (exact, payload kept)."""
-    return bits.astype(np.uint32) << 16
+def widen_bits(bits: ArrayInput) -> npt.NDArray[np.uint32]:
+    """bf16 bits (uint16/int16 or ml_dtypes.bfloat16) -> fp32 bits: the top half (exact, payload kept)."""
+    return _widen(bf16_view(bits, "bits", "widen_bits"))
 
 
-def _pack(matrix, group: int, pad: bool, name: str) -> np.ndarray:
-    matrix = np.asarray(matrix)
-    if matrix.ndim != 2:
-        raise ValueError(f"{name} expects a 2-D (rows, N) matrix, got shape {matrix.shape}")
-    rows, n = matrix.shape
-    if rows % group:
-        if not pad:
-            raise ValueError(
-                f"{name}: the row count {rows} is not a multiple of {group}; pass pad=True to append zero rows"
-            )
-        matrix = np.concatenate([matrix, np.zeros((group - rows % group, n), dtype=matrix.dtype)])
-    k = matrix.shape[0] // group
-    return np.ascontiguousarray(matrix.reshape(k, group, n).transpose(0, 2, 1).reshape(k, group * n))
-
-
-def _unpack(packed, group: int, name: str) -> np.ndarray:
-    packed = np.asarray(packed)
-    if packed.ndim != 2 or packed.shape[1] % group:
-        raise ValueError(f"{name} expects a 2-D (K, {group}*N) matrix, got shape {packed.shape}")
-    k, width = packed.shape
-    return np.ascontiguousarray(packed.reshape(k, width // group, group).transpose(0, 2, 1).reshape(k * group, width // group))
-
-
-def pack_pairs(b, *, pad: bool = False) -> np.ndarray:
-    """An ordinary (2K, N) matrix -> the (K, 2N) pair-interleaved layout of tsrc2.
-
-    Row k of the result holds (b[2k][n], b[2k+1][n]) for every column n. Any
-    dtype is moved as is; ``pad=True`` appends a zero row to an odd row count.
-    """
-    return _pack(b, 2, pad, "pack_pairs")
-
-
-def unpack_pairs(packed) -> np.ndarray:
-    """The (K, 2N) pair-interleaved layout -> the ordinary (2K, N) matrix."""
-    return _unpack(packed, 2, "unpack_pairs")
-
-
-def pack_quads(b, *, pad: bool = False) -> np.ndarray:
-    """A (4K, N) byte matrix -> the (K, 4N) quad-interleaved layout of the int8 dot products."""
-    return _pack(b, 4, pad, "pack_quads")
-
-
-def unpack_quads(packed) -> np.ndarray:
-    """The (K, 4N) quad-interleaved layout -> the ordinary (4K, N) matrix."""
-    return _unpack(packed, 4, "unpack_quads")
+def _widen(bits: np.ndarray) -> npt.NDArray[np.uint32]:
+    return bits.astype(np.uint32) << np.uint32(16)

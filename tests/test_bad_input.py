@@ -182,3 +182,28 @@ def test_an_unconvertible_tensor_gets_a_type_error_with_the_recipe():
     c, a, b = _bf16_case()
     with pytest.raises(TypeError, match=r"view\(torch.int16\)"):
         pyamx.tdpbf16ps(c, _Unconvertible(), b, backend="emulator")
+
+
+def _entry_points():
+    """Every public function that takes an array operand: (name, call with ``x`` first, a valid ``x``)."""
+    c, a, b = _bf16_case()
+    return [
+        ("tdpbf16ps", lambda x: pyamx.tdpbf16ps(c, x, b, backend="emulator"), a.view(np.int16)),
+        ("tdpbf16ps", lambda x: pyamx.emulator.tdpbf16ps(c, x, b), a.view(np.int16)),
+        ("matmul", lambda x: pyamx.matmul(x, a.T, backend="emulator"), a.view(np.int16)),
+        ("from_float32", pyamx.bf16.from_float32, a.astype(np.float32)),
+        ("to_float32", pyamx.bf16.to_float32, a.view(np.int16)),
+        ("widen_bits", pyamx.bf16.widen_bits, a.view(np.int16)),
+        ("pack_pairs", pyamx.layout.pack_pairs, a.T),
+        ("unpack_quads", pyamx.layout.unpack_quads, a[:, :4]),
+    ]
+
+
+@pytest.mark.parametrize("index", range(len(_entry_points())))
+def test_every_entry_point_has_the_one_operand_rule(index):
+    name, call, valid = _entry_points()[index]
+    with pytest.raises(TypeError, match=rf"^{name}: .*\(_Unconvertible\).*view\(torch.int16\)"):
+        call(_Unconvertible())
+    with pytest.raises(TypeError, match=rf"^{name}: .* must be an array, not str"):
+        call("1, 2")
+    np.testing.assert_array_equal(np.asarray(call(_ArrayLike(valid))), np.asarray(call(valid)))

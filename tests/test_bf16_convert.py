@@ -103,3 +103,51 @@ def test_lists_keep_their_shape():
 def test_inputs_that_cannot_be_rounded_once_are_refused(bad, error):
     with pytest.raises(error):
         bf16.from_float32(bad)
+
+
+# -- the one operand rule (pyamx._validate.require_array) ----------------------------------
+
+
+class _Unconvertible:
+    def __array__(self, dtype=None, copy=None):
+        raise TypeError("Got unsupported ScalarType BFloat16")  # what torch says for a bf16 tensor
+
+
+@pytest.mark.parametrize("dtype", [np.uint16, np.int16, ">u2"])
+def test_bf16_bits_are_not_rounded_again_as_integers(dtype):
+    bits = bf16.from_float32(np.array([1.0, 2.0], np.float32)).astype(dtype)
+    with pytest.raises(TypeError, match=r"from_float32: x has dtype .*bf16 bits.*to_float32"):
+        bf16.from_float32(bits)
+
+
+def test_ml_dtypes_bfloat16_is_not_rounded_again():
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    with pytest.raises(TypeError, match="from_float32: x has dtype bfloat16"):
+        bf16.from_float32(np.ones(2, ml_dtypes.bfloat16))
+
+
+@pytest.mark.parametrize("fn, words", [
+    (bf16.from_float32, "from_float32: x"), (bf16.to_float32, "to_float32: bits"),
+    (bf16.widen_bits, "widen_bits: bits"), (bf16.pack_pairs, "pack_pairs: b"), (bf16.unpack_pairs, "unpack_pairs"),
+])
+def test_a_failing_array_conversion_is_reported_by_the_function_with_the_recipe(fn, words):
+    with pytest.raises(TypeError, match=words + r".*view\(torch.int16\)"):
+        fn(_Unconvertible())
+
+
+def test_widen_bits_checks_its_operand_like_to_float32():
+    bits = bf16.from_float32(np.array([1.5, -0.25, np.inf], np.float32))
+    want = bf16.widen_bits(bits)
+    assert want.dtype == np.uint32 and np.array_equal(want.view(np.float32), [1.5, -0.25, np.inf])
+    np.testing.assert_array_equal(bf16.widen_bits(bits.view(np.int16)), want)
+    np.testing.assert_array_equal(bf16.widen_bits(bits.astype(">u2")), want)
+    for bad in (bits.astype(np.float32), bits.astype(np.uint32), [16256, 16384]):
+        with pytest.raises(TypeError, match="widen_bits: bits has dtype"):
+            bf16.widen_bits(bad)
+
+
+@pytest.mark.parametrize("dtype", [">f4", ">f8"])
+def test_big_endian_floats_round_like_native_ones(dtype):
+    values = np.array([1.0, -2.5, 1 + 2**-8 + 2**-20, 3.4e38, np.nan], np.float64)
+    native = bf16.from_float32(values.astype("=" + dtype[1:]))
+    np.testing.assert_array_equal(bf16.from_float32(values.astype(dtype)), native)

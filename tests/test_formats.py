@@ -194,3 +194,19 @@ def test_big_endian_operands_give_the_same_bits():
     assert bf16.to_float32(np.array([0x3F80], ">u2"))[0] == 1.0
     ci = np.ones((1, 1), ">i4")
     assert pyamx.tdpbssd(ci, np.ones((1, 4), np.int8), np.ones((1, 4), np.int8))[0, 0] == 5
+
+
+def test_the_layouts_live_in_pyamx_layout_and_bf16_keeps_its_names():
+    from pyamx import layout
+
+    assert "layout" in pyamx.__all__ and pyamx.layout is layout
+    for name in ("pack_pairs", "unpack_pairs", "pack_quads", "unpack_quads"):
+        assert getattr(bf16, name) is getattr(layout, name), name  # the old names stay working aliases
+    q = np.arange(24, dtype=np.uint8).reshape(6, 4)
+    packed = layout.pack_quads(q, pad=True)  # 6 rows -> 8 (two zero rows), K = 2
+    assert packed.shape == (2, 16)
+    assert packed[0, :4].tolist() == [0, 4, 8, 12]  # column 0 of rows 0..3: one dword
+    assert packed[1, :4].tolist() == [16, 20, 0, 0]
+    np.testing.assert_array_equal(layout.unpack_quads(packed)[:6], q)
+    with pytest.raises(ValueError, match="pack_quads: the row count 6 is not a multiple of 4"):
+        layout.pack_quads(q)

@@ -7,13 +7,36 @@ numpy operands without a machine; both share the same arithmetic.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from .. import _validate, isa
 from .. import engine as _engine
 from .._result import AMXResult
 from . import instructions  # noqa: F401  (public: pyamx.emulator.instructions.tdpbf16ps and its kin, docs/isa.md)
 from .call import run_one
-from .machine import TileMachine
 from .numerics import PRESETS, Numerics
+
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+
+    from .._types import ArrayInput
+    from . import machine as _machine
+
+    class TileMachine(_machine.TileMachine):
+        """The tile machine as type checkers must see it: machine.TileMachine, whose dot-product
+        methods pyamx.isa.add_dot_methods adds at import, with its constructor typed."""
+
+        def __init__(self, numerics: str | Numerics = "sdm", engine: str | None = None) -> None: ...
+        def snapshot(self) -> tuple[bytes, npt.NDArray[np.uint8]]: ...
+        def tdpbf16ps(self, dst: int, src1: int, src2: int) -> None: ...
+        def tdpfp16ps(self, dst: int, src1: int, src2: int) -> None: ...
+        def tdpbssd(self, dst: int, src1: int, src2: int) -> None: ...
+        def tdpbsud(self, dst: int, src1: int, src2: int) -> None: ...
+        def tdpbusd(self, dst: int, src1: int, src2: int) -> None: ...
+        def tdpbuud(self, dst: int, src1: int, src2: int) -> None: ...
+else:
+    from .machine import TileMachine
 
 __all__ = ["TileMachine", "Numerics", "PRESETS", *isa.DOT_NAMES]
 
@@ -58,7 +81,7 @@ def _doc(insn: isa.Instruction) -> str:
 
     ``c`` is (M, N) float32 (or uint32 raw bits), ``a`` (M, 2K) and ``b``
     (K, 2N) bf16 bits (uint16 or ml_dtypes.bfloat16), ``b`` pair-interleaved
-    (see :func:`pyamx.bf16.pack_pairs`); 1 <= M, K, N <= 16. ``numerics`` is
+    (see :func:`pyamx.layout.pack_pairs`); 1 <= M, K, N <= 16. ``numerics`` is
     a preset name or a :class:`Numerics`. Inputs are never modified.
     """
     if insn.family == "fp16":
@@ -68,7 +91,7 @@ def _doc(insn: isa.Instruction) -> str:
         return f"""One {m}: ``c`` (M, N) int32 plus {s1} (M, 4K) ``a`` times {s2} (K, 4N) quad-interleaved ``b``.
 
     ``a`` and ``b`` are int8 or uint8 arrays (their bytes are reinterpreted
-    per the mnemonic); the int32 sum wraps around. See :func:`pyamx.bf16.pack_quads`.
+    per the mnemonic); the int32 sum wraps around. See :func:`pyamx.layout.pack_quads`.
     """
     return f"One {m}: {s1} ``a`` bytes times {s2} ``b`` bytes (see :func:`tdpbssd`)."
 
@@ -90,3 +113,18 @@ def _function(insn: isa.Instruction):
 
 
 isa.export_functions(globals(), _function, _doc)
+
+if TYPE_CHECKING:  # the functions export_functions generates, as type checkers must see them
+    def tdpbf16ps(c: ArrayInput, a: ArrayInput, b: ArrayInput, *, numerics: str | Numerics = "sdm",
+                  engine: str | None = None) -> AMXResult: ...
+
+    def tdpfp16ps(c: ArrayInput, a: ArrayInput, b: ArrayInput, *, numerics: str | Numerics = "sdm",
+                  engine: str | None = None) -> AMXResult: ...
+
+    def tdpbssd(c: ArrayInput, a: ArrayInput, b: ArrayInput, *, engine: str | None = None) -> AMXResult: ...
+
+    def tdpbsud(c: ArrayInput, a: ArrayInput, b: ArrayInput, *, engine: str | None = None) -> AMXResult: ...
+
+    def tdpbusd(c: ArrayInput, a: ArrayInput, b: ArrayInput, *, engine: str | None = None) -> AMXResult: ...
+
+    def tdpbuud(c: ArrayInput, a: ArrayInput, b: ArrayInput, *, engine: str | None = None) -> AMXResult: ...
