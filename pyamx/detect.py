@@ -155,6 +155,16 @@ class Report:
         return self.mode == "silicon"
 
     @property
+    def cpu_runs_amx(self) -> bool:
+        """The CPU and the kernel run tile instructions for this process: every silicon stage said yes.
+
+        Unlike ``amx_usable`` this does not ask for pyamx's own kernels, so it is what a test of
+        *other* code's AMX kernels needs (the pytest plugin), also under a pyamx built without them.
+        """
+        # The child runs only after every earlier stage said yes (gate_passed), so its verdict is theirs too.
+        return any(s.name == SILICON_STAGES_AFTER_CPUID[-1] and s.ok for s in self.stages)
+
+    @property
     def trap_mode(self) -> bool:
         """The native backend runs, but through the SIGILL trap-and-emulate mode."""
         return self.mode == "trap"
@@ -167,6 +177,7 @@ class Report:
         """
         return {
             "amx_usable": self.amx_usable,
+            "cpu_runs_amx": self.cpu_runs_amx,
             "native_usable": self.native_usable,
             "trap_mode": self.trap_mode,
             "reason": self.reason,

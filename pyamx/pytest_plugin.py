@@ -68,7 +68,7 @@ def amx_available():
         if trap.active():
             return False, (f"pyamx's own trap mode is on ({trap.ENV_VAR}=1) but other code's "
                            "arch_prctl permission request is not emulated; use --amx=emulate")
-        if rep.amx_usable:
+        if rep.cpu_runs_amx:  # other code's kernels need the CPU, not pyamx's own kernels
             return True, f"silicon: {rep.reason}"
         return False, rep.reason
     except Exception as exc:  # the report must not break collection

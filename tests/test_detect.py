@@ -208,6 +208,14 @@ def test_build_without_kernels():
     rep = evaluate(machine(SAPPHIRE_RAPIDS, build=replace(BUILD, kernels=frozenset())))
     assert not rep.amx_usable and rep.reason.startswith("kernels")
     assert "GCC >= 11" in rep.reason
+    # Other code's AMX kernels still run on this CPU: the pytest plugin asks this, not amx_usable.
+    assert rep.cpu_runs_amx and rep.as_dict()["cpu_runs_amx"] is True
+
+
+def test_cpu_runs_amx_needs_every_silicon_stage():
+    assert evaluate(machine(SAPPHIRE_RAPIDS)).cpu_runs_amx
+    assert not evaluate(NO_AMX_HERE).cpu_runs_amx
+    assert not evaluate(machine(SAPPHIRE_RAPIDS, child=(0, 3 << 8))).cpu_runs_amx  # the child died
 
 
 def test_missing_or_stale_module():
