@@ -58,6 +58,11 @@ class BackendError(AMXError):
     """A backend was named that does not exist or cannot run here."""
 
 
+class UnknownBackendError(BackendError, ValueError):
+    """A backend (or engine) was named that does not exist: bad input, so a ValueError like every
+    other bad keyword, and still a BackendError for code written against older pyamx."""
+
+
 class EnvironmentVariableError(BackendError, EnvVarError):
     """A ``PYAMX_*`` environment variable holds a value pyamx does not accept.
 
