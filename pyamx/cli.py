@@ -118,8 +118,12 @@ def error_message(exc: BaseException, command: str) -> str:
     return str(exc)
 
 
-def _int_at_least(minimum: int, what: str):
-    """An argparse type: an integer >= ``minimum`` (a usage error, not a traceback, otherwise)."""
+def bounded_int(minimum: int, maximum: int, what: str):
+    """An argparse type: an integer in ``minimum..maximum`` (a usage error, exit 2, otherwise).
+
+    Every number a command takes has an upper bound too: a huge one would otherwise run for
+    ever or die of MemoryError deep inside, with a traceback.
+    """
 
     def parse(text: str) -> int:
         import argparse
@@ -128,14 +132,39 @@ def _int_at_least(minimum: int, what: str):
             value = int(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"{value} is out of range; {what} is an integer >= {minimum}")
+        if not minimum <= value <= maximum:
+            raise argparse.ArgumentTypeError(
+                f"{value} is out of range; {what} is an integer >= {minimum} and <= {maximum}")
         return value
 
     return parse
 
 
-_seed = _int_at_least(0, "a seed")  # numpy's generators take no negative seed
+def bounded_float(minimum: float, maximum: float, what: str):
+    """An argparse type: a finite number with ``minimum < value <= maximum``."""
+
+    def parse(text: str) -> float:
+        import argparse
+        import math
+
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        if not (math.isfinite(value) and minimum < value <= maximum):
+            raise argparse.ArgumentTypeError(
+                f"{text} is out of range; {what} is a number > {minimum:g} and <= {maximum:g}")
+        return value
+
+    return parse
+
+
+# numpy's generators take no negative seed; 2**63 - 1 keeps it a JSON integer every reader can hold.
+_seed = bounded_int(0, 2**63 - 1, "a seed")
+#: random shapes per input class: each adds a dozen cases; far more would only make the file huge
+MAX_PER_CLASS = 1000
+#: mismatches replay prints in full, each a few lines
+MAX_SHOW = 10_000
 
 
 # -- info ----------------------------------------------------------------------
@@ -222,7 +251,8 @@ def _record_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("file", help="vector file to write (JSON); - writes to stdout")
     _backend_argument(parser)
     parser.add_argument("--seed", type=_seed, default=2026, help="non-negative integer (default 2026)")
-    parser.add_argument("--per-class", type=_int_at_least(1, "the count"), default=4, help="random shapes per input class")
+    parser.add_argument("--per-class", type=bounded_int(1, MAX_PER_CLASS, "the count"), default=4,
+                        help=f"random shapes per input class, 1..{MAX_PER_CLASS} (default 4)")
 
 
 @subcommand("record", "run seeded golden-vector cases on a backend and write them with provenance", _record_arguments)
@@ -243,7 +273,8 @@ def record_command(args: argparse.Namespace) -> int:
 def _replay_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("file", help="vector file to check (JSON)")
     _backend_argument(parser)
-    parser.add_argument("--show", type=int, default=5, help="mismatches to print in full")
+    parser.add_argument("--show", type=bounded_int(0, MAX_SHOW, "the count"), default=5,
+                        help=f"mismatches to print in full, 0..{MAX_SHOW} (default 5)")
 
 
 @subcommand("replay", "check a backend against a golden-vector file, bit for bit", _replay_arguments)

@@ -40,6 +40,21 @@ def test_negative_seed_is_a_usage_error(command, tmp_path):
     assert not (tmp_path / "out.json").exists()
 
 
+@pytest.mark.parametrize("args, words", [
+    (["bench", "--sizes", "99999999"], ["--sizes", "a size is an integer >= 1 and <= 8192"]),
+    (["bench", "--sizes", "8", "--threads", "100000"], ["--threads", "<= 256"]),
+    (["bench", "--sizes", "8", "--budget", "-1"], ["--budget", "> 0"]),
+    (["bench", "--sizes", "8", "--budget", "nan"], ["--budget", "> 0"]),
+    (["record", "out.json", "--per-class", str(10**20)], ["--per-class", "<= 1000"]),
+    (["record", "out.json", "--seed", str(2**64)], ["--seed", "a seed is an integer >= 0 and <="]),
+    (["replay", "out.json", "--show", "-1"], ["--show", ">= 0"]),
+])
+def test_every_number_has_a_bound_and_a_usage_error(args, words, tmp_path):
+    proc = _pyamx(*args, cwd=tmp_path)
+    _one_line_failure(proc, "error: argument", *words)
+    assert not (tmp_path / "out.json").exists()
+
+
 @pytest.mark.skipif(_backend.native_mode() == "silicon", reason="AMX silicon here; the refusal needs a machine without")
 def test_native_demo_without_amx_says_what_to_type():
     proc = _pyamx("demo", PYAMX_BACKEND="native", drop=("PYAMX_BACKEND", "PYAMX_TRAP_EMULATION"))
