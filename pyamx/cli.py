@@ -350,7 +350,9 @@ def run_command(args: argparse.Namespace) -> int:
             return 0
         program = args.program[1:] if args.program[:1] == ["--"] else args.program
         if args.stats_file:
-            with open(args.stats_file, "w", encoding="utf-8") as out:
+            from ._files import atomic_writer
+
+            with atomic_writer(args.stats_file) as out:
                 rc = runner.run(program, verbose=args.verbose, stats=True, stats_out=out)
         else:
             rc = runner.run(program, verbose=args.verbose, stats=args.stats)

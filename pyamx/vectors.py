@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import _backend, _ops, isa
+from ._files import atomic_writer
 from ._version import __version__
 from .errors import AMXError
 from .probe import EXPERIMENTS
@@ -158,8 +159,8 @@ def record(path, backend: str = "emulator", seed: int = 2026, per_class: int = 4
     if hasattr(path, "write"):  # an open text stream (the CLI's `record -`)
         json.dump(document, path, indent=1)
         path.write("\n")
-    else:
-        with open(path, "w", encoding="utf-8") as f:
+    else:  # the previous recording survives a full disk or a kill half way
+        with atomic_writer(path) as f:
             json.dump(document, f, indent=1)
             f.write("\n")
     return document["provenance"]
