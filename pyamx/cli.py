@@ -19,25 +19,26 @@ if TYPE_CHECKING:
 
 
 class Command:
-    """One subcommand: ``run(args) -> exit status``, its help line, the function adding its arguments."""
+    """One subcommand: ``run(args) -> exit status``, its help line, the function adding its arguments;
+    ``computes``: it runs tile arithmetic, so every setting of the backends and engines must be valid."""
 
-    __slots__ = ("run", "help", "add_arguments")
+    __slots__ = ("run", "help", "add_arguments", "computes")
 
     def __init__(self, run: Callable[[argparse.Namespace], int], help: str,
-                 add_arguments: Optional[Callable[[argparse.ArgumentParser], None]]):
-        self.run, self.help, self.add_arguments = run, help, add_arguments
+                 add_arguments: Optional[Callable[[argparse.ArgumentParser], None]], computes: bool = False):
+        self.run, self.help, self.add_arguments, self.computes = run, help, add_arguments, computes
 
 
 COMMANDS: Dict[str, Command] = {}
 
 
-def subcommand(name: str, help: str, add_arguments=None):
+def subcommand(name: str, help: str, add_arguments=None, computes: bool = False):
     """Register ``fn(args) -> exit status`` as ``python -m pyamx NAME``."""
 
     def register(fn):
         if name in COMMANDS:
             raise ValueError(f"subcommand {name!r} is registered twice")
-        COMMANDS[name] = Command(fn, help, add_arguments)
+        COMMANDS[name] = Command(fn, help, add_arguments, computes)
         return fn
 
     return register
@@ -86,6 +87,8 @@ def main(argv=None) -> int:
         first = next((word for word in words if not word.startswith("-")), None)
         args = build_parser(first if first in COMMANDS else None).parse_args(argv)
     try:
+        if COMMANDS[args.command].computes:
+            check_environment()
         status = COMMANDS[args.command].run(args)
         sys.stdout.flush()  # a closed pipe shows here, while it can still be handled
     except BrokenPipeError:
@@ -95,6 +98,20 @@ def main(argv=None) -> int:
         print(f"pyamx {args.command}: {error_message(exc, args.command)}", file=sys.stderr)
         return 2
     return status
+
+
+def check_environment() -> None:
+    """Every PYAMX_* setting of the backends and engines, validated before a command computes.
+
+    A command reads only the settings its path happens to reach (the one-instruction
+    emulator never reads PYAMX_ENGINE_THREADS): without this, a typo failed `matmul` and
+    was silently ignored by `demo`, `record` and the rest.
+    """
+    from . import _backend, engine
+
+    _backend.requested()
+    engine.requested()
+    engine.default_threads()
 
 
 def _quiet_stdout() -> None:
@@ -228,7 +245,7 @@ def _probe_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of text")
 
 
-@subcommand("probe", "tell which numerics option reproduces a backend, point by point", _probe_arguments)
+@subcommand("probe", "tell which numerics option reproduces a backend, point by point", _probe_arguments, computes=True)
 def probe_command(args: argparse.Namespace) -> int:
     from . import probe
 
@@ -255,7 +272,8 @@ def _record_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"random shapes per input class, 1..{MAX_PER_CLASS} (default 4)")
 
 
-@subcommand("record", "run seeded golden-vector cases on a backend and write them with provenance", _record_arguments)
+@subcommand("record", "run seeded golden-vector cases on a backend and write them with provenance",
+            _record_arguments, computes=True)
 def record_command(args: argparse.Namespace) -> int:
     from . import vectors
 
@@ -277,7 +295,7 @@ def _replay_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"mismatches to print in full, 0..{MAX_SHOW} (default 5)")
 
 
-@subcommand("replay", "check a backend against a golden-vector file, bit for bit", _replay_arguments)
+@subcommand("replay", "check a backend against a golden-vector file, bit for bit", _replay_arguments, computes=True)
 def replay_command(args: argparse.Namespace) -> int:
     from . import _backend, vectors
 
@@ -302,7 +320,7 @@ def _bench_arguments(parser: argparse.ArgumentParser) -> None:
     bench.add_arguments(parser)
 
 
-@subcommand("bench", "time pyamx.matmul per dtype family against numpy float32 matmul", _bench_arguments)
+@subcommand("bench", "time pyamx.matmul per dtype family against numpy float32 matmul", _bench_arguments, computes=True)
 def bench_command(args: argparse.Namespace) -> int:
     from . import bench
 
@@ -317,7 +335,8 @@ def _demo_arguments(parser: argparse.ArgumentParser) -> None:
     _backend_argument(parser)
 
 
-@subcommand("demo", "the main job: one bf16 product through TDPBF16PS, checked against float64", _demo_arguments)
+@subcommand("demo", "the main job: one bf16 product through TDPBF16PS, checked against float64",
+            _demo_arguments, computes=True)
 def demo_command(args: argparse.Namespace) -> int:
     from . import demo
 

@@ -78,6 +78,19 @@ def test_a_bad_environment_variable_is_one_line_and_info_and_help_still_work(var
     assert variable in info.stdout  # the report says what is wrong
 
 
+@pytest.mark.parametrize("variable, value", [("PYAMX_ENGINE_THREADS", "abc"), ("PYAMX_ENGINE_THREADS", "0"),
+                                             ("PYAMX_ENGINE", "fast")])
+@pytest.mark.parametrize("command", [["demo", "--backend", "emulator"], ["probe", "--backend", "emulator"],
+                                     ["record", "out.json", "--per-class", "1", "--backend", "emulator"],
+                                     ["replay", "in.json", "--backend", "emulator"],
+                                     ["bench", "--sizes", "4", "--engines", "numpy"]], ids=lambda c: c[0])
+def test_every_computing_command_refuses_a_bad_engine_setting_as_matmul_does(command, variable, value, tmp_path):
+    (tmp_path / "in.json").write_text(_pyamx("record", "-", "--per-class", "1", "--backend", "emulator").stdout)
+    proc = _pyamx(*command, cwd=tmp_path, **{variable: value})
+    _one_line_failure(proc, f"pyamx {command[0]}", variable, repr(value))
+    assert not (tmp_path / "out.json").exists()
+
+
 @pytest.mark.parametrize("value", ["", "emulator"])
 def test_empty_backend_variable_means_unset(value):
     proc = _pyamx("info", "--json", PYAMX_BACKEND=value)
