@@ -86,6 +86,8 @@ def main(argv=None) -> int:
     if args is None:
         first = next((word for word in words if not word.startswith("-")), None)
         args = build_parser(first if first in COMMANDS else None).parse_args(argv)
+    if args.command != "run":  # its start-up imports nothing it does not need (docs/run.md)
+        _one_line_warnings()
     try:
         if COMMANDS[args.command].computes:
             check_environment()
@@ -112,6 +114,27 @@ def check_environment() -> None:
     _backend.requested()
     engine.requested()
     engine.default_threads()
+
+
+def _one_line_warnings() -> None:
+    """pyamx's own warnings as one ``pyamx: warning: ...`` line: the default format shows a source
+    line of this module, which means nothing to someone who typed a command."""
+    import warnings
+
+    from .errors import ExtensionWarning
+
+    shown = warnings.showwarning
+    if getattr(shown, "pyamx_one_line", False):  # main() ran before in this process
+        return
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        if issubclass(category, ExtensionWarning):
+            print(f"pyamx: warning: {message}", file=sys.stderr if file is None else file)
+        else:
+            shown(message, category, filename, lineno, file, line)
+
+    show.pyamx_one_line = True
+    warnings.showwarning = show
 
 
 def _quiet_stdout() -> None:

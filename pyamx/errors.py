@@ -104,3 +104,14 @@ class ReentrantUseError(AMXError, RuntimeError):
     switch them would make the interrupted instruction run on the wrong
     machine's configuration, so the inner call is refused before it starts.
     """
+
+
+class ExtensionWarning(RuntimeWarning):
+    """pyamx runs without its C extension: the emulator works (on its numpy engine), the native
+    backend and the trap mode do not. Emitted once per process, on the first use that needs the
+    extension, pointing at the caller's line.
+
+    Under ``-W error`` it is never raised into that call (a matmul must not fail for it); filter
+    it by category: ``-W ignore::pyamx.errors.ExtensionWarning`` or
+    ``warnings.filterwarnings("ignore", category=pyamx.errors.ExtensionWarning)``.
+    """
