@@ -166,6 +166,47 @@ def test_the_ci_wrapper_compiler_rejects_amx_and_compiles_the_rest():
     assert check(build.AMX_TEST_SOURCE).output == rejected.output
 
 
+# -- the plan: PYAMX_REQUIRE_EXTENSION -----------------------------------------------------------
+
+
+@pytest.fixture
+def no_compiler(monkeypatch, tmp_path):
+    """build.plan() decided afresh, with a compiler that does not exist."""
+    monkeypatch.setattr(build, "_plan", None)
+    monkeypatch.setattr(build, "compiler_command", lambda: [str(tmp_path / "no-such-cc")])
+
+
+def test_require_extension_fails_the_plan_itself_without_a_compiler(no_compiler, capsys):
+    # bdist_wheel decides through plan() and, with no extension, setuptools never runs build_ext:
+    # the plan is the one place every build passes.
+    with pytest.raises(SystemExit, match=f"{build.REQUIRE_ENV}=1 but no C compiler was found"):
+        build.plan({build.REQUIRE_ENV: "1"})
+    assert build._plan is None
+
+
+def test_without_require_extension_the_plan_is_pure_and_warns_how_to_really_rebuild(no_compiler, capsys):
+    p = build.plan({})
+    assert not p.decision.extension
+    err = capsys.readouterr().err
+    assert "WITHOUT its C extension" in err and "--no-cache-dir" in err and build.REQUIRE_ENV in err
+
+
+def test_a_misspelt_require_extension_fails_before_any_compile(no_compiler, monkeypatch):
+    monkeypatch.setattr(build, "make_compile_check", lambda *a: pytest.fail("compiled"))
+    with pytest.raises(build.BuildConfigError, match=f"{build.REQUIRE_ENV}='on'"):
+        build.plan({build.REQUIRE_ENV: "on"})
+
+
+def test_build_script_imports_no_distutils():
+    import ast
+
+    tree = ast.parse(open(BUILD_PY, encoding="utf-8").read())
+    imported = [alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names]
+    imported += [node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module]
+    assert not [name for name in imported if name.split(".")[0] == "distutils"]  # Python 3.12 has none
+    assert build.compiler_command()  # what build_ext would compile with, found without it
+
+
 # -- what the build writes ------------------------------------------------------------------------
 
 
