@@ -618,3 +618,29 @@ def test_info_without_the_extension_gives_the_cause_and_the_cpuinfo_flags():
     assert not rep.amx_usable and cause in rep.reason
     none = evaluate(RawFacts(system="Linux", machine="x86_64", python=(3, 11, 7), build_error=cause, cpuinfo_flags=()))
     assert _stage_value(none, "cpu flags (/proc/cpuinfo)") == "no AMX flags"
+
+
+# -- the test extra: what the trap tests need to compile their kernels ----------------------------
+
+
+def test_the_test_extra_has_setuptools_which_cffi_compiles_with_on_python_3_12():
+    tomllib = pytest.importorskip("tomllib", reason="Python < 3.11 has no tomllib")
+    with open(os.path.join(CHECKOUT, "pyproject.toml"), "rb") as f:
+        extra = tomllib.load(f)["project"]["optional-dependencies"]["test"]
+    assert any(req.split(">")[0].split("=")[0].strip() == "setuptools" for req in extra), extra
+
+
+def test_trap_kernels_without_setuptools_on_3_12_skip_naming_setuptools_first(monkeypatch, tmp_path):
+    import importlib.util
+
+    import trap_selftest_build
+
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "setuptools" else find_spec(name, *a))
+    monkeypatch.setattr(sys, "version_info", (3, 12, 0, "final", 0))
+    monkeypatch.setattr(trap_selftest_build.platform, "machine", lambda: "x86_64")
+    monkeypatch.setattr(trap_selftest_build.sys, "platform", "linux")
+    ok, why = trap_selftest_build.build(tmp_path)
+    assert not ok and why.startswith("cffi needs setuptools") and "pip install setuptools" in why, why
+    assert not (tmp_path / "work").exists()  # no compile was tried
