@@ -320,9 +320,8 @@ def warn_no_extension(cause: str) -> None:
     print(f"\n{bar}\nWARNING: pyamx is installed WITHOUT its C extension because {cause}.\n"
           "The bit-exact emulator works; the native backend and the trap mode do not.\n"
           "Install a C compiler (GCC >= 11 or clang >= 12 for the AMX kernels) and reinstall\n"
-          "without pip's cached pure wheel of this build:\n"
-          "    pip install --force-reinstall --no-cache-dir --no-binary pyamx pyamx\n"
-          "    (from a checkout or an sdist: pip install --force-reinstall --no-cache-dir PATH)\n"
+          "past pip's cache, which keeps this pure wheel (--no-binary does not skip it):\n"
+          "    pip install --force-reinstall --no-cache-dir pyamx    (or the path/URL you installed from)\n"
           f"or set {REQUIRE_ENV}=1 to make this a build error.\n{bar}\n", file=sys.stderr)
 
 

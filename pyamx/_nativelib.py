@@ -40,11 +40,11 @@ def build_info():
         return None
 
 
-#: what rebuilds an install that pip made without the extension: pip would otherwise reuse the pure
-#: wheel it cached from that build (docs/downstream.md)
-REINSTALL_HINT = ("install a C compiler (GCC >= 11 or clang >= 12 for the AMX kernels), then reinstall "
-                  "without pip's cached wheel: `pip install --force-reinstall --no-cache-dir --no-binary pyamx "
-                  "pyamx` (from a checkout: `pip install --force-reinstall --no-cache-dir .`)")
+#: what rebuilds an install that pip made without the extension. A plain reinstall gets the pure
+#: wheel pip cached from that build back, and so does --no-binary; --no-cache-dir builds afresh.
+REINSTALL_HINT = ("install a C compiler (GCC >= 11 or clang >= 12 for the AMX kernels), then reinstall past "
+                  "pip's cache of the pure wheel: `pip install --force-reinstall --no-cache-dir pyamx` "
+                  "(or the path or URL you installed from)")
 
 
 def source_checkout(package_dir: str = os.path.dirname(os.path.abspath(__file__))):
