@@ -488,6 +488,15 @@ def compile_failure_text(exc: BaseException) -> str:
     return f"compiling it failed: {type(exc).__name__}: {text[:300]}"
 
 
+def ship_docs(build_lib: Path) -> None:
+    """docs/*.md into the package (pyamx/docs/): the messages that send a user to a doc
+    (pyamx/_docs.py) must find it in a wheel too."""
+    target = Path(build_lib) / "pyamx" / "docs"
+    target.mkdir(parents=True, exist_ok=True)
+    for source in sorted((HERE / "docs").glob("*.md")):
+        shutil.copyfile(source, target / source.name)
+
+
 def write_buildinfo(directory: Path, text: str) -> None:
     path = Path(directory) / BUILDINFO
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -524,8 +533,11 @@ def setuptools_options() -> dict:
     class BuildPy(build_py):
         def run(self):
             super().run()
-            for d in buildinfo_dirs(self, getattr(self, "editable_mode", False)):
+            in_place = getattr(self, "editable_mode", False)
+            for d in buildinfo_dirs(self, in_place):
                 write_buildinfo(d, buildinfo_text(plan()))
+            if not in_place:  # a checkout has them beside the package already
+                ship_docs(Path(self.build_lib))
 
     class BuildExt(build_ext):
         """build_ext that fills in the modules from the plan; optional unless REQUIRE_ENV or in place."""

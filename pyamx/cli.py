@@ -382,7 +382,13 @@ def _run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("program", nargs=argparse.REMAINDER, help="-- PROGRAM [ARGS...]")
 
 
-@subcommand("run", "run a program with its AMX instructions emulated (docs/run.md)", _run_arguments)
+def _run_help() -> str:
+    from ._docs import doc
+
+    return f"run a program with its AMX instructions emulated ({doc('run.md')})"
+
+
+@subcommand("run", _run_help(), _run_arguments)
 def run_command(args: argparse.Namespace) -> int:
     from . import run as runner
 

@@ -484,6 +484,11 @@ def test_python_m_build_at_the_root_builds_an_abi3_wheel_and_a_complete_sdist(tm
         names = whl.namelist()
     assert any(n.startswith("pyamx/_native.abi3") for n in names)
     assert "pyamx/py.typed" in names and "pyamx/_buildinfo.py" in names
+    # the docs the messages point at travel inside the package, and the metadata says where the project lives
+    assert {f"pyamx/docs/{n}" for n in os.listdir(os.path.join(CHECKOUT, "docs")) if n.endswith(".md")} <= set(names)
+    with zipfile.ZipFile(src / "dist" / wheels[0]) as whl:
+        metadata = whl.read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
+    assert "Project-URL: Documentation, " in metadata
     assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names)
     import tarfile
 
@@ -644,3 +649,42 @@ def test_trap_kernels_without_setuptools_on_3_12_skip_naming_setuptools_first(mo
     ok, why = trap_selftest_build.build(tmp_path)
     assert not ok and why.startswith("cffi needs setuptools") and "pip install setuptools" in why, why
     assert not (tmp_path / "work").exists()  # no compile was tried
+
+
+# -- documentation a message can point at ----------------------------------------------------------
+
+
+def test_a_doc_is_found_inside_the_package_first_then_beside_it_else_online(tmp_path):
+    from pyamx import _docs
+
+    package = tmp_path / "site" / "pyamx"
+    package.mkdir(parents=True)
+    assert _docs.doc("run.md", str(package)) == _docs.DOCS_URL + "/run.md"
+    (tmp_path / "site" / "docs").mkdir()
+    (tmp_path / "site" / "docs" / "run.md").write_text("checkout")
+    assert _docs.doc("run.md", str(package)) == str(tmp_path / "site" / "docs" / "run.md")
+    (package / "docs").mkdir()
+    (package / "docs" / "run.md").write_text("wheel")
+    assert _docs.doc("run.md", str(package)) == str(package / "docs" / "run.md")
+
+
+def test_the_online_docs_address_is_the_one_in_the_metadata():
+    tomllib = pytest.importorskip("tomllib", reason="Python < 3.11 has no tomllib")
+    from pyamx import _docs
+
+    with open(os.path.join(CHECKOUT, "pyproject.toml"), "rb") as f:
+        urls = tomllib.load(f)["project"]["urls"]
+    assert urls["Documentation"] == _docs.DOCS_URL
+
+
+def test_pyamx_run_points_at_a_doc_this_copy_has(tmp_path):
+    from pyamx import run
+
+    path = run._run_doc()
+    assert os.path.isfile(path) and path.endswith("run.md")
+
+
+def test_ship_docs_copies_every_doc_into_the_package(tmp_path):
+    build.ship_docs(tmp_path)
+    shipped = sorted(os.listdir(tmp_path / "pyamx" / "docs"))
+    assert shipped == sorted(n for n in os.listdir(os.path.join(CHECKOUT, "docs")) if n.endswith(".md"))
