@@ -9,7 +9,6 @@ import os
 import shutil
 import subprocess
 import sys
-import sysconfig
 import zipfile
 
 import pytest
@@ -534,6 +533,99 @@ def test_install_without_a_compiler_is_pure_and_says_why(tmp_path):
                           "import pyamx.native as n\ntry:\n n.NativeMachine()\nexcept Exception as e: print(type(e).__name__, e)"],
                          cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert "ExtensionWarning" in use.stderr and "because the C compiler cannot compile" in use.stderr, use.stderr
+
+
+@slow_build
+def test_require_extension_fails_a_build_without_a_compiler(tmp_path):
+    src = _scratch_copy(tmp_path)
+    env = dict(os.environ, CC="/bin/false", PYAMX_REQUIRE_EXTENSION="1")
+    done = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-w", str(tmp_path / "wh"), str(src)],
+                          env=env, capture_output=True, text=True, timeout=900)
+    assert done.returncode != 0
+    assert "PYAMX_REQUIRE_EXTENSION=1 but the C compiler cannot compile a trivial C file" in done.stdout + done.stderr
+    assert not (tmp_path / "wh").exists() or os.listdir(tmp_path / "wh") == []
+
+
+def _sdist(tmp_path):
+    """An sdist of this checkout, made as docs/downstream.md says (python -m build --sdist)."""
+    pytest.importorskip("build", reason="needs the `build` package (pip install build)")
+    src = _scratch_copy(tmp_path)
+    done = subprocess.run([sys.executable, "-m", "build", "--sdist", "-o", str(tmp_path / "sdist")], cwd=src,
+                          capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    (sdist,) = os.listdir(tmp_path / "sdist")
+    return tmp_path / "sdist" / sdist
+
+
+@slow_build
+@pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
+def test_the_reinstall_advice_rebuilds_where_a_plain_reinstall_gets_the_cached_pure_wheel(tmp_path):
+    from pyamx import _nativelib
+
+    sdist = _sdist(tmp_path)
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYAMX_") and k != "CC"}
+    env["PIP_CACHE_DIR"] = str(tmp_path / "pip-cache")  # pip's wheel cache, as a user's machine keeps it
+    # As from an index: pip caches the wheel it builds from a named, versioned sdist it finds.
+    wanted = f"pyamx=={build.read_version()}"
+    pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--no-deps", "--force-reinstall",
+           "--find-links", str(sdist.parent)]
+
+    def install(*extra, **more_env):
+        done = subprocess.run([*pip, *extra, wanted], env=dict(env, **more_env), capture_output=True, text=True,
+                              timeout=900)
+        assert done.returncode == 0, done.stderr[-3000:]
+        probe = "import pyamx._buildinfo as b; print(b.EXTENSION)"
+        return subprocess.run([str(venv / "bin" / "python"), "-I", "-c", probe], capture_output=True, text=True,
+                              timeout=120).stdout.strip()
+
+    assert install(CC="/bin/false") == "False"
+    assert install() == "False"  # a compiler now, but the plain reinstall brings the cached pure wheel back
+    assert "--no-cache-dir" in _nativelib.REINSTALL_HINT
+    assert install("--no-cache-dir") == "True"  # what the advice says
+
+
+@slow_build
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
+def test_a_downstream_project_installs_pyamx_from_git_and_runs_its_amx_test(tmp_path):
+    """docs/downstream.md, step by step: pip install from a git URL, pytest --amx=emulate, pyamx run."""
+    src = _scratch_copy(tmp_path)
+    git = ["git", "-C", str(src), "-c", "user.name=t", "-c", "user.email=t@t", "-c", "commit.gpgsign=false"]
+    for command in (["init", "-q"], ["add", "-A"], ["commit", "-q", "-m", "pyamx under test"]):
+        subprocess.run(git + command, check=True, capture_output=True, timeout=120)
+    project = tmp_path / "downstream"
+    (project / "mykernels").mkdir(parents=True)
+    (project / "tests").mkdir()
+    (project / "mykernels" / "__init__.py").write_text(
+        "import numpy as np\nimport pyamx\n\n\n"
+        "def dot(a, b):\n"
+        "    c = np.zeros((a.shape[0], b.shape[1] // 2), np.float32)\n"
+        "    return np.asarray(pyamx.tdpbf16ps(c, a, b))\n")
+    (project / "tests" / "test_kernels.py").write_text(
+        "import numpy as np\nimport pytest\n\nimport mykernels\n\n\n"
+        "@pytest.mark.amx\n"
+        "def test_dot_of_ones():\n"
+        "    one = np.uint16(0x3F80)  # 1.0 in bf16\n"
+        "    a = np.full((2, 4), one, np.uint16)\n"
+        "    b = np.full((2, 6), one, np.uint16)\n"
+        "    assert (mykernels.dot(a, b) == 4.0).all()  # K = 2 pairs of products of ones\n")
+    (project / "pyproject.toml").write_text("[tool.pytest.ini_options]\npythonpath = [\".\"]\n")
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYAMX_")}
+    env["PYAMX_REQUIRE_EXTENSION"] = "1"  # as the page advises for CI
+    done = subprocess.run([str(venv / "bin" / "pip"), "install", "-q", f"git+file://{src}", "pytest"],
+                          env=env, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    env.pop("PYAMX_REQUIRE_EXTENSION")
+    tests = subprocess.run([str(venv / "bin" / "pytest"), "--amx=emulate", "-q", "-rs"], cwd=project, env=env,
+                           capture_output=True, text=True, timeout=600)
+    assert tests.returncode == 0 and "1 passed" in tests.stdout, tests.stdout[-3000:] + tests.stderr[-3000:]
+    run = subprocess.run([str(venv / "bin" / "pyamx"), "run", "--", "sh", "-c", "exit 7"], cwd=project, env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 7, run.stderr
 
 
 @slow_build
