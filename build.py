@@ -227,10 +227,10 @@ def link_args(sanitize: bool) -> list:
     return ["-pthread", "-fsanitize=address,undefined"] if sanitize else ["-pthread"]
 
 
-def _distutils_compiler():
-    import setuptools  # noqa: F401  (installs setuptools' distutils)
-    from distutils.ccompiler import new_compiler
-    from distutils.sysconfig import customize_compiler
+def _build_ext_compiler():
+    # The very functions setuptools' build_ext makes its compiler with, taken from it: Python 3.12
+    # has no distutils, and setuptools' own copy of it is not a public module.
+    from setuptools.command.build_ext import customize_compiler, new_compiler
 
     compiler = new_compiler()
     customize_compiler(compiler)  # honours CC, CFLAGS, CPPFLAGS as build_ext does
@@ -239,7 +239,7 @@ def _distutils_compiler():
 
 def compiler_command() -> list:
     """The command build_ext compiles with (``CC`` and ``CFLAGS`` included)."""
-    return list(getattr(_distutils_compiler(), "compiler_so", None) or ["cc"])
+    return list(getattr(_build_ext_compiler(), "compiler_so", None) or ["cc"])
 
 
 def make_compile_check(command: Sequence[str], extra: Sequence[str]) -> CompileCheck:
@@ -296,10 +296,14 @@ def plan(env: Optional[Mapping[str, str]] = None) -> BuildPlan:
     global _plan
     if _plan is None:
         env = os.environ if env is None else env
+        require = parse_flag(env, REQUIRE_ENV)  # a typo fails the build whatever the toolchain
         command = compiler_command()
         sanitize = parse_flag(env, SANITIZE_ENV)
         check = make_compile_check(command, compile_args(sanitize))
         decision = decide(env, platform.machine(), platform.system(), check)
+        if require and not decision.extension:
+            # Here, not in build_ext: once there is no extension, setuptools never runs build_ext.
+            raise SystemExit(f"pyamx build: {REQUIRE_ENV}={env[REQUIRE_ENV]} but {decision.cause}")
         _plan = BuildPlan(decision, compiler_identity(command), read_version(), sysconfig.get_platform())
         state = "WITH" if decision.kernels else "WITHOUT"
         what = f"{state} the AMX kernels" if decision.extension else "WITHOUT the C extension"
@@ -314,7 +318,9 @@ def warn_no_extension(cause: str) -> None:
     bar = "*" * 78
     print(f"\n{bar}\nWARNING: pyamx is installed WITHOUT its C extension because {cause}.\n"
           "The bit-exact emulator works; the native backend and the trap mode do not.\n"
-          "Install a C compiler (GCC >= 11 or clang >= 12 for the AMX kernels) and reinstall,\n"
+          "Install a C compiler (GCC >= 11 or clang >= 12 for the AMX kernels) and reinstall\n"
+          "past pip's cache, which keeps this pure wheel (--no-binary does not skip it):\n"
+          "    pip install --force-reinstall --no-cache-dir pyamx    (or the path/URL you installed from)\n"
           f"or set {REQUIRE_ENV}=1 to make this a build error.\n{bar}\n", file=sys.stderr)
 
 
@@ -481,6 +487,15 @@ def compile_failure_text(exc: BaseException) -> str:
     return f"compiling it failed: {type(exc).__name__}: {text[:300]}"
 
 
+def ship_docs(build_lib: Path) -> None:
+    """docs/*.md into the package (pyamx/docs/): the messages that send a user to a doc
+    (pyamx/_docs.py) must find it in a wheel too."""
+    target = Path(build_lib) / "pyamx" / "docs"
+    target.mkdir(parents=True, exist_ok=True)
+    for source in sorted((HERE / "docs").glob("*.md")):
+        shutil.copyfile(source, target / source.name)
+
+
 def write_buildinfo(directory: Path, text: str) -> None:
     path = Path(directory) / BUILDINFO
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -517,8 +532,11 @@ def setuptools_options() -> dict:
     class BuildPy(build_py):
         def run(self):
             super().run()
-            for d in buildinfo_dirs(self, getattr(self, "editable_mode", False)):
+            in_place = getattr(self, "editable_mode", False)
+            for d in buildinfo_dirs(self, in_place):
                 write_buildinfo(d, buildinfo_text(plan()))
+            if not in_place:  # a checkout has them beside the package already
+                ship_docs(Path(self.build_lib))
 
     class BuildExt(build_ext):
         """build_ext that fills in the modules from the plan; optional unless REQUIRE_ENV or in place."""

@@ -25,7 +25,7 @@ numerics rule lives here and nowhere else:
 from __future__ import annotations
 
 from . import _env
-from .errors import BackendError, EnvironmentVariableError, NativeUnavailableError
+from .errors import EnvironmentVariableError, NativeUnavailableError, UnknownBackendError
 
 ENV_VAR = "PYAMX_BACKEND"
 CHOICES = ("auto", "native", "emulator")
@@ -48,7 +48,7 @@ def _default_numerics():
 def parse_choice(value, source: str) -> str:
     """Validate a backend name; ``source`` says where it came from, for the message."""
     if value not in CHOICES:
-        raise BackendError(f"{source} is {value!r}; it must be one of {', '.join(CHOICES)}")
+        raise UnknownBackendError(f"{source} is {value!r}; it must be one of {', '.join(CHOICES)}")
     return value
 
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import functools
 import importlib
+import os
+import sys
 import warnings
 
 from ._version import __version__
@@ -38,13 +40,59 @@ def build_info():
         return None
 
 
-def not_built_message(info, import_error) -> str:
-    """Why ``pyamx._native`` cannot be imported, from the build's record when there is one (pure)."""
+#: what rebuilds an install that pip made without the extension. A plain reinstall gets the pure
+#: wheel pip cached from that build back, and so does --no-binary; --no-cache-dir builds afresh.
+REINSTALL_HINT = ("install a C compiler (GCC >= 11 or clang >= 12 for the AMX kernels), then reinstall past "
+                  "pip's cache of the pure wheel: `pip install --force-reinstall --no-cache-dir pyamx` "
+                  "(or the path or URL you installed from)")
+
+
+def source_checkout(package_dir: str = os.path.dirname(os.path.abspath(__file__))):
+    """The root of the source checkout this pyamx is imported from, or None for an installed one."""
+    root = os.path.dirname(package_dir)
+    if os.path.isfile(os.path.join(root, "build.py")) and os.path.isdir(os.path.join(root, "csrc")):
+        return root
+    return None
+
+
+def not_built_message(info, import_error, checkout=None) -> str:
+    """Why ``pyamx._native`` cannot be imported, from the build's record when there is one (pure).
+
+    ``checkout``: the source checkout pyamx was imported from, if any; a script started in its
+    root imports that folder, built or not, before any installed pyamx.
+    """
     if info is not None and not info.EXTENSION:
         return (f"pyamx was built without the C extension because {info.CAUSE}; the emulator works, "
-                "the native backend and the trap mode need the extension: install a C compiler "
-                "(GCC >= 11 or clang >= 12 for the AMX kernels) and reinstall (`pip install .`)")
+                f"the native backend and the trap mode need the extension: {REINSTALL_HINT}")
+    if checkout is not None:
+        return (f"pyamx is imported from the source checkout {checkout}, whose C extension is not built, so "
+                "the emulator runs on its numpy engine and the native backend and the trap mode are off "
+                "(a script started in the checkout's root imports this folder before any installed pyamx). "
+                f"Build it in place: `pip install -e .` or `python build.py` in {checkout}")
     return f"the C extension pyamx._native is not built ({import_error}); {REBUILD_HINT}"
+
+
+def _outside_pyamx() -> int:
+    """The ``stacklevel`` of the first caller outside the pyamx package (the user's line)."""
+    package = os.path.dirname(os.path.abspath(__file__)) + os.sep
+    frame, level = sys._getframe(1), 1
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(package):
+        frame, level = frame.f_back, level + 1
+    return level
+
+
+def warn_once(message: str) -> None:
+    """The :class:`~pyamx.errors.ExtensionWarning`, once per process, at the user's line."""
+    global _warned
+    if _warned:
+        return
+    _warned = True
+    from .errors import ExtensionWarning
+
+    try:
+        warnings.warn(message, ExtensionWarning, stacklevel=_outside_pyamx())
+    except ExtensionWarning:
+        pass  # `-W error`: a missing extension must not fail the (emulator) call that noticed it
 
 
 _warned = False
@@ -54,18 +102,18 @@ _warned = False
 def load():
     """``(ffi, lib)`` of the extension; ImportError (or StaleBuildError) with a clear message.
 
-    An install built without the extension also warns once, on the first use
-    that needs it: pip hides the build's own warning.
+    An install built without the extension, or a source checkout not built
+    yet, also warns once, on the first use that needs it: pip hides the
+    build's own warning, and a checkout would silently run the numpy engine.
     """
-    global _warned
     try:
         from . import _native
     except ImportError as exc:
         info = build_info()
-        message = not_built_message(info, exc)
-        if info is not None and not info.EXTENSION and not _warned:
-            _warned = True
-            warnings.warn(message, RuntimeWarning, stacklevel=2)
+        checkout = source_checkout()
+        message = not_built_message(info, exc, checkout)
+        if (info is not None and not info.EXTENSION) or checkout is not None:
+            warn_once(message)
         raise ImportError(message) from exc
     built = _native.ffi.string(_native.lib.pyamx_build_version()).decode()
     message = stale_build_message(built, __version__)

@@ -22,19 +22,26 @@ from . import isa
 FAMILIES = isa.FAMILIES
 DEFAULT_SIZES = (256, 512, 1024)
 DEFAULT_BUDGET_S = 30.0
+#: the largest size: three float32 operands of 8192^2 already take 768 MiB, the operands of each family more
+MAX_SIZE = 8192
+MAX_BUDGET_S = 7 * 24 * 3600.0
 #: AMX TMUL throughput per core per cycle (one 16x16x32 bf16/fp16 or 16x16x64 int8 product per 16 cycles)
 AMX_OPS_PER_CYCLE = {"bf16": 1024, "fp16": 1024, "int8": 2048}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--sizes", type=int, nargs="+", default=list(DEFAULT_SIZES), metavar="N",
-                        help="square sizes M = N = K to time (default: %(default)s)")
-    parser.add_argument("--threads", type=int, default=None,
+    from .cli import bounded_float, bounded_int
+    from .engine import MAX_THREADS
+
+    parser.add_argument("--sizes", type=bounded_int(1, MAX_SIZE, "a size"), nargs="+", default=list(DEFAULT_SIZES),
+                        metavar="N", help=f"square sizes M = N = K to time, 1..{MAX_SIZE} (default: %(default)s)")
+    parser.add_argument("--threads", type=bounded_int(1, MAX_THREADS, "the thread count"), default=None,
                         help="threads for pyamx and numpy alike (default: the engine's default; numpy's BLAS likewise)")
     parser.add_argument("--engines", default=None,
                         help="comma-separated emulator engines to time (default: every engine that runs here)")
     parser.add_argument("--families", default=",".join(FAMILIES), help="comma-separated: bf16, fp16, int8")
-    parser.add_argument("--budget", type=float, default=DEFAULT_BUDGET_S,
+    parser.add_argument("--budget", type=bounded_float(0.0, MAX_BUDGET_S, "the budget in seconds"),
+                        default=DEFAULT_BUDGET_S,
                         help="skip a run whose estimated time exceeds this many seconds (default: %(default)s)")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
 
@@ -283,9 +290,6 @@ def main(args: argparse.Namespace) -> int:
     bad = [f for f in families if f not in FAMILIES]
     if bad or not families:
         print(f"pyamx bench: --families takes {', '.join(FAMILIES)}, not {args.families!r}", file=sys.stderr)
-        return 2
-    if any(n < 1 for n in args.sizes) or (args.threads is not None and args.threads < 1):
-        print("pyamx bench: sizes and --threads must be at least 1", file=sys.stderr)
         return 2
     engines = split(args.engines)
     from .engine import NAMES

@@ -19,25 +19,26 @@ if TYPE_CHECKING:
 
 
 class Command:
-    """One subcommand: ``run(args) -> exit status``, its help line, the function adding its arguments."""
+    """One subcommand: ``run(args) -> exit status``, its help line, the function adding its arguments;
+    ``computes``: it runs tile arithmetic, so every setting of the backends and engines must be valid."""
 
-    __slots__ = ("run", "help", "add_arguments")
+    __slots__ = ("run", "help", "add_arguments", "computes")
 
     def __init__(self, run: Callable[[argparse.Namespace], int], help: str,
-                 add_arguments: Optional[Callable[[argparse.ArgumentParser], None]]):
-        self.run, self.help, self.add_arguments = run, help, add_arguments
+                 add_arguments: Optional[Callable[[argparse.ArgumentParser], None]], computes: bool = False):
+        self.run, self.help, self.add_arguments, self.computes = run, help, add_arguments, computes
 
 
 COMMANDS: Dict[str, Command] = {}
 
 
-def subcommand(name: str, help: str, add_arguments=None):
+def subcommand(name: str, help: str, add_arguments=None, computes: bool = False):
     """Register ``fn(args) -> exit status`` as ``python -m pyamx NAME``."""
 
     def register(fn):
         if name in COMMANDS:
             raise ValueError(f"subcommand {name!r} is registered twice")
-        COMMANDS[name] = Command(fn, help, add_arguments)
+        COMMANDS[name] = Command(fn, help, add_arguments, computes)
         return fn
 
     return register
@@ -85,7 +86,11 @@ def main(argv=None) -> int:
     if args is None:
         first = next((word for word in words if not word.startswith("-")), None)
         args = build_parser(first if first in COMMANDS else None).parse_args(argv)
+    if args.command != "run":  # its start-up imports nothing it does not need (docs/run.md)
+        _one_line_warnings()
     try:
+        if COMMANDS[args.command].computes:
+            check_environment()
         status = COMMANDS[args.command].run(args)
         sys.stdout.flush()  # a closed pipe shows here, while it can still be handled
     except BrokenPipeError:
@@ -95,6 +100,41 @@ def main(argv=None) -> int:
         print(f"pyamx {args.command}: {error_message(exc, args.command)}", file=sys.stderr)
         return 2
     return status
+
+
+def check_environment() -> None:
+    """Every PYAMX_* setting of the backends and engines, validated before a command computes.
+
+    A command reads only the settings its path happens to reach (the one-instruction
+    emulator never reads PYAMX_ENGINE_THREADS): without this, a typo failed `matmul` and
+    was silently ignored by `demo`, `record` and the rest.
+    """
+    from . import _backend, engine
+
+    _backend.requested()
+    engine.requested()
+    engine.default_threads()
+
+
+def _one_line_warnings() -> None:
+    """pyamx's own warnings as one ``pyamx: warning: ...`` line: the default format shows a source
+    line of this module, which means nothing to someone who typed a command."""
+    import warnings
+
+    from .errors import ExtensionWarning
+
+    shown = warnings.showwarning
+    if getattr(shown, "pyamx_one_line", False):  # main() ran before in this process
+        return
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        if issubclass(category, ExtensionWarning):
+            print(f"pyamx: warning: {message}", file=sys.stderr if file is None else file)
+        else:
+            shown(message, category, filename, lineno, file, line)
+
+    show.pyamx_one_line = True
+    warnings.showwarning = show
 
 
 def _quiet_stdout() -> None:
@@ -118,8 +158,12 @@ def error_message(exc: BaseException, command: str) -> str:
     return str(exc)
 
 
-def _int_at_least(minimum: int, what: str):
-    """An argparse type: an integer >= ``minimum`` (a usage error, not a traceback, otherwise)."""
+def bounded_int(minimum: int, maximum: int, what: str):
+    """An argparse type: an integer in ``minimum..maximum`` (a usage error, exit 2, otherwise).
+
+    Every number a command takes has an upper bound too: a huge one would otherwise run for
+    ever or die of MemoryError deep inside, with a traceback.
+    """
 
     def parse(text: str) -> int:
         import argparse
@@ -128,14 +172,39 @@ def _int_at_least(minimum: int, what: str):
             value = int(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"{value} is out of range; {what} is an integer >= {minimum}")
+        if not minimum <= value <= maximum:
+            raise argparse.ArgumentTypeError(
+                f"{value} is out of range; {what} is an integer >= {minimum} and <= {maximum}")
         return value
 
     return parse
 
 
-_seed = _int_at_least(0, "a seed")  # numpy's generators take no negative seed
+def bounded_float(minimum: float, maximum: float, what: str):
+    """An argparse type: a finite number with ``minimum < value <= maximum``."""
+
+    def parse(text: str) -> float:
+        import argparse
+        import math
+
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        if not (math.isfinite(value) and minimum < value <= maximum):
+            raise argparse.ArgumentTypeError(
+                f"{text} is out of range; {what} is a number > {minimum:g} and <= {maximum:g}")
+        return value
+
+    return parse
+
+
+# numpy's generators take no negative seed; 2**63 - 1 keeps it a JSON integer every reader can hold.
+_seed = bounded_int(0, 2**63 - 1, "a seed")
+#: random shapes per input class: each adds a dozen cases; far more would only make the file huge
+MAX_PER_CLASS = 1000
+#: mismatches replay prints in full, each a few lines
+MAX_SHOW = 10_000
 
 
 # -- info ----------------------------------------------------------------------
@@ -199,7 +268,7 @@ def _probe_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of text")
 
 
-@subcommand("probe", "tell which numerics option reproduces a backend, point by point", _probe_arguments)
+@subcommand("probe", "tell which numerics option reproduces a backend, point by point", _probe_arguments, computes=True)
 def probe_command(args: argparse.Namespace) -> int:
     from . import probe
 
@@ -222,10 +291,12 @@ def _record_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("file", help="vector file to write (JSON); - writes to stdout")
     _backend_argument(parser)
     parser.add_argument("--seed", type=_seed, default=2026, help="non-negative integer (default 2026)")
-    parser.add_argument("--per-class", type=_int_at_least(1, "the count"), default=4, help="random shapes per input class")
+    parser.add_argument("--per-class", type=bounded_int(1, MAX_PER_CLASS, "the count"), default=4,
+                        help=f"random shapes per input class, 1..{MAX_PER_CLASS} (default 4)")
 
 
-@subcommand("record", "run seeded golden-vector cases on a backend and write them with provenance", _record_arguments)
+@subcommand("record", "run seeded golden-vector cases on a backend and write them with provenance",
+            _record_arguments, computes=True)
 def record_command(args: argparse.Namespace) -> int:
     from . import vectors
 
@@ -243,10 +314,11 @@ def record_command(args: argparse.Namespace) -> int:
 def _replay_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("file", help="vector file to check (JSON)")
     _backend_argument(parser)
-    parser.add_argument("--show", type=int, default=5, help="mismatches to print in full")
+    parser.add_argument("--show", type=bounded_int(0, MAX_SHOW, "the count"), default=5,
+                        help=f"mismatches to print in full, 0..{MAX_SHOW} (default 5)")
 
 
-@subcommand("replay", "check a backend against a golden-vector file, bit for bit", _replay_arguments)
+@subcommand("replay", "check a backend against a golden-vector file, bit for bit", _replay_arguments, computes=True)
 def replay_command(args: argparse.Namespace) -> int:
     from . import _backend, vectors
 
@@ -271,7 +343,7 @@ def _bench_arguments(parser: argparse.ArgumentParser) -> None:
     bench.add_arguments(parser)
 
 
-@subcommand("bench", "time pyamx.matmul per dtype family against numpy float32 matmul", _bench_arguments)
+@subcommand("bench", "time pyamx.matmul per dtype family against numpy float32 matmul", _bench_arguments, computes=True)
 def bench_command(args: argparse.Namespace) -> int:
     from . import bench
 
@@ -286,7 +358,8 @@ def _demo_arguments(parser: argparse.ArgumentParser) -> None:
     _backend_argument(parser)
 
 
-@subcommand("demo", "the main job: one bf16 product through TDPBF16PS, checked against float64", _demo_arguments)
+@subcommand("demo", "the main job: one bf16 product through TDPBF16PS, checked against float64",
+            _demo_arguments, computes=True)
 def demo_command(args: argparse.Namespace) -> int:
     from . import demo
 
@@ -309,7 +382,13 @@ def _run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("program", nargs=argparse.REMAINDER, help="-- PROGRAM [ARGS...]")
 
 
-@subcommand("run", "run a program with its AMX instructions emulated (docs/run.md)", _run_arguments)
+def _run_help() -> str:
+    from ._docs import doc
+
+    return f"run a program with its AMX instructions emulated ({doc('run.md')})"
+
+
+@subcommand("run", _run_help(), _run_arguments)
 def run_command(args: argparse.Namespace) -> int:
     from . import run as runner
 
@@ -319,7 +398,9 @@ def run_command(args: argparse.Namespace) -> int:
             return 0
         program = args.program[1:] if args.program[:1] == ["--"] else args.program
         if args.stats_file:
-            with open(args.stats_file, "w", encoding="utf-8") as out:
+            from ._files import atomic_writer
+
+            with atomic_writer(args.stats_file) as out:
                 rc = runner.run(program, verbose=args.verbose, stats=True, stats_out=out)
         else:
             rc = runner.run(program, verbose=args.verbose, stats=args.stats)

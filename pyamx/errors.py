@@ -58,6 +58,11 @@ class BackendError(AMXError):
     """A backend was named that does not exist or cannot run here."""
 
 
+class UnknownBackendError(BackendError, ValueError):
+    """A backend (or engine) was named that does not exist: bad input, so a ValueError like every
+    other bad keyword, and still a BackendError for code written against older pyamx."""
+
+
 class EnvironmentVariableError(BackendError, EnvVarError):
     """A ``PYAMX_*`` environment variable holds a value pyamx does not accept.
 
@@ -98,4 +103,15 @@ class ReentrantUseError(AMXError, RuntimeError):
     hook. The thread has one set of tile registers; letting the inner call
     switch them would make the interrupted instruction run on the wrong
     machine's configuration, so the inner call is refused before it starts.
+    """
+
+
+class ExtensionWarning(RuntimeWarning):
+    """pyamx runs without its C extension: the emulator works (on its numpy engine), the native
+    backend and the trap mode do not. Emitted once per process, on the first use that needs the
+    extension, pointing at the caller's line.
+
+    Under ``-W error`` it is never raised into that call (a matmul must not fail for it); filter
+    it by category: ``-W ignore::pyamx.errors.ExtensionWarning`` or
+    ``warnings.filterwarnings("ignore", category=pyamx.errors.ExtensionWarning)``.
     """

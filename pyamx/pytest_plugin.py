@@ -10,7 +10,7 @@ Inactive unless asked. It adds:
 * the ``amx`` marker: such a test is skipped with the detection report's
   reason when AMX is not available (neither silicon nor emulation).
 
-The README ("The pytest plugin") and docs/guide.md show the downstream CI recipe.
+docs/downstream.md shows the recipe: installing pyamx from git or an sdist, then these options.
 """
 
 from __future__ import annotations

@@ -196,10 +196,16 @@ def nothing_emulated_message(stats: RunStats) -> Optional[str]:
     if stats.requests:
         return ("pyamx run: the program asked for AMX permission (granted) but executed no tile instruction; "
                 "if it also checks CPUID (leaf 7, EDX bit 24) or XGETBV (XCR0 bits 17-18), it saw no AMX: "
-                "those cannot be intercepted -- see docs/run.md")
+                f"those cannot be intercepted -- see {_run_doc()}")
     return ("pyamx run: the program executed no AMX instruction and never asked for AMX permission; it most "
             "likely checked CPUID/XGETBV itself (which cannot be intercepted) and took a non-AMX path -- see "
-            "docs/run.md")
+            f"{_run_doc()}")
+
+
+def _run_doc() -> str:
+    from ._docs import doc
+
+    return doc("run.md")
 
 
 # The program's terminal signals go to it; it decides how to end.
@@ -266,7 +272,7 @@ def run(argv: Sequence[str], *, verbose: bool = False, stats: bool = False, stat
             print(note, file=sys.stderr)
         if rc == -signal.SIGSYS:
             print("pyamx run: the program died of SIGSYS: a process exec'd without the preload (LD_PRELOAD "
-                  "removed) asked arch_prctl for AMX permission -- see docs/run.md", file=sys.stderr)
+                  f"removed) asked arch_prctl for AMX permission -- see {_run_doc()}", file=sys.stderr)
     return rc
 
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import _backend, _ops, isa
+from ._files import atomic_writer
 from ._version import __version__
 from .errors import AMXError
 from .probe import EXPERIMENTS
@@ -158,8 +159,8 @@ def record(path, backend: str = "emulator", seed: int = 2026, per_class: int = 4
     if hasattr(path, "write"):  # an open text stream (the CLI's `record -`)
         json.dump(document, path, indent=1)
         path.write("\n")
-    else:
-        with open(path, "w", encoding="utf-8") as f:
+    else:  # the previous recording survives a full disk or a kill half way
+        with atomic_writer(path) as f:
             json.dump(document, f, indent=1)
             f.write("\n")
     return document["provenance"]
@@ -183,6 +184,8 @@ def load(path) -> tuple:
         raise VectorFileError(path, f"cannot be read ({exc.strerror or exc})") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise VectorFileError(path, f"is not a complete JSON document (truncated or corrupt: {exc})") from None
+    except RecursionError:
+        raise VectorFileError(path, "nests arrays or objects too deeply to be a pyamx vector file") from None
     if not isinstance(document, dict) or document.get("format") != FORMAT:
         raise VectorFileError(path, f"is not a pyamx vector file (no \"format\": \"{FORMAT}\")")
     if document.get("version") != VERSION:
@@ -191,8 +194,36 @@ def load(path) -> tuple:
         raise VectorFileError(path, "lacks its \"provenance\" object or its \"cases\" list")
     if not document["cases"]:
         raise VectorFileError(path, "holds no cases: there is nothing to check")
+    _check_provenance(path, document["provenance"])
     cases = [_parse_case(path, i, raw) for i, raw in enumerate(document["cases"])]
     return document["provenance"], cases
+
+
+# provenance field -> the JSON types it may hold (absent is fine: an older file; it prints as "?")
+_PROVENANCE_TYPES = {
+    "backend": (str,), "native_mode": (str, type(None)), "silicon": (bool,), "numerics": (str, type(None)),
+    "cpu": (dict,), "kernel": (str,), "os": (str,), "pyamx": (str,), "python": (str,), "numpy": (str,),
+    "date": (str,), "seed": (int,),
+}
+_JSON_NAMES = {str: "a string", bool: "true/false", int: "an integer", dict: "an object", type(None): "null"}
+
+
+def _json_type(value) -> str:
+    return {list: "a list", float: "a number"}.get(type(value)) or _JSON_NAMES.get(type(value), type(value).__name__)
+
+
+def _check_provenance(path, prov: dict) -> None:
+    """Every provenance field a replay prints has its recorded type (a wrong one would print a lie,
+    "silicon": "no" as SILICON, or fail deep inside)."""
+    for key, types in _PROVENANCE_TYPES.items():
+        value = prov.get(key)
+        if key in prov and (not isinstance(value, types) or (bool not in types and isinstance(value, bool))):
+            expected = " or ".join(_JSON_NAMES[t] for t in types)
+            raise VectorFileError(path, f"provenance field {key!r} is {_json_type(value)}; it must be {expected}")
+    bad = [k for k, v in prov.get("cpu", {}).items() if not isinstance(v, str)]
+    if bad:
+        raise VectorFileError(path, f"provenance field 'cpu' holds {bad[0]!r} as {_json_type(prov['cpu'][bad[0]])}; "
+                              "its values must be strings")
 
 
 def _parse_case(path, index: int, raw) -> Case:
@@ -200,10 +231,11 @@ def _parse_case(path, index: int, raw) -> Case:
     if not isinstance(raw, dict):
         raise VectorFileError(path, f"{where} is not an object")
     instruction = raw.get("instruction")
-    if instruction not in INSTRUCTIONS:
+    if not isinstance(instruction, str) or instruction not in INSTRUCTIONS:
         raise VectorFileError(path, f"{where} names an unknown instruction {instruction!r}")
     shape = raw.get("shape")
-    if not (isinstance(shape, list) and len(shape) == 3 and all(isinstance(x, int) and 1 <= x <= 16 for x in shape)):
+    # type() and not isinstance(): JSON's true is a Python bool, which isinstance counts as an int.
+    if not (isinstance(shape, list) and len(shape) == 3 and all(type(x) is int and 1 <= x <= 16 for x in shape)):
         raise VectorFileError(path, f"{where} has a bad shape {shape!r} (three ints 1..16: M, K, N)")
     m, k, n = shape
     lanes = INSTRUCTIONS[instruction][2]

@@ -92,6 +92,15 @@ def test_auto_records_why():
         assert "native is not usable" in reason
 
 
+@pytest.mark.parametrize("call", [lambda: pyamx.tdpbf16ps(*_ops(), backend="bogus"),
+                                  lambda: pyamx.tile_machine(backend="bogus")])
+def test_an_unknown_backend_name_is_a_value_error_and_still_a_backend_error(call):
+    # Like every other bad keyword (numerics=, dtype=): `except ValueError` catches it.
+    with pytest.raises(ValueError, match="backend is 'bogus'") as info:
+        call()
+    assert isinstance(info.value, BackendError)
+
+
 def test_per_call_backend_names_are_strict():
     with pytest.raises(BackendError, match="must be one of auto, native, emulator"):
         pyamx.tdpbf16ps(*_ops(), backend="gpu")

@@ -165,6 +165,47 @@ def test_the_ci_wrapper_compiler_rejects_amx_and_compiles_the_rest():
     assert check(build.AMX_TEST_SOURCE).output == rejected.output
 
 
+# -- the plan: PYAMX_REQUIRE_EXTENSION -----------------------------------------------------------
+
+
+@pytest.fixture
+def no_compiler(monkeypatch, tmp_path):
+    """build.plan() decided afresh, with a compiler that does not exist."""
+    monkeypatch.setattr(build, "_plan", None)
+    monkeypatch.setattr(build, "compiler_command", lambda: [str(tmp_path / "no-such-cc")])
+
+
+def test_require_extension_fails_the_plan_itself_without_a_compiler(no_compiler, capsys):
+    # bdist_wheel decides through plan() and, with no extension, setuptools never runs build_ext:
+    # the plan is the one place every build passes.
+    with pytest.raises(SystemExit, match=f"{build.REQUIRE_ENV}=1 but no C compiler was found"):
+        build.plan({build.REQUIRE_ENV: "1"})
+    assert build._plan is None
+
+
+def test_without_require_extension_the_plan_is_pure_and_warns_how_to_really_rebuild(no_compiler, capsys):
+    p = build.plan({})
+    assert not p.decision.extension
+    err = capsys.readouterr().err
+    assert "WITHOUT its C extension" in err and "--no-cache-dir" in err and build.REQUIRE_ENV in err
+
+
+def test_a_misspelt_require_extension_fails_before_any_compile(no_compiler, monkeypatch):
+    monkeypatch.setattr(build, "make_compile_check", lambda *a: pytest.fail("compiled"))
+    with pytest.raises(build.BuildConfigError, match=f"{build.REQUIRE_ENV}='on'"):
+        build.plan({build.REQUIRE_ENV: "on"})
+
+
+def test_build_script_imports_no_distutils():
+    import ast
+
+    tree = ast.parse(open(BUILD_PY, encoding="utf-8").read())
+    imported = [alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names]
+    imported += [node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module]
+    assert not [name for name in imported if name.split(".")[0] == "distutils"]  # Python 3.12 has none
+    assert build.compiler_command()  # what build_ext would compile with, found without it
+
+
 # -- what the build writes ------------------------------------------------------------------------
 
 
@@ -289,6 +330,94 @@ def test_not_built_message_names_the_recorded_cause():
     assert "pip install ." in _nativelib.not_built_message(None, ImportError("x"))
 
 
+# -- running without the extension: an unbuilt checkout, a compiler-less install -----------------------
+
+
+def _unbuilt_copy(tmp_path, checkout: bool, extension_recorded=None):
+    """pyamx's Python files without any compiled module, in tmp_path/src: a source checkout that was
+    never built (build.py and csrc/ beside it), or an install whose _buildinfo.py records no extension."""
+    root = tmp_path / "src"
+    package = os.path.join(CHECKOUT, "pyamx")
+    shutil.copytree(package, root / "pyamx",
+                    ignore=lambda d, names: [n for n in names if n.endswith((".so", ".pyd")) or n == "__pycache__"
+                                             or n == "_buildinfo.py"])
+    if checkout:
+        shutil.copy2(BUILD_PY, root / "build.py")
+        (root / "csrc").mkdir()
+    if extension_recorded is False:
+        (root / "pyamx" / "_buildinfo.py").write_text(
+            "EXTENSION = False\nCAUSE = 'no C compiler was found (cc: not found)'\nKERNELS = False\n"
+            "KERNELS_REASON = CAUSE\nSANITIZE = False\nCOMPILER = 'cc'\nVERSION = ''\n")
+    return root
+
+
+_USE = ("import numpy as np, pyamx\n"
+        "a = np.ones((4, 4), np.float16)\n"
+        "for _ in range(3):\n"
+        "    r = pyamx.matmul(a, a, backend='emulator')  # the user's line\n"
+        "print('ok', r.engine)\n")
+
+
+def _bare_python(root, *args):
+    """``python -S ARGS`` in ``root`` with numpy and cffi importable: without site, an editable
+    install's import hook cannot hand it this checkout's compiled modules."""
+    import numpy
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYAMX_")}
+    env["PYTHONPATH"] = os.path.dirname(os.path.dirname(numpy.__file__))
+    return subprocess.run([sys.executable, "-S", *args], cwd=root, env=env, capture_output=True, text=True,
+                          timeout=300)
+
+
+def _run_script(root, *options, prelude=""):
+    script = root / "user_script.py"
+    script.write_text(prelude + _USE)
+    return _bare_python(root, *options, str(script))
+
+
+def test_a_script_in_an_unbuilt_checkout_is_told_once_how_to_build_it(tmp_path):
+    root = _unbuilt_copy(tmp_path, checkout=True)
+    done = _run_script(root, "-W", "default")
+    assert done.returncode == 0 and done.stdout == "ok numpy\n", done.stderr
+    assert done.stderr.count("ExtensionWarning") == 1, done.stderr
+    assert f"source checkout {root}, whose C extension is not built" in done.stderr
+    assert "`pip install -e .` or `python build.py`" in done.stderr
+    assert "user_script.py:4: ExtensionWarning" in done.stderr  # at the user's line, not inside pyamx
+
+
+@pytest.mark.parametrize("options", [["-W", "error"], ["-W", "error::RuntimeWarning"]])
+def test_the_extension_warning_never_fails_a_matmul_under_w_error(tmp_path, options):
+    root = _unbuilt_copy(tmp_path, checkout=False, extension_recorded=False)
+    done = _run_script(root, *options)
+    assert done.returncode == 0 and done.stdout == "ok numpy\n", done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_the_extension_warning_is_a_runtime_warning_users_filter_by_category(tmp_path):
+    from pyamx.errors import ExtensionWarning
+
+    assert issubclass(ExtensionWarning, RuntimeWarning)
+    root = _unbuilt_copy(tmp_path, checkout=False, extension_recorded=False)
+    shown = _run_script(root, "-W", "default")
+    assert shown.stderr.count("ExtensionWarning") == 1 and "--no-cache-dir" in shown.stderr, shown.stderr
+    assert "user_script.py:4" in shown.stderr
+    by_category = "import warnings, pyamx.errors\nwarnings.simplefilter('ignore', pyamx.errors.ExtensionWarning)\n"
+    quiet = _run_script(root, "-W", "default", prelude=by_category)
+    assert quiet.returncode == 0 and quiet.stderr == "", quiet.stderr
+    # -W cannot name a category of a package it has not imported yet: docs/downstream.md gives this form
+    quiet = _run_script(root, "-W", "default", "-W", "ignore:pyamx:RuntimeWarning")
+    assert quiet.returncode == 0 and quiet.stderr == "", quiet.stderr
+
+
+def test_the_command_line_shows_the_extension_warning_as_one_line(tmp_path):
+    root = _unbuilt_copy(tmp_path, checkout=False, extension_recorded=False)
+    done = _bare_python(root, "-m", "pyamx", "demo", "--backend", "emulator")
+    assert done.returncode == 0, done.stderr
+    lines = [line for line in done.stderr.splitlines() if "warning" in line.lower()]
+    assert len(lines) == 1 and lines[0].startswith("pyamx: warning: pyamx was built without the C extension"), \
+        done.stderr
+
+
 def test_cpuinfo_amx_flags_are_read_without_the_extension():
     from pyamx import detect
 
@@ -354,6 +483,11 @@ def test_python_m_build_at_the_root_builds_an_abi3_wheel_and_a_complete_sdist(tm
         names = whl.namelist()
     assert any(n.startswith("pyamx/_native.abi3") for n in names)
     assert "pyamx/py.typed" in names and "pyamx/_buildinfo.py" in names
+    # the docs the messages point at travel inside the package, and the metadata says where the project lives
+    assert {f"pyamx/docs/{n}" for n in os.listdir(os.path.join(CHECKOUT, "docs")) if n.endswith(".md")} <= set(names)
+    with zipfile.ZipFile(src / "dist" / wheels[0]) as whl:
+        metadata = whl.read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
+    assert "Project-URL: Documentation, " in metadata
     assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names)
     import tarfile
 
@@ -398,7 +532,100 @@ def test_install_without_a_compiler_is_pure_and_says_why(tmp_path):
     use = subprocess.run([str(py), "-W", "always", "-c",
                           "import pyamx.native as n\ntry:\n n.NativeMachine()\nexcept Exception as e: print(type(e).__name__, e)"],
                          cwd=tmp_path, capture_output=True, text=True, timeout=300)
-    assert "RuntimeWarning" in use.stderr and "because the C compiler cannot compile" in use.stderr, use.stderr
+    assert "ExtensionWarning" in use.stderr and "because the C compiler cannot compile" in use.stderr, use.stderr
+
+
+@slow_build
+def test_require_extension_fails_a_build_without_a_compiler(tmp_path):
+    src = _scratch_copy(tmp_path)
+    env = dict(os.environ, CC="/bin/false", PYAMX_REQUIRE_EXTENSION="1")
+    done = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-w", str(tmp_path / "wh"), str(src)],
+                          env=env, capture_output=True, text=True, timeout=900)
+    assert done.returncode != 0
+    assert "PYAMX_REQUIRE_EXTENSION=1 but the C compiler cannot compile a trivial C file" in done.stdout + done.stderr
+    assert not (tmp_path / "wh").exists() or os.listdir(tmp_path / "wh") == []
+
+
+def _sdist(tmp_path):
+    """An sdist of this checkout, made as docs/downstream.md says (python -m build --sdist)."""
+    pytest.importorskip("build", reason="needs the `build` package (pip install build)")
+    src = _scratch_copy(tmp_path)
+    done = subprocess.run([sys.executable, "-m", "build", "--sdist", "-o", str(tmp_path / "sdist")], cwd=src,
+                          capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    (sdist,) = os.listdir(tmp_path / "sdist")
+    return tmp_path / "sdist" / sdist
+
+
+@slow_build
+@pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
+def test_the_reinstall_advice_rebuilds_where_a_plain_reinstall_gets_the_cached_pure_wheel(tmp_path):
+    from pyamx import _nativelib
+
+    sdist = _sdist(tmp_path)
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYAMX_") and k != "CC"}
+    env["PIP_CACHE_DIR"] = str(tmp_path / "pip-cache")  # pip's wheel cache, as a user's machine keeps it
+    # As from an index: pip caches the wheel it builds from a named, versioned sdist it finds.
+    wanted = f"pyamx=={build.read_version()}"
+    pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--no-deps", "--force-reinstall",
+           "--find-links", str(sdist.parent)]
+
+    def install(*extra, **more_env):
+        done = subprocess.run([*pip, *extra, wanted], env=dict(env, **more_env), capture_output=True, text=True,
+                              timeout=900)
+        assert done.returncode == 0, done.stderr[-3000:]
+        probe = "import pyamx._buildinfo as b; print(b.EXTENSION)"
+        return subprocess.run([str(venv / "bin" / "python"), "-I", "-c", probe], capture_output=True, text=True,
+                              timeout=120).stdout.strip()
+
+    assert install(CC="/bin/false") == "False"
+    assert install() == "False"  # a compiler now, but the plain reinstall brings the cached pure wheel back
+    assert "--no-cache-dir" in _nativelib.REINSTALL_HINT
+    assert install("--no-cache-dir") == "True"  # what the advice says
+
+
+@slow_build
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
+def test_a_downstream_project_installs_pyamx_from_git_and_runs_its_amx_test(tmp_path):
+    """docs/downstream.md, step by step: pip install from a git URL, pytest --amx=emulate, pyamx run."""
+    src = _scratch_copy(tmp_path)
+    git = ["git", "-C", str(src), "-c", "user.name=t", "-c", "user.email=t@t", "-c", "commit.gpgsign=false"]
+    for command in (["init", "-q"], ["add", "-A"], ["commit", "-q", "-m", "pyamx under test"]):
+        subprocess.run(git + command, check=True, capture_output=True, timeout=120)
+    project = tmp_path / "downstream"
+    (project / "mykernels").mkdir(parents=True)
+    (project / "tests").mkdir()
+    (project / "mykernels" / "__init__.py").write_text(
+        "import numpy as np\nimport pyamx\n\n\n"
+        "def dot(a, b):\n"
+        "    c = np.zeros((a.shape[0], b.shape[1] // 2), np.float32)\n"
+        "    return np.asarray(pyamx.tdpbf16ps(c, a, b))\n")
+    (project / "tests" / "test_kernels.py").write_text(
+        "import numpy as np\nimport pytest\n\nimport mykernels\n\n\n"
+        "@pytest.mark.amx\n"
+        "def test_dot_of_ones():\n"
+        "    one = np.uint16(0x3F80)  # 1.0 in bf16\n"
+        "    a = np.full((2, 4), one, np.uint16)\n"
+        "    b = np.full((2, 6), one, np.uint16)\n"
+        "    assert (mykernels.dot(a, b) == 4.0).all()  # K = 2 pairs of products of ones\n")
+    (project / "pyproject.toml").write_text("[tool.pytest.ini_options]\npythonpath = [\".\"]\n")
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYAMX_")}
+    env["PYAMX_REQUIRE_EXTENSION"] = "1"  # as the page advises for CI
+    done = subprocess.run([str(venv / "bin" / "pip"), "install", "-q", f"git+file://{src}", "pytest"],
+                          env=env, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    env.pop("PYAMX_REQUIRE_EXTENSION")
+    tests = subprocess.run([str(venv / "bin" / "pytest"), "--amx=emulate", "-q", "-rs"], cwd=project, env=env,
+                           capture_output=True, text=True, timeout=600)
+    assert tests.returncode == 0 and "1 passed" in tests.stdout, tests.stdout[-3000:] + tests.stderr[-3000:]
+    run = subprocess.run([str(venv / "bin" / "pyamx"), "run", "--", "sh", "-c", "exit 7"], cwd=project, env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 7, run.stderr
 
 
 @slow_build
@@ -488,3 +715,68 @@ def test_info_without_the_extension_gives_the_cause_and_the_cpuinfo_flags():
     assert not rep.amx_usable and cause in rep.reason
     none = evaluate(RawFacts(system="Linux", machine="x86_64", python=(3, 11, 7), build_error=cause, cpuinfo_flags=()))
     assert _stage_value(none, "cpu flags (/proc/cpuinfo)") == "no AMX flags"
+
+
+# -- the test extra: what the trap tests need to compile their kernels ----------------------------
+
+
+def test_the_test_extra_has_setuptools_which_cffi_compiles_with_on_python_3_12():
+    tomllib = pytest.importorskip("tomllib", reason="Python < 3.11 has no tomllib")
+    with open(os.path.join(CHECKOUT, "pyproject.toml"), "rb") as f:
+        extra = tomllib.load(f)["project"]["optional-dependencies"]["test"]
+    assert any(req.split(">")[0].split("=")[0].strip() == "setuptools" for req in extra), extra
+
+
+def test_trap_kernels_without_setuptools_on_3_12_skip_naming_setuptools_first(monkeypatch, tmp_path):
+    import importlib.util
+
+    import trap_selftest_build
+
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "setuptools" else find_spec(name, *a))
+    monkeypatch.setattr(sys, "version_info", (3, 12, 0, "final", 0))
+    monkeypatch.setattr(trap_selftest_build.platform, "machine", lambda: "x86_64")
+    monkeypatch.setattr(trap_selftest_build.sys, "platform", "linux")
+    ok, why = trap_selftest_build.build(tmp_path)
+    assert not ok and why.startswith("cffi needs setuptools") and "pip install setuptools" in why, why
+    assert not (tmp_path / "work").exists()  # no compile was tried
+
+
+# -- documentation a message can point at ----------------------------------------------------------
+
+
+def test_a_doc_is_found_inside_the_package_first_then_beside_it_else_online(tmp_path):
+    from pyamx import _docs
+
+    package = tmp_path / "site" / "pyamx"
+    package.mkdir(parents=True)
+    assert _docs.doc("run.md", str(package)) == _docs.DOCS_URL + "/run.md"
+    (tmp_path / "site" / "docs").mkdir()
+    (tmp_path / "site" / "docs" / "run.md").write_text("checkout")
+    assert _docs.doc("run.md", str(package)) == str(tmp_path / "site" / "docs" / "run.md")
+    (package / "docs").mkdir()
+    (package / "docs" / "run.md").write_text("wheel")
+    assert _docs.doc("run.md", str(package)) == str(package / "docs" / "run.md")
+
+
+def test_the_online_docs_address_is_the_one_in_the_metadata():
+    tomllib = pytest.importorskip("tomllib", reason="Python < 3.11 has no tomllib")
+    from pyamx import _docs
+
+    with open(os.path.join(CHECKOUT, "pyproject.toml"), "rb") as f:
+        urls = tomllib.load(f)["project"]["urls"]
+    assert urls["Documentation"] == _docs.DOCS_URL
+
+
+def test_pyamx_run_points_at_a_doc_this_copy_has(tmp_path):
+    from pyamx import run
+
+    path = run._run_doc()
+    assert os.path.isfile(path) and path.endswith("run.md")
+
+
+def test_ship_docs_copies_every_doc_into_the_package(tmp_path):
+    build.ship_docs(tmp_path)
+    shipped = sorted(os.listdir(tmp_path / "pyamx" / "docs"))
+    assert shipped == sorted(n for n in os.listdir(os.path.join(CHECKOUT, "docs")) if n.endswith(".md"))

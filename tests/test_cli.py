@@ -40,6 +40,21 @@ def test_negative_seed_is_a_usage_error(command, tmp_path):
     assert not (tmp_path / "out.json").exists()
 
 
+@pytest.mark.parametrize("args, words", [
+    (["bench", "--sizes", "99999999"], ["--sizes", "a size is an integer >= 1 and <= 8192"]),
+    (["bench", "--sizes", "8", "--threads", "100000"], ["--threads", "<= 256"]),
+    (["bench", "--sizes", "8", "--budget", "-1"], ["--budget", "> 0"]),
+    (["bench", "--sizes", "8", "--budget", "nan"], ["--budget", "> 0"]),
+    (["record", "out.json", "--per-class", str(10**20)], ["--per-class", "<= 1000"]),
+    (["record", "out.json", "--seed", str(2**64)], ["--seed", "a seed is an integer >= 0 and <="]),
+    (["replay", "out.json", "--show", "-1"], ["--show", ">= 0"]),
+])
+def test_every_number_has_a_bound_and_a_usage_error(args, words, tmp_path):
+    proc = _pyamx(*args, cwd=tmp_path)
+    _one_line_failure(proc, "error: argument", *words)
+    assert not (tmp_path / "out.json").exists()
+
+
 @pytest.mark.skipif(_backend.native_mode() == "silicon", reason="AMX silicon here; the refusal needs a machine without")
 def test_native_demo_without_amx_says_what_to_type():
     proc = _pyamx("demo", PYAMX_BACKEND="native", drop=("PYAMX_BACKEND", "PYAMX_TRAP_EMULATION"))
@@ -61,6 +76,19 @@ def test_a_bad_environment_variable_is_one_line_and_info_and_help_still_work(var
     info = _pyamx("info", **bad)
     assert info.returncode == 0 and "Traceback" not in info.stderr
     assert variable in info.stdout  # the report says what is wrong
+
+
+@pytest.mark.parametrize("variable, value", [("PYAMX_ENGINE_THREADS", "abc"), ("PYAMX_ENGINE_THREADS", "0"),
+                                             ("PYAMX_ENGINE", "fast")])
+@pytest.mark.parametrize("command", [["demo", "--backend", "emulator"], ["probe", "--backend", "emulator"],
+                                     ["record", "out.json", "--per-class", "1", "--backend", "emulator"],
+                                     ["replay", "in.json", "--backend", "emulator"],
+                                     ["bench", "--sizes", "4", "--engines", "numpy"]], ids=lambda c: c[0])
+def test_every_computing_command_refuses_a_bad_engine_setting_as_matmul_does(command, variable, value, tmp_path):
+    (tmp_path / "in.json").write_text(_pyamx("record", "-", "--per-class", "1", "--backend", "emulator").stdout)
+    proc = _pyamx(*command, cwd=tmp_path, **{variable: value})
+    _one_line_failure(proc, f"pyamx {command[0]}", variable, repr(value))
+    assert not (tmp_path / "out.json").exists()
 
 
 @pytest.mark.parametrize("value", ["", "emulator"])

@@ -70,10 +70,18 @@ def test_bench_reports_an_engine_asked_for_that_cannot_run():
         assert any(s["engine"] == "avx2" and s["reason"] for s in report["skipped"])
 
 
-@pytest.mark.parametrize("argv", [["--families", "bf8"], ["--engines", "gpu"], ["--sizes", "0"], ["--threads", "0"]])
+@pytest.mark.parametrize("argv", [["--families", "bf8"], ["--engines", "gpu"]])
 def test_bench_rejects_bad_arguments(argv, capsys):
     assert cli.main(["bench", "--sizes", "4", *argv]) == 2
     assert "pyamx bench" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv", [["--sizes", "0"], ["--threads", "0"], ["--budget", "0"]])
+def test_bench_rejects_numbers_out_of_range_as_usage_errors(argv, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["bench", "--sizes", "4", *argv])
+    assert exit_.value.code == 2
+    assert f"pyamx bench: error: argument {argv[0]}" in capsys.readouterr().err
 
 
 @pytest.mark.slow  # a benchmark's own run: seconds of warm-up and timing rounds

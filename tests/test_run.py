@@ -340,3 +340,15 @@ def test_the_console_script_runs_the_same_command():
     proc = subprocess.run([str(script), "run", "--", "sh", "-c", "exit 5"], capture_output=True, text=True,
                           timeout=120)
     assert proc.returncode == 5
+
+
+def test_a_run_that_cannot_start_leaves_the_previous_stats_file_as_it_was(tmp_path):
+    stats = tmp_path / "stats.txt"
+    stats.write_text("the previous run's report\n")
+    proc = pyamx_run("--stats-file", stats, "--", tmp_path / "no-such-program")
+    assert proc.returncode == 2 and "no-such-program" in proc.stderr
+    assert stats.read_text() == "the previous run's report\n"
+    assert os.listdir(tmp_path) == ["stats.txt"]
+    done = pyamx_run("--stats-file", stats, "--", "sh", "-c", "exit 0")
+    assert done.returncode == 0, done.stderr
+    assert stats.read_text().startswith("pyamx run:") and os.listdir(tmp_path) == ["stats.txt"]

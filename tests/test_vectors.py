@@ -73,6 +73,40 @@ def test_damaged_files_name_the_file_and_the_problem(recorded, tmp_path, damage,
     assert str(broken) in str(info.value)
 
 
+def _edited(document, edit):
+    document = json.loads(json.dumps(document))
+    edit(document)
+    return json.dumps(document)
+
+
+@pytest.mark.parametrize(
+    "make, words",
+    [
+        (lambda doc: "[" * 100_000 + "]" * 100_000, "nests arrays or objects too deeply"),
+        (lambda doc: _edited(doc, lambda d: d["provenance"].update(cpu="Sapphire Rapids")),
+         "provenance field 'cpu' is a string; it must be an object"),
+        (lambda doc: _edited(doc, lambda d: d["provenance"]["cpu"].update(model=143)),
+         "'cpu' holds 'model' as an integer"),
+        (lambda doc: _edited(doc, lambda d: d["provenance"].update(silicon="no")),
+         "provenance field 'silicon' is a string; it must be true/false"),
+        (lambda doc: _edited(doc, lambda d: d["provenance"].update(backend=["native"])),
+         "provenance field 'backend' is a list"),
+        (lambda doc: _edited(doc, lambda d: d["cases"][0].update(shape=[True, True, True])), "case 0 has a bad shape"),
+        (lambda doc: _edited(doc, lambda d: d["cases"][1].update(instruction=["tdpbf16ps"])),
+         "case 1 names an unknown instruction"),
+    ],
+    ids=["deep-nesting", "cpu-string", "cpu-value-int", "silicon-string", "backend-list", "bool-shape",
+         "list-instruction"],
+)
+def test_malformed_files_are_a_vector_file_error_not_a_traceback(recorded, tmp_path, make, words):
+    path, _ = recorded
+    broken = tmp_path / "broken.json"
+    broken.write_text(make(json.loads(path.read_text())))
+    with pytest.raises(VectorFileError, match=words) as info:
+        vectors.replay(broken, backend="emulator")
+    assert str(broken) in str(info.value)
+
+
 def test_missing_file_is_a_clear_error(tmp_path):
     with pytest.raises(VectorFileError, match="cannot be read"):
         vectors.load(tmp_path / "absent.json")

@@ -13,6 +13,7 @@ benchmarks/bench_trap.py).
 
 from __future__ import annotations
 
+import importlib.util
 import io
 import platform
 import sys
@@ -36,10 +37,23 @@ def _cdef() -> str:
     return _declarations(ROOT / "csrc" / "pyamx_ops.h") + "\n" + _declarations(HEADER)
 
 
+def missing_build_tools():
+    """Why cffi cannot compile anything here, or None: from Python 3.12 on it compiles through
+    setuptools, and there is no distutils left to fall back on."""
+    if sys.version_info >= (3, 12) and importlib.util.find_spec("setuptools") is None:
+        return ("cffi needs setuptools to compile the trap self-test kernels and Python "
+                f"{sys.version_info[0]}.{sys.version_info[1]} has no distutils to fall back on: "
+                "pip install setuptools (the test extra has it: pip install 'pyamx[test]')")
+    return None
+
+
 def build(directory) -> tuple:
     """``(True, directory)`` once ``_pyamx_trap_selftest`` is built there, else ``(False, why)``."""
     if not sys.platform.startswith("linux") or platform.machine().lower() not in ("x86_64", "amd64"):
         return False, f"the trap self-test kernels need x86-64 Linux; this is {sys.platform}/{platform.machine()}"
+    missing = missing_build_tools()
+    if missing:  # before the compile, whose own error would blame the compiler
+        return False, missing
     try:
         from cffi import FFI
     except ImportError as exc:  # pragma: no cover - cffi is a dependency
