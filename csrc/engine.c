@@ -550,6 +550,19 @@ static void *helper_main(void *arg)
 }
 #endif
 
+/* How many threads the work of m x n outputs over kd dwords keeps busy (>= 1).
+ * Integers only: this runs under the caller's MXCSR, where a float
+ * conversion that rounds would raise its precision flag. m and n are at most
+ * 2^30, so m * n fits; its product with kd may not, hence the division. */
+static int64_t most_parts(int64_t m, int64_t n, int64_t kd)
+{
+    int64_t mn = m * n;
+    if (mn > INT64_MAX / kd)
+        return INT64_MAX;
+    int64_t most = mn * kd / MIN_WORK_PER_THREAD;
+    return most > 1 ? most : 1;
+}
+
 static int overlaps(const void *p0, size_t n0, const void *p1, size_t n1)
 {
     uintptr_t a = (uintptr_t)p0, b = (uintptr_t)p1;
@@ -592,10 +605,10 @@ static int run(const struct eng_variant *v, int kind, int op, const void *a, int
             buffer_put(ap, cached);
         return PYAMX_ENGINE_E_NOMEM;
     }
-    double work = (double)m * (double)n * (double)kd; /* double: no overflow for any argument */
     int64_t parts = threads < 1 ? 1 : threads;
-    if ((double)parts > work / MIN_WORK_PER_THREAD)
-        parts = work / MIN_WORK_PER_THREAD >= 1 ? (int64_t)(work / MIN_WORK_PER_THREAD) : 1;
+    int64_t most = most_parts(m, n, kd);
+    if (parts > most)
+        parts = most;
     j.split_cols = j.nq >= parts || j.nq >= j.mp;
 #if !ENG_THREADS
     parts = 1; /* one thread takes every unit */
