@@ -189,7 +189,22 @@ struct job {
     int split_cols, parts, any_nan;
     int64_t units, unit_size; /* work units: groups of unit_size column (or row) panels */
     int64_t *next_unit;       /* the next unit nobody has taken (parts > 1) */
+    const int *cancel;        /* the caller's flag (NULL: none), read only while a unit is held */
 };
+
+static inline int flag_set(const int *flag)
+{
+#if defined(__GNUC__) || defined(__clang__)
+    return flag && __atomic_load_n(flag, __ATOMIC_RELAXED);
+#else
+    return flag && *(const volatile int *)flag;
+#endif
+}
+
+/* Polled between tiles (under a millisecond of work apart on avx512, a few on portable), never in the kernels.
+ * Only a thread holding a unit reads it: the caller returns, and may free the flag, once
+ * every claimed unit is done, and a late helper claims none. */
+static inline int cancelled(const struct job *j) { return flag_set(j->cancel); }
 
 static int widen_floats(const struct job *j, const uint16_t *src, int64_t count, uint32_t *dst)
 {
@@ -379,6 +394,16 @@ static uint32_t exact_element(const struct job *j, int64_t row, int64_t col)
     return acc;
 }
 
+/* exact_element() into c_out, unless the call was cancelled (then 0): one element
+ * costs kd scalar steps, so a row of them can outlast the tiles' polling interval. */
+static int exact_unless_cancelled(const struct job *j, int64_t row, int64_t col)
+{
+    if (cancelled(j))
+        return 0;
+    j->c_out[row * j->ldc_out + col] = exact_element(j, row, col);
+    return 1;
+}
+
 static const uint32_t zero_row[ENG_MAX_NR]; /* +0 / 0: C without c_in */
 
 /* C's tile (rows x cols at row, col) as the kernel starts it: c_in, or +0 (int: 0) without one.
@@ -408,6 +433,8 @@ static void run_region(const struct job *j, int64_t p0, int64_t p1, int64_t q0, 
         for (int64_t pb = p0; pb < p1; pb += mc_panels) {
             int64_t pe = pb + mc_panels < p1 ? pb + mc_panels : p1;
             for (int64_t q = q0; q < q1; q++) {
+                if (cancelled(j))
+                    return; /* c_out is left partly written: the caller discards it */
                 const uint32_t *bp = j->bp + (q * j->kd + pc) * 2 * nr;
                 int64_t col = q * nr, cols = j->n - col < nr ? j->n - col : nr;
                 for (int64_t p = pb; p < pe; p++) {
@@ -450,13 +477,13 @@ static void run_region(const struct job *j, int64_t p0, int64_t p1, int64_t q0, 
             if (!j->any_nan) {
                 /* only C can hold a NaN in this row */
                 for (int64_t col = c0; col < c1; col++)
-                    if (eng_isnan(ci[col]))
-                        j->c_out[r * j->ldc_out + col] = exact_element(j, r, col);
+                    if (eng_isnan(ci[col]) && !exact_unless_cancelled(j, r, col))
+                        return;
                 continue;
             }
             for (int64_t col = c0; col < c1; col++)
-                if (j->row_nan[r] | j->col_nan[col] | (ci && eng_isnan(ci[col])))
-                    j->c_out[r * j->ldc_out + col] = exact_element(j, r, col);
+                if ((j->row_nan[r] | j->col_nan[col] | (ci && eng_isnan(ci[col]))) && !exact_unless_cancelled(j, r, col))
+                    return;
         }
     }
 }
@@ -574,7 +601,7 @@ static int overlaps(const void *p0, size_t n0, const void *p1, size_t n1)
  * already checked. */
 static int run(const struct eng_variant *v, int kind, int op, const void *a, int64_t lda, const void *b, int64_t ldb,
                int b_rowmajor, const uint32_t *c_in, int64_t ldc_in, uint32_t *c_out, int64_t ldc_out,
-               int64_t m, int64_t n, int64_t kd, int64_t k, int threads)
+               int64_t m, int64_t n, int64_t kd, int64_t k, int threads, const int *cancel)
 {
     int is_float = op == PYAMX_OP_TDPBF16PS || op == PYAMX_OP_TDPFP16PS;
     struct job j;
@@ -593,6 +620,7 @@ static int run(const struct eng_variant *v, int kind, int op, const void *a, int
     j.ldc_in = ldc_in;
     j.c_out = c_out;
     j.ldc_out = ldc_out;
+    j.cancel = cancel;
 
     size_t a_words = (size_t)(j.mp * kd * 2 * v->mr), b_words = (size_t)(j.nq * kd * 2 * v->nr);
     uint8_t *flags = 0;
@@ -721,7 +749,7 @@ static int run(const struct eng_variant *v, int kind, int op, const void *a, int
     free(pb.tmp);
     buffer_put(ap, cached);
     free(flags);
-    return PYAMX_ENGINE_OK;
+    return flag_set(cancel) ? PYAMX_ENGINE_E_CANCELLED : PYAMX_ENGINE_OK;
 }
 
 /* The checks both entries make: A is m rows of a_row bytes, B is b_rows rows of b_row bytes,
@@ -745,9 +773,9 @@ static int check_operands(int op, const void *a, int64_t lda, int64_t a_row, con
              overlaps(c_out, out_bytes, b, (size_t)((b_rows - 1) * ldb + b_row)));
 }
 
-int pyamx_engine_dot(int kind, int op, const void *a, int64_t lda, const void *b, int64_t ldb,
-                     const uint32_t *c_in, int64_t ldc_in, uint32_t *c_out, int64_t ldc_out,
-                     int64_t m, int64_t n, int64_t kd, int threads)
+int pyamx_engine_dot_cancellable(int kind, int op, const void *a, int64_t lda, const void *b, int64_t ldb,
+                                 const uint32_t *c_in, int64_t ldc_in, uint32_t *c_out, int64_t ldc_out,
+                                 int64_t m, int64_t n, int64_t kd, int threads, const int *cancel)
 {
     const struct eng_variant *v = variant(kind, 0);
     if (!v)
@@ -755,12 +783,13 @@ int pyamx_engine_dot(int kind, int op, const void *a, int64_t lda, const void *b
     if (kd > (1 << 30) || !c_in || !check_operands(op, a, lda, 4 * kd, b, ldb, kd, 4 * n, c_in, ldc_in, c_out, ldc_out, m, n))
         return PYAMX_ENGINE_E_ARG;
     int is_float = op == PYAMX_OP_TDPBF16PS || op == PYAMX_OP_TDPFP16PS;
-    return run(v, kind, op, a, lda, b, ldb, 0, c_in, ldc_in, c_out, ldc_out, m, n, kd, (is_float ? 2 : 4) * kd, threads);
+    return run(v, kind, op, a, lda, b, ldb, 0, c_in, ldc_in, c_out, ldc_out, m, n, kd, (is_float ? 2 : 4) * kd, threads,
+               cancel);
 }
 
-int pyamx_engine_matmul(int kind, int op, const void *a, int64_t lda, const void *b, int64_t ldb,
-                        const uint32_t *c_in, int64_t ldc_in, uint32_t *c_out, int64_t ldc_out,
-                        int64_t m, int64_t n, int64_t k, int threads)
+int pyamx_engine_matmul_cancellable(int kind, int op, const void *a, int64_t lda, const void *b, int64_t ldb,
+                                    const uint32_t *c_in, int64_t ldc_in, uint32_t *c_out, int64_t ldc_out,
+                                    int64_t m, int64_t n, int64_t k, int threads, const int *cancel)
 {
     const struct eng_variant *v = variant(kind, 0);
     if (!v)
@@ -769,7 +798,34 @@ int pyamx_engine_matmul(int kind, int op, const void *a, int64_t lda, const void
     int64_t size = is_float ? 2 : 1, lanes = is_float ? 2 : 4;
     if (k > (1 << 30) || !check_operands(op, a, lda, size * k, b, ldb, k, size * n, c_in, ldc_in, c_out, ldc_out, m, n))
         return PYAMX_ENGINE_E_ARG;
-    return run(v, kind, op, a, lda, b, ldb, 1, c_in, ldc_in, c_out, ldc_out, m, n, (k + lanes - 1) / lanes, k, threads);
+    return run(v, kind, op, a, lda, b, ldb, 1, c_in, ldc_in, c_out, ldc_out, m, n, (k + lanes - 1) / lanes, k, threads,
+               cancel);
+}
+
+int pyamx_engine_dot(int kind, int op, const void *a, int64_t lda, const void *b, int64_t ldb,
+                     const uint32_t *c_in, int64_t ldc_in, uint32_t *c_out, int64_t ldc_out,
+                     int64_t m, int64_t n, int64_t kd, int threads)
+{
+    return pyamx_engine_dot_cancellable(kind, op, a, lda, b, ldb, c_in, ldc_in, c_out, ldc_out, m, n, kd, threads, 0);
+}
+
+int pyamx_engine_matmul(int kind, int op, const void *a, int64_t lda, const void *b, int64_t ldb,
+                        const uint32_t *c_in, int64_t ldc_in, uint32_t *c_out, int64_t ldc_out,
+                        int64_t m, int64_t n, int64_t k, int threads)
+{
+    return pyamx_engine_matmul_cancellable(kind, op, a, lda, b, ldb, c_in, ldc_in, c_out, ldc_out, m, n, k, threads,
+                                           0);
+}
+
+void pyamx_engine_cancel(int *cancel)
+{
+    if (!cancel)
+        return;
+#if defined(__GNUC__) || defined(__clang__)
+    __atomic_store_n(cancel, 1, __ATOMIC_RELAXED);
+#else
+    *(volatile int *)cancel = 1;
+#endif
 }
 
 /* ---- scalar primitives and test hooks ---- */
