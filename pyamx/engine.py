@@ -344,10 +344,16 @@ def _call_interruptibly(ffi, lib, entry, args: tuple) -> int:
     write into the call's own output array, which the caller then drops.
     """
     cancel = ffi.new("int *")
+    # Taken once, by the helper as it begins the call or by an interrupted caller first:
+    # the caller then knows whether there is a call to wait for (an interrupt can land
+    # inside Thread.start(), before or after the thread exists).
+    claim = threading.Lock()
     done = threading.Event()
     outcome = []
 
     def call():
+        if not claim.acquire(blocking=False):
+            return  # the caller was interrupted before this thread began
         try:
             outcome.append(entry(*args, cancel))
         except BaseException as exc:  # raised again in the caller's thread
@@ -355,18 +361,21 @@ def _call_interruptibly(ffi, lib, entry, args: tuple) -> int:
         finally:
             done.set()
 
+    started = False
     try:
         threading.Thread(target=call, name="pyamx-engine-call", daemon=True).start()
-    except RuntimeError:  # no thread to be had (interpreter shutdown, a limit): same result, not interruptible
-        return entry(*args, ffi.NULL)
-    try:
+        started = True
         # Short waits: a signal the OS hands to another thread (an engine worker) sets
         # Python's flag for the handler but does not wake this one.
         while not done.wait(_POLL_S):
             pass
-    except BaseException:
+    except BaseException as exc:
         lib.pyamx_engine_cancel(cancel)
-        _wait_out(done)
+        if not claim.acquire(blocking=False):  # the helper has the call: its workers must stop first
+            _wait_out(done)
+        elif isinstance(exc, RuntimeError) and not started:
+            # no thread to be had (interpreter shutdown, a limit): the same result, not interruptible
+            return entry(*args, ffi.NULL)
         raise
     if isinstance(outcome[0], BaseException):
         raise outcome[0]

@@ -173,3 +173,38 @@ def test_the_helper_thread_path_gives_the_direct_calls_bits(portable, monkeypatc
         worker.join()
         np.testing.assert_array_equal(main.view(np.uint32), other["r"].view(np.uint32))
     assert len(taken) == 2, "the main thread's calls did not take the cancellable path"
+
+
+@pytest.mark.parametrize("when", ["before the thread exists", "after it started"])
+def test_an_interrupt_inside_thread_start_neither_hangs_nor_leaves_work_running(portable, monkeypatch, when):
+    rng = np.random.default_rng(7)
+    a, b = _fp16(rng, (2048, 4096)), _fp16(rng, (4096, 2048))
+    real_start = threading.Thread.start
+
+    def start(self):
+        if when == "after it started":
+            real_start(self)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(threading.Thread, "start", start)
+    began = time.perf_counter()
+    with pytest.raises(KeyboardInterrupt):
+        pyamx.matmul(a, b, backend="emulator", engine="portable", threads=1)
+    monkeypatch.undo()
+    assert time.perf_counter() - began < BOUND_S
+    busy = _busy_cpu_s()
+    assert busy < 0.1, f"{busy:.2f} CPU s spent after the interrupt: an engine thread is still running"
+
+
+def test_without_a_thread_to_start_the_call_runs_on_the_callers(portable, monkeypatch):
+    rng = np.random.default_rng(8)
+    a, b = _fp16(rng, (384, 512)), _fp16(rng, (512, 384))
+    want = pyamx.matmul(a, b, backend="emulator", engine="portable", threads=1)
+
+    def start(self):
+        raise RuntimeError("can't start new thread")
+
+    monkeypatch.setattr(threading.Thread, "start", start)
+    got = pyamx.matmul(a, b, backend="emulator", engine="portable", threads=1)
+    monkeypatch.undo()
+    np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
