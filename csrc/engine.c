@@ -596,12 +596,26 @@ static int overlaps(const void *p0, size_t n0, const void *p1, size_t n1)
     return a < b + n1 && b < a + n0;
 }
 
+/* Whether the exact path would take more than max_exact multiply-adds: outputs in a row or
+ * column with a NaN operand (counted twice where both), k each. NaNs in c_in are left out:
+ * counting them would cost a pass over C on every call. */
+static int exact_work_above(const struct job *j, int64_t max_exact)
+{
+    int64_t rows = 0, cols = 0;
+    for (int64_t r = 0; r < j->m; r++)
+        rows += j->row_nan[r];
+    for (int64_t c = 0; c < j->n; c++)
+        cols += j->col_nan[c];
+    int64_t outputs = rows * j->n + cols * j->m; /* < 2^62: m, n <= 2^30 */
+    return outputs > max_exact / j->k;
+}
+
 /* The shared driver of pyamx_engine_dot() (b_rowmajor 0, k = 4*kd bytes or
  * 2*kd values) and pyamx_engine_matmul() (b_rowmajor 1, any k); arguments
  * already checked. */
 static int run(const struct eng_variant *v, int kind, int op, const void *a, int64_t lda, const void *b, int64_t ldb,
                int b_rowmajor, const uint32_t *c_in, int64_t ldc_in, uint32_t *c_out, int64_t ldc_out,
-               int64_t m, int64_t n, int64_t kd, int64_t k, int threads, const int *cancel)
+               int64_t m, int64_t n, int64_t kd, int64_t k, int threads, const int *cancel, int64_t max_exact)
 {
     int is_float = op == PYAMX_OP_TDPBF16PS || op == PYAMX_OP_TDPFP16PS;
     struct job j;
@@ -722,6 +736,9 @@ static int run(const struct eng_variant *v, int kind, int op, const void *a, int
 #endif
         pack_b_main(pbp);
     jp->any_nan = a_nan | pbp->any_nan;
+    int slow = max_exact >= 0 && jp->any_nan && exact_work_above(jp, max_exact);
+    if (slow)
+        jp->units = 0; /* every thread finds nothing to do */
     struct erange eb = pbp->er;
     /* Every finite non-zero product is an fp32 normal number when the
      * smallest exponents sum to >= -126 and the largest to < 127 (products
@@ -749,7 +766,7 @@ static int run(const struct eng_variant *v, int kind, int op, const void *a, int
     free(pb.tmp);
     buffer_put(ap, cached);
     free(flags);
-    return flag_set(cancel) ? PYAMX_ENGINE_E_CANCELLED : PYAMX_ENGINE_OK;
+    return slow ? PYAMX_ENGINE_E_SLOW : flag_set(cancel) ? PYAMX_ENGINE_E_CANCELLED : PYAMX_ENGINE_OK;
 }
 
 /* The checks both entries make: A is m rows of a_row bytes, B is b_rows rows of b_row bytes,
@@ -775,7 +792,8 @@ static int check_operands(int op, const void *a, int64_t lda, int64_t a_row, con
 
 int pyamx_engine_dot_cancellable(int kind, int op, const void *a, int64_t lda, const void *b, int64_t ldb,
                                  const uint32_t *c_in, int64_t ldc_in, uint32_t *c_out, int64_t ldc_out,
-                                 int64_t m, int64_t n, int64_t kd, int threads, const int *cancel)
+                                 int64_t m, int64_t n, int64_t kd, int threads, const int *cancel,
+                                 int64_t max_exact)
 {
     const struct eng_variant *v = variant(kind, 0);
     if (!v)
@@ -784,12 +802,13 @@ int pyamx_engine_dot_cancellable(int kind, int op, const void *a, int64_t lda, c
         return PYAMX_ENGINE_E_ARG;
     int is_float = op == PYAMX_OP_TDPBF16PS || op == PYAMX_OP_TDPFP16PS;
     return run(v, kind, op, a, lda, b, ldb, 0, c_in, ldc_in, c_out, ldc_out, m, n, kd, (is_float ? 2 : 4) * kd, threads,
-               cancel);
+               cancel, max_exact);
 }
 
 int pyamx_engine_matmul_cancellable(int kind, int op, const void *a, int64_t lda, const void *b, int64_t ldb,
                                     const uint32_t *c_in, int64_t ldc_in, uint32_t *c_out, int64_t ldc_out,
-                                    int64_t m, int64_t n, int64_t k, int threads, const int *cancel)
+                                    int64_t m, int64_t n, int64_t k, int threads, const int *cancel,
+                                    int64_t max_exact)
 {
     const struct eng_variant *v = variant(kind, 0);
     if (!v)
@@ -799,14 +818,15 @@ int pyamx_engine_matmul_cancellable(int kind, int op, const void *a, int64_t lda
     if (k > (1 << 30) || !check_operands(op, a, lda, size * k, b, ldb, k, size * n, c_in, ldc_in, c_out, ldc_out, m, n))
         return PYAMX_ENGINE_E_ARG;
     return run(v, kind, op, a, lda, b, ldb, 1, c_in, ldc_in, c_out, ldc_out, m, n, (k + lanes - 1) / lanes, k, threads,
-               cancel);
+               cancel, max_exact);
 }
 
 int pyamx_engine_dot(int kind, int op, const void *a, int64_t lda, const void *b, int64_t ldb,
                      const uint32_t *c_in, int64_t ldc_in, uint32_t *c_out, int64_t ldc_out,
                      int64_t m, int64_t n, int64_t kd, int threads)
 {
-    return pyamx_engine_dot_cancellable(kind, op, a, lda, b, ldb, c_in, ldc_in, c_out, ldc_out, m, n, kd, threads, 0);
+    return pyamx_engine_dot_cancellable(kind, op, a, lda, b, ldb, c_in, ldc_in, c_out, ldc_out, m, n, kd, threads, 0,
+                                        -1);
 }
 
 int pyamx_engine_matmul(int kind, int op, const void *a, int64_t lda, const void *b, int64_t ldb,
@@ -814,7 +834,7 @@ int pyamx_engine_matmul(int kind, int op, const void *a, int64_t lda, const void
                         int64_t m, int64_t n, int64_t k, int threads)
 {
     return pyamx_engine_matmul_cancellable(kind, op, a, lda, b, ldb, c_in, ldc_in, c_out, ldc_out, m, n, k, threads,
-                                           0);
+                                           0, -1);
 }
 
 void pyamx_engine_cancel(int *cancel)

@@ -34,6 +34,7 @@ half-done.
 from __future__ import annotations
 
 import os
+import signal
 import threading
 
 import numpy as np
@@ -88,13 +89,21 @@ def _usable_cpus() -> int:
 _CPU_COUNT = _usable_cpus()  # read once: it costs microseconds per call
 #: more threads than this never help (the C side also caps by work); it keeps any int within C's int
 MAX_THREADS = 256
-#: Multiply-adds (outputs x K values) one thread of each compiled engine runs in about 10 ms
-#: (Sapphire Rapids; about the same on Zen 4). A call with less work per thread runs on the
-#: calling thread, where an interrupt waits for its end; a longer one runs on a helper thread
-#: (about 0.1 ms to start, 1% of the shortest such call) so that an interrupt can stop it.
-#: Operands with NaNs take an exact scalar path, up to 100 times slower.
-_UNINTERRUPTED_MACS = {"avx512": 1 << 28, "avx2": 1 << 28, "portable": 1 << 25}
+#: Multiply-adds (outputs x K values) one thread of each compiled engine runs in 15-30 ms
+#: (Sapphire Rapids, fp16: avx512 74, avx2 46, portable 4.6 GMAC/s). A call with less work per
+#: thread runs on the calling thread, where an interrupt waits for its end (still well within
+#: the 50 ms aimed at); a longer one runs on a helper thread (about 0.1-0.3 ms to start and
+#: join, 1% of the shortest such call) so that an interrupt can stop it.
+_UNINTERRUPTED_MACS = {"avx512": 1 << 31, "avx2": 1 << 30, "portable": 1 << 26}
+#: The same for the exact per-element path of outputs with NaN operands (about 5 ns per
+#: multiply-add): a short call whose NaNs would take more goes to a helper thread as well.
+_UNINTERRUPTED_EXACT_MACS = 1 << 22
 _POLL_S = 0.02  # how long a signal delivered to another thread can go unnoticed
+#: What a helper thread (and the engine's threads it starts) blocks, so that the OS hands a
+#: process-wide SIGINT to the waiting main thread and wakes it at once; faults stay deliverable.
+_ASYNC_SIGNALS = (signal.valid_signals() - {signal.SIGILL, signal.SIGSEGV, signal.SIGBUS, signal.SIGFPE,
+                                            getattr(signal, "SIGTRAP", signal.SIGILL)}
+                  if hasattr(signal, "pthread_sigmask") else None)
 # The environment is read on first use and then kept (as PYAMX_BACKEND is): a
 # lookup per call would cost a tenth of a one-instruction call. Tests that
 # change it call reset_environment().
@@ -294,14 +303,18 @@ class Engine:
         return out if is_float else out.view(np.int32)
 
     def _call(self, entry, macs: int, threads: int, args: tuple) -> int:
-        """``entry(*args, cancel)``, a compiled entry point: interruptible when it is long.
+        """``entry(*args, cancel, max_exact)``, a compiled entry point: interruptible when it is long.
 
         Python runs signal handlers only in the main thread, so only there can an
         exception arrive in the middle of a call; short calls are not worth a thread.
         """
-        if (macs < self._quick_macs * min(threads, _CPU_COUNT)
-                or threading.current_thread() is not threading.main_thread()):
-            return entry(*args, self._ffi.NULL)
+        if threading.current_thread() is not threading.main_thread():
+            return entry(*args, self._ffi.NULL, -1)
+        used = min(threads, _CPU_COUNT)
+        if macs < self._quick_macs * used:
+            rc = entry(*args, self._ffi.NULL, _UNINTERRUPTED_EXACT_MACS * used)
+            if rc != self._lib.PYAMX_ENGINE_E_SLOW:  # else nothing ran: NaN operands make it long
+                return rc
         return _call_interruptibly(self._ffi, self._lib, entry, args)
 
     def tile_call(self, op_name: str):
@@ -337,7 +350,7 @@ class Engine:
 
 
 def _call_interruptibly(ffi, lib, entry, args: tuple) -> int:
-    """``entry(*args, cancel)`` on a helper thread while this (the main) thread waits for it.
+    """``entry(*args, cancel, -1)`` on a helper thread while this (the main) thread waits for it.
 
     The wait is where signal handlers run. When one raises (KeyboardInterrupt), the call is
     cancelled and the exception leaves only after the engine's threads have stopped: they
@@ -355,7 +368,9 @@ def _call_interruptibly(ffi, lib, entry, args: tuple) -> int:
         if not claim.acquire(blocking=False):
             return  # the caller was interrupted before this thread began
         try:
-            outcome.append(entry(*args, cancel))
+            if _ASYNC_SIGNALS:
+                signal.pthread_sigmask(signal.SIG_BLOCK, _ASYNC_SIGNALS)
+            outcome.append(entry(*args, cancel, -1))
         except BaseException as exc:  # raised again in the caller's thread
             outcome.append(exc)
         finally:
@@ -365,8 +380,8 @@ def _call_interruptibly(ffi, lib, entry, args: tuple) -> int:
     try:
         threading.Thread(target=call, name="pyamx-engine-call", daemon=True).start()
         started = True
-        # Short waits: a signal the OS hands to another thread (an engine worker) sets
-        # Python's flag for the handler but does not wake this one.
+        # Short waits: a signal the OS hands to another thread (one of the application's
+        # own) sets Python's flag for the handler but does not wake this one.
         while not done.wait(_POLL_S):
             pass
     except BaseException as exc:
@@ -375,7 +390,7 @@ def _call_interruptibly(ffi, lib, entry, args: tuple) -> int:
             _wait_out(done)
         elif isinstance(exc, RuntimeError) and not started:
             # no thread to be had (interpreter shutdown, a limit): the same result, not interruptible
-            return entry(*args, ffi.NULL)
+            return entry(*args, ffi.NULL, -1)
         raise
     if isinstance(outcome[0], BaseException):
         raise outcome[0]

@@ -126,7 +126,7 @@ def test_a_matmul_inside_a_signal_handler_and_its_exception(portable):
     """A handler that runs a long matmul of its own during one, then raises: both calls end cleanly."""
     rng = np.random.default_rng(5)
     a, b = _fp16(rng, (2048, 4096)), _fp16(rng, (4096, 2048))
-    small_a, small_b = a[:384, :512], b[:512, :384]
+    small_a, small_b = a[:512, :512], b[:512, :512]
     want = pyamx.matmul(small_a, small_b, backend="emulator", engine="portable", threads=1)
     inner = {}
 
@@ -161,9 +161,9 @@ def test_the_helper_thread_path_gives_the_direct_calls_bits(portable, monkeypatc
     real = eng._call_interruptibly
     monkeypatch.setattr(eng, "_call_interruptibly", lambda *args: taken.append(1) or real(*args))
     rng = np.random.default_rng(6)
-    a, b = _fp16(rng, (384, 512)), _fp16(rng, (512, 384))
+    a, b = _fp16(rng, (512, 512)), _fp16(rng, (512, 512))  # above the portable engine's threshold for 2 threads
     a[5, 9], b[3, 300], a[7, 7], b[8, 8] = np.nan, -np.inf, 6e-8, -0.0  # both paths, and the edge classes
-    c = rng.standard_normal((384, 384)).astype(np.float32)
+    c = rng.standard_normal((512, 512)).astype(np.float32)
     for threads in (1, 2):
         main = pyamx.matmul(a, b, c, backend="emulator", engine="portable", threads=threads)
         other = {}
@@ -208,3 +208,32 @@ def test_without_a_thread_to_start_the_call_runs_on_the_callers(portable, monkey
     got = pyamx.matmul(a, b, backend="emulator", engine="portable", threads=1)
     monkeypatch.undo()
     np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
+def test_a_short_call_made_long_by_nans_is_interruptible_too(portable, monkeypatch):
+    """Every call counts as short here; the NaN in every row of A makes this one take seconds."""
+    monkeypatch.setattr(portable, "_quick_macs", 1 << 62)
+    rng = np.random.default_rng(9)
+    a, b = _fp16(rng, (512, 4096)), _fp16(rng, (4096, 512))
+    a[:, 3] = np.nan
+    c = rng.standard_normal((512, 512)).astype(np.float32)
+    _assert_interrupted(lambda: pyamx.matmul(a, b, c, backend="emulator", engine="portable", threads=1), c)
+
+
+def test_a_short_call_refused_for_its_nans_runs_again_with_the_same_bits(portable, monkeypatch):
+    taken = []
+    real = eng._call_interruptibly
+    monkeypatch.setattr(eng, "_call_interruptibly", lambda *args: taken.append(1) or real(*args))
+    rng = np.random.default_rng(10)
+    a = rng.integers(0, 2**16, (256, 256), dtype=np.uint16)  # bf16 bits of every class: NaNs in most rows
+    b = rng.integers(0, 2**16, (256, 256), dtype=np.uint16)
+    c = rng.integers(0, 2**32, (256, 256), dtype=np.uint64).astype(np.uint32)
+    assert 256**3 < portable._quick_macs  # short by its size ...
+    main = pyamx.matmul(a, b, c, kind="bf16", backend="emulator", engine="portable", threads=1)
+    assert taken == [1]  # ... but too long for the calling thread by its NaNs
+    other = {}
+    worker = threading.Thread(target=lambda: other.setdefault("r", pyamx.matmul(
+        a, b, c, kind="bf16", backend="emulator", engine="portable", threads=1)))
+    worker.start()
+    worker.join()
+    np.testing.assert_array_equal(main.view(np.uint32), other["r"].view(np.uint32))
