@@ -93,7 +93,7 @@ MAX_THREADS = 256
 #: (Sapphire Rapids, fp16: avx512 74, avx2 46, portable 4.6 GMAC/s). A call with less work per
 #: thread runs on the calling thread, where an interrupt waits for its end (still well within
 #: the 50 ms aimed at); a longer one runs on a helper thread (about 0.1-0.3 ms to start and
-#: join, 1% of the shortest such call) so that an interrupt can stop it.
+#: join, 1-2% of the shortest such call) so that an interrupt can stop it.
 _UNINTERRUPTED_MACS = {"avx512": 1 << 31, "avx2": 1 << 30, "portable": 1 << 26}
 #: The same for the exact per-element path of outputs with NaN operands (about 5 ns per
 #: multiply-add): a short call whose NaNs would take more goes to a helper thread as well.
@@ -101,9 +101,8 @@ _UNINTERRUPTED_EXACT_MACS = 1 << 22
 _POLL_S = 0.02  # how long a signal delivered to another thread can go unnoticed
 #: What a helper thread (and the engine's threads it starts) blocks, so that the OS hands a
 #: process-wide SIGINT to the waiting main thread and wakes it at once; faults stay deliverable.
-_ASYNC_SIGNALS = (signal.valid_signals() - {signal.SIGILL, signal.SIGSEGV, signal.SIGBUS, signal.SIGFPE,
-                                            getattr(signal, "SIGTRAP", signal.SIGILL)}
-                  if hasattr(signal, "pthread_sigmask") else None)
+_ASYNC_SIGNALS = (signal.valid_signals() - {signal.SIGILL, signal.SIGSEGV, signal.SIGBUS, signal.SIGFPE, signal.SIGTRAP}
+                  if hasattr(signal, "pthread_sigmask") else None)  # POSIX only, like the SIGTRAP it names
 # The environment is read on first use and then kept (as PYAMX_BACKEND is): a
 # lookup per call would cost a tenth of a one-instruction call. Tests that
 # change it call reset_environment().
