@@ -189,7 +189,22 @@ struct job {
     int split_cols, parts, any_nan;
     int64_t units, unit_size; /* work units: groups of unit_size column (or row) panels */
     int64_t *next_unit;       /* the next unit nobody has taken (parts > 1) */
+    const int *cancel;        /* the caller's flag (NULL: none), read only while a unit is held */
 };
+
+static inline int flag_set(const int *flag)
+{
+#if defined(__GNUC__) || defined(__clang__)
+    return flag && __atomic_load_n(flag, __ATOMIC_RELAXED);
+#else
+    return flag && *(const volatile int *)flag;
+#endif
+}
+
+/* Polled between tiles (under a millisecond of work apart on avx512, a few on portable), never in the kernels.
+ * Only a thread holding a unit reads it: the caller returns, and may free the flag, once
+ * every claimed unit is done, and a late helper claims none. */
+static inline int cancelled(const struct job *j) { return flag_set(j->cancel); }
 
 static int widen_floats(const struct job *j, const uint16_t *src, int64_t count, uint32_t *dst)
 {
@@ -379,6 +394,16 @@ static uint32_t exact_element(const struct job *j, int64_t row, int64_t col)
     return acc;
 }
 
+/* exact_element() into c_out, unless the call was cancelled (then 0): one element
+ * costs kd scalar steps, so a row of them can outlast the tiles' polling interval. */
+static int exact_unless_cancelled(const struct job *j, int64_t row, int64_t col)
+{
+    if (cancelled(j))
+        return 0;
+    j->c_out[row * j->ldc_out + col] = exact_element(j, row, col);
+    return 1;
+}
+
 static const uint32_t zero_row[ENG_MAX_NR]; /* +0 / 0: C without c_in */
 
 /* C's tile (rows x cols at row, col) as the kernel starts it: c_in, or +0 (int: 0) without one.
@@ -408,6 +433,8 @@ static void run_region(const struct job *j, int64_t p0, int64_t p1, int64_t q0, 
         for (int64_t pb = p0; pb < p1; pb += mc_panels) {
             int64_t pe = pb + mc_panels < p1 ? pb + mc_panels : p1;
             for (int64_t q = q0; q < q1; q++) {
+                if (cancelled(j))
+                    return; /* c_out is left partly written: the caller discards it */
                 const uint32_t *bp = j->bp + (q * j->kd + pc) * 2 * nr;
                 int64_t col = q * nr, cols = j->n - col < nr ? j->n - col : nr;
                 for (int64_t p = pb; p < pe; p++) {
@@ -450,13 +477,13 @@ static void run_region(const struct job *j, int64_t p0, int64_t p1, int64_t q0, 
             if (!j->any_nan) {
                 /* only C can hold a NaN in this row */
                 for (int64_t col = c0; col < c1; col++)
-                    if (eng_isnan(ci[col]))
-                        j->c_out[r * j->ldc_out + col] = exact_element(j, r, col);
+                    if (eng_isnan(ci[col]) && !exact_unless_cancelled(j, r, col))
+                        return;
                 continue;
             }
             for (int64_t col = c0; col < c1; col++)
-                if (j->row_nan[r] | j->col_nan[col] | (ci && eng_isnan(ci[col])))
-                    j->c_out[r * j->ldc_out + col] = exact_element(j, r, col);
+                if ((j->row_nan[r] | j->col_nan[col] | (ci && eng_isnan(ci[col]))) && !exact_unless_cancelled(j, r, col))
+                    return;
         }
     }
 }
@@ -550,10 +577,37 @@ static void *helper_main(void *arg)
 }
 #endif
 
+/* How many threads the work of m x n outputs over kd dwords keeps busy (>= 1).
+ * Integers only: this runs under the caller's MXCSR, where a float
+ * conversion that rounds would raise its precision flag. m and n are at most
+ * 2^30, so m * n fits; its product with kd may not, hence the division. */
+static int64_t most_parts(int64_t m, int64_t n, int64_t kd)
+{
+    int64_t mn = m * n;
+    if (mn > INT64_MAX / kd)
+        return INT64_MAX;
+    int64_t most = mn * kd / MIN_WORK_PER_THREAD;
+    return most > 1 ? most : 1;
+}
+
 static int overlaps(const void *p0, size_t n0, const void *p1, size_t n1)
 {
     uintptr_t a = (uintptr_t)p0, b = (uintptr_t)p1;
     return a < b + n1 && b < a + n0;
+}
+
+/* Whether the exact path would take more than max_exact multiply-adds: outputs in a row or
+ * column with a NaN operand (counted twice where both), k each. NaNs in c_in are left out:
+ * counting them would cost a pass over C on every call. */
+static int exact_work_above(const struct job *j, int64_t max_exact)
+{
+    int64_t rows = 0, cols = 0;
+    for (int64_t r = 0; r < j->m; r++)
+        rows += j->row_nan[r];
+    for (int64_t c = 0; c < j->n; c++)
+        cols += j->col_nan[c];
+    int64_t outputs = rows * j->n + cols * j->m; /* < 2^62: m, n <= 2^30 */
+    return outputs > max_exact / j->k;
 }
 
 /* The shared driver of pyamx_engine_dot() (b_rowmajor 0, k = 4*kd bytes or
@@ -561,7 +615,7 @@ static int overlaps(const void *p0, size_t n0, const void *p1, size_t n1)
  * already checked. */
 static int run(const struct eng_variant *v, int kind, int op, const void *a, int64_t lda, const void *b, int64_t ldb,
                int b_rowmajor, const uint32_t *c_in, int64_t ldc_in, uint32_t *c_out, int64_t ldc_out,
-               int64_t m, int64_t n, int64_t kd, int64_t k, int threads)
+               int64_t m, int64_t n, int64_t kd, int64_t k, int threads, const int *cancel, int64_t max_exact)
 {
     int is_float = op == PYAMX_OP_TDPBF16PS || op == PYAMX_OP_TDPFP16PS;
     struct job j;
@@ -580,6 +634,7 @@ static int run(const struct eng_variant *v, int kind, int op, const void *a, int
     j.ldc_in = ldc_in;
     j.c_out = c_out;
     j.ldc_out = ldc_out;
+    j.cancel = cancel;
 
     size_t a_words = (size_t)(j.mp * kd * 2 * v->mr), b_words = (size_t)(j.nq * kd * 2 * v->nr);
     uint8_t *flags = 0;
@@ -592,10 +647,10 @@ static int run(const struct eng_variant *v, int kind, int op, const void *a, int
             buffer_put(ap, cached);
         return PYAMX_ENGINE_E_NOMEM;
     }
-    double work = (double)m * (double)n * (double)kd; /* double: no overflow for any argument */
     int64_t parts = threads < 1 ? 1 : threads;
-    if ((double)parts > work / MIN_WORK_PER_THREAD)
-        parts = work / MIN_WORK_PER_THREAD >= 1 ? (int64_t)(work / MIN_WORK_PER_THREAD) : 1;
+    int64_t most = most_parts(m, n, kd);
+    if (parts > most)
+        parts = most;
     j.split_cols = j.nq >= parts || j.nq >= j.mp;
 #if !ENG_THREADS
     parts = 1; /* one thread takes every unit */
@@ -681,6 +736,9 @@ static int run(const struct eng_variant *v, int kind, int op, const void *a, int
 #endif
         pack_b_main(pbp);
     jp->any_nan = a_nan | pbp->any_nan;
+    int slow = max_exact >= 0 && jp->any_nan && exact_work_above(jp, max_exact);
+    if (slow)
+        jp->units = 0; /* every thread finds nothing to do */
     struct erange eb = pbp->er;
     /* Every finite non-zero product is an fp32 normal number when the
      * smallest exponents sum to >= -126 and the largest to < 127 (products
@@ -708,7 +766,7 @@ static int run(const struct eng_variant *v, int kind, int op, const void *a, int
     free(pb.tmp);
     buffer_put(ap, cached);
     free(flags);
-    return PYAMX_ENGINE_OK;
+    return slow ? PYAMX_ENGINE_E_SLOW : flag_set(cancel) ? PYAMX_ENGINE_E_CANCELLED : PYAMX_ENGINE_OK;
 }
 
 /* The checks both entries make: A is m rows of a_row bytes, B is b_rows rows of b_row bytes,
@@ -732,9 +790,10 @@ static int check_operands(int op, const void *a, int64_t lda, int64_t a_row, con
              overlaps(c_out, out_bytes, b, (size_t)((b_rows - 1) * ldb + b_row)));
 }
 
-int pyamx_engine_dot(int kind, int op, const void *a, int64_t lda, const void *b, int64_t ldb,
-                     const uint32_t *c_in, int64_t ldc_in, uint32_t *c_out, int64_t ldc_out,
-                     int64_t m, int64_t n, int64_t kd, int threads)
+int pyamx_engine_dot_cancellable(int kind, int op, const void *a, int64_t lda, const void *b, int64_t ldb,
+                                 const uint32_t *c_in, int64_t ldc_in, uint32_t *c_out, int64_t ldc_out,
+                                 int64_t m, int64_t n, int64_t kd, int threads, const int *cancel,
+                                 int64_t max_exact)
 {
     const struct eng_variant *v = variant(kind, 0);
     if (!v)
@@ -742,12 +801,14 @@ int pyamx_engine_dot(int kind, int op, const void *a, int64_t lda, const void *b
     if (kd > (1 << 30) || !c_in || !check_operands(op, a, lda, 4 * kd, b, ldb, kd, 4 * n, c_in, ldc_in, c_out, ldc_out, m, n))
         return PYAMX_ENGINE_E_ARG;
     int is_float = op == PYAMX_OP_TDPBF16PS || op == PYAMX_OP_TDPFP16PS;
-    return run(v, kind, op, a, lda, b, ldb, 0, c_in, ldc_in, c_out, ldc_out, m, n, kd, (is_float ? 2 : 4) * kd, threads);
+    return run(v, kind, op, a, lda, b, ldb, 0, c_in, ldc_in, c_out, ldc_out, m, n, kd, (is_float ? 2 : 4) * kd, threads,
+               cancel, max_exact);
 }
 
-int pyamx_engine_matmul(int kind, int op, const void *a, int64_t lda, const void *b, int64_t ldb,
-                        const uint32_t *c_in, int64_t ldc_in, uint32_t *c_out, int64_t ldc_out,
-                        int64_t m, int64_t n, int64_t k, int threads)
+int pyamx_engine_matmul_cancellable(int kind, int op, const void *a, int64_t lda, const void *b, int64_t ldb,
+                                    const uint32_t *c_in, int64_t ldc_in, uint32_t *c_out, int64_t ldc_out,
+                                    int64_t m, int64_t n, int64_t k, int threads, const int *cancel,
+                                    int64_t max_exact)
 {
     const struct eng_variant *v = variant(kind, 0);
     if (!v)
@@ -756,7 +817,35 @@ int pyamx_engine_matmul(int kind, int op, const void *a, int64_t lda, const void
     int64_t size = is_float ? 2 : 1, lanes = is_float ? 2 : 4;
     if (k > (1 << 30) || !check_operands(op, a, lda, size * k, b, ldb, k, size * n, c_in, ldc_in, c_out, ldc_out, m, n))
         return PYAMX_ENGINE_E_ARG;
-    return run(v, kind, op, a, lda, b, ldb, 1, c_in, ldc_in, c_out, ldc_out, m, n, (k + lanes - 1) / lanes, k, threads);
+    return run(v, kind, op, a, lda, b, ldb, 1, c_in, ldc_in, c_out, ldc_out, m, n, (k + lanes - 1) / lanes, k, threads,
+               cancel, max_exact);
+}
+
+int pyamx_engine_dot(int kind, int op, const void *a, int64_t lda, const void *b, int64_t ldb,
+                     const uint32_t *c_in, int64_t ldc_in, uint32_t *c_out, int64_t ldc_out,
+                     int64_t m, int64_t n, int64_t kd, int threads)
+{
+    return pyamx_engine_dot_cancellable(kind, op, a, lda, b, ldb, c_in, ldc_in, c_out, ldc_out, m, n, kd, threads, 0,
+                                        -1);
+}
+
+int pyamx_engine_matmul(int kind, int op, const void *a, int64_t lda, const void *b, int64_t ldb,
+                        const uint32_t *c_in, int64_t ldc_in, uint32_t *c_out, int64_t ldc_out,
+                        int64_t m, int64_t n, int64_t k, int threads)
+{
+    return pyamx_engine_matmul_cancellable(kind, op, a, lda, b, ldb, c_in, ldc_in, c_out, ldc_out, m, n, k, threads,
+                                           0, -1);
+}
+
+void pyamx_engine_cancel(int *cancel)
+{
+    if (!cancel)
+        return;
+#if defined(__GNUC__) || defined(__clang__)
+    __atomic_store_n(cancel, 1, __ATOMIC_RELAXED);
+#else
+    *(volatile int *)cancel = 1;
+#endif
 }
 
 /* ---- scalar primitives and test hooks ---- */

@@ -30,7 +30,9 @@ enum pyamx_engine_status {
     PYAMX_ENGINE_OK = 0,
     PYAMX_ENGINE_E_ARG = -1,         /* bad op, size, stride or overlapping output */
     PYAMX_ENGINE_E_UNAVAILABLE = -2, /* the variant is not compiled in or this CPU/OS lacks it */
-    PYAMX_ENGINE_E_NOMEM = -3        /* packing buffers could not be allocated */
+    PYAMX_ENGINE_E_NOMEM = -3,       /* packing buffers could not be allocated */
+    PYAMX_ENGINE_E_CANCELLED = -4,   /* pyamx_engine_cancel() stopped the call; c_out is partly written */
+    PYAMX_ENGINE_E_SLOW = -5         /* more exact-path work than max_exact: nothing computed */
 };
 
 /* 1 when `kind` is compiled in and this CPU and OS run it (CPUID and XCR0). */
@@ -68,6 +70,36 @@ int pyamx_engine_matmul(int kind, int op,
                         const uint32_t *c_in, int64_t ldc_in,
                         uint32_t *c_out, int64_t ldc_out,
                         int64_t m, int64_t n, int64_t k, int threads);
+
+/* pyamx_engine_dot() and pyamx_engine_matmul() that another thread can stop:
+ * while *cancel is 0 they are those calls; once pyamx_engine_cancel(cancel)
+ * sets it, every worker stops at its next tile (at most a few milliseconds of
+ * work apart on the portable variant; NaN operands' exact elements are polled
+ * one by one; packing is not polled) and the call returns
+ * PYAMX_ENGINE_E_CANCELLED once none of them runs any more, with c_out
+ * partly written. cancel may be NULL; it must stay valid for the call.
+ * max_exact >= 0 bounds the multiply-adds of the exact per-element path
+ * (outputs whose row of A or column of B holds a NaN, k values each; up to
+ * 200 times slower than the kernels): above it the call returns
+ * PYAMX_ENGINE_E_SLOW after packing, without computing, so that a caller
+ * running short calls where they cannot be cancelled can run it again where
+ * they can. -1: no bound. */
+int pyamx_engine_dot_cancellable(int kind, int op,
+                                 const void *a, int64_t lda_bytes,
+                                 const void *b, int64_t ldb_bytes,
+                                 const uint32_t *c_in, int64_t ldc_in,
+                                 uint32_t *c_out, int64_t ldc_out,
+                                 int64_t m, int64_t n, int64_t kd, int threads, const int *cancel,
+                                 int64_t max_exact);
+int pyamx_engine_matmul_cancellable(int kind, int op,
+                                    const void *a, int64_t lda_bytes,
+                                    const void *b, int64_t ldb_bytes,
+                                    const uint32_t *c_in, int64_t ldc_in,
+                                    uint32_t *c_out, int64_t ldc_out,
+                                    int64_t m, int64_t n, int64_t k, int threads, const int *cancel,
+                                    int64_t max_exact);
+/* Sets *cancel (atomically; NULL: nothing), from any thread. */
+void pyamx_engine_cancel(int *cancel);
 
 /* The exact scalar primitives the engine falls back to for NaN operands
  * (and that the portable variant is built on): fp32 bit patterns in and

@@ -173,3 +173,27 @@ def test_without_the_guard_the_same_check_sees_the_difference(monkeypatch):
     changed_daz = _check_same_bits(lambda case, num: raw(*case, num).view(np.uint32), cases[:60],
                                    NUMERICS["honour denormals"], FTZ | DAZ)
     assert changed_daz > 0
+
+
+@pytest.mark.parametrize("engine", ["avx512", "avx2", "portable"])
+@pytest.mark.parametrize("value", [RNE, RZ | FTZ | DAZ], ids=hex)
+def test_far_more_threads_than_the_work_warrants_raise_no_flag(engine, value):
+    """The thread count is capped by the work: that cap must not leave the precision flag (0x20) behind.
+
+    300 x 300 outputs over 150 dwords is about 51 threads' worth of work, not a whole number of them,
+    so a floating-point cap would round; 256 threads are asked for.
+    """
+    from pyamx import engine as _engine
+
+    available = {name: (ok, why) for name, ok, why in _engine.available_engines()}
+    if not available[engine][0]:
+        pytest.skip(f"engine {engine} cannot run here: {available[engine][1]}")
+    rng = np.random.default_rng(7)
+    a = rng.standard_normal((300, 300)).astype(np.float16)
+    b = rng.standard_normal((300, 300)).astype(np.float16)
+    want = pyamx.matmul(a, b, backend="emulator", engine=engine, threads=1)  # also the first-call imports
+    with mxcsr(value):
+        got = pyamx.matmul(a, b, backend="emulator", engine=engine, threads=256)
+        after = _LIB.pyamx_get_mxcsr()
+    assert after == value, f"the call left MXCSR {after:#06x}, the caller had {value:#06x}"
+    np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
