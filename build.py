@@ -50,6 +50,7 @@ import platform  # noqa: E402
 import re  # noqa: E402
 import subprocess  # noqa: E402
 import sysconfig  # noqa: E402
+import shutil  # noqa: E402
 import tempfile  # noqa: E402
 from dataclasses import asdict, dataclass  # noqa: E402
 from pathlib import Path  # noqa: E402
