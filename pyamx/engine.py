@@ -43,7 +43,7 @@ from . import _env as env_parser  # the one PYAMX_* parser (this module's own _e
 from . import isa
 from ._fpenv import default_fpenv
 from ._validate import contiguous_bits
-from .errors import BackendError, EnvironmentVariableError
+from .errors import BackendError, EnvironmentVariableError, UnknownBackendError
 
 ENV_VAR = "PYAMX_ENGINE"
 THREADS_ENV_VAR = "PYAMX_ENGINE_THREADS"
@@ -69,7 +69,7 @@ class EngineUnavailableError(BackendError):
 def parse_name(value, source: str) -> str:
     """Validate an engine name; ``source`` says where it came from, for the message."""
     if value not in NAMES:
-        raise BackendError(f"{source} is {value!r}; it must be one of {', '.join(NAMES)}")
+        raise UnknownBackendError(f"{source} is {value!r}; it must be one of {', '.join(NAMES)}")
     return value
 
 

@@ -193,10 +193,13 @@ def test_auto_runs_an_emulator_model_or_named_engine_on_the_emulator_even_where_
 @pytest.mark.parametrize("backend", [None, "auto", "native", "emulator"])
 def test_an_unknown_engine_name_is_refused_on_every_backend(backend):
     a, b = _operands()
-    with pytest.raises(BackendError, match="bogus"):
+    # A ValueError like every other bad keyword, and a BackendError for older callers.
+    with pytest.raises(BackendError, match="bogus") as refused:
         pyamx.matmul(a, b, backend=backend, engine="bogus")
-    with pytest.raises(BackendError, match="bogus"):
+    assert isinstance(refused.value, ValueError)
+    with pytest.raises(BackendError, match="bogus") as refused:
         pyamx.tile_machine(backend=backend, engine="bogus")
+    assert isinstance(refused.value, ValueError)
 
 
 def test_auto_backend_says_what_ran():

@@ -11,6 +11,7 @@ import pytest
 import pyamx
 from pyamx import bf16
 from pyamx.errors import BackendError
+from test_bad_input import _ArrayLike, _Unconvertible  # stand-ins for framework tensors
 
 RNG = np.random.default_rng(20)
 
@@ -24,21 +25,6 @@ def _bf16(shape) -> np.ndarray:
 
 
 # -- the one operand rule --------------------------------------------------------------------
-
-
-class _ArrayLike:
-    """Stands in for a JAX array or a CPU torch tensor: numpy converts it through __array__."""
-
-    def __init__(self, array):
-        self._array = array
-
-    def __array__(self, dtype=None, copy=None):
-        return self._array if dtype is None else self._array.astype(dtype)
-
-
-class _Unconvertible:
-    def __array__(self, dtype=None, copy=None):
-        raise TypeError("Got unsupported ScalarType BFloat16")  # what torch says for a bf16 tensor
 
 
 def test_int16_bit_patterns_are_bf16_and_fp16_operands_as_for_tdpbf16ps():
