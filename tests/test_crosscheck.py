@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 import resource
+import warnings
 
 import numpy as np
 import pytest
@@ -280,7 +281,11 @@ def _raw_in_child(cfg: TileConfig, method, args):
     trapped = detect.report().mode == "trap"
     buf = np.zeros(16 * 64 + 64, np.uint8)  # 16 rows of 64 bytes at stride 64: every load/store stays inside
     read_end, write_end = os.pipe()
-    pid = os.fork()
+    with warnings.catch_warnings():
+        # Python >= 3.12 warns on fork() in a threaded process (an xdist worker has execnet's
+        # threads); the child runs C and _exit()s, touching no lock those threads could hold.
+        warnings.filterwarnings("ignore", "This process .* is multi-threaded", DeprecationWarning)
+        pid = os.fork()
     if pid == 0:  # pragma: no cover - runs in the child
         code = 97
         try:
