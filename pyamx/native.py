@@ -18,6 +18,7 @@ only so that a violation is worded exactly as the emulator words it.
 from __future__ import annotations
 
 import operator
+import sys
 import threading
 import weakref
 
@@ -287,6 +288,16 @@ def _thread_name() -> str:
 _INIT_STATE = (bytes(TILECFG_BYTES), np.zeros((NUM_TILES, MAX_ROWS, MAX_COLSB), dtype=np.uint8))
 
 
+def _still_running(frame) -> bool:
+    """Whether ``frame`` is on this thread's stack (the busy call really encloses this one)."""
+    caller = sys._getframe(2)
+    while caller is not None:
+        if caller is frame:
+            return True
+        caller = caller.f_back
+    return False
+
+
 class NativeMachine:
     """The AMX tile machine of this OS thread, one C call per instruction.
 
@@ -339,7 +350,7 @@ class NativeMachine:
                 f"are per OS thread, so thread {_thread_name()} must create its own"
             )
         state = _thread
-        if state.busy is not None:
+        if state.busy is not None and _still_running(state.busy[1]):
             raise ReentrantUseError(
                 f"{mnemonic}: a NativeMachine call ({state.busy[0]}) is already running on this thread and "
                 "this call started inside it (a signal handler, finalizer or trace/profile hook); the "
@@ -347,7 +358,11 @@ class NativeMachine:
                 "on the wrong machine's state. Use the machine outside such hooks, or pyamx.TileMachine "
                 "(the emulator) inside them"
             )
-        token = (mnemonic,)  # a fresh object per call: released only by the call that set it
+        # A fresh object per call, released only by the call that set it. It holds the call's frame:
+        # a signal handler that raises inside the `finally` below (Python 3.10 checks for signals
+        # there) leaves the token behind, and the next call must tell that leftover from a call
+        # still running under it.
+        token = (mnemonic, sys._getframe())
         try:
             state.busy = token
             return body(*args)

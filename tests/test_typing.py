@@ -51,7 +51,7 @@ assert_type(pyamx.tdpfp16ps(c[:, :1], h, h[:1], backend="emulator"), pyamx.AMXRe
 m = pyamx.TileMachine("sdm", engine="numpy")
 m.ldtilecfg(pyamx.TileConfig.make({0: (4, 8), 1: (4, 8), 2: (2, 8)}))
 m.tdpbf16ps(0, 1, 2)
-assert_type(m.tile(0), np.ndarray)
+assert_type(m.tile(0), npt.NDArray[np.uint8])
 assert_type(pyamx.tile_machine(backend="emulator"), pyamx.TileMachine)
 """
 
