@@ -264,3 +264,20 @@ def test_a_machine_used_from_a_signal_handler_is_refused_inside_calls_and_works_
     a.verify()
     b.verify()
     assert outcomes.count(REFUSED) >= 5 and outcomes.count(OK) >= 5, outcomes
+
+
+def test_a_busy_token_left_by_an_interrupted_release_does_not_lock_the_machine_out(native):
+    """Python 3.10 runs signal handlers inside `finally`: one that raised there left the token of a
+    finished call behind, and every later call on the thread was refused as re-entrant."""
+    machine = native.NativeMachine()
+    machine.ldtilecfg(TileConfig.make({0: (1, 4)}))
+
+    def finished_call():
+        return sys._getframe()  # the frame of a call that has returned, as a leftover token holds
+
+    native._thread.busy = ("TILELOADD", finished_call())
+    try:
+        assert machine.config.rows[0] == 1  # runs: nothing encloses this call
+        assert native._thread.busy is None
+    finally:
+        native._thread.busy = None
