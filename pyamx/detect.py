@@ -28,12 +28,13 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Mapping, NamedTuple, Optional, Tuple
 
+from . import isa
+
 # -- constants of the hardware and kernel interfaces --------------------------
 
-BIT_AMX_BF16 = 22  # CPUID.(7,0):EDX
-BIT_AMX_TILE = 24  # CPUID.(7,0):EDX
-BIT_AMX_INT8 = 25  # CPUID.(7,0):EDX
-BIT_AMX_FP16 = 21  # CPUID.(7,1):EAX
+# The AMX feature bits are pyamx.isa's Feature rows (leaf, sub-leaf, register, bit)
+BIT_AMX_BF16, BIT_AMX_TILE, BIT_AMX_INT8, BIT_AMX_FP16 = (
+    isa.FEATURES[name].bit for name in ("AMX-BF16", "AMX-TILE", "AMX-INT8", "AMX-FP16"))
 BIT_OSXSAVE = 27  # CPUID.1:ECX
 XFEATURE_XTILECFG = 17
 XFEATURE_XTILEDATA = 18
@@ -79,7 +80,8 @@ def __getattr__(name):
         return _kernel_bits()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
-KERNEL_FEATURE = MappingProxyType({"bf16": "amx_bf16", "int8": "amx_int8", "fp16": "amx_fp16"})
+#: kernel group -> the feature key (decode_features) its kernels need, from pyamx.isa
+KERNEL_FEATURE = MappingProxyType({group: isa.FEATURES[name].key for group, name in isa.GROUP_FEATURE.items()})
 
 FAULTHANDLER_FIXED = {(3, 9): (3, 9, 12), (3, 10): (3, 10, 4)}  # 3.11+ fixed from the start
 
@@ -222,14 +224,15 @@ def decode_features(cpuid: Mapping) -> dict:
     l1 = cpuid.get((1, 0), zero)
     l70 = cpuid.get((7, 0), zero) if max_leaf >= 7 else zero
     l71 = cpuid.get((7, 1), zero) if max_leaf >= 7 and l70[0] >= 1 else zero
-    return {
-        "max_leaf": max_leaf,
-        "amx_tile": bit(l70[3], BIT_AMX_TILE),
-        "amx_bf16": bit(l70[3], BIT_AMX_BF16),
-        "amx_int8": bit(l70[3], BIT_AMX_INT8),
-        "amx_fp16": bit(l71[0], BIT_AMX_FP16),
-        "osxsave": bit(l1[2], BIT_OSXSAVE),
-    }
+    leaves = {(7, 0): l70, (7, 1): l71}
+    out = {"max_leaf": max_leaf}
+    for feature in isa.FEATURE_ROWS:
+        out[feature.key] = bit(leaves[feature.leaf, feature.subleaf][_REGISTERS.index(feature.register)], feature.bit)
+    out["osxsave"] = bit(l1[2], BIT_OSXSAVE)
+    return out
+
+
+_REGISTERS = ("eax", "ebx", "ecx", "edx")  # the order of a CPUID result tuple
 
 
 def decode_palette(cpuid: Mapping) -> Optional[dict]:
