@@ -377,11 +377,16 @@ class _Stages:
         return self.reason is not None
 
 
+def _feature_stage(feature: isa.Feature) -> str:
+    """A stage named after a pyamx.isa feature row: ``"AMX-BF16 (CPUID.7.0:EDX[22])"``."""
+    return f"{feature.name} (CPUID.{feature.leaf:X}.{feature.subleaf:X}:{feature.register.upper()}[{feature.bit}])"
+
+
+#: the AMX features of pyamx.isa: AMX-TILE first (the verdict of the stage), then each kernel group's
+_FEATURES = (isa.FEATURES["AMX-TILE"],) + tuple(f for f in isa.FEATURE_ROWS if f.name != "AMX-TILE")
+
 SILICON_STAGES_AFTER_CPUID = (
-    "AMX-TILE (CPUID.7.0:EDX[24])",
-    "AMX-BF16 (CPUID.7.0:EDX[22])",
-    "AMX-INT8 (CPUID.7.0:EDX[25])",
-    "AMX-FP16 (CPUID.7.1:EAX[21])",
+    *(_feature_stage(f) for f in _FEATURES),
     "palette 1 (CPUID.1D/1E)",
     "OSXSAVE (CPUID.1:ECX[27])",
     "XCR0 XTILECFG/XTILEDATA (bits 17, 18)",
@@ -421,8 +426,8 @@ def _silicon_stages(raw: RawFacts, st: _Stages, cpu: dict) -> Tuple[set, dict]:
     name = next(names)
     st.add(name, _yes(feats["amx_tile"]), feats["amx_tile"],
            "the CPU does not report AMX (CPUID.(7,0):EDX bit 24 is 0)." + _hidden_hint(cpu))
-    for fam in ("bf16", "int8", "fp16"):
-        st.add(next(names), _yes(feats[KERNEL_FEATURE[fam]]), None)
+    for feature in _FEATURES[1:]:
+        st.add(next(names), _yes(feats[feature.key]), None)
 
     name = next(names)
     pal = decode_palette(raw.cpuid)
