@@ -97,7 +97,7 @@ FORMAT_ROWS: Tuple[Format, ...] = (
            special_values=(0x0000, 0x8000, 0x7F80, 0xFF80, 0x7FC0, 0x0001, 0x7F7F, 0xFF7F)),
     Format("fp16", "<u2", ("float16", "uint16", "int16"), infers=("float16",), call_dtype="<f2", note=_BITS_NOTE,
            exponent=5, mantissa=10, bias=15, denormals="kept", specials="inf-nan", pad=0x8000,
-           special_values=(0x0000, 0x8000, 0x7C00, 0xFC00, 0x7E00, 0x0001, 0x7BFF, 0xFBFF)),
+           special_values=(0x0001, 0x03FF, 0x8001, 0x7C00, 0xFC00, 0x7C01, 0x7E05, 0xFD00, 0x0000, 0x8000, 0x7BFF)),
     Format("int8", "u1", ("int8", "uint8"), infers=("int8",), call_dtype="u1", signed=True,
            special_values=(0x00, 0x7F, 0x80, 0xFF)),
     Format("uint8", "u1", ("int8", "uint8"), infers=("uint8",), call_dtype="u1", signed=False,
