@@ -263,7 +263,7 @@ def _interleave(b_pad: np.ndarray, k_dwords: int, lanes: int) -> np.ndarray:
 
 
 def _zero_accumulator(m: int, n: int, row: isa.Instruction) -> np.ndarray:
-    return np.zeros((m, n), dtype=row.acc_format.bits)
+    return np.zeros((m, n), dtype=np.dtype(row.acc_format.bits).newbyteorder("="))
 
 
 # -- the native path ----------------------------------------------------------------------
@@ -363,7 +363,7 @@ def _batched(call: Call, a_bits: np.ndarray, b_bits: np.ndarray, eng, threads) -
     a_all = np.broadcast_to(a_bits, call.batch + (call.m, call.k))
     b_all = np.broadcast_to(b_bits, call.batch + (call.k, call.n))
     c_all = None if call.c is None else np.broadcast_to(call.c, call.batch + (call.m, call.n))
-    out = np.empty(call.batch + (call.m, call.n), isa.get(call.mnemonic).acc_format.bits)
+    out = np.empty(call.batch + (call.m, call.n), np.dtype(isa.get(call.mnemonic).acc_format.bits).newbyteorder("="))
     for index in np.ndindex(*call.batch):
         ops = _materialize(call, a_all[index], b_all[index], None if c_all is None else c_all[index])
         out[index] = _product(ops, eng, threads).view(out.dtype)  # bits: no value conversion

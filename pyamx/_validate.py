@@ -112,7 +112,8 @@ def _format_kind(fmt: isa.Format) -> tuple:
     hint = f" ({fmt.note})" if fmt.note else ""
     if fmt.is_float and fmt.width == 16:
         hint += _FRAMEWORK_HINT
-    return _kind({name: np.dtype(fmt.bits) for name in fmt.dtypes}, hint)
+    bits = np.dtype(fmt.bits).newbyteorder("=")  # values in the caller's arrays: native order, as np.uint16 is
+    return _kind({name: bits for name in fmt.dtypes}, hint)
 
 
 #: format name -> its kind

@@ -45,7 +45,8 @@ class TableError(ValueError):
 class Format:
     """One number format as a tile holds it.
 
-    ``bits``: numpy dtype string of one element's bit pattern (``"<u2"``).
+    ``bits``: numpy dtype string of one element's bit pattern as tile memory holds it, little-endian
+    (``"<u2"``; an array of values in the caller's hands has it in native order).
     ``dtypes``: the numpy dtype names an array of this format may have (each
     read as ``bits``; ``bfloat16`` is ml_dtypes'). ``infers``: the dtype names
     that mean this format when a matmul call names no kind (one format per
@@ -315,9 +316,13 @@ def _op(mnemonic, kind, pp, opcode, form, roles=()) -> Instruction:
     return Instruction(mnemonic, kind, Encoding(2, pp, opcode, form, roles), _TILE)
 
 
-def _dot(mnemonic, pp, opcode, feature, group, a, b, acc, matmul=False) -> Instruction:
+#: the dot-product kind of an operand width (a complex pair, one per dword, would name its own kind)
+_DOT_KIND = {16: "dot-pairs", 8: "dot-quads"}
+
+
+def _dot(mnemonic, pp, opcode, feature, group, a, b, acc, matmul=False, kind=None) -> Instruction:
     a_format, b_format = _F[a], _F[b]
-    kind = "dot-pairs" if a_format.width == 16 else "dot-quads"
+    kind = kind or _DOT_KIND[a_format.width]
     return Instruction(mnemonic, kind, Encoding(2, pp, opcode, "reg", _DOT_ROLES), FEATURES[feature],
                        a_format, b_format, _F[acc], group, matmul)
 
