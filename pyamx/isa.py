@@ -388,7 +388,6 @@ GROUPS: Tuple[str, ...] = VIEWS.groups
 FAMILIES = GROUPS
 #: kernel group -> CPUID feature it needs
 GROUP_FEATURE = VIEWS.group_feature
-FAMILY_FEATURE = GROUP_FEATURE
 #: (a format, b format) -> the row pyamx.matmul runs for them
 MATMUL_ROUTES = VIEWS.matmul_routes
 #: dtype name -> the operand format a matmul reads it as when the call names no kind
@@ -404,8 +403,8 @@ def get(name: str) -> Instruction:
 
 
 def family_of(name: str) -> str:
-    """The kernel family of a dot product (``"bf16"``, ``"fp16"``, ``"int8"``)."""
-    return get(name).family
+    """The kernel group of a dot product (``"bf16"``, ``"fp16"``, ``"int8"``; ``family`` is its older name)."""
+    return get(name).group
 
 
 def by_op_id(op_id: int) -> Optional[Instruction]:
