@@ -354,6 +354,150 @@ def cdef_text(header: Path = CSRC / "pyamx.h") -> str:
     return "\n".join(out)
 
 
+# -- the C op table, generated from pyamx/isa.py ---------------------------------------------
+
+ISA_PY = HERE / "pyamx" / "isa.py"
+#: generated file -> the function of the instruction table that writes it
+OPS_HEADER = Path("csrc") / "pyamx_ops.h"
+TRAITS_HEADER = Path("csrc") / "pyamx_op_traits.h"
+_GENERATED_NOTE = "Generated from pyamx/isa.py by build.py: do not edit; python build.py regenerates it."
+
+
+def load_isa():
+    """pyamx/isa.py as a module of its own: the package's __init__ needs numpy, a build may not have it."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("pyamx_isa_for_build", ISA_PY)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while the rows are made
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        del sys.modules[spec.name]
+    return module
+
+
+def _c_name(name: str) -> str:
+    return re.sub(r"[^0-9A-Za-z]", "_", name).upper()
+
+
+def ops_header_text(isa) -> str:
+    """csrc/pyamx_ops.h: ``enum pyamx_op``, ids in table order from 1 (a new row goes at the end, so
+    no id moves). Plain declarations only: cffi's cdef() reads it, in both modules."""
+    rows = ",\n".join(f"    PYAMX_OP_{insn.mnemonic} = {i}" for i, insn in enumerate(isa.TABLE, 1))
+    first, last = isa.DOTS[0].mnemonic, isa.DOTS[-1].mnemonic
+    return f"""/* The one numbering of the AMX instructions, shared by every layer.
+ *
+ * {_GENERATED_NOTE}
+ *
+ * Included by csrc/pyamx.h (pyamx._native) and csrc/trap/trap.h
+ * (pyamx._trap); build.py inlines it into both cdefs, so Python reads the
+ * same ids from either module's lib. Plain declarations only: cffi's
+ * cdef() parses this file. The rows' traits are csrc/pyamx_op_traits.h.
+ */
+#ifndef PYAMX_OPS_H
+#define PYAMX_OPS_H
+
+/* Instruction ids: the trap decoder's results, the dot-product op of
+ * pyamx_dp_oneshot()/pyamx_tdp(), and the ids pyamx/isa.py reads from lib.
+ * Dot products are the contiguous range {first}..{last}. */
+enum pyamx_op {{
+    PYAMX_OP_NONE = 0,
+{rows}
+}};
+
+#endif
+"""
+
+
+def _trait_fields(isa, insn) -> tuple:
+    """One row's X-macro arguments (names of the enums below, then numbers)."""
+    enc = insn.encoding
+    fmt = (lambda f: "NONE" if f is None else _c_name(f.name))
+    signed = (lambda f: int(bool(f is not None and f.signed)))
+    return (insn.mnemonic, _c_name(insn.kind), fmt(insn.a_format), fmt(insn.b_format), fmt(insn.acc_format),
+            signed(insn.a_format), signed(insn.b_format), insn.lanes or 0, _c_name(enc.prefix),
+            f"0x{enc.map:X}", enc.pp, enc.w, enc.l, f"0x{enc.opcode:02X}", _c_name(enc.form))
+
+
+def traits_header_text(isa) -> str:
+    """csrc/pyamx_op_traits.h: ``PYAMX_FOR_EACH_OP(X)`` and ``pyamx_op_traits[]``, one entry per row.
+
+    Not included by pyamx_ops.h: cffi's cdef() cannot read macros with arguments or initialized
+    tables, so C code that wants a row's traits includes this header itself."""
+    enum = (lambda tag, prefix, names: f"enum {tag} {{\n" + ",\n".join(
+        f"    {prefix}{_c_name(n)} = {i}" for i, n in enumerate(names)) + "\n};\n")
+    forms = tuple(dict.fromkeys(insn.encoding.form for insn in isa.TABLE))
+    prefixes = tuple(dict.fromkeys(("VEX", "EVEX")))
+    fields = [_trait_fields(isa, insn) for insn in isa.TABLE]
+    xrows = " \\\n".join(f"    X({', '.join(str(v) for v in row)})" for row in fields)
+    table = "\n".join(
+        f"    [PYAMX_OP_{r[0]}] = {{PYAMX_KIND_{r[1]}, PYAMX_FMT_{r[2]}, PYAMX_FMT_{r[3]}, PYAMX_FMT_{r[4]}, "
+        f"{r[5]}, {r[6]}, {r[7]}, PYAMX_PREFIX_{r[8]}, {r[9]}, {r[10]}, {r[11]}, {r[12]}, {r[13]}, "
+        f"PYAMX_FORM_{r[14]}}}," for r in fields)
+    return f"""/* Traits of every AMX instruction row of pyamx/isa.py, for C.
+ *
+ * {_GENERATED_NOTE}
+ *
+ * PYAMX_FOR_EACH_OP(X) calls X(mnemonic, kind, a_format, b_format,
+ * acc_format, a_signed, b_signed, lanes, prefix, map, pp, w, l, opcode,
+ * form) once per row, in table order; pyamx_op_traits[] holds the same
+ * fields by op id. A format of NONE: the row has no such operand.
+ */
+#ifndef PYAMX_OP_TRAITS_H
+#define PYAMX_OP_TRAITS_H
+
+#include "pyamx_ops.h"
+
+{enum("pyamx_op_kind", "PYAMX_KIND_", ("none",) + tuple(isa.KINDS_OF_ARITHMETIC))}
+{enum("pyamx_format", "PYAMX_FMT_", ("none",) + tuple(f.name for f in isa.FORMAT_ROWS))}
+{enum("pyamx_encoding_prefix", "PYAMX_PREFIX_", ("none",) + prefixes)}
+{enum("pyamx_modrm_form", "PYAMX_FORM_", ("none",) + forms)}
+#define PYAMX_FOR_EACH_OP(X) \\
+{xrows}
+
+struct pyamx_op_traits {{
+    unsigned char kind;       /* enum pyamx_op_kind */
+    unsigned char a_format;   /* enum pyamx_format of src1, src2, dst */
+    unsigned char b_format;
+    unsigned char acc_format;
+    unsigned char a_signed;   /* 1: an integer src1/src2 is sign-extended */
+    unsigned char b_signed;
+    unsigned char lanes;      /* operand values per dword; 0 for a non-dot row */
+    unsigned char prefix;     /* enum pyamx_encoding_prefix */
+    unsigned char map;        /* opcode map: 2 is 0F38 */
+    unsigned char pp;         /* 0 NP, 1 66, 2 F3, 3 F2 */
+    unsigned char w;
+    unsigned char l;
+    unsigned char opcode;
+    unsigned char form;       /* enum pyamx_modrm_form */
+}};
+
+static const struct pyamx_op_traits pyamx_op_traits[] = {{
+{table}
+}};
+
+#endif
+"""
+
+
+def generated_headers(isa=None) -> dict:
+    """Path (relative to the checkout) -> the text generated from the instruction table."""
+    isa = isa or load_isa()
+    return {OPS_HEADER: ops_header_text(isa), TRAITS_HEADER: traits_header_text(isa)}
+
+
+def write_generated_headers(root: Path = HERE) -> list:
+    """Write the generated headers where their text changed (a file left as is keeps its time); the paths written."""
+    written = []
+    for rel, text in generated_headers().items():
+        path = root / rel
+        if not path.is_file() or path.read_text(encoding="utf-8") != text:
+            path.write_text(text, encoding="utf-8")
+            written.append(rel)
+    return written
+
+
 def module_sources(module: Module) -> list:
     """The module's C sources, sorted, relative to the repository root."""
     found = set()
@@ -545,6 +689,8 @@ def setuptools_options() -> dict:
         require = False
 
         def run(self):
+            for rel in write_generated_headers():
+                print(f"pyamx build: regenerated {rel.as_posix()} from pyamx/isa.py", file=sys.stderr)
             p = plan()
             require = self.require or parse_flag(os.environ, REQUIRE_ENV)
             if not p.decision.extension:

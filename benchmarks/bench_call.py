@@ -88,8 +88,8 @@ def main() -> None:
 
     print("\nwhere pyamx.tdpbf16ps(c, a, b, backend='emulator') spends its time (us):")
     total = t(lambda: pyamx.tdpbf16ps(cc, a, b, backend="emulator"))
-    validate = t(lambda: _validate.fast_dot_shape("bf16", cc, a, b))
-    full = t(lambda: emulator.bf16_operands("tdpbf16ps", cc, a, b))
+    validate = t(lambda: _validate.fast_dot_shape("tdpbf16ps", cc, a, b))
+    full = t(lambda: emulator.operands("tdpbf16ps", cc, a, b))
     resolve = t(lambda: (_backend.resolve("emulator", "bf16", engine=None), _engine.resolve(None)))
     parts = [("validation (fast check)", validate)]
     if default.compiled:

@@ -1,9 +1,11 @@
 /* The one numbering of the AMX instructions, shared by every layer.
  *
+ * Generated from pyamx/isa.py by build.py: do not edit; python build.py regenerates it.
+ *
  * Included by csrc/pyamx.h (pyamx._native) and csrc/trap/trap.h
  * (pyamx._trap); build.py inlines it into both cdefs, so Python reads the
  * same ids from either module's lib. Plain declarations only: cffi's
- * cdef() parses this file.
+ * cdef() parses this file. The rows' traits are csrc/pyamx_op_traits.h.
  */
 #ifndef PYAMX_OPS_H
 #define PYAMX_OPS_H

@@ -31,12 +31,10 @@ if TYPE_CHECKING:
     from ._types import ArrayInput
     from .emulator.numerics import Numerics
 
-#: the value a padded dword holds in A, per family (B is padded with 0): -0 for the float formats
-_PAD_A = {"bf16": 0x8000, "fp16": 0x8000, "int8": 0}
-KINDS = isa.FAMILIES
-#: (a signed, b signed) -> the int8 instruction, from the instruction table
-_INT8_MNEMONIC = {insn.signed: insn.name for insn in isa.DOTS if insn.family == "int8"}
-_FLOAT_MNEMONIC = {insn.family: insn.name for insn in isa.DOTS if insn.family != "int8"}
+#: the values of ``kind=``: the kernel groups of pyamx.isa. Which instruction runs is the row
+#: that isa.MATMUL_ROUTES names for the operands' formats (the padding A's last dword gets is
+#: that row's a_format.pad: -0 for the float formats; B is padded with 0).
+KINDS = isa.GROUPS
 
 
 @dataclass(frozen=True)
@@ -57,7 +55,7 @@ class Plan:
 # -- operands ---------------------------------------------------------------------------
 
 #: kinds whose operands may be given as floats, each then rounded once (nearest even) to the kind
-ROUNDED_KINDS = ("bf16", "fp16")
+ROUNDED_KINDS = tuple(g for g in KINDS if all(f.is_float for f in isa.VIEWS.group_formats[g]))
 #: the float dtypes rounded for the caller: float64 too (Python floats, lists), rounded directly, not via float32
 ROUNDED_DTYPES = ("float32", "float64")
 
@@ -67,29 +65,41 @@ class _Operand:
     """One a/b operand as checked: a view (no copy) of its bits, or of its float values to round."""
 
     array: np.ndarray
-    family: str
-    signed: "bool | None"  # int8 only: whether the bytes are read as signed
-    rounds: bool  # float32/float64 values, rounded to the family's format once before the run
+    format: isa.Format  # the pyamx.isa format its bits are read as (int8 or uint8 for bytes)
+    rounds: bool  # float32/float64 values, rounded to the format once before the run
 
 
 def _operand(x, name: str, kind) -> _Operand:
     """One operand read strictly from its dtype and ``kind``: nothing is copied or converted here."""
     x = _validate.require_array(x, name, "matmul")
     dtype = dtype_name(x.dtype)
-    if dtype in ROUNDED_DTYPES and kind in ROUNDED_KINDS:
-        return _Operand(x, kind, None, True)
-    family = kind if kind is not None else _validate.INFERRED_FAMILY.get(dtype)
-    if family is None:
-        raise TypeError(
-            f"matmul: {name} has dtype {dtype}; expected bf16 (uint16/int16 bits or ml_dtypes.bfloat16), "
-            "float16, int8 or uint8" + (f", or {dtype} with kind='bf16' or kind='fp16' to round it once"
-                                        if dtype in ROUNDED_DTYPES else "")
-        )
-    allowed = _validate.operand_dtypes(family) + (ROUNDED_DTYPES if family in ROUNDED_KINDS else ())
-    if dtype not in allowed:
-        raise TypeError(f"matmul: kind={kind!r} takes {' or '.join(allowed)} operands, but {name} has dtype {dtype}")
-    signed = (dtype == "int8") if family == "int8" else None
-    return _Operand(_validate.operand_view(x, name, "matmul", family), family, signed, False)
+    if kind is None:
+        fmt = isa.INFERRED_FORMAT.get(dtype)
+        if fmt is None:
+            raise TypeError(
+                f"matmul: {name} has dtype {dtype}; expected bf16 (uint16/int16 bits or ml_dtypes.bfloat16), "
+                "float16, int8 or uint8" + (f", or {dtype} with kind='bf16' or kind='fp16' to round it once"
+                                            if dtype in ROUNDED_DTYPES else "")
+            )
+    else:
+        formats = isa.VIEWS.group_formats[kind]
+        if dtype in ROUNDED_DTYPES and kind in ROUNDED_KINDS:
+            return _Operand(x, formats[0], True)
+        fmt = _format_in(formats, dtype)
+        if fmt is None:
+            allowed = tuple(dict.fromkeys(d for f in formats for d in f.dtypes))
+            allowed += ROUNDED_DTYPES if kind in ROUNDED_KINDS else ()
+            raise TypeError(f"matmul: kind={kind!r} takes {' or '.join(allowed)} operands, but {name} has dtype {dtype}")
+    return _Operand(_validate.format_view(x, name, "matmul", fmt), fmt, False)
+
+
+def _format_in(formats: tuple, dtype: str):
+    """The one of a kind's ``formats`` that ``dtype`` is read as: the format the dtype means by
+    itself where the kind has it (uint8 bytes: uint8), else the first that takes it (uint16 as fp16)."""
+    inferred = isa.INFERRED_FORMAT.get(dtype)
+    if inferred in formats:
+        return inferred
+    return next((f for f in formats if dtype in f.dtypes), None)
 
 
 def _check_kind(kind):
@@ -101,8 +111,8 @@ def _check_kind(kind):
 class Call:
     """A checked call: operand views (nothing copied yet), the instruction and the shapes."""
 
-    mnemonic: str
-    family: str
+    mnemonic: str  # the row isa.MATMUL_ROUTES names for the operand formats
+    family: str  # its kernel group
     a: _Operand  # (..., M, K)
     b: _Operand  # (..., K, N)
     c: "np.ndarray | None"  # view of (..., M, N) accumulator bits, or None for zeros
@@ -114,20 +124,20 @@ class Call:
     @property
     def rounded_to(self) -> "str | None":
         """The format float operands were rounded to, None when every operand came as bits."""
-        return self.family if self.a.rounds or self.b.rounds else None
+        return self.a.format.name if self.a.rounds or self.b.rounds else None
 
 
 def check(a, b, c=None, *, kind=None) -> Call:
     """Every operand rule (dtypes, kind, shapes, broadcasting, accumulator), before any copy."""
     _check_kind(kind)
     op_a, op_b = _operand(a, "a", kind), _operand(b, "b", kind)
-    if op_a.family != op_b.family:
+    row = isa.MATMUL_ROUTES.get((op_a.format.name, op_b.format.name))
+    if row is None:
         raise TypeError(
-            f"matmul: a is {op_a.family} ({dtype_name(op_a.array.dtype)}) but b is {op_b.family} "
+            f"matmul: a is {op_a.format.name} ({dtype_name(op_a.array.dtype)}) but b is {op_b.format.name} "
             f"({dtype_name(op_b.array.dtype)}); both operands must be one kind (uint16 is read as bf16 bits: "
             "pass kind='fp16' to read uint16 as fp16 bits)"
         )
-    family = op_a.family
     for name, x in (("a", op_a.array), ("b", op_b.array)):
         if x.ndim < 2:
             raise ValueError(f"matmul: {name} must be 2-D, or batched with leading dimensions; got shape {x.shape}")
@@ -137,12 +147,8 @@ def check(a, b, c=None, *, kind=None) -> Call:
     if min(m, k, n) < 1:
         raise ValueError(f"matmul: M={m}, K={k}, N={n}; every dimension must be at least 1")
     batch = _batch_shape(op_a.array.shape[:-2], op_b.array.shape[:-2])
-    c_bits = None if c is None else _accumulator_view(c, batch + (m, n), family)
-    if family == "int8":
-        mnemonic = _INT8_MNEMONIC[(op_a.signed, op_b.signed)]
-    else:
-        mnemonic = _FLOAT_MNEMONIC[family]
-    return Call(mnemonic, family, op_a, op_b, c_bits, batch, m, k, n)
+    c_bits = None if c is None else _accumulator_view(c, batch + (m, n), row.acc_format)
+    return Call(row.name, row.group, op_a, op_b, c_bits, batch, m, k, n)
 
 
 def _batch_shape(a_batch: tuple, b_batch: tuple) -> tuple:
@@ -155,9 +161,9 @@ def _batch_shape(a_batch: tuple, b_batch: tuple) -> tuple:
         ) from None
 
 
-def _accumulator_view(c, out_shape: tuple, family: str) -> np.ndarray:
+def _accumulator_view(c, out_shape: tuple, fmt: isa.Format) -> np.ndarray:
     """``c`` as bits: its last two dimensions (M, N), its leading ones broadcasting to the batch."""
-    bits = _validate.accumulator_view(c, "c", "matmul", family)
+    bits = _validate.format_view(c, "c", "matmul", fmt)
     try:
         fits = bits.ndim >= 2 and bits.shape[-2:] == out_shape[-2:] and \
             np.broadcast_shapes(bits.shape, out_shape) == out_shape
@@ -168,9 +174,9 @@ def _accumulator_view(c, out_shape: tuple, family: str) -> np.ndarray:
     return bits
 
 
-def _round(x: np.ndarray, family: str) -> np.ndarray:
+def _round(x: np.ndarray, fmt: isa.Format) -> np.ndarray:
     """float32/float64 values -> bf16/fp16 bits, each rounded once (directly) to nearest even."""
-    if family == "bf16":
+    if fmt.name == "bf16":
         return _bf16.from_float32(x)
     return _to_fp16_bits(x)
 
@@ -181,9 +187,9 @@ def _to_fp16_bits(x: np.ndarray) -> np.ndarray:
     return x.astype(np.float16).view(np.uint16)
 
 
-def _bits_of(op: _Operand, family: str) -> np.ndarray:
+def _bits_of(op: _Operand) -> np.ndarray:
     """An operand's bits, rounded first where it came as floats: a view, or its own size (never the batch's)."""
-    return _round(op.array, family) if op.rounds else op.array
+    return _round(op.array, op.format) if op.rounds else op.array
 
 
 @dataclass(frozen=True)
@@ -209,7 +215,7 @@ def operands(a, b, c=None, *, kind=None) -> Operands:
     call = check(a, b, c, kind=kind)
     if call.batch:
         raise ValueError(f"matmul: operands(): a 2-D product only, got leading dimensions {call.batch}")
-    return _materialize(call, _bits_of(call.a, call.family), _bits_of(call.b, call.family), call.c)
+    return _materialize(call, _bits_of(call.a), _bits_of(call.b), call.c)
 
 
 def plan(a, b, c=None, *, kind=None) -> Plan:
@@ -219,16 +225,16 @@ def plan(a, b, c=None, *, kind=None) -> Plan:
 
 def _pack(ops: Operands) -> Plan:
     """The padded A, the interleaved B and C's bits: the instructions' operands (numpy engine, native)."""
-    family, a_bits, b_bits = ops.family, ops.a, ops.b
+    row, a_bits, b_bits = isa.get(ops.mnemonic), ops.a, ops.b
     (m, k), n = a_bits.shape, b_bits.shape[1]
-    c_bits = _zero_accumulator(m, n, family) if ops.c is None else ops.c
-    lanes = isa.get(ops.mnemonic).lanes
+    c_bits = _zero_accumulator(m, n, row) if ops.c is None else ops.c
+    lanes = row.lanes
     k_dwords = -(-k // lanes)
     width = k_dwords * lanes
     if width == k:
         a_pad = a_bits
     else:
-        a_pad = np.full((m, width), _PAD_A[family], dtype=a_bits.dtype)
+        a_pad = np.full((m, width), row.a_format.pad, dtype=a_bits.dtype)
         a_pad[:, :k] = a_bits
     if width == k:
         b_pad = b_bits  # the interleaving below copies anyway
@@ -236,7 +242,7 @@ def _pack(ops: Operands) -> Plan:
         b_pad = np.zeros((width, n), dtype=b_bits.dtype)
         b_pad[:k] = b_bits
     b_vnni = _interleave(b_pad, k_dwords, lanes)
-    return Plan(ops.mnemonic, family, m, n, k, k_dwords, a_pad, b_vnni, c_bits)
+    return Plan(ops.mnemonic, ops.family, m, n, k, k_dwords, a_pad, b_vnni, c_bits)
 
 
 def _interleave(b_pad: np.ndarray, k_dwords: int, lanes: int) -> np.ndarray:
@@ -256,8 +262,8 @@ def _interleave(b_pad: np.ndarray, k_dwords: int, lanes: int) -> np.ndarray:
     return words.view(b_pad.dtype).reshape(k_dwords, n * lanes)
 
 
-def _zero_accumulator(m: int, n: int, family: str) -> np.ndarray:
-    return np.zeros((m, n), dtype=np.int32 if family == "int8" else np.uint32)
+def _zero_accumulator(m: int, n: int, row: isa.Instruction) -> np.ndarray:
+    return np.zeros((m, n), dtype=np.dtype(row.acc_format.bits).newbyteorder("="))
 
 
 # -- the native path ----------------------------------------------------------------------
@@ -325,8 +331,8 @@ def matmul(a: ArrayInput, b: ArrayInput, c: ArrayInput | None = None, *, kind: s
     chosen = _backend.resolve(backend, call.family, numerics=numerics, engine=engine)
     eng = None if chosen == "native" else _engine.resolve(engine, numerics)
     # Every check is done: only now are float operands rounded and anything copied.
-    a_bits, b_bits = _bits_of(call.a, call.family), _bits_of(call.b, call.family)
-    view = np.int32 if call.family == "int8" else np.float32
+    a_bits, b_bits = _bits_of(call.a), _bits_of(call.b)
+    view = np.float32 if isa.get(call.mnemonic).is_float else np.int32
     labels = {} if call.rounded_to is None else {"rounded_to": call.rounded_to}
     if not call.batch:
         out = _product(_materialize(call, a_bits, b_bits, call.c), eng, threads)
@@ -357,7 +363,7 @@ def _batched(call: Call, a_bits: np.ndarray, b_bits: np.ndarray, eng, threads) -
     a_all = np.broadcast_to(a_bits, call.batch + (call.m, call.k))
     b_all = np.broadcast_to(b_bits, call.batch + (call.k, call.n))
     c_all = None if call.c is None else np.broadcast_to(call.c, call.batch + (call.m, call.n))
-    out = np.empty(call.batch + (call.m, call.n), np.int32 if call.family == "int8" else np.uint32)
+    out = np.empty(call.batch + (call.m, call.n), np.dtype(isa.get(call.mnemonic).acc_format.bits).newbyteorder("="))
     for index in np.ndindex(*call.batch):
         ops = _materialize(call, a_all[index], b_all[index], None if c_all is None else c_all[index])
         out[index] = _product(ops, eng, threads).view(out.dtype)  # bits: no value conversion

@@ -18,55 +18,16 @@ from .emulator.call import run_one
 _EMULATOR = _backend.EMULATOR
 
 
-def _sign(signed: bool) -> str:
-    return "signed" if signed else "unsigned"
-
-
-def _doc(insn: isa.Instruction) -> str:
-    m = insn.mnemonic
-    if insn.family == "bf16":
-        return f"""Run one {m}: a new (M, N) float32 array ``c + a . b``; inputs are never modified.
-
-    ``c``: (M, N) float32, or uint32 taken as raw bits. ``a``: (M, 2K) bf16;
-    ``b``: (K, 2N) bf16 in the pair-interleaved layout (row k holds
-    ``(b[2k][n], b[2k+1][n])`` for each n; build it with
-    :func:`pyamx.layout.pack_pairs`). bf16 arrays are uint16 bit patterns or
-    ``ml_dtypes.bfloat16``. 1 <= M, K, N <= 16.
-
-    ``backend``: None for the process default (``PYAMX_BACKEND``), or
-    ``"auto"``, ``"native"``, ``"emulator"``. The result's ``.backend`` says
-    which ran. The emulator uses the SDM numerics; for other models call
-    :func:`pyamx.emulator.{insn.name}` with ``numerics=``.
-
-    ``engine``: the emulator's arithmetic engine (:mod:`pyamx.engine`):
-    None for ``PYAMX_ENGINE`` (default ``"auto"``), or ``"auto"``,
-    ``"avx512"``, ``"avx2"``, ``"portable"``, ``"numpy"``; all give the same
-    bits, the result's ``.engine`` says which ran. Naming a concrete engine
-    means the emulator: ``auto`` picks it, a named ``native`` raises ValueError.
-    """
-    if insn.family == "fp16":
-        return f"Run one {m} (AMX-FP16): as :func:`tdpbf16ps` with float16 (or uint16 bit) ``a``, ``b``."
-    s1, s2 = (_sign(x) for x in insn.signed)
-    if insn.signed == (True, True):
-        return f"""Run one {m}: ``c`` (M, N) int32 + {s1} (M, 4K) ``a`` . {s2} (K, 4N) ``b``, wrapping.
-
-    ``a``/``b`` are int8 or uint8 arrays whose bytes the mnemonic reads as
-    signed or unsigned; ``b`` is quad-interleaved (:func:`pyamx.layout.pack_quads`).
-    """
-    return f"Run one {m}: {s1} ``a`` bytes, {s2} ``b`` bytes (see :func:`tdpbssd`)."
-
-
 def _function(insn: isa.Instruction):
     """The public function of one dot product, generated from its pyamx.isa row."""
-    name, family = insn.name, insn.family
-    check = emulator._OPERANDS[family]
+    name, group, check = insn.name, insn.group, emulator.operands
     c_view = np.float32 if insn.is_float else np.int32
     bits = (np.uint32, np.uint16) if insn.is_float else (np.int32, np.uint8)
     dot_operands, resolve_backend, resolve_engine = _validate.dot_operands, _backend.resolve, _engine.resolve
 
     def fn(c, a, b, *, backend=None, engine=None) -> AMXResult:
-        c, a, b, shape = dot_operands(check, name, family, c, a, b)
-        chosen = resolve_backend(backend, family, engine=engine)
+        c, a, b, shape = dot_operands(check, name, c, a, b)
+        chosen = resolve_backend(backend, group, engine=engine)
         if chosen is _EMULATOR:
             # The SDM numerics on the engine (compiled when available); one instruction is K <= 16 dwords.
             return run_one(name, resolve_engine(engine), c, a, b, *shape)
@@ -78,7 +39,7 @@ def _function(insn: isa.Instruction):
     return fn
 
 
-isa.export_functions(globals(), _function, _doc)
+isa.export_functions(globals(), _function, "function")
 
 if TYPE_CHECKING:  # the functions export_functions generates, as type checkers must see them
     from ._types import ArrayInput

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from . import isa
+
 MAX_M = 16
 MAX_K = 16  # tmul_maxk
 MAX_N = 16  # tmul_maxn / 4
@@ -104,14 +106,19 @@ def _kind(allowed: dict, hint: str) -> tuple:
     return allowed, hint, fast
 
 
-_BF16 = _kind({"uint16": np.uint16, "int16": np.uint16, "bfloat16": np.uint16},
-              " (int16/uint16 are taken as bit patterns; convert float32 with pyamx.bf16.from_float32)"
-              + _FRAMEWORK_HINT)
-_FP16 = _kind({"float16": np.uint16, "uint16": np.uint16, "int16": np.uint16},
-              " (int16/uint16 are taken as bit patterns)" + _FRAMEWORK_HINT)
-_FP32 = _kind({"float32": np.uint32, "uint32": np.uint32}, " (raw bits)")
-_INT32 = _kind({"int32": np.int32, "uint32": np.int32}, " (uint32 is taken as raw bits)")
-_BYTES = _kind({"int8": np.uint8, "uint8": np.uint8}, "")
+def _format_kind(fmt: isa.Format) -> tuple:
+    """The kind of a pyamx.isa format row: its dtypes, each read as its bits; 16-bit floats add
+    how to hand over a framework's tensor, which numpy cannot hold as such."""
+    hint = f" ({fmt.note})" if fmt.note else ""
+    if fmt.is_float and fmt.width == 16:
+        hint += _FRAMEWORK_HINT
+    bits = np.dtype(fmt.bits).newbyteorder("=")  # values in the caller's arrays: native order, as np.uint16 is
+    return _kind({name: bits for name in fmt.dtypes}, hint)
+
+
+#: format name -> its kind
+FORMAT_KINDS = {fmt.name: _format_kind(fmt) for fmt in isa.FORMAT_ROWS}
+_BF16, _FP16, _FP32, _INT32, _BYTES = (FORMAT_KINDS[n] for n in ("bf16", "fp16", "fp32", "int32", "int8"))
 
 
 def bf16_bits(x, name: str, fn: str = "pyamx") -> np.ndarray:
@@ -218,11 +225,12 @@ def _plain_types():
     return _PLAIN
 
 
-#: family -> (c kind, a/b kind, values per dword); the fast sets inside the kinds are shared
-FAMILY_KINDS = {"bf16": (_FP32, _BF16, 2), "fp16": (_FP32, _FP16, 2), "int8": (_INT32, _BYTES, 4)}
+#: dot product name -> (c kind, a kind, b kind, values per dword), from its pyamx.isa row
+DOT_KINDS = {insn.name: (FORMAT_KINDS[insn.acc_format.name], FORMAT_KINDS[insn.a_format.name],
+                         FORMAT_KINDS[insn.b_format.name], insn.lanes) for insn in isa.DOTS}
 
 
-def fast_dot_shape(family: str, c, a, b):
+def fast_dot_shape(name: str, c, a, b):
     """``(M, K, N)`` when c, a, b are valid one-instruction operands as they are, else None.
 
     Valid as they are: ndarray (or AMXResult), C-contiguous, aligned, native-endian,
@@ -232,9 +240,8 @@ def fast_dot_shape(family: str, c, a, b):
     plain = _PLAIN or _plain_types()
     if type(c) not in plain or type(a) not in plain or type(b) not in plain:
         return None
-    c_kind, ab_kind, lanes = FAMILY_KINDS[family]
-    ab_fast = ab_kind[2]
-    if c.dtype not in c_kind[2] or a.dtype not in ab_fast or b.dtype not in ab_fast:
+    c_kind, a_kind, b_kind, lanes = DOT_KINDS[name]
+    if c.dtype not in c_kind[2] or a.dtype not in a_kind[2] or b.dtype not in b_kind[2]:
         return None
     cs, as_, bs = c.shape, a.shape, b.shape
     if len(cs) != 2 or len(as_) != 2 or len(bs) != 2:
@@ -251,30 +258,15 @@ def fast_dot_shape(family: str, c, a, b):
     return m, k, n
 
 
-#: dtype name -> the family an operand is read as when the call names none (int16 and uint16: bf16 bits)
-INFERRED_FAMILY = {"uint16": "bf16", "int16": "bf16", "bfloat16": "bf16", "float16": "fp16",
-                   "int8": "int8", "uint8": "int8"}
+def format_view(x: object, name: str, fn: str, fmt: isa.Format) -> np.ndarray:
+    """An array of format ``fmt`` (a pyamx.isa row) as a view of its bits, no copy (shapes are checked next)."""
+    return _bits_view(x, name, fn, *FORMAT_KINDS[fmt.name])
 
 
-def operand_dtypes(family: str) -> tuple:
-    """The dtype names an a/b operand of ``family`` may have (the same for every entry point)."""
-    return tuple(FAMILY_KINDS[family][1][0])
-
-
-def operand_view(x: np.ndarray, name: str, fn: str, family: str) -> np.ndarray:
-    """An a/b operand of ``family`` as a view of its bits (no copy: shapes are checked next)."""
-    return _bits_view(x, name, fn, *FAMILY_KINDS[family][1])
-
-
-def accumulator_view(x: object, name: str, fn: str, family: str) -> np.ndarray:
-    """The accumulator of ``family`` (float32/uint32 bits, int32/uint32 words) as a view, no copy."""
-    return _bits_view(x, name, fn, *FAMILY_KINDS[family][0])
-
-
-def dot_operands(check, name: str, family: str, c, a, b):
+def dot_operands(check, name: str, c, a, b):
     """``(c, a, b, (M, K, N))`` for one instruction: the operands as they are when the fast check
     takes them, else what ``check(name, c, a, b)`` (the full checks) gives or raises."""
-    shape = fast_dot_shape(family, c, a, b)
+    shape = fast_dot_shape(name, c, a, b)
     if shape is None:
         ops = check(name, c, a, b)
         return ops.c, ops.a, ops.b, (ops.m, ops.k, ops.n)

@@ -28,12 +28,13 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Mapping, NamedTuple, Optional, Tuple
 
+from . import isa
+
 # -- constants of the hardware and kernel interfaces --------------------------
 
-BIT_AMX_BF16 = 22  # CPUID.(7,0):EDX
-BIT_AMX_TILE = 24  # CPUID.(7,0):EDX
-BIT_AMX_INT8 = 25  # CPUID.(7,0):EDX
-BIT_AMX_FP16 = 21  # CPUID.(7,1):EAX
+# The AMX feature bits are pyamx.isa's Feature rows (leaf, sub-leaf, register, bit)
+BIT_AMX_BF16, BIT_AMX_TILE, BIT_AMX_INT8, BIT_AMX_FP16 = (
+    isa.FEATURES[name].bit for name in ("AMX-BF16", "AMX-TILE", "AMX-INT8", "AMX-FP16"))
 BIT_OSXSAVE = 27  # CPUID.1:ECX
 XFEATURE_XTILECFG = 17
 XFEATURE_XTILEDATA = 18
@@ -79,7 +80,8 @@ def __getattr__(name):
         return _kernel_bits()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
-KERNEL_FEATURE = MappingProxyType({"bf16": "amx_bf16", "int8": "amx_int8", "fp16": "amx_fp16"})
+#: kernel group -> the feature key (decode_features) its kernels need, from pyamx.isa
+KERNEL_FEATURE = MappingProxyType({group: isa.FEATURES[name].key for group, name in isa.GROUP_FEATURE.items()})
 
 FAULTHANDLER_FIXED = {(3, 9): (3, 9, 12), (3, 10): (3, 10, 4)}  # 3.11+ fixed from the start
 
@@ -222,14 +224,15 @@ def decode_features(cpuid: Mapping) -> dict:
     l1 = cpuid.get((1, 0), zero)
     l70 = cpuid.get((7, 0), zero) if max_leaf >= 7 else zero
     l71 = cpuid.get((7, 1), zero) if max_leaf >= 7 and l70[0] >= 1 else zero
-    return {
-        "max_leaf": max_leaf,
-        "amx_tile": bit(l70[3], BIT_AMX_TILE),
-        "amx_bf16": bit(l70[3], BIT_AMX_BF16),
-        "amx_int8": bit(l70[3], BIT_AMX_INT8),
-        "amx_fp16": bit(l71[0], BIT_AMX_FP16),
-        "osxsave": bit(l1[2], BIT_OSXSAVE),
-    }
+    leaves = {(7, 0): l70, (7, 1): l71}
+    out = {"max_leaf": max_leaf}
+    for feature in isa.FEATURE_ROWS:
+        out[feature.key] = bit(leaves[feature.leaf, feature.subleaf][_REGISTERS.index(feature.register)], feature.bit)
+    out["osxsave"] = bit(l1[2], BIT_OSXSAVE)
+    return out
+
+
+_REGISTERS = ("eax", "ebx", "ecx", "edx")  # the order of a CPUID result tuple
 
 
 def decode_palette(cpuid: Mapping) -> Optional[dict]:
@@ -374,11 +377,16 @@ class _Stages:
         return self.reason is not None
 
 
+def _feature_stage(feature: isa.Feature) -> str:
+    """A stage named after a pyamx.isa feature row: ``"AMX-BF16 (CPUID.7.0:EDX[22])"``."""
+    return f"{feature.name} (CPUID.{feature.leaf:X}.{feature.subleaf:X}:{feature.register.upper()}[{feature.bit}])"
+
+
+#: the AMX features of pyamx.isa: AMX-TILE first (the verdict of the stage), then each kernel group's
+_FEATURES = (isa.FEATURES["AMX-TILE"],) + tuple(f for f in isa.FEATURE_ROWS if f.name != "AMX-TILE")
+
 SILICON_STAGES_AFTER_CPUID = (
-    "AMX-TILE (CPUID.7.0:EDX[24])",
-    "AMX-BF16 (CPUID.7.0:EDX[22])",
-    "AMX-INT8 (CPUID.7.0:EDX[25])",
-    "AMX-FP16 (CPUID.7.1:EAX[21])",
+    *(_feature_stage(f) for f in _FEATURES),
     "palette 1 (CPUID.1D/1E)",
     "OSXSAVE (CPUID.1:ECX[27])",
     "XCR0 XTILECFG/XTILEDATA (bits 17, 18)",
@@ -418,8 +426,8 @@ def _silicon_stages(raw: RawFacts, st: _Stages, cpu: dict) -> Tuple[set, dict]:
     name = next(names)
     st.add(name, _yes(feats["amx_tile"]), feats["amx_tile"],
            "the CPU does not report AMX (CPUID.(7,0):EDX bit 24 is 0)." + _hidden_hint(cpu))
-    for fam in ("bf16", "int8", "fp16"):
-        st.add(next(names), _yes(feats[KERNEL_FEATURE[fam]]), None)
+    for feature in _FEATURES[1:]:
+        st.add(next(names), _yes(feats[feature.key]), None)
 
     name = next(names)
     pal = decode_palette(raw.cpuid)

@@ -199,7 +199,9 @@ class Engine:
         if self.compiled:
             self._ffi, self._lib = _lib()
             self._kind = getattr(self._lib, _KINDS[name])
-            self._op_ids = {insn.name: getattr(self._lib, insn.c_op) for insn in isa.DOTS}
+            # Rows the build has an id for: a table row newer than the build must not break the others.
+            self._op_ids = {insn.name: getattr(self._lib, insn.c_op) for insn in isa.DOTS
+                            if hasattr(self._lib, insn.c_op)}
             self._quick_macs = _UNINTERRUPTED_MACS[name]
 
     def __repr__(self):

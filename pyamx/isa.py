@@ -1,45 +1,181 @@
 """The AMX instructions pyamx runs: one row each, read by every layer.
 
+Three kinds of rows: :class:`Format` (a number format: its bits, the dtypes
+that carry it, its layout and special values), :class:`Feature` (a CPUID
+feature bit) and :class:`Instruction` (formats of its operands, the feature
+it needs, its arithmetic kind, the kernel group the compiled code files it
+under, its full encoding). Everything else that maps a name, a dtype or a
+format to something (matmul routing, operand checks, kernel groups, the
+vector files, the C op table that build.py generates) is a view derived
+from these rows by a function of the table (:func:`views`); a view that
+would need two rows under one key raises :class:`TableError` at import, so
+a new row can never take over an existing one silently.
+
 The public one-instruction functions, both tile machines' methods, the
 vector files, the probe, the CLI and the tests take the instruction set
 from here; docs/isa.md links each row to its emulator function, compiled
-kernel, trap case and tests. Adding an instruction is one row here plus its
-arithmetic in the emulator, the kernels and the trap.
+kernel, trap case and tests and says how to add an instruction.
 
-The C op id of a row is not written here: it is ``lib.PYAMX_OP_<MNEMONIC>``
-of the compiled module (``enum pyamx_op`` in csrc/pyamx_ops.h, which both
-modules' headers include), looked up on first use, and None on an install
-without the extension.
+The C op id of a row is ``lib.PYAMX_OP_<MNEMONIC>`` of the compiled module
+(``enum pyamx_op`` in csrc/pyamx_ops.h, which build.py generates from this
+table), looked up on first use, and None on an install without the
+extension. This module imports no numpy: build.py reads it to generate C.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional, Tuple
+from types import MappingProxyType, SimpleNamespace
+from typing import Mapping, Optional, Tuple
 
 #: VEX.pp values (the implied legacy prefix)
 PP_NP, PP_66, PP_F3, PP_F2 = 0, 1, 2, 3
+#: opcode maps by number (VEX.mmmmm / EVEX.mmm): 0F, 0F38, 0F3A; AMX-FP8 and friends use map 5
+MAP_NAMES = MappingProxyType({1: "0F", 2: "0F38", 3: "0F3A", 5: "MAP5", 6: "MAP6"})
+
+
+class TableError(ValueError):
+    """The table is inconsistent: two rows claim one key of a view, or a row names something unknown."""
+
+
+# -- formats ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Format:
+    """One number format as a tile holds it.
+
+    ``bits``: numpy dtype string of one element's bit pattern as tile memory holds it, little-endian
+    (``"<u2"``; an array of values in the caller's hands has it in native order).
+    ``dtypes``: the numpy dtype names an array of this format may have (each
+    read as ``bits``; ``bfloat16`` is ml_dtypes'). ``infers``: the dtype names
+    that mean this format when a matmul call names no kind (one format per
+    dtype: :func:`views` refuses two). ``call_dtype``: the dtype the vector
+    files call the public function with. ``note``: what an error message
+    adds about these dtypes.
+
+    Layout: ``signed`` for an integer format; for a float format ``exponent``,
+    ``mantissa`` and ``bias`` (one sign bit), ``denormals`` (``"kept"``, or
+    ``"flushed"`` where the instruction flushes them) and ``specials``
+    (``"inf-nan"`` as IEEE, ``"nan-only"`` for E4M3-like formats, ``""``).
+    ``components``: values per element (2 for a complex pair of fp16).
+    ``pad``: the bits a matmul pads an A dword with (B pads with 0; -0 keeps
+    every float sum's bits). ``special_values``: bit patterns tests draw from.
+    """
+
+    name: str
+    bits: str
+    dtypes: Tuple[str, ...]
+    infers: Tuple[str, ...] = ()
+    call_dtype: str = ""
+    note: str = ""
+    signed: Optional[bool] = None
+    exponent: int = 0
+    mantissa: int = 0
+    bias: int = 0
+    denormals: str = ""
+    specials: str = ""
+    components: int = 1
+    pad: int = 0
+    special_values: Tuple[int, ...] = ()
+
+    @property
+    def width(self) -> int:
+        """Bits of one element (all components)."""
+        return int(self.bits[-1]) * 8
+
+    @property
+    def is_float(self) -> bool:
+        return self.exponent > 0
+
+
+_BITS_NOTE = "int16/uint16 are taken as bit patterns"
+
+FORMAT_ROWS: Tuple[Format, ...] = (
+    Format("bf16", "<u2", ("uint16", "int16", "bfloat16"), infers=("uint16", "int16", "bfloat16"),
+           call_dtype="<u2", note=_BITS_NOTE + "; convert float32 with pyamx.bf16.from_float32",
+           exponent=8, mantissa=7, bias=127, denormals="flushed", specials="inf-nan", pad=0x8000,
+           special_values=(0x0000, 0x8000, 0x7F80, 0xFF80, 0x7FC0, 0x0001, 0x7F7F, 0xFF7F)),
+    Format("fp16", "<u2", ("float16", "uint16", "int16"), infers=("float16",), call_dtype="<f2", note=_BITS_NOTE,
+           exponent=5, mantissa=10, bias=15, denormals="kept", specials="inf-nan", pad=0x8000,
+           special_values=(0x0001, 0x03FF, 0x8001, 0x7C00, 0xFC00, 0x7C01, 0x7E05, 0xFD00, 0x0000, 0x8000, 0x7BFF)),
+    Format("int8", "u1", ("int8", "uint8"), infers=("int8",), call_dtype="u1", signed=True,
+           special_values=(0x00, 0x7F, 0x80, 0xFF)),
+    Format("uint8", "u1", ("int8", "uint8"), infers=("uint8",), call_dtype="u1", signed=False,
+           special_values=(0x00, 0x7F, 0x80, 0xFF)),
+    Format("fp32", "<u4", ("float32", "uint32"), call_dtype="<u4", note="raw bits",
+           exponent=8, mantissa=23, bias=127, denormals="flushed", specials="inf-nan",
+           special_values=(0x00000000, 0x80000000, 0x7F800000, 0xFF800000, 0x7FC00000, 0x00000001)),
+    Format("int32", "<i4", ("int32", "uint32"), call_dtype="<i4", note="uint32 is taken as raw bits", signed=True,
+           special_values=(0x00000000, 0x7FFFFFFF, 0x80000000, 0xFFFFFFFF)),
+)
+
+
+# -- CPUID features ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Feature:
+    """A CPUID feature bit: ``name`` as the SDM spells it, ``key`` as detection reports it
+    (``pyamx.detect.decode_features``), and where it is: CPUID.(leaf, subleaf):register bit.
+    ``since``: the first CPUs that have it, where that is later than AMX itself (for messages)."""
+
+    name: str
+    key: str
+    leaf: int
+    subleaf: int
+    register: str
+    bit: int
+    since: str = ""
+
+
+FEATURE_ROWS: Tuple[Feature, ...] = (
+    Feature("AMX-TILE", "amx_tile", 7, 0, "edx", 24),
+    Feature("AMX-BF16", "amx_bf16", 7, 0, "edx", 22),
+    Feature("AMX-INT8", "amx_int8", 7, 0, "edx", 25),
+    Feature("AMX-FP16", "amx_fp16", 7, 1, "eax", 21, since="Granite Rapids and later"),
+)
+
+
+# -- instructions ----------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
 class Encoding:
-    """VEX.128 encoding: ``map`` (0F38 for every tile instruction), ``pp``, opcode byte, ModRM form.
+    """The full encoding: ``prefix`` (``"VEX"`` or ``"EVEX"``), ``map`` (number: 2 is 0F38, every
+    tile instruction so far), ``pp``, ``w``, ``l`` (vector length: 0 for all of AMX), ``opcode``,
+    ModRM ``form`` and the operand ``roles``.
 
     ``form`` is ``"reg"`` (ModRM.mod = 3: tile registers in reg/rm/vvvv),
     ``"mem"`` (a plain memory operand) or ``"sibmem"`` (memory operand with a
-    mandatory SIB byte: base + index * scale is the row stride).
+    mandatory SIB byte: base + index * scale is the row stride). ``roles``:
+    ``(operand, field)`` pairs, the field one of ``reg``, ``rm``, ``vvvv``, ``mem``, ``sibmem``.
     """
 
-    map: str
+    map: int
     pp: int
     opcode: int
     form: str
+    roles: Tuple[Tuple[str, str], ...] = ()
     w: int = 0
+    l: int = 0  # noqa: E741  (the SDM's name of the field)
+    prefix: str = "VEX"
+
+    @property
+    def map_name(self) -> str:
+        """The map as the SDM writes it (``"0F38"``)."""
+        return MAP_NAMES[self.map]
 
     def vex3(self, r: int = 1, x: int = 1, b: int = 1, vvvv: int = 0b1111) -> bytes:
         """The three VEX bytes (C4 form); ``r``/``x``/``b`` are the inverted bits as encoded, vvvv too."""
-        mmmmm = {"0F": 1, "0F38": 2, "0F3A": 3}[self.map]
-        return bytes((0xC4, (r << 7) | (x << 6) | (b << 5) | mmmmm, (self.w << 7) | (vvvv << 3) | self.pp))
+        if self.prefix != "VEX":
+            raise ValueError(f"vex3: this is an {self.prefix} encoding, not VEX")
+        return bytes((0xC4, (r << 7) | (x << 6) | (b << 5) | self.map,
+                      (self.w << 7) | (vvvv << 3) | (self.l << 2) | self.pp))
+
+
+#: arithmetic kinds of a row: what it does, not which formats it reads
+KINDS_OF_ARITHMETIC = ("config", "memory", "dot-pairs", "dot-quads")
 
 
 @dataclass(frozen=True)
@@ -48,32 +184,85 @@ class Instruction:
 
     ``kind``: ``"config"`` (LDTILECFG, STTILECFG, TILERELEASE: the whole
     state), ``"memory"`` (tile data: loads, stores and TILEZERO, which need
-    configured tiles) or ``"dot"``. The dot-product fields are
-    None for the others: ``family`` (kernel family: bf16, fp16, int8),
-    ``lanes`` (values per dword), ``c_dtype``/``ab_dtype`` (numpy dtypes of
-    the accumulator and operand bits as the tiles hold them),
-    ``call_dtype`` (the operand dtype the public function is called with in
-    the vector files), ``operand``/``accumulator`` (formats), ``signed``
-    ((src1, src2) sign extension, int8 only).
+    configured tiles), ``"dot-pairs"`` (a dot product over 2 values per
+    dword) or ``"dot-quads"`` (4 values per dword). ``feature``: the CPUID
+    feature it needs. The dot-product fields are None for the others:
+    ``a_format``/``b_format`` (src1/src2, whose signedness an integer format
+    carries), ``acc_format`` (dst), ``group`` (the kernel group the compiled
+    code and ``pyamx.native.available`` file it under, also matmul's
+    ``kind=``), ``matmul`` (True: the instruction ``pyamx.matmul`` runs for
+    its pair of operand formats; one row per pair at most).
     """
 
     mnemonic: str
     kind: str
     encoding: Encoding
-    cpuid: str
-    family: Optional[str] = None
-    lanes: Optional[int] = None
-    accumulator: Optional[str] = None
-    operand: Optional[str] = None
-    c_dtype: Optional[str] = None
-    ab_dtype: Optional[str] = None
-    call_dtype: Optional[str] = None
-    signed: Optional[Tuple[bool, bool]] = None
+    feature: Feature
+    a_format: Optional[Format] = None
+    b_format: Optional[Format] = None
+    acc_format: Optional[Format] = None
+    group: Optional[str] = None
+    matmul: bool = False
 
     @property
     def name(self) -> str:
         """The lower-case name of the Python functions and methods (``"tdpbf16ps"``)."""
         return self.mnemonic.lower()
+
+    @property
+    def is_dot(self) -> bool:
+        return self.kind.startswith("dot-")
+
+    @property
+    def family(self) -> Optional[str]:
+        """The kernel group under its older name (``kind=`` of matmul, ``native.available(family)``)."""
+        return self.group
+
+    @property
+    def cpuid(self) -> str:
+        """The CPUID feature's name (``"AMX-BF16"``)."""
+        return self.feature.name
+
+    @property
+    def lanes(self) -> Optional[int]:
+        """Operand values per dword."""
+        return None if self.a_format is None else 32 // self.a_format.width
+
+    @property
+    def signed(self) -> Optional[Tuple[bool, bool]]:
+        """(src1, src2) sign extension, integer dot products only."""
+        if self.a_format is None or self.a_format.signed is None:
+            return None
+        return self.a_format.signed, self.b_format.signed
+
+    @property
+    def accumulator(self) -> Optional[str]:
+        return None if self.acc_format is None else self.acc_format.name
+
+    @property
+    def operand(self) -> Optional[str]:
+        """The operand formats in words: ``"bf16"``, or ``"int8 x uint8"`` where src1 and src2 differ
+        in signedness (every integer row says both)."""
+        if self.a_format is None:
+            return None
+        if self.a_format.signed is None and self.a_format == self.b_format:
+            return self.a_format.name
+        return f"{self.a_format.name} x {self.b_format.name}"
+
+    @property
+    def c_dtype(self) -> Optional[str]:
+        """numpy dtype of the accumulator's bits as the tiles hold them."""
+        return None if self.acc_format is None else self.acc_format.bits
+
+    @property
+    def ab_dtype(self) -> Optional[str]:
+        """numpy dtype of the operands' bits as the tiles hold them."""
+        return None if self.a_format is None else self.a_format.bits
+
+    @property
+    def call_dtype(self) -> Optional[str]:
+        """The operand dtype the public function is called with in the vector files."""
+        return None if self.a_format is None else self.a_format.call_dtype
 
     @property
     def c_op(self) -> str:
@@ -88,12 +277,12 @@ class Instruction:
 
     @property
     def is_float(self) -> bool:
-        return self.accumulator == "fp32"
+        return self.acc_format is not None and self.acc_format.is_float
 
     @property
     def summary(self) -> str:
         """What a dot product does to its tiles, in one line (for docstrings and listings)."""
-        if self.kind != "dot":
+        if not self.is_dot:
             return self.kind
         if self.is_float:
             return f"dst += src1 . src2 over {self.operand} pairs, fp32 accumulation"
@@ -101,49 +290,108 @@ class Instruction:
         return f"dst += {s1} (src1) x {s2} (src2) bytes, int32 wrap-around accumulation"
 
 
-_FP32, _INT32 = "fp32", "int32"
+def _unique(pairs, what: str, repeats: bool = False) -> Mapping:
+    """A read-only dict of ``(key, value)`` pairs; a second value under one key raises TableError
+    (the same value again too, unless ``repeats``: many rows may name one group's feature)."""
+    out: dict = {}
+    for key, value in pairs:
+        if key in out and (out[key] != value or not repeats):
+            raise TableError(f"pyamx.isa: two rows claim {what} {key!r}: {_label(out[key])} and {_label(value)}")
+        out[key] = value
+    return MappingProxyType(out)
 
 
-def _dot(mnemonic, pp, opcode, cpuid, family, operand, signed=None) -> Instruction:
-    floating = family != "int8"
-    return Instruction(
-        mnemonic, "dot", Encoding("0F38", pp, opcode, "reg"), cpuid, family,
-        lanes=2 if floating else 4,
-        accumulator=_FP32 if floating else _INT32,
-        operand=operand,
-        c_dtype="<u4" if floating else "<i4",
-        ab_dtype="<u2" if floating else "u1",
-        call_dtype={"bf16": "<u2", "fp16": "<f2", "int8": "u1"}[family],
-        signed=signed,
-    )
+def _label(value) -> str:
+    return getattr(value, "mnemonic", None) or getattr(value, "name", None) or repr(value)
+
+
+FORMATS = _unique(((f.name, f) for f in FORMAT_ROWS), "format name")
+FEATURES = _unique(((f.name, f) for f in FEATURE_ROWS), "feature name")
+_F = FORMATS
+_TILE = FEATURES["AMX-TILE"]
+_DOT_ROLES = (("dst", "reg"), ("src1", "rm"), ("src2", "vvvv"))
+
+
+def _op(mnemonic, kind, pp, opcode, form, roles=()) -> Instruction:
+    return Instruction(mnemonic, kind, Encoding(2, pp, opcode, form, roles), _TILE)
+
+
+#: the dot-product kind of an operand width (a complex pair, one per dword, would name its own kind)
+_DOT_KIND = {16: "dot-pairs", 8: "dot-quads"}
+
+
+def _dot(mnemonic, pp, opcode, feature, group, a, b, acc, matmul=False, kind=None) -> Instruction:
+    a_format, b_format = _F[a], _F[b]
+    kind = kind or _DOT_KIND[a_format.width]
+    return Instruction(mnemonic, kind, Encoding(2, pp, opcode, "reg", _DOT_ROLES), FEATURES[feature],
+                       a_format, b_format, _F[acc], group, matmul)
 
 
 TABLE: Tuple[Instruction, ...] = (
-    Instruction("LDTILECFG", "config", Encoding("0F38", PP_NP, 0x49, "mem"), "AMX-TILE"),
-    Instruction("STTILECFG", "config", Encoding("0F38", PP_66, 0x49, "mem"), "AMX-TILE"),
-    Instruction("TILERELEASE", "config", Encoding("0F38", PP_NP, 0x49, "reg"), "AMX-TILE"),
-    Instruction("TILEZERO", "memory", Encoding("0F38", PP_F2, 0x49, "reg"), "AMX-TILE"),
-    Instruction("TILELOADD", "memory", Encoding("0F38", PP_F2, 0x4B, "sibmem"), "AMX-TILE"),
-    Instruction("TILELOADDT1", "memory", Encoding("0F38", PP_66, 0x4B, "sibmem"), "AMX-TILE"),
-    Instruction("TILESTORED", "memory", Encoding("0F38", PP_F3, 0x4B, "sibmem"), "AMX-TILE"),
-    _dot("TDPBF16PS", PP_F3, 0x5C, "AMX-BF16", "bf16", "bf16"),
-    _dot("TDPFP16PS", PP_F2, 0x5C, "AMX-FP16", "fp16", "fp16"),
-    _dot("TDPBSSD", PP_F2, 0x5E, "AMX-INT8", "int8", "int8 x int8", (True, True)),
-    _dot("TDPBSUD", PP_F3, 0x5E, "AMX-INT8", "int8", "int8 x uint8", (True, False)),
-    _dot("TDPBUSD", PP_66, 0x5E, "AMX-INT8", "int8", "uint8 x int8", (False, True)),
-    _dot("TDPBUUD", PP_NP, 0x5E, "AMX-INT8", "int8", "uint8 x uint8", (False, False)),
+    _op("LDTILECFG", "config", PP_NP, 0x49, "mem", (("src", "mem"),)),
+    _op("STTILECFG", "config", PP_66, 0x49, "mem", (("dst", "mem"),)),
+    _op("TILERELEASE", "config", PP_NP, 0x49, "reg"),
+    _op("TILEZERO", "memory", PP_F2, 0x49, "reg", (("dst", "reg"),)),
+    _op("TILELOADD", "memory", PP_F2, 0x4B, "sibmem", (("dst", "reg"), ("src", "sibmem"))),
+    _op("TILELOADDT1", "memory", PP_66, 0x4B, "sibmem", (("dst", "reg"), ("src", "sibmem"))),
+    _op("TILESTORED", "memory", PP_F3, 0x4B, "sibmem", (("dst", "sibmem"), ("src", "reg"))),
+    _dot("TDPBF16PS", PP_F3, 0x5C, "AMX-BF16", "bf16", "bf16", "bf16", "fp32", matmul=True),
+    _dot("TDPFP16PS", PP_F2, 0x5C, "AMX-FP16", "fp16", "fp16", "fp16", "fp32", matmul=True),
+    _dot("TDPBSSD", PP_F2, 0x5E, "AMX-INT8", "int8", "int8", "int8", "int32", matmul=True),
+    _dot("TDPBSUD", PP_F3, 0x5E, "AMX-INT8", "int8", "int8", "uint8", "int32", matmul=True),
+    _dot("TDPBUSD", PP_66, 0x5E, "AMX-INT8", "int8", "uint8", "int8", "int32", matmul=True),
+    _dot("TDPBUUD", PP_NP, 0x5E, "AMX-INT8", "int8", "uint8", "uint8", "int32", matmul=True),
 )
 
+
+# -- views: every mapping of the table, derived from its rows --------------------------------
+
+
+def views(table: Tuple[Instruction, ...]) -> SimpleNamespace:
+    """Every derived mapping of ``table``, checked: TableError where two rows would share a key.
+
+    ``by_name`` (lower-case name -> row), ``dots`` (the dot products in table
+    order), ``groups`` (kernel groups in table order), ``group_feature``
+    (group -> CPUID feature name; one per group), ``group_formats`` (group ->
+    the operand formats of its rows, in order), ``matmul_routes`` ((a format,
+    b format) -> the row ``pyamx.matmul`` runs), ``inferred`` (dtype name ->
+    the operand format it means in a matmul without ``kind=``).
+    """
+    dots = tuple(i for i in table if i.is_dot)
+    groups = tuple(dict.fromkeys(i.group for i in dots))
+    group_formats = {g: tuple(dict.fromkeys(f for i in dots if i.group == g for f in (i.a_format, i.b_format)))
+                     for g in groups}
+    routed = [i for i in dots if i.matmul]
+    routed_formats = tuple(dict.fromkeys(f for i in routed for f in (i.a_format, i.b_format)))
+    return SimpleNamespace(
+        by_name=_unique(((i.name, i) for i in table), "the name"),
+        dots=dots,
+        groups=groups,
+        group_feature=_unique(((i.group, i.feature.name) for i in dots), "a feature for kernel group", repeats=True),
+        group_formats=MappingProxyType(group_formats),
+        matmul_routes=_unique((((i.a_format.name, i.b_format.name), i) for i in routed),
+                              "the matmul route of operand formats"),
+        inferred=_unique(((d, f) for f in routed_formats for d in f.infers), "the matmul operand format of dtype",
+                         repeats=True),
+    )
+
+
+VIEWS = views(TABLE)
 #: lower-case name -> row
-BY_NAME = {insn.name: insn for insn in TABLE}
+BY_NAME = VIEWS.by_name
 #: the dot products, in table order
-DOTS: Tuple[Instruction, ...] = tuple(insn for insn in TABLE if insn.kind == "dot")
+DOTS: Tuple[Instruction, ...] = VIEWS.dots
 #: lower-case names of the dot products (what the one-instruction functions are called)
 DOT_NAMES: Tuple[str, ...] = tuple(insn.name for insn in DOTS)
-#: kernel families, in table order
-FAMILIES: Tuple[str, ...] = tuple(dict.fromkeys(insn.family for insn in DOTS))
-#: family -> CPUID feature it needs
-FAMILY_FEATURE = {insn.family: insn.cpuid for insn in DOTS}
+#: kernel groups, in table order (``FAMILIES``: their older name)
+GROUPS: Tuple[str, ...] = VIEWS.groups
+FAMILIES = GROUPS
+#: kernel group -> CPUID feature it needs
+GROUP_FEATURE = VIEWS.group_feature
+#: (a format, b format) -> the row pyamx.matmul runs for them
+MATMUL_ROUTES = VIEWS.matmul_routes
+#: dtype name -> the operand format a matmul reads it as when the call names no kind
+INFERRED_FORMAT = VIEWS.inferred
 
 
 def get(name: str) -> Instruction:
@@ -155,8 +403,8 @@ def get(name: str) -> Instruction:
 
 
 def family_of(name: str) -> str:
-    """The kernel family of a dot product (``"bf16"``, ``"fp16"``, ``"int8"``)."""
-    return get(name).family
+    """The kernel group of a dot product (``"bf16"``, ``"fp16"``, ``"int8"``; ``family`` is its older name)."""
+    return get(name).group
 
 
 def by_op_id(op_id: int) -> Optional[Instruction]:
@@ -196,27 +444,109 @@ def c_constant(name: str):
 # -- generating the per-instruction API from the table -------------------------------------------
 
 
-def export_functions(namespace: dict, make, doc) -> None:
+def export_functions(namespace: dict, make, layer: str) -> None:
     """Put one function per dot product into a module's ``namespace``: ``make(insn)`` builds it,
-    ``doc(insn)`` gives its docstring; name and module are set as if it were written out."""
+    :func:`docstring` of ``layer`` documents it; name and module are set as if it were written out."""
     for insn in DOTS:
         fn = make(insn)
         fn.__name__ = fn.__qualname__ = insn.name
         fn.__module__ = namespace["__name__"]
-        fn.__doc__ = doc(insn)
+        fn.__doc__ = docstring(insn, layer)
         namespace[insn.name] = fn
 
 
-def add_dot_methods(machine: type, doc) -> None:
-    """One method per dot product on a tile machine class, each ``self._dot(name, dst, src1, src2)``;
-    ``doc(insn)`` gives its docstring."""
+def add_dot_methods(machine: type, layer: str) -> None:
+    """One method per dot product on a tile machine class, each ``self._dot(name, dst, src1, src2)``,
+    documented by :func:`docstring` of ``layer`` (``"method"`` or ``"native-method"``)."""
     for insn in DOTS:
         method = _dot_method(insn.name)
         method.__name__ = insn.name
         method.__qualname__ = f"{machine.__name__}.{insn.name}"
         method.__module__ = machine.__module__
-        method.__doc__ = doc(insn)
+        method.__doc__ = docstring(insn, layer)
         setattr(machine, insn.name, method)
+
+
+#: the per-instruction entry points a docstring is written for (:func:`docstring`)
+DOC_LAYERS = ("function", "emulator", "native", "method", "native-method")
+
+_FLOAT_DOCS = {
+    "function": """Run one {m}: a new (M, N) float32 array ``c + a . b``; inputs are never modified.
+
+    ``c``: (M, N) float32, or uint32 taken as raw bits. ``a``: (M, 2K) {f};
+    ``b``: (K, 2N) {f} in the pair-interleaved layout (row k holds
+    ``(b[2k][n], b[2k+1][n])`` for each n; build it with
+    :func:`pyamx.layout.pack_pairs`). {f} arrays are {dtypes} (integers as bit patterns). 1 <= M, K, N <= 16.
+
+    ``backend``: None for the process default (``PYAMX_BACKEND``), or
+    ``"auto"``, ``"native"``, ``"emulator"``. The result's ``.backend`` says
+    which ran. The emulator uses the SDM numerics; for other models call
+    :func:`pyamx.emulator.{n}` with ``numerics=``.
+
+    ``engine``: the emulator's arithmetic engine (:mod:`pyamx.engine`):
+    None for ``PYAMX_ENGINE`` (default ``"auto"``), or ``"auto"``,
+    ``"avx512"``, ``"avx2"``, ``"portable"``, ``"numpy"``; all give the same
+    bits, the result's ``.engine`` says which ran. Naming a concrete engine
+    means the emulator: ``auto`` picks it, a named ``native`` raises ValueError.
+    """,
+    "emulator": """One {m} on arrays: returns a new (M, N) float32 array ``c + a . b``.
+
+    ``c`` is (M, N) float32 (or uint32 raw bits), ``a`` (M, 2K) and ``b``
+    (K, 2N) {f} bits ({dtypes}), ``b`` pair-interleaved
+    (see :func:`pyamx.layout.pack_pairs`); 1 <= M, K, N <= 16. ``numerics`` is
+    a preset name or a :class:`Numerics`. Inputs are never modified.
+    """,
+    "native": """One {m} on silicon: (M,N) uint32 fp32 bits + (M,2K) {f} bits . (K,2N) {f} pairs.
+
+    Operands must already be validated and C-contiguous; returns a new (M,N)
+    array of the dtype of ``c_bits``. The thread's own tile state (a
+    :class:`NativeMachine` in use) is saved and restored around the call;
+    the GIL is released while the instructions run.
+    """,
+}
+_INTEGER_DOCS = {
+    "function": """Run one {m}: ``c`` (M, N) int32 + {s1} (M, 4K) ``a`` . {s2} (K, 4N) ``b``, wrapping.
+
+    ``a``/``b`` are int8 or uint8 arrays whose bytes the mnemonic reads as
+    signed or unsigned; ``b`` is quad-interleaved (:func:`pyamx.layout.pack_quads`).
+    """,
+    "emulator": """One {m}: ``c`` (M, N) int32 plus {s1} (M, 4K) ``a`` times {s2} (K, 4N) quad-interleaved ``b``.
+
+    ``a`` and ``b`` are int8 or uint8 arrays (their bytes are reinterpreted
+    per the mnemonic); the int32 sum wraps around. See :func:`pyamx.layout.pack_quads`.
+    """,
+    "native": "One {m}: (M,N) int32 + {s1} (M,4K) bytes . {s2} (K,4N) quad-interleaved bytes.",
+}
+_LEADS = {"function": "Run one {m}", "emulator": "One {m}", "native": "One {m} on silicon"}
+
+
+def docstring(insn: Instruction, layer: str, table: Tuple[Instruction, ...] = TABLE) -> str:
+    """The docstring of ``insn``'s entry point in ``layer`` (one of :data:`DOC_LAYERS`).
+
+    The first row of each arithmetic (float, integer) carries the full text;
+    a later one says how it differs from that first row, so no text repeats.
+    """
+    m, n = insn.mnemonic, insn.name
+    if layer == "method":
+        return f"{m}: {insn.summary} ({insn.feature.name})."
+    if layer == "native-method":
+        return f"{m}: {insn.summary}, on silicon ({insn.feature.name})."
+    first = next(i for i in table if i.is_dot and i.is_float == insn.is_float)
+    if insn.is_float:
+        f = insn.a_format
+        if insn is first:
+            return _FLOAT_DOCS[layer].format(m=m, n=n, f=f.name, dtypes=_dtype_words(f))
+        return (f"{_LEADS[layer].format(m=m)} ({insn.feature.name}): as :func:`{first.name}` with {f.name} "
+                f"``a``, ``b`` ({_dtype_words(f)} arrays).")
+    s1, s2 = ("signed" if x else "unsigned" for x in insn.signed)
+    if insn is first:
+        return _INTEGER_DOCS[layer].format(m=m, s1=s1, s2=s2)
+    return f"{_LEADS[layer].format(m=m)}: {s1} ``a`` bytes, {s2} ``b`` bytes (see :func:`{first.name}`)."
+
+
+def _dtype_words(fmt: Format) -> str:
+    names = [("ml_dtypes." + d) if d == "bfloat16" else d for d in fmt.dtypes]
+    return ", ".join(names[:-1]) + " or " + names[-1]
 
 
 def _dot_method(name: str):

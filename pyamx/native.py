@@ -48,14 +48,16 @@ from .tilecfg import (
     parse_tilecfg,
 )
 
-#: mnemonic -> (C op name in lib, kernel family, lanes per dword), from pyamx.isa; the id itself is read from lib.
-OPS = {insn.name: (insn.c_op, insn.family, insn.lanes) for insn in isa.DOTS}
+#: mnemonic -> (C op name in lib, kernel group, lanes per dword), from pyamx.isa; the id itself is read from lib.
+OPS = {insn.name: (insn.c_op, insn.group, insn.lanes) for insn in isa.DOTS}
 
-#: kernel family -> what it needs (the CPUID feature of pyamx.isa, with where to find it)
-FAMILY_FEATURE = {
-    family: feature + (" (Granite Rapids and later)" if family == "fp16" else "")
-    for family, feature in isa.FAMILY_FEATURE.items()
-}
+
+def _needs(feature: isa.Feature) -> str:
+    return feature.name + (f" ({feature.since})" if feature.since else "")
+
+
+#: kernel group -> what it needs (the CPUID feature of pyamx.isa, with where to find it)
+FAMILY_FEATURE = {group: _needs(isa.FEATURES[name]) for group, name in isa.GROUP_FEATURE.items()}
 
 
 def available(family=None):
@@ -182,7 +184,7 @@ def _address(arr: np.ndarray) -> int:
 def _oneshot(name: str, c: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
     insn = isa.BY_NAME[name]
     lanes = insn.lanes
-    ffi, lib = _lib(insn.family)
+    ffi, lib = _lib(insn.group)
     op = insn.op_id
     # The caller validated dtypes and shapes (pyamx._validate); these checks
     # only guard the memory the C code will touch.
@@ -211,24 +213,6 @@ def run(name: str, c: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return _oneshot(name, c, a, b)
 
 
-def _oneshot_doc(insn: isa.Instruction) -> str:
-    m = insn.mnemonic
-    if insn.family == "bf16":
-        return f"""One {m} on silicon: (M,N) uint32 fp32 bits + (M,2K) uint16 bf16 . (K,2N) uint16 pairs.
-
-    Operands must already be validated and C-contiguous; returns a new (M,N)
-    array of the dtype of ``c_bits``. The thread's own tile state (a
-    :class:`NativeMachine` in use) is saved and restored around the call;
-    the GIL is released while the instructions run.
-    """
-    if insn.family == "fp16":
-        return f"One {m} (AMX-FP16): as :func:`tdpbf16ps` with fp16 bits in ``a_bits``/``b_bits``."
-    s1, s2 = ("signed" if x else "unsigned" for x in insn.signed)
-    if insn.signed == (True, True):
-        return f"One {m}: (M,N) int32 + {s1} (M,4K) bytes . {s2} (K,4N) quad-interleaved bytes."
-    return f"One {m}: {s1} ``a`` bytes, {s2} ``b`` bytes (see :func:`tdpbssd`)."
-
-
 def _oneshot_function(insn: isa.Instruction):
     name = insn.name
     if insn.is_float:  # fp32 and bf16/fp16 operands are raw bits here, as the names say
@@ -241,7 +225,7 @@ def _oneshot_function(insn: isa.Instruction):
     return fn
 
 
-isa.export_functions(globals(), _oneshot_function, _oneshot_doc)
+isa.export_functions(globals(), _oneshot_function, "native")
 
 
 # -- the tile machine -----------------------------------------------------------
@@ -546,8 +530,8 @@ class NativeMachine:
     def _tdp(self, name: str, dst, src1, src2) -> None:
         mnemonic = name.upper()
         insn = isa.BY_NAME[name]
-        if insn.family not in self._kernels:
-            raise NativeUnavailableError(_availability(self._report, insn.family)[1])
+        if insn.group not in self._kernels:
+            raise NativeUnavailableError(_availability(self._report, insn.group)[1])
         cfg = self._config_now()
         dst, src1, src2 = _exact(dst), _exact(src1), _exact(src2)
 
@@ -562,4 +546,4 @@ class NativeMachine:
         self._call(name.upper(), self._tdp, name, dst, src1, src2)
 
 
-isa.add_dot_methods(NativeMachine, lambda insn: f"{insn.mnemonic}: {insn.summary}, on silicon.")
+isa.add_dot_methods(NativeMachine, "native-method")

@@ -194,7 +194,7 @@ def _points_for(backend) -> tuple:
     """Every point whose experiments the backend can run (the fp16 ones need AMX-FP16 on native)."""
     return tuple(
         p for p in _ORDER
-        if not backend.is_native or all(_backend.native_status(isa.family_of(e.instruction))[0] for e in EXPERIMENTS[p])
+        if not backend.is_native or all(_backend.native_status(isa.get(e.instruction).group)[0] for e in EXPERIMENTS[p])
     )
 
 

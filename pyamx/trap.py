@@ -44,8 +44,8 @@ from .errors import BackendError, EnvironmentVariableError
 
 ENV_VAR = "PYAMX_TRAP_EMULATION"
 
-# Instruction families the handler emulates (the names pyamx.detect uses).
-_KERNELS = frozenset(isa.FAMILIES)
+# Kernel groups the handler emulates (the names pyamx.detect uses).
+_KERNELS = frozenset(isa.GROUPS)
 
 
 def requested() -> bool:

@@ -108,7 +108,7 @@ def generate(seed: int, per_class: int = 4, instructions=tuple(INSTRUCTIONS)) ->
             b = np.where(rng.random(b.shape) < 0.2, rng.choice(fp16_specials, b.shape), b)
             c = rng.integers(0, 2**32, (m, n), dtype=np.uint64).astype(np.uint32)
             cases.append(Case("tdpfp16ps", f"random bits {m}x{k}x{n}", c, a, b))
-        for mnemonic in (insn.name for insn in isa.DOTS if insn.family == "int8"):
+        for mnemonic in (insn.name for insn in isa.DOTS if insn.signed is not None):
             if mnemonic in instructions:
                 a = rng.integers(0, 256, (m, 4 * k), dtype=np.uint8)
                 b = rng.integers(0, 256, (k, 4 * n), dtype=np.uint8)
@@ -131,7 +131,7 @@ def _supported(backend: str) -> tuple:
         return tuple(INSTRUCTIONS)
     from . import native
 
-    return tuple(i for i in INSTRUCTIONS if native.available(isa.family_of(i))[0])
+    return tuple(i for i in INSTRUCTIONS if native.available(isa.get(i).group)[0])
 
 
 def record(path, backend: str = "emulator", seed: int = 2026, per_class: int = 4) -> dict:

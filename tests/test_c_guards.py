@@ -95,7 +95,7 @@ for insn in isa.DOTS:
         code = "PYAMX_E_UD_SHAPE" if all(0 <= t < 8 for t in (d, s1, s2)) else "PYAMX_E_UD_REGISTER"
         results[f"tdp {insn.mnemonic} {name}"] = [lib.pyamx_tdp(insn.op_id, d, s1, s2), state() == legal, code]
 for insn in isa.TABLE:
-    if insn.kind != "dot":  # a non-dot op id is not a dot product
+    if not insn.is_dot:  # a non-dot op id is not a dot product
         results[f"tdp op {insn.mnemonic}"] = [lib.pyamx_tdp(insn.op_id, 0, 1, 2), state() == legal, "PYAMX_E_ARG"]
 
 # register numbers and the one-shot's arguments

@@ -55,9 +55,9 @@ def test_fast_and_full_paths_give_the_same_bits_and_labels(name, engine):
     for m, k, n in ((16, 16, 16), (1, 1, 1), (3, 7, 5), (16, 1, 9)):
         c, a, b = _operands(rng, insn, m, k, n)
         before = [x.copy() for x in (c, a, b)]
-        assert _validate.fast_dot_shape(insn.family, c, a, b) == (m, k, n)
+        assert _validate.fast_dot_shape(insn.name, c, a, b) == (m, k, n)
         slow = [_strided(x) for x in (c, a, b)]
-        assert _validate.fast_dot_shape(insn.family, *slow) is None
+        assert _validate.fast_dot_shape(insn.name, *slow) is None
         fast_result = fn(c, a, b, backend="emulator", engine=engine)
         full_result = fn(*slow, backend="emulator", engine=engine)
         emu_result = emu(c, a, b, engine=engine)
@@ -76,7 +76,7 @@ def test_a_result_fed_back_as_c_stays_on_the_fast_path():
     rng = np.random.default_rng([SEED, 1])
     c, a, b = _operands(rng, isa.get("tdpbf16ps"), 16, 16, 16)
     first = pyamx.tdpbf16ps(c, a, b, backend="emulator")
-    assert _validate.fast_dot_shape("bf16", first, a, b) == (16, 16, 16)
+    assert _validate.fast_dot_shape("tdpbf16ps", first, a, b) == (16, 16, 16)
     second = pyamx.tdpbf16ps(first, a, b, backend="emulator")
     np.testing.assert_array_equal(second.view(np.uint32),
                                   pyamx.tdpbf16ps(np.asarray(first).copy(), a, b, backend="emulator").view(np.uint32))
@@ -102,9 +102,9 @@ def test_the_fast_check_declines_and_the_full_checks_decide(case):
         c = c.astype(np.float64)
     elif case == "b rows":
         b = b[:2]
-    assert _validate.fast_dot_shape("bf16", c, a, b) is None
+    assert _validate.fast_dot_shape("tdpbf16ps", c, a, b) is None
     try:
-        want = emulator.bf16_operands("tdpbf16ps", c, a, b)
+        want = emulator.operands("tdpbf16ps", c, a, b)
     except (TypeError, ValueError) as exc:  # the full checks refuse it: the call raises the same error
         with pytest.raises(type(exc)) as raised:
             pyamx.tdpbf16ps(c, a, b, backend="emulator")
@@ -121,10 +121,10 @@ def test_a_dtype_accepted_by_name_joins_the_fast_check():
     c, a, b = _operands(rng, isa.get("tdpbf16ps"), 2, 2, 2)
     a16, b16 = a.view(ml_dtypes.bfloat16), b.view(ml_dtypes.bfloat16)
     first = pyamx.tdpbf16ps(c, a16, b16, backend="emulator")  # the full check learns the dtype
-    assert _validate.fast_dot_shape("bf16", c, a16, b16) == (2, 2, 2)
+    assert _validate.fast_dot_shape("tdpbf16ps", c, a16, b16) == (2, 2, 2)
     np.testing.assert_array_equal(first, pyamx.tdpbf16ps(c, a16, b16, backend="emulator"))
     np.testing.assert_array_equal(first, pyamx.tdpbf16ps(c, a, b, backend="emulator"))
-    assert _validate.fast_dot_shape("bf16", c, a.astype(">u2"), b) is None  # never a foreign byte order
+    assert _validate.fast_dot_shape("tdpbf16ps", c, a.astype(">u2"), b) is None  # never a foreign byte order
 
 
 def test_errors_keep_their_order_and_words_on_the_fast_path():
@@ -265,8 +265,8 @@ def test_misaligned_operands_are_copied_before_any_engine_reads_them():
     odd = np.frombuffer(buf, dtype=np.uint16, offset=1, count=a.size).reshape(a.shape)
     odd[...] = a
     assert not odd.flags.aligned and odd.flags.c_contiguous
-    assert _validate.fast_dot_shape("bf16", c, odd, b) is None
-    assert emulator.bf16_operands("tdpbf16ps", c, odd, b).a.flags.aligned
+    assert _validate.fast_dot_shape("tdpbf16ps", c, odd, b) is None
+    assert emulator.operands("tdpbf16ps", c, odd, b).a.flags.aligned
     for engine in _engines():
         np.testing.assert_array_equal(pyamx.tdpbf16ps(c, odd, b, backend="emulator", engine=engine),
                                       pyamx.tdpbf16ps(c, a, b, backend="emulator", engine=engine))

@@ -42,78 +42,33 @@ else:
 __all__ = ["TileMachine", "Numerics", "PRESETS", *isa.DOT_NAMES]
 
 
-def bf16_operands(fn, c, a, b) -> _validate.DotOperands:
-    c = _validate.fp32_view(c, "c", fn)
-    a = _validate.bf16_view(a, "a", fn)
-    b = _validate.bf16_view(b, "b", fn)
-    return _validate.check_dot_shapes(fn, c, a, b, 2, "bf16")
-
-
-def fp16_operands(fn, c, a, b) -> _validate.DotOperands:
-    c = _validate.fp32_view(c, "c", fn)
-    a = _validate.fp16_view(a, "a", fn)
-    b = _validate.fp16_view(b, "b", fn)
-    return _validate.check_dot_shapes(fn, c, a, b, 2, "fp16")
-
-
-def int8_operands(fn, c, a, b) -> _validate.DotOperands:
-    c = _validate.int32_view(c, "c", fn)
-    a = _validate.byte_lanes_view(a, "a", fn)
-    b = _validate.byte_lanes_view(b, "b", fn)
-    return _validate.check_dot_shapes(fn, c, a, b, 4, "byte")
-
-
-_OPERANDS = {"bf16": bf16_operands, "fp16": fp16_operands, "int8": int8_operands}
-
-
 def operands(name: str, c, a, b) -> _validate.DotOperands:
-    """Validate the operands of dot product ``name`` (dtypes, shapes) as its family requires."""
-    return _OPERANDS[isa.family_of(name)](name, c, a, b)
-
-
-def _sign(signed: bool) -> str:
-    return "signed" if signed else "unsigned"
-
-
-def _doc(insn: isa.Instruction) -> str:
-    m = insn.mnemonic
-    if insn.family == "bf16":
-        return f"""One {m} on arrays: returns a new (M, N) float32 array ``c + a . b``.
-
-    ``c`` is (M, N) float32 (or uint32 raw bits), ``a`` (M, 2K) and ``b``
-    (K, 2N) bf16 bits (uint16 or ml_dtypes.bfloat16), ``b`` pair-interleaved
-    (see :func:`pyamx.layout.pack_pairs`); 1 <= M, K, N <= 16. ``numerics`` is
-    a preset name or a :class:`Numerics`. Inputs are never modified.
-    """
-    if insn.family == "fp16":
-        return f"One {m} (AMX-FP16): as :func:`tdpbf16ps` with float16 (or uint16 bits) ``a`` and ``b``."
-    s1, s2 = (_sign(x) for x in insn.signed)
-    if insn.signed == (True, True):
-        return f"""One {m}: ``c`` (M, N) int32 plus {s1} (M, 4K) ``a`` times {s2} (K, 4N) quad-interleaved ``b``.
-
-    ``a`` and ``b`` are int8 or uint8 arrays (their bytes are reinterpreted
-    per the mnemonic); the int32 sum wraps around. See :func:`pyamx.layout.pack_quads`.
-    """
-    return f"One {m}: {s1} ``a`` bytes times {s2} ``b`` bytes (see :func:`tdpbssd`)."
+    """Validate the operands of dot product ``name`` (dtypes, shapes) as the formats of its row require."""
+    insn = isa.get(name)
+    c = _validate.format_view(c, "c", name, insn.acc_format)
+    a = _validate.format_view(a, "a", name, insn.a_format)
+    b = _validate.format_view(b, "b", name, insn.b_format)
+    element = insn.a_format.name if insn.a_format.is_float else "byte"
+    return _validate.check_dot_shapes(name, c, a, b, insn.lanes, element)
 
 
 def _function(insn: isa.Instruction):
     """The array-level function of one dot product, generated from its pyamx.isa row."""
-    name, family, check = insn.name, insn.family, _OPERANDS[insn.family]
+    name = insn.name
     dot_operands, resolve_engine = _validate.dot_operands, _engine.resolve
 
     if insn.is_float:
         def fn(c, a, b, *, numerics="sdm", engine=None) -> AMXResult:
-            c, a, b, shape = dot_operands(check, name, family, c, a, b)
+            c, a, b, shape = dot_operands(operands, name, c, a, b)
             return run_one(name, resolve_engine(engine, numerics), c, a, b, *shape)
     else:
         def fn(c, a, b, *, engine=None) -> AMXResult:
-            c, a, b, shape = dot_operands(check, name, family, c, a, b)
+            c, a, b, shape = dot_operands(operands, name, c, a, b)
             return run_one(name, resolve_engine(engine), c, a, b, *shape)
     return fn
 
 
-isa.export_functions(globals(), _function, _doc)
+isa.export_functions(globals(), _function, "emulator")
 
 if TYPE_CHECKING:  # the functions export_functions generates, as type checkers must see them
     def tdpbf16ps(c: ArrayInput, a: ArrayInput, b: ArrayInput, *, numerics: str | Numerics = "sdm",

@@ -18,7 +18,7 @@ from .dot import float_dot, integer_dot
 from .numerics import Numerics
 
 #: sign extension per operand for TDPB[SU][SU]D: (tsrc1 signed, tsrc2 signed), from pyamx.isa
-INT8_SIGNEDNESS = {insn.name: insn.signed for insn in isa.DOTS if insn.family == "int8"}
+INT8_SIGNEDNESS = {insn.name: insn.signed for insn in isa.DOTS if insn.signed is not None}
 
 
 def _lanes(matrix: np.ndarray, lanes: int) -> np.ndarray:
@@ -63,11 +63,13 @@ def tdpb_int8(mnemonic: str, c: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.
 def compute(name: str):
     """The arithmetic of dot product ``name`` as ``f(c, a, b, numerics) -> out``.
 
-    The int8 family ignores ``numerics`` (integer arithmetic has no open point).
+    The integer ones ignore ``numerics`` (integer arithmetic has no open point).
     """
-    family = isa.family_of(name)
-    if family == "bf16":
-        return tdpbf16ps
-    if family == "fp16":
-        return tdpfp16ps
+    insn = isa.get(name)
+    if insn.is_float:
+        return _FLOAT_PAIRS[insn.a_format.name]
     return lambda c, a, b, numerics=None: tdpb_int8(name, c, a, b)
+
+
+#: operand format -> the float dot product over its pairs (each widens its format exactly)
+_FLOAT_PAIRS = {"bf16": tdpbf16ps, "fp16": tdpfp16ps}

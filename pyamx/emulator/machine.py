@@ -178,9 +178,4 @@ _DOTS = {insn.name: insn for insn in isa.DOTS}
 _DTYPES = {insn.name: (np.dtype(insn.c_dtype), np.dtype(insn.ab_dtype)) for insn in isa.DOTS}
 
 
-def _method_doc(insn) -> str:
-    suffix = " (see Numerics)" if insn.family == "bf16" else " (AMX-FP16)" if insn.family == "fp16" else ""
-    return f"{insn.mnemonic}: {insn.summary}{suffix}."
-
-
-isa.add_dot_methods(TileMachine, _method_doc)
+isa.add_dot_methods(TileMachine, "method")

@@ -1,0 +1,94 @@
+/* Traits of every AMX instruction row of pyamx/isa.py, for C.
+ *
+ * Generated from pyamx/isa.py by build.py: do not edit; python build.py regenerates it.
+ *
+ * PYAMX_FOR_EACH_OP(X) calls X(mnemonic, kind, a_format, b_format,
+ * acc_format, a_signed, b_signed, lanes, prefix, map, pp, w, l, opcode,
+ * form) once per row, in table order; pyamx_op_traits[] holds the same
+ * fields by op id. A format of NONE: the row has no such operand.
+ */
+#ifndef PYAMX_OP_TRAITS_H
+#define PYAMX_OP_TRAITS_H
+
+#include "pyamx_ops.h"
+
+enum pyamx_op_kind {
+    PYAMX_KIND_NONE = 0,
+    PYAMX_KIND_CONFIG = 1,
+    PYAMX_KIND_MEMORY = 2,
+    PYAMX_KIND_DOT_PAIRS = 3,
+    PYAMX_KIND_DOT_QUADS = 4
+};
+
+enum pyamx_format {
+    PYAMX_FMT_NONE = 0,
+    PYAMX_FMT_BF16 = 1,
+    PYAMX_FMT_FP16 = 2,
+    PYAMX_FMT_INT8 = 3,
+    PYAMX_FMT_UINT8 = 4,
+    PYAMX_FMT_FP32 = 5,
+    PYAMX_FMT_INT32 = 6
+};
+
+enum pyamx_encoding_prefix {
+    PYAMX_PREFIX_NONE = 0,
+    PYAMX_PREFIX_VEX = 1,
+    PYAMX_PREFIX_EVEX = 2
+};
+
+enum pyamx_modrm_form {
+    PYAMX_FORM_NONE = 0,
+    PYAMX_FORM_MEM = 1,
+    PYAMX_FORM_REG = 2,
+    PYAMX_FORM_SIBMEM = 3
+};
+
+#define PYAMX_FOR_EACH_OP(X) \
+    X(LDTILECFG, CONFIG, NONE, NONE, NONE, 0, 0, 0, VEX, 0x2, 0, 0, 0, 0x49, MEM) \
+    X(STTILECFG, CONFIG, NONE, NONE, NONE, 0, 0, 0, VEX, 0x2, 1, 0, 0, 0x49, MEM) \
+    X(TILERELEASE, CONFIG, NONE, NONE, NONE, 0, 0, 0, VEX, 0x2, 0, 0, 0, 0x49, REG) \
+    X(TILEZERO, MEMORY, NONE, NONE, NONE, 0, 0, 0, VEX, 0x2, 3, 0, 0, 0x49, REG) \
+    X(TILELOADD, MEMORY, NONE, NONE, NONE, 0, 0, 0, VEX, 0x2, 3, 0, 0, 0x4B, SIBMEM) \
+    X(TILELOADDT1, MEMORY, NONE, NONE, NONE, 0, 0, 0, VEX, 0x2, 1, 0, 0, 0x4B, SIBMEM) \
+    X(TILESTORED, MEMORY, NONE, NONE, NONE, 0, 0, 0, VEX, 0x2, 2, 0, 0, 0x4B, SIBMEM) \
+    X(TDPBF16PS, DOT_PAIRS, BF16, BF16, FP32, 0, 0, 2, VEX, 0x2, 2, 0, 0, 0x5C, REG) \
+    X(TDPFP16PS, DOT_PAIRS, FP16, FP16, FP32, 0, 0, 2, VEX, 0x2, 3, 0, 0, 0x5C, REG) \
+    X(TDPBSSD, DOT_QUADS, INT8, INT8, INT32, 1, 1, 4, VEX, 0x2, 3, 0, 0, 0x5E, REG) \
+    X(TDPBSUD, DOT_QUADS, INT8, UINT8, INT32, 1, 0, 4, VEX, 0x2, 2, 0, 0, 0x5E, REG) \
+    X(TDPBUSD, DOT_QUADS, UINT8, INT8, INT32, 0, 1, 4, VEX, 0x2, 1, 0, 0, 0x5E, REG) \
+    X(TDPBUUD, DOT_QUADS, UINT8, UINT8, INT32, 0, 0, 4, VEX, 0x2, 0, 0, 0, 0x5E, REG)
+
+struct pyamx_op_traits {
+    unsigned char kind;       /* enum pyamx_op_kind */
+    unsigned char a_format;   /* enum pyamx_format of src1, src2, dst */
+    unsigned char b_format;
+    unsigned char acc_format;
+    unsigned char a_signed;   /* 1: an integer src1/src2 is sign-extended */
+    unsigned char b_signed;
+    unsigned char lanes;      /* operand values per dword; 0 for a non-dot row */
+    unsigned char prefix;     /* enum pyamx_encoding_prefix */
+    unsigned char map;        /* opcode map: 2 is 0F38 */
+    unsigned char pp;         /* 0 NP, 1 66, 2 F3, 3 F2 */
+    unsigned char w;
+    unsigned char l;
+    unsigned char opcode;
+    unsigned char form;       /* enum pyamx_modrm_form */
+};
+
+static const struct pyamx_op_traits pyamx_op_traits[] = {
+    [PYAMX_OP_LDTILECFG] = {PYAMX_KIND_CONFIG, PYAMX_FMT_NONE, PYAMX_FMT_NONE, PYAMX_FMT_NONE, 0, 0, 0, PYAMX_PREFIX_VEX, 0x2, 0, 0, 0, 0x49, PYAMX_FORM_MEM},
+    [PYAMX_OP_STTILECFG] = {PYAMX_KIND_CONFIG, PYAMX_FMT_NONE, PYAMX_FMT_NONE, PYAMX_FMT_NONE, 0, 0, 0, PYAMX_PREFIX_VEX, 0x2, 1, 0, 0, 0x49, PYAMX_FORM_MEM},
+    [PYAMX_OP_TILERELEASE] = {PYAMX_KIND_CONFIG, PYAMX_FMT_NONE, PYAMX_FMT_NONE, PYAMX_FMT_NONE, 0, 0, 0, PYAMX_PREFIX_VEX, 0x2, 0, 0, 0, 0x49, PYAMX_FORM_REG},
+    [PYAMX_OP_TILEZERO] = {PYAMX_KIND_MEMORY, PYAMX_FMT_NONE, PYAMX_FMT_NONE, PYAMX_FMT_NONE, 0, 0, 0, PYAMX_PREFIX_VEX, 0x2, 3, 0, 0, 0x49, PYAMX_FORM_REG},
+    [PYAMX_OP_TILELOADD] = {PYAMX_KIND_MEMORY, PYAMX_FMT_NONE, PYAMX_FMT_NONE, PYAMX_FMT_NONE, 0, 0, 0, PYAMX_PREFIX_VEX, 0x2, 3, 0, 0, 0x4B, PYAMX_FORM_SIBMEM},
+    [PYAMX_OP_TILELOADDT1] = {PYAMX_KIND_MEMORY, PYAMX_FMT_NONE, PYAMX_FMT_NONE, PYAMX_FMT_NONE, 0, 0, 0, PYAMX_PREFIX_VEX, 0x2, 1, 0, 0, 0x4B, PYAMX_FORM_SIBMEM},
+    [PYAMX_OP_TILESTORED] = {PYAMX_KIND_MEMORY, PYAMX_FMT_NONE, PYAMX_FMT_NONE, PYAMX_FMT_NONE, 0, 0, 0, PYAMX_PREFIX_VEX, 0x2, 2, 0, 0, 0x4B, PYAMX_FORM_SIBMEM},
+    [PYAMX_OP_TDPBF16PS] = {PYAMX_KIND_DOT_PAIRS, PYAMX_FMT_BF16, PYAMX_FMT_BF16, PYAMX_FMT_FP32, 0, 0, 2, PYAMX_PREFIX_VEX, 0x2, 2, 0, 0, 0x5C, PYAMX_FORM_REG},
+    [PYAMX_OP_TDPFP16PS] = {PYAMX_KIND_DOT_PAIRS, PYAMX_FMT_FP16, PYAMX_FMT_FP16, PYAMX_FMT_FP32, 0, 0, 2, PYAMX_PREFIX_VEX, 0x2, 3, 0, 0, 0x5C, PYAMX_FORM_REG},
+    [PYAMX_OP_TDPBSSD] = {PYAMX_KIND_DOT_QUADS, PYAMX_FMT_INT8, PYAMX_FMT_INT8, PYAMX_FMT_INT32, 1, 1, 4, PYAMX_PREFIX_VEX, 0x2, 3, 0, 0, 0x5E, PYAMX_FORM_REG},
+    [PYAMX_OP_TDPBSUD] = {PYAMX_KIND_DOT_QUADS, PYAMX_FMT_INT8, PYAMX_FMT_UINT8, PYAMX_FMT_INT32, 1, 0, 4, PYAMX_PREFIX_VEX, 0x2, 2, 0, 0, 0x5E, PYAMX_FORM_REG},
+    [PYAMX_OP_TDPBUSD] = {PYAMX_KIND_DOT_QUADS, PYAMX_FMT_UINT8, PYAMX_FMT_INT8, PYAMX_FMT_INT32, 0, 1, 4, PYAMX_PREFIX_VEX, 0x2, 1, 0, 0, 0x5E, PYAMX_FORM_REG},
+    [PYAMX_OP_TDPBUUD] = {PYAMX_KIND_DOT_QUADS, PYAMX_FMT_UINT8, PYAMX_FMT_UINT8, PYAMX_FMT_INT32, 0, 0, 4, PYAMX_PREFIX_VEX, 0x2, 0, 0, 0, 0x5E, PYAMX_FORM_REG},
+};
+
+#endif
