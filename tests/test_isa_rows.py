@@ -12,7 +12,7 @@ import pytest
 
 from pyamx import isa
 
-from childproc import child_env
+from childproc import PYAMX_HOME, child_env
 
 ISA_PY = Path(isa.__file__)
 
@@ -88,8 +88,10 @@ print(json.dumps(out))
 
 
 def _probe(which: str) -> dict:
+    # cwd: `-c` puts the working directory first on sys.path, and a source checkout there would
+    # shadow the pyamx this test imported (an installed one has its extension built).
     proc = subprocess.run([sys.executable, "-c", _PROBE, which, str(ISA_PY)], capture_output=True, text=True,
-                          env=child_env(), timeout=120)
+                          env=child_env(), cwd=PYAMX_HOME, timeout=120)
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout)
 
