@@ -284,13 +284,16 @@ static int fp16_runnable(void)
 }
 
 /* The build's kernel family of a dot-product row, from its operand format:
- * the family decides whether this build compiled the row's instructions. */
+ * the family decides whether this build compiled the row's instructions. 0
+ * for a format no family covers yet, which no build has (PYAMX_E_NO_KERNEL). */
 static int kernel_family(const struct pyamx_op_traits *t)
 {
     switch (t->a_format) {
     case PYAMX_FMT_BF16: return PYAMX_KERNEL_BF16;
     case PYAMX_FMT_FP16: return PYAMX_KERNEL_FP16;
-    default: return PYAMX_KERNEL_INT8;
+    case PYAMX_FMT_INT8:
+    case PYAMX_FMT_UINT8: return PYAMX_KERNEL_INT8;
+    default: return 0;
     }
 }
 
