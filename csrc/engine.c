@@ -147,7 +147,7 @@ static void note_exponent(struct erange *r, uint32_t w)
 int eng_widen16(int op, const uint16_t *src, int64_t count, uint32_t *dst)
 {
     uint32_t nan = 0;
-    if (op == PYAMX_OP_TDPBF16PS) {
+    if (pyamx_op_traits[op].a_format == PYAMX_FMT_BF16) {
         for (int64_t i = 0; i < count; i++) {
             uint32_t w = (uint32_t)src[i] << 16;
             w = (w & 0x7F800000u) ? w : (w & 0x80000000u);
@@ -178,6 +178,7 @@ static void widen_bytes(int is_signed, const uint8_t *src, int64_t count, uint32
 struct job {
     const struct eng_variant *v;
     int op, is_float, in_range;
+    const struct pyamx_op_traits *t; /* op's row */
     int b_rowmajor;  /* b is K rows of N values, not kd rows of N interleaved dwords */
     int64_t m, n, kd, k, mp, nq; /* k: values per row of A (lanes * kd, or fewer: padded) */
     const uint32_t *ap, *bp;
@@ -226,7 +227,7 @@ static int pack_a(const struct job *j, uint32_t *ap, const uint8_t *a, int64_t l
                   struct erange *er)
 {
     int mr = j->v->mr, any = 0;
-    int a_signed = j->op == PYAMX_OP_TDPBSSD || j->op == PYAMX_OP_TDPBSUD;
+    int a_signed = j->t->a_signed;
     int64_t words = 2 * j->kd;
     uint8_t *bytes = (uint8_t *)(tmp + words);
     for (int64_t p = 0; p < j->mp; p++) {
@@ -274,7 +275,7 @@ static int pack_b_vnni(const struct job *j, uint32_t *bp, const uint8_t *b, int6
                        struct erange *er)
 {
     int nr = j->v->nr, any = 0;
-    int b_signed = j->op == PYAMX_OP_TDPBSSD || j->op == PYAMX_OP_TDPBUSD;
+    int b_signed = j->t->b_signed;
     for (int64_t k = 0; k < j->kd; k++) {
         int nan = 0;
         if (j->is_float) {
@@ -310,7 +311,7 @@ static int pack_b_rows(const struct job *j, uint32_t *bp, const uint8_t *b, int6
                        struct erange *er)
 {
     int nr = j->v->nr, any = 0;
-    int b_signed = j->op == PYAMX_OP_TDPBSSD || j->op == PYAMX_OP_TDPBUSD;
+    int b_signed = j->t->b_signed;
     for (int64_t k = 0; k < j->kd; k++) {
         for (int h = 0; h < 2; h++) {
             for (int64_t q = 0; q < j->nq; q++) {
@@ -617,11 +618,13 @@ static int run(const struct eng_variant *v, int kind, int op, const void *a, int
                int b_rowmajor, const uint32_t *c_in, int64_t ldc_in, uint32_t *c_out, int64_t ldc_out,
                int64_t m, int64_t n, int64_t kd, int64_t k, int threads, const int *cancel, int64_t max_exact)
 {
-    int is_float = op == PYAMX_OP_TDPBF16PS || op == PYAMX_OP_TDPFP16PS;
+    const struct pyamx_op_traits *t = pyamx_dot_traits(op);
+    int is_float = pyamx_dot_is_float(t);
     struct job j;
     memset(&j, 0, sizeof j);
     j.v = v;
     j.op = op;
+    j.t = t;
     j.is_float = is_float;
     j.m = m;
     j.n = n;
@@ -771,18 +774,17 @@ static int run(const struct eng_variant *v, int kind, int op, const void *a, int
 
 /* The checks both entries make: A is m rows of a_row bytes, B is b_rows rows of b_row bytes,
  * floats 2-byte aligned, and the output overlaps nothing it reads. */
-static int check_operands(int op, const void *a, int64_t lda, int64_t a_row, const void *b, int64_t ldb,
+static int check_operands(const struct pyamx_op_traits *t, const void *a, int64_t lda, int64_t a_row, const void *b, int64_t ldb,
                           int64_t b_rows, int64_t b_row, const uint32_t *c_in, int64_t ldc_in,
                           const uint32_t *c_out, int64_t ldc_out, int64_t m, int64_t n)
 {
-    if (op < PYAMX_OP_TDPBF16PS || op > PYAMX_OP_TDPBUUD || !a || !b || !c_out)
+    if (!t || !a || !b || !c_out)
         return 0;
     if (m < 1 || n < 1 || b_rows < 1 || m > (1 << 30) || n > (1 << 30) || b_rows > (1 << 30))
         return 0;
     if (lda < a_row || ldb < b_row || (c_in && ldc_in < n) || ldc_out < n)
         return 0;
-    int is_float = op == PYAMX_OP_TDPBF16PS || op == PYAMX_OP_TDPFP16PS;
-    if (is_float && ((lda | ldb | (int64_t)(uintptr_t)a | (int64_t)(uintptr_t)b) & 1))
+    if (pyamx_dot_is_float(t) && ((lda | ldb | (int64_t)(uintptr_t)a | (int64_t)(uintptr_t)b) & 1))
         return 0;
     size_t out_bytes = (size_t)((m - 1) * ldc_out + n) * 4;
     return !((c_in && overlaps(c_out, out_bytes, c_in, (size_t)((m - 1) * ldc_in + n) * 4)) ||
@@ -798,10 +800,10 @@ int pyamx_engine_dot_cancellable(int kind, int op, const void *a, int64_t lda, c
     const struct eng_variant *v = variant(kind, 0);
     if (!v)
         return PYAMX_ENGINE_E_UNAVAILABLE;
-    if (kd > (1 << 30) || !c_in || !check_operands(op, a, lda, 4 * kd, b, ldb, kd, 4 * n, c_in, ldc_in, c_out, ldc_out, m, n))
+    const struct pyamx_op_traits *t = pyamx_dot_traits(op);
+    if (kd > (1 << 30) || !c_in || !check_operands(t, a, lda, 4 * kd, b, ldb, kd, 4 * n, c_in, ldc_in, c_out, ldc_out, m, n))
         return PYAMX_ENGINE_E_ARG;
-    int is_float = op == PYAMX_OP_TDPBF16PS || op == PYAMX_OP_TDPFP16PS;
-    return run(v, kind, op, a, lda, b, ldb, 0, c_in, ldc_in, c_out, ldc_out, m, n, kd, (is_float ? 2 : 4) * kd, threads,
+    return run(v, kind, op, a, lda, b, ldb, 0, c_in, ldc_in, c_out, ldc_out, m, n, kd, t->lanes * kd, threads,
                cancel, max_exact);
 }
 
@@ -813,9 +815,11 @@ int pyamx_engine_matmul_cancellable(int kind, int op, const void *a, int64_t lda
     const struct eng_variant *v = variant(kind, 0);
     if (!v)
         return PYAMX_ENGINE_E_UNAVAILABLE;
-    int is_float = op == PYAMX_OP_TDPBF16PS || op == PYAMX_OP_TDPFP16PS;
-    int64_t size = is_float ? 2 : 1, lanes = is_float ? 2 : 4;
-    if (k > (1 << 30) || !check_operands(op, a, lda, size * k, b, ldb, k, size * n, c_in, ldc_in, c_out, ldc_out, m, n))
+    const struct pyamx_op_traits *t = pyamx_dot_traits(op);
+    if (!t)
+        return PYAMX_ENGINE_E_ARG;
+    int64_t size = pyamx_dot_value_bytes(t), lanes = t->lanes;
+    if (k > (1 << 30) || !check_operands(t, a, lda, size * k, b, ldb, k, size * n, c_in, ldc_in, c_out, ldc_out, m, n))
         return PYAMX_ENGINE_E_ARG;
     return run(v, kind, op, a, lda, b, ldb, 1, c_in, ldc_in, c_out, ldc_out, m, n, (k + lanes - 1) / lanes, k, threads,
                cancel, max_exact);

@@ -16,8 +16,8 @@
 #include <fenv.h>
 #include <stdint.h>
 
+#include "dot_traits.h"
 #include "engine.h"
-#include "pyamx_ops.h"
 
 #define ENG_BLOCK 16  /* dwords per tile instruction (tmul_maxk) */
 #define ENG_KC 512    /* K panel in dwords; a multiple of ENG_BLOCK so panels start on block boundaries (512: measured best on Zen 4 at 512..2048, 128..1024 tried; fewer C tile reloads) */

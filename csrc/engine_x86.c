@@ -259,7 +259,7 @@ T512 static inline __m512i w512_fp16(__m256i h, __mmask16 *nan)
 T512 static int widen512(int op, const uint16_t *src, int64_t count, uint32_t *dst)
 {
     __mmask16 nan = 0;
-    int bf = op == PYAMX_OP_TDPBF16PS;
+    int bf = pyamx_op_traits[op].a_format == PYAMX_FMT_BF16;
     int64_t i = 0;
     for (; i + 32 <= count; i += 32) {
         __m512i h = _mm512_loadu_si512(src + i);
@@ -308,7 +308,7 @@ __attribute__((target("avx2,fma,f16c"))) static inline __m256i w256_fp16(__m128i
 
 __attribute__((target("avx2,fma,f16c"))) static int widen256(int op, const uint16_t *src, int64_t count, uint32_t *dst)
 {
-    int bf = op == PYAMX_OP_TDPBF16PS;
+    int bf = pyamx_op_traits[op].a_format == PYAMX_FMT_BF16;
     if (!bf && !__atomic_load_n(&have_f16c, __ATOMIC_RELAXED))
         return eng_widen16(op, src, count, dst);
     __m256i nan = _mm256_setzero_si256();

@@ -16,6 +16,7 @@
  * every tile instruction, so the very same code path runs.
  */
 #include "pyamx.h"
+#include "dot_traits.h"
 #include "internal.h"
 
 #include <string.h>
@@ -154,8 +155,6 @@ int pyamx_check_dot_product(const uint8_t *cfg, int dst, int src1, int src2)
 #include <immintrin.h>
 
 #define AMX_TILE __attribute__((target("amx-tile")))
-#define AMX_BF16 __attribute__((target("amx-tile,amx-bf16")))
-#define AMX_INT8 __attribute__((target("amx-tile,amx-int8")))
 
 #define EACH_TILE(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7)
 
@@ -261,49 +260,44 @@ AMX_TILE static void oneshot_setup(const uint32_t *c, const void *a, const void 
     load_tile(2, b, 4L * n, 0);
 }
 
-AMX_BF16 static void oneshot_bf16(uint32_t *c, const void *a, const void *b, int m, int k, int n)
-{
-    oneshot_setup(c, a, b, m, k, n);
-    _tile_dpbf16ps(0, 1, 2);
-    store_tile(0, c, 4L * n);
-}
+/* Each dot-product row of the traits table gets its kernels here, issuing
+ * the row's encoding (VEX pp, opcode) as bytes: tdp_<row> runs it on any
+ * register triple (dst * 64 + src1 * 8 + src2), oneshot_<row> on tmm0 +=
+ * tmm1 . tmm2 after loading them. The table is the one list of the dot
+ * products, so a new row gets its kernels without an edit here. */
+struct dot_kernels {
+    int (*tdp)(int index);
+    void (*oneshot)(uint32_t *c, const void *a, const void *b, int m, int k, int n);
+};
 
-AMX_TILE static void oneshot_fp16(uint32_t *c, const void *a, const void *b, int m, int k, int n)
-{
-    oneshot_setup(c, a, b, m, k, n);
-    DP_BYTES(3, 0x5c, 0, 1, 2); /* TDPFP16PS tmm0, tmm1, tmm2: GCC 12 has no -mamx-fp16 */
-    store_tile(0, c, 4L * n);
-}
-
-AMX_INT8 static void oneshot_int8(int op, uint32_t *c, const void *a, const void *b, int m, int k, int n)
-{
-    oneshot_setup(c, a, b, m, k, n);
-    switch (op) {
-    case PYAMX_OP_TDPBSSD: _tile_dpbssd(0, 1, 2); break;
-    case PYAMX_OP_TDPBSUD: _tile_dpbsud(0, 1, 2); break;
-    case PYAMX_OP_TDPBUSD: _tile_dpbusd(0, 1, 2); break;
-    default: _tile_dpbuud(0, 1, 2); break;
+#define PYAMX_DOT_ROW(name, prefix, map, pp, w, l, opc)                                        \
+    PYAMX_ASSERT_DP_BYTES(name, prefix, map, w, l);                                            \
+    AMX_TILE static int tdp_##name(int index) { DP_SWITCH(index, pp, opc) return PYAMX_OK; }   \
+    AMX_TILE static void oneshot_##name(uint32_t *c, const void *a, const void *b, int m, int k, int n) \
+    {                                                                                          \
+        oneshot_setup(c, a, b, m, k, n);                                                       \
+        DP_BYTES(pp, opc, 0, 1, 2);                                                            \
+        store_tile(0, c, 4L * n);                                                              \
     }
-    store_tile(0, c, 4L * n);
-}
+PYAMX_FOR_EACH_DOT
+#undef PYAMX_DOT_ROW
+
+/* By op id; empty for rows that are not dot products. */
+#define PYAMX_DOT_ROW(name, prefix, map, pp, w, l, opc) [PYAMX_OP_##name] = {tdp_##name, oneshot_##name},
+static const struct dot_kernels dot_kernels[PYAMX_OP_TRAITS_COUNT] = {PYAMX_FOR_EACH_DOT};
+#undef PYAMX_DOT_ROW
 
 int pyamx_dp_oneshot(int op, uint32_t *c, const void *a, const void *b, int m, int k, int n)
 {
     if (!pyamx_internal_ready())
         return PYAMX_E_NOT_READY;
-    if (op < PYAMX_OP_TDPBF16PS || op > PYAMX_OP_TDPBUUD || m < 1 || m > 16 || k < 1 || k > 16 ||
-        n < 1 || n > 16)
+    if (!pyamx_dot_traits(op) || m < 1 || m > 16 || k < 1 || k > 16 || n < 1 || n > 16)
         return PYAMX_E_ARG;
     tile_state saved;
     int rc = save_state(&saved);
     if (rc != PYAMX_OK)
         return rc;
-    if (op == PYAMX_OP_TDPBF16PS)
-        oneshot_bf16(c, a, b, m, k, n);
-    else if (op == PYAMX_OP_TDPFP16PS)
-        oneshot_fp16(c, a, b, m, k, n);
-    else
-        oneshot_int8(op, c, a, b, m, k, n);
+    dot_kernels[op].oneshot(c, a, b, m, k, n);
     restore_state(&saved);
     return PYAMX_OK;
 }
@@ -400,34 +394,18 @@ AMX_TILE int pyamx_tilerelease(void)
     return PYAMX_OK;
 }
 
-AMX_BF16 static int tdp_bf16(int index) { DP_SWITCH(index, 2, 0x5c) return PYAMX_OK; }
-AMX_TILE static int tdp_fp16(int index) { DP_SWITCH(index, 3, 0x5c) return PYAMX_OK; }
-AMX_INT8 static int tdp_ssd(int index) { DP_SWITCH(index, 3, 0x5e) return PYAMX_OK; }
-AMX_INT8 static int tdp_sud(int index) { DP_SWITCH(index, 2, 0x5e) return PYAMX_OK; }
-AMX_INT8 static int tdp_usd(int index) { DP_SWITCH(index, 1, 0x5e) return PYAMX_OK; }
-AMX_INT8 static int tdp_uud(int index) { DP_SWITCH(index, 0, 0x5e) return PYAMX_OK; }
-
 int pyamx_tdp(int op, int dst, int src1, int src2)
 {
     if (!pyamx_internal_ready())
         return PYAMX_E_NOT_READY;
-    if (op < PYAMX_OP_TDPBF16PS || op > PYAMX_OP_TDPBUUD)
+    if (!pyamx_dot_traits(op))
         return PYAMX_E_ARG;
     uint8_t cfg[64] __attribute__((aligned(64)));
     loaded_cfg(cfg);
     int rc = pyamx_check_dot_product(cfg, dst, src1, src2);
     if (rc != PYAMX_OK)
         return rc;
-    int index = dst * 64 + src1 * 8 + src2;
-    switch (op) {
-    case PYAMX_OP_TDPBF16PS: return tdp_bf16(index);
-    case PYAMX_OP_TDPFP16PS: return tdp_fp16(index);
-    case PYAMX_OP_TDPBSSD: return tdp_ssd(index);
-    case PYAMX_OP_TDPBSUD: return tdp_sud(index);
-    case PYAMX_OP_TDPBUSD: return tdp_usd(index);
-    case PYAMX_OP_TDPBUUD: return tdp_uud(index);
-    default: return PYAMX_E_ARG;
-    }
+    return dot_kernels[op].tdp(dst * 64 + src1 * 8 + src2);
 }
 
 int pyamx_save_tiles(uint8_t *cfg64, uint8_t *tiles8192)

@@ -33,6 +33,7 @@
  * start from the init state and release their tiles before they end.
  */
 #include "pyamx.h"
+#include "dot_traits.h"
 #include "internal.h"
 
 #include <stdlib.h>
@@ -45,8 +46,6 @@
 #include <signal.h>
 
 #define AMX_TILE __attribute__((target("amx-tile")))
-#define AMX_BF16 __attribute__((target("amx-tile,amx-bf16")))
-#define AMX_INT8 __attribute__((target("amx-tile,amx-int8")))
 
 struct shape {
     int r0, r1;  /* rows of the upper / lower tile row (r1 may be 0) */
@@ -152,8 +151,8 @@ static uint8_t *pack_b(const uint8_t *b, int64_t ldb, int64_t kd, int64_t n)
 /* One block, K blocks [kb0, kb1): load C, the dot products, store C. The
  * tile numbers are immediates, so each instruction form gets its own copy of
  * this body through the macro. */
-#define DEFINE_BLOCK(NAME, ATTR, DP)                                                           \
-    ATTR static void NAME(const struct job *j, int64_t bi, int64_t bj, struct shape s,         \
+#define DEFINE_BLOCK(NAME, PP, OPC)                                                            \
+    AMX_TILE static void NAME(const struct job *j, int64_t bi, int64_t bj, struct shape s,     \
                           int64_t kb0, int64_t kb1)                                            \
     {                                                                                          \
         const int lower = s.r1 > 0, right = s.c1 > 0;                                          \
@@ -169,15 +168,15 @@ static uint8_t *pack_b(const uint8_t *b, int64_t ldb, int64_t kd, int64_t n)
             const uint8_t *b0 = b_tile(j, kb, bj);                                             \
             _tile_loadd(4, a0, j->lda);                                                        \
             _tile_loadd(6, b0, j->ldb);                                                        \
-            DP(0, 4, 6);                                                                       \
+            DP_BYTES(PP, OPC, 0, 4, 6);                                                        \
             if (right) {                                                                       \
                 _tile_loadd(7, b0 + j->b_right, j->ldb);                                       \
-                DP(1, 4, 7);                                                                   \
+                DP_BYTES(PP, OPC, 1, 4, 7);                                                    \
             }                                                                                  \
             if (lower) {                                                                       \
                 _tile_loadd(5, a0 + 16 * j->lda, j->lda);                                      \
-                DP(2, 5, 6);                                                                   \
-                if (right) DP(3, 5, 7);                                                        \
+                DP_BYTES(PP, OPC, 2, 5, 6);                                                    \
+                if (right) DP_BYTES(PP, OPC, 3, 5, 7);                                         \
             }                                                                                  \
         }                                                                                      \
         _tile_stored(0, c0, j->ldc);                                                           \
@@ -187,34 +186,21 @@ static uint8_t *pack_b(const uint8_t *b, int64_t ldb, int64_t kd, int64_t n)
         BARRIER();                                                                             \
     }
 
-#define DP_BF16(d, s1, s2) _tile_dpbf16ps(d, s1, s2)
-#define DP_FP16(d, s1, s2) DP_BYTES(3, 0x5c, d, s1, s2) /* TDPFP16PS */
-#define DP_SSD(d, s1, s2) _tile_dpbssd(d, s1, s2)
-#define DP_SUD(d, s1, s2) _tile_dpbsud(d, s1, s2)
-#define DP_USD(d, s1, s2) _tile_dpbusd(d, s1, s2)
-#define DP_UUD(d, s1, s2) _tile_dpbuud(d, s1, s2)
-
-DEFINE_BLOCK(block_bf16, AMX_BF16, DP_BF16)
-DEFINE_BLOCK(block_fp16, AMX_TILE, DP_FP16)
-DEFINE_BLOCK(block_ssd, AMX_INT8, DP_SSD)
-DEFINE_BLOCK(block_sud, AMX_INT8, DP_SUD)
-DEFINE_BLOCK(block_usd, AMX_INT8, DP_USD)
-DEFINE_BLOCK(block_uud, AMX_INT8, DP_UUD)
+/* One block kernel per dot-product row of the traits table, issuing that
+ * row's encoding (VEX pp, opcode) as bytes: the table is the one list of
+ * the dot products, so a new row gets its kernel without an edit here. */
+#define PYAMX_DOT_ROW(name, prefix, map, pp, w, l, opc)                                        \
+    PYAMX_ASSERT_DP_BYTES(name, prefix, map, w, l);                                            \
+    DEFINE_BLOCK(block_##name, pp, opc)
+PYAMX_FOR_EACH_DOT
+#undef PYAMX_DOT_ROW
 
 typedef void (*block_fn)(const struct job *, int64_t, int64_t, struct shape, int64_t, int64_t);
 
-static block_fn block_for(int op)
-{
-    switch (op) {
-    case PYAMX_OP_TDPBF16PS: return block_bf16;
-    case PYAMX_OP_TDPFP16PS: return block_fp16;
-    case PYAMX_OP_TDPBSSD: return block_ssd;
-    case PYAMX_OP_TDPBSUD: return block_sud;
-    case PYAMX_OP_TDPBUSD: return block_usd;
-    case PYAMX_OP_TDPBUUD: return block_uud;
-    default: return 0;
-    }
-}
+/* The kernels by op id: NULL for rows that are not dot products. */
+#define PYAMX_DOT_ROW(name, prefix, map, pp, w, l, opc) [PYAMX_OP_##name] = block_##name,
+static const block_fn blocks[PYAMX_OP_TRAITS_COUNT] = {PYAMX_FOR_EACH_DOT};
+#undef PYAMX_DOT_ROW
 
 /* The blocks of [first, last) with shape s and block column in [bj0, bj1),
  * each over K blocks [kb0, kb1). */
@@ -243,7 +229,7 @@ static void run_panel(const struct job *j, block_fn block, struct shape s, int64
  * increasing order. */
 AMX_TILE static void run_blocks(const struct job *j)
 {
-    block_fn block = block_for(j->op);
+    block_fn block = blocks[j->op];
     int64_t full = j->kd / 16, rem = j->kd % 16;
     /* Distinct shapes of this range: at most 4 (interior/last row x column). */
     struct shape shapes[4];
@@ -297,19 +283,33 @@ static int fp16_runnable(void)
     return (a >> 21) & 1;
 }
 
+/* The build's kernel family of a dot-product row, from its operand format:
+ * the family decides whether this build compiled the row's instructions. 0
+ * for a format no family covers yet, which no build has (PYAMX_E_NO_KERNEL). */
+static int kernel_family(const struct pyamx_op_traits *t)
+{
+    switch (t->a_format) {
+    case PYAMX_FMT_BF16: return PYAMX_KERNEL_BF16;
+    case PYAMX_FMT_FP16: return PYAMX_KERNEL_FP16;
+    case PYAMX_FMT_INT8:
+    case PYAMX_FMT_UINT8: return PYAMX_KERNEL_INT8;
+    default: return 0;
+    }
+}
+
 int pyamx_matmul_amx_panels(int op, int64_t m, int64_t n, int64_t k_dwords, const void *a, int64_t lda_bytes,
                             const void *b_vnni, int64_t ldb_bytes, uint32_t *c, int64_t ldc_bytes, int threads,
                             int64_t k_panel, int64_t n_panel)
 {
     if (!pyamx_internal_ready())
         return PYAMX_E_NOT_READY;
-    if (op < PYAMX_OP_TDPBF16PS || op > PYAMX_OP_TDPBUUD)
+    const struct pyamx_op_traits *t = pyamx_dot_traits(op);
+    if (!t)
         return PYAMX_E_ARG;
-    int family = op == PYAMX_OP_TDPBF16PS ? PYAMX_KERNEL_BF16
-                 : op == PYAMX_OP_TDPFP16PS ? PYAMX_KERNEL_FP16 : PYAMX_KERNEL_INT8;
+    int family = kernel_family(t);
     if (!(pyamx_build_kernels() & family))
         return PYAMX_E_NO_KERNEL;
-    if (op == PYAMX_OP_TDPFP16PS && !fp16_runnable())
+    if (family == PYAMX_KERNEL_FP16 && !fp16_runnable())
         return PYAMX_E_NO_KERNEL;
     /* Bounds that keep every product below (4 * 16 * dim, stride * dim) in int64. */
     const int64_t dim_max = INT64_MAX / 64;

@@ -77,9 +77,13 @@ FP16_POINTS = {
 }
 
 
+def _is_fp16(instruction: str) -> bool:
+    return isa.BY_NAME[instruction].family == "fp16"
+
+
 def point(name: str, instruction: str = "tdpbf16ps") -> Experiment:
     """Probe ``name`` (P1, P2, P7) as an experiment: c (1, 1) uint32, a (1, 2K), b (K, 2) uint16 bits."""
-    points, prefix = (FP16_POINTS, "FP16 ") if instruction == "tdpfp16ps" else (POINTS, "")
+    points, prefix = (FP16_POINTS, "FP16 ") if _is_fp16(instruction) else (POINTS, "")
     text, c, a_pairs, b_pairs = points[name]
     return _one(f"{prefix}{name}: {text}", c, a_pairs, b_pairs, instruction)
 
@@ -167,12 +171,10 @@ class PointResult:
 
 
 def _emulate(e: Experiment, model: Numerics, flush_fp16: bool = False) -> np.ndarray:
-    if e.instruction == "tdpfp16ps":
-        a, b = e.a, e.b
-        if flush_fp16:  # denormal (exponent 0) inputs become zeros of their sign
-            a, b = (np.where((x & 0x7C00) == 0, x & 0x8000, x).astype(np.uint16) for x in (a, b))
-        return emulator.tdpfp16ps(e.c, a, b, numerics=model).view(np.uint32)
-    return emulator.tdpbf16ps(e.c, e.a, e.b, numerics=model).view(np.uint32)
+    a, b = e.a, e.b
+    if flush_fp16 and _is_fp16(e.instruction):  # denormal (exponent 0) inputs become zeros of their sign
+        a, b = (np.where((x & 0x7C00) == 0, x & 0x8000, x).astype(np.uint16) for x in (a, b))
+    return getattr(emulator, e.instruction)(e.c, a, b, numerics=model).view(np.uint32)
 
 
 def _runner(backend, numerics):

@@ -97,6 +97,9 @@ for insn in isa.DOTS:
 for insn in isa.TABLE:
     if not insn.is_dot:  # a non-dot op id is not a dot product
         results[f"tdp op {insn.mnemonic}"] = [lib.pyamx_tdp(insn.op_id, 0, 1, 2), state() == legal, "PYAMX_E_ARG"]
+# the kernels are an array indexed by op: ids off its ends are refused before the index is taken
+for op in (-1, max(i.op_id for i in isa.TABLE) + 1, 2**31 - 1, -(2**31)):
+    results[f"tdp op id {op}"] = [lib.pyamx_tdp(op, 0, 1, 2), state() == legal, "PYAMX_E_ARG"]
 
 # register numbers and the one-shot's arguments
 buf = np.zeros(2048, np.uint8)
@@ -111,6 +114,7 @@ c = ffi.new("uint32_t[256]")
 dot = isa.BY_NAME["tdpbf16ps"].op_id
 for name, (op, m, k, n) in {"op TILESTORED": (isa.BY_NAME["tilestored"].op_id, 1, 1, 1),
                             "op NONE": (0, 1, 1, 1), "op past the table": (max(i.op_id for i in isa.TABLE) + 1, 1, 1, 1),
+                            "op -1": (-1, 1, 1, 1), "op INT_MAX": (2**31 - 1, 1, 1, 1),
                             "m 0": (dot, 0, 1, 1), "m 17": (dot, 17, 1, 1), "k 0": (dot, 1, 0, 1),
                             "k 17": (dot, 1, 17, 1), "n 0": (dot, 1, 1, 0), "n 17": (dot, 1, 1, 17)}.items():
     results["dp_oneshot " + name] = [lib.pyamx_dp_oneshot(op, c, ptr, ptr, m, k, n), state() == legal, "PYAMX_E_ARG"]

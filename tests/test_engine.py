@@ -21,6 +21,7 @@ import pytest
 
 import pyamx
 from pyamx import engine as eng
+from pyamx import isa
 from pyamx.errors import BackendError
 
 import reference
@@ -347,10 +348,30 @@ def test_c_entry_point_refuses_bad_arguments(compiled):
 
     assert call() == lib.PYAMX_ENGINE_OK
     for bad in (dict(op=lib.PYAMX_OP_TILELOADD), dict(lda=8), dict(ldb=-16), dict(ldc=3), dict(m=0),
-                dict(kd=-1), dict(n=0), dict(out_buf=c)):
+                dict(kd=-1), dict(n=0), dict(out_buf=c), *BAD_OP_IDS):
         assert call(**bad) == lib.PYAMX_ENGINE_E_ARG, bad
     assert lib.pyamx_engine_dot(99, lib.PYAMX_OP_TDPBF16PS, ffi.NULL, 0, ffi.NULL, 0, ffi.NULL, 0, ffi.NULL, 0,
                                 1, 1, 1, 1) == lib.PYAMX_ENGINE_E_UNAVAILABLE
+
+
+# The C side indexes its traits table by op: ids off the table's ends (and its NONE row) must be
+# refused before that index is taken, not read past it.
+BAD_OP_IDS = [dict(op=op) for op in (-1, 0, len(isa.TABLE) + 1, 2**31 - 1, -(2**31))]
+
+
+def test_c_matmul_entry_refuses_ops_that_are_not_dot_products(compiled):
+    ffi, lib = eng._lib()
+    a = np.zeros((4, 8), dtype=np.uint16)
+    b = np.zeros((8, 4), dtype=np.uint16)
+    out = np.zeros((4, 4), dtype=np.uint32)
+
+    def call(op):
+        return lib.pyamx_engine_matmul(compiled._kind, op, ffi.from_buffer(a), 16, ffi.from_buffer(b), 8, ffi.NULL, 0,
+                                       ffi.from_buffer("uint32_t[]", out), 4, 4, 4, 8, 1)
+
+    assert call(lib.PYAMX_OP_TDPBF16PS) == lib.PYAMX_ENGINE_OK
+    for bad in [dict(op=lib.PYAMX_OP_LDTILECFG), *BAD_OP_IDS]:
+        assert call(**bad) == lib.PYAMX_ENGINE_E_ARG, bad
 
 
 # ---- strict selection ----------------------------------------------------------

@@ -558,7 +558,8 @@ def test_c_side_rejects_bad_arguments_without_touching_memory(family_lib):
 
     big = 2**62
     bad = [
-        dict(op=lib.PYAMX_OP_TILEZERO), dict(op=lib.PYAMX_OP_TDPBUUD + 1), dict(op=-1),
+        dict(op=lib.PYAMX_OP_TILEZERO), dict(op=lib.PYAMX_OP_TDPBUUD + 1), dict(op=-1), dict(op=0),
+        dict(op=2**31 - 1), dict(op=-(2**31)),
         dict(m=0), dict(n=0), dict(kd=0), dict(m=-3), dict(n=big), dict(kd=big),
         dict(lda=15), dict(ldb=19), dict(ldc=19), dict(lda=-16),
         dict(m=2**40, lda=2**30), dict(kd=4, lda=2**62),

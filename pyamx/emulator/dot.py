@@ -28,6 +28,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
+from .. import isa
 from . import fp32
 from .numerics import Numerics
 from .onetile import one_tile
@@ -36,7 +37,7 @@ from .onetile import one_tile
 BLOCK_DWORDS = 16
 #: outputs of one instruction (16 x 16): the most onetile.one_tile is given (its products are K x 2 x M x N)
 _ONE_TILE = 256
-_FLOAT_OPS = ("tdpbf16ps", "tdpfp16ps")
+_FLOAT_OPS = tuple(insn.name for insn in isa.DOTS if insn.is_float)
 _ONE_TILE_STRUCTURES = ("sdm", "straight")
 
 #: output elements per row chunk: bounds the temporaries of one step (a few MiB)
@@ -469,8 +470,9 @@ def engine_dot(op_name: str, c_bits, a, b_vnni, k_dwords: int, threads: int, num
             and numerics.structure in _ONE_TILE_STRUCTURES
             and a.shape == (m, 2 * k_dwords) and b_vnni.shape == (k_dwords, 2 * n)):
         # one instruction: ordinary operands take a few float32 ufuncs (onetile.py proves why)
-        out = one_tile(numerics.structure, op_name == "tdpfp16ps", _words(c_bits, np.uint32), a.view(np.uint16),
-                       b_vnni.view(np.uint16), m, n, k_dwords)
+        fp16 = isa.BY_NAME[op_name].family == "fp16"
+        out = one_tile(numerics.structure, fp16, _words(c_bits, np.uint32), a.view(np.uint16), b_vnni.view(np.uint16),
+                       m, n, k_dwords)
         if out is not None:
             return out
     from .instructions import INT8_SIGNEDNESS, widen_fp16_bits  # the fp16 widening lives with the instructions
@@ -479,7 +481,7 @@ def engine_dot(op_name: str, c_bits, a, b_vnni, k_dwords: int, threads: int, num
     if op_name in _FLOAT_OPS:
         if a.shape != (m, 2 * k_dwords) or b_vnni.shape != (k_dwords, 2 * n):
             raise ValueError(f"engine_dot: shapes a {a.shape}, b {b_vnni.shape}, c {c_bits.shape} do not match Kd={k_dwords}")
-        if op_name == "tdpbf16ps":
+        if isa.BY_NAME[op_name].family == "bf16":
             a32, b32, input_daz, precision = widen_bits(a), widen_bits(b_vnni), numerics.input_daz, 8
         else:
             a32, b32, input_daz, precision = widen_fp16_bits(a), widen_fp16_bits(b_vnni), False, 11

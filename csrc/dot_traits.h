@@ -1,0 +1,49 @@
+/* The dot-product rows of the generated traits table, as the C layers ask
+ * for them: signedness, lanes and formats come from pyamx/isa.py's rows,
+ * never from comparisons of op ids. Not fed to cffi's cdef (the table is an
+ * initialised array); only .c files include it, through internal.h and
+ * engine_internal.h.
+ */
+#ifndef PYAMX_DOT_TRAITS_H
+#define PYAMX_DOT_TRAITS_H
+
+#include "pyamx_op_traits.h"
+
+#define PYAMX_OP_TRAITS_COUNT ((int)(sizeof pyamx_op_traits / sizeof pyamx_op_traits[0]))
+
+/* op's row when op is a dot product, else NULL. Ops arrive from Python as
+ * any int, so this is also the bounds check before the table is indexed. */
+static inline const struct pyamx_op_traits *pyamx_dot_traits(int op)
+{
+    if (op <= PYAMX_OP_NONE || op >= PYAMX_OP_TRAITS_COUNT)
+        return 0;
+    const struct pyamx_op_traits *t = &pyamx_op_traits[op];
+    return t->kind == PYAMX_KIND_DOT_PAIRS || t->kind == PYAMX_KIND_DOT_QUADS ? t : 0;
+}
+
+/* Floating-point rows accumulate in fp32; the others wrap in int32. */
+static inline int pyamx_dot_is_float(const struct pyamx_op_traits *t) { return t->acc_format == PYAMX_FMT_FP32; }
+
+/* Bytes of one operand value: a dword holds `lanes` of them. */
+static inline int pyamx_dot_value_bytes(const struct pyamx_op_traits *t) { return 4 / t->lanes; }
+
+/* PYAMX_FOR_EACH_DOT expands PYAMX_DOT_ROW(mnemonic, prefix, map, pp, w, l,
+ * opcode) once per dot-product row, so a backend defines and registers one
+ * kernel per row from the table: define PYAMX_DOT_ROW, expand, #undef it.
+ * (The preprocessor cannot hand a macro name on through PYAMX_FOR_EACH_OP's
+ * X, hence the fixed name.) */
+#define PYAMX_DOT_IF_CONFIG(args)
+#define PYAMX_DOT_IF_MEMORY(args)
+#define PYAMX_DOT_IF_DOT_PAIRS(args) PYAMX_DOT_ROW args
+#define PYAMX_DOT_IF_DOT_QUADS(args) PYAMX_DOT_ROW args
+#define PYAMX_DOT_FILTER(name, kind, af, bf, cf, as, bs, lanes, prefix, map, pp, w, l, opc, form) \
+    PYAMX_DOT_IF_##kind((name, prefix, map, pp, w, l, opc))
+#define PYAMX_FOR_EACH_DOT PYAMX_FOR_EACH_OP(PYAMX_DOT_FILTER)
+
+/* internal.h's DP_BYTES spells VEX.128.0F38.W0 only: a row encoded otherwise
+ * stops the build instead of running another instruction. */
+#define PYAMX_ASSERT_DP_BYTES(name, prefix, map, w, l)                                          \
+    _Static_assert(PYAMX_PREFIX_##prefix == PYAMX_PREFIX_VEX && (map) == 2 && (w) == 0 && (l) == 0, \
+                   "DP_BYTES cannot encode " #name)
+
+#endif
