@@ -83,7 +83,7 @@ const char *pyamx_build_compiler(void)
 int pyamx_build_kernels(void)
 {
 #if PYAMX_HAVE_AMX
-    return PYAMX_KERNEL_BF16 | PYAMX_KERNEL_INT8 | PYAMX_KERNEL_FP16;
+    return PYAMX_KERNEL_BF16 | PYAMX_KERNEL_INT8 | PYAMX_KERNEL_FP16 | PYAMX_KERNEL_FP8 | PYAMX_KERNEL_COMPLEX;
 #else
     return 0;
 #endif

@@ -36,14 +36,17 @@ static inline int pyamx_dot_value_bytes(const struct pyamx_op_traits *t) { retur
 #define PYAMX_DOT_IF_MEMORY(args)
 #define PYAMX_DOT_IF_DOT_PAIRS(args) PYAMX_DOT_ROW args
 #define PYAMX_DOT_IF_DOT_QUADS(args) PYAMX_DOT_ROW args
+#define PYAMX_DOT_IF_DOT_COMPLEX(args) PYAMX_DOT_ROW args
+#define PYAMX_DOT_IF_ROW(args)
 #define PYAMX_DOT_FILTER(name, kind, af, bf, cf, as, bs, lanes, prefix, map, pp, w, l, opc, form) \
     PYAMX_DOT_IF_##kind((name, prefix, map, pp, w, l, opc))
 #define PYAMX_FOR_EACH_DOT PYAMX_FOR_EACH_OP(PYAMX_DOT_FILTER)
 
-/* internal.h's DP_BYTES spells VEX.128.0F38.W0 only: a row encoded otherwise
- * stops the build instead of running another instruction. */
+/* internal.h's DP_BYTES spells VEX.128.W0 register forms (any map): a row
+ * encoded otherwise (EVEX) stops the build instead of running another
+ * instruction. */
 #define PYAMX_ASSERT_DP_BYTES(name, prefix, map, w, l)                                          \
-    _Static_assert(PYAMX_PREFIX_##prefix == PYAMX_PREFIX_VEX && (map) == 2 && (w) == 0 && (l) == 0, \
+    _Static_assert(PYAMX_PREFIX_##prefix == PYAMX_PREFIX_VEX && (map) >= 1 && (map) <= 31 && (w) == 0 && (l) == 0, \
                    "DP_BYTES cannot encode " #name)
 
 #endif

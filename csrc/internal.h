@@ -55,15 +55,19 @@ void pyamx_internal_restore_state(const pyamx_tile_state *s);
 
 /* A dot product on any register triple as raw bytes: the register numbers
  * are immediates, and GAS rejects the (unreachable, #UD) cases of equal
- * registers that a generated switch must still spell out; it is also how
- * TDPFP16PS is spelled, since GCC 12 has no -mamx-fp16. Encoding:
- * VEX.128.<pp>.0F38.W0 <opc> /r, ModRM 11:dst:src1, VEX.vvvv = ~src2;
- * pp 0 = NP, 1 = 66, 2 = F3, 3 = F2. Checked against GAS's own encoding of
- * TDPBF16PS/TDPBxxD with objdump. */
-#define DP_BYTES(pp, opc, d, s1, s2)                                        \
-    __asm__ volatile(".byte 0xc4, 0xe2, %c0, " #opc ", %c1"                 \
+ * registers that a generated switch must still spell out; raw bytes are
+ * also how a row the compiler has no intrinsic for is spelled (GCC 12 has
+ * no -mamx-fp16, none has AMX-FP8's map 5), so any toolchain that builds
+ * AMX-TILE builds every row. Encoding: VEX.128.<pp>.<map>.W0 <opc> /r,
+ * three-byte VEX (C4), ModRM 11:dst:src1, VEX.vvvv = ~src2; `mpp` is
+ * VEX_MAP_PP(map, pp) with map 2 = 0F38, 5 = MAP5 and pp 0 = NP, 1 = 66,
+ * 2 = F3, 3 = F2. Checked against GAS's and clang's encodings with objdump. */
+#define VEX_MAP_PP(map, pp) (((map) << 2) | (pp))
+#define DP_BYTES(mpp, opc, d, s1, s2)                                       \
+    __asm__ volatile(".byte 0xc4, %c0, %c1, " #opc ", %c2"                 \
                      :                                                      \
-                     : "i"(((~(s2) & 15) << 3) | (pp)), "i"(0xc0 | ((d) << 3) | (s1)))
+                     : "i"(0xe0 | ((mpp) >> 2)), "i"(((~(s2) & 15) << 3) | ((mpp) & 3)), \
+                       "i"(0xc0 | ((d) << 3) | (s1)))
 #endif
 
 #endif

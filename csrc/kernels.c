@@ -261,7 +261,7 @@ AMX_TILE static void oneshot_setup(const uint32_t *c, const void *a, const void 
 }
 
 /* Each dot-product row of the traits table gets its kernels here, issuing
- * the row's encoding (VEX pp, opcode) as bytes: tdp_<row> runs it on any
+ * the row's encoding (VEX map, pp, opcode) as bytes: tdp_<row> runs it on any
  * register triple (dst * 64 + src1 * 8 + src2), oneshot_<row> on tmm0 +=
  * tmm1 . tmm2 after loading them. The table is the one list of the dot
  * products, so a new row gets its kernels without an edit here. */
@@ -272,11 +272,11 @@ struct dot_kernels {
 
 #define PYAMX_DOT_ROW(name, prefix, map, pp, w, l, opc)                                        \
     PYAMX_ASSERT_DP_BYTES(name, prefix, map, w, l);                                            \
-    AMX_TILE static int tdp_##name(int index) { DP_SWITCH(index, pp, opc) return PYAMX_OK; }   \
+    AMX_TILE static int tdp_##name(int index) { DP_SWITCH(index, VEX_MAP_PP(map, pp), opc) return PYAMX_OK; }   \
     AMX_TILE static void oneshot_##name(uint32_t *c, const void *a, const void *b, int m, int k, int n) \
     {                                                                                          \
         oneshot_setup(c, a, b, m, k, n);                                                       \
-        DP_BYTES(pp, opc, 0, 1, 2);                                                            \
+        DP_BYTES(VEX_MAP_PP(map, pp), opc, 0, 1, 2);                                           \
         store_tile(0, c, 4L * n);                                                              \
     }
 PYAMX_FOR_EACH_DOT

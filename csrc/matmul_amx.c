@@ -187,11 +187,11 @@ static uint8_t *pack_b(const uint8_t *b, int64_t ldb, int64_t kd, int64_t n)
     }
 
 /* One block kernel per dot-product row of the traits table, issuing that
- * row's encoding (VEX pp, opcode) as bytes: the table is the one list of
+ * row's encoding (VEX map, pp, opcode) as bytes: the table is the one list of
  * the dot products, so a new row gets its kernel without an edit here. */
 #define PYAMX_DOT_ROW(name, prefix, map, pp, w, l, opc)                                        \
     PYAMX_ASSERT_DP_BYTES(name, prefix, map, w, l);                                            \
-    DEFINE_BLOCK(block_##name, pp, opc)
+    DEFINE_BLOCK(block_##name, VEX_MAP_PP(map, pp), opc)
 PYAMX_FOR_EACH_DOT
 #undef PYAMX_DOT_ROW
 

@@ -42,7 +42,9 @@ enum pyamx_status {
 enum pyamx_kernel_bits {
     PYAMX_KERNEL_BF16 = 1,
     PYAMX_KERNEL_INT8 = 2,
-    PYAMX_KERNEL_FP16 = 4
+    PYAMX_KERNEL_FP16 = 4,
+    PYAMX_KERNEL_FP8 = 8,
+    PYAMX_KERNEL_COMPLEX = 16
 };
 
 const char *pyamx_build_version(void);

@@ -17,7 +17,9 @@ enum pyamx_op_kind {
     PYAMX_KIND_CONFIG = 1,
     PYAMX_KIND_MEMORY = 2,
     PYAMX_KIND_DOT_PAIRS = 3,
-    PYAMX_KIND_DOT_QUADS = 4
+    PYAMX_KIND_DOT_QUADS = 4,
+    PYAMX_KIND_DOT_COMPLEX = 5,
+    PYAMX_KIND_ROW = 6
 };
 
 enum pyamx_format {
@@ -27,7 +29,10 @@ enum pyamx_format {
     PYAMX_FMT_INT8 = 3,
     PYAMX_FMT_UINT8 = 4,
     PYAMX_FMT_FP32 = 5,
-    PYAMX_FMT_INT32 = 6
+    PYAMX_FMT_INT32 = 6,
+    PYAMX_FMT_BF8 = 7,
+    PYAMX_FMT_HF8 = 8,
+    PYAMX_FMT_CFP16 = 9
 };
 
 enum pyamx_encoding_prefix {

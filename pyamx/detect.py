@@ -43,7 +43,7 @@ ARCH_GET_XCOMP_PERM = 0x1022
 ARCH_REQ_XCOMP_PERM = 0x1023
 
 #: the (leaf, sub-leaf) pairs detection reads
-CPUID_LEAVES = ((0, 0), (1, 0), (7, 0), (7, 1), (0x1D, 0), (0x1D, 1), (0x1E, 0))
+CPUID_LEAVES = ((0, 0), (1, 0), (7, 0), (7, 1), (0x1D, 0), (0x1D, 1), (0x1E, 0), (0x1E, 1))
 
 #: what pyamx's tile model (docs/semantics.md section 1) assumes of palette 1
 PALETTE1 = MappingProxyType(
@@ -224,7 +224,10 @@ def decode_features(cpuid: Mapping) -> dict:
     l1 = cpuid.get((1, 0), zero)
     l70 = cpuid.get((7, 0), zero) if max_leaf >= 7 else zero
     l71 = cpuid.get((7, 1), zero) if max_leaf >= 7 and l70[0] >= 1 else zero
-    leaves = {(7, 0): l70, (7, 1): l71}
+    l1e0 = cpuid.get((0x1E, 0), zero) if max_leaf >= 0x1E else zero
+    # sub-leaf 1 (AMX-FP8, AMX-AVX512, AMX-MOVRS) exists where sub-leaf 0's EAX (the last sub-leaf) says so
+    l1e1 = cpuid.get((0x1E, 1), zero) if max_leaf >= 0x1E and l1e0[0] >= 1 else zero
+    leaves = {(7, 0): l70, (7, 1): l71, (0x1E, 1): l1e1}
     out = {"max_leaf": max_leaf}
     for feature in isa.FEATURE_ROWS:
         out[feature.key] = bit(leaves[feature.leaf, feature.subleaf][_REGISTERS.index(feature.register)], feature.bit)

@@ -108,6 +108,21 @@ FORMAT_ROWS: Tuple[Format, ...] = (
            special_values=(0x00000000, 0x80000000, 0x7F800000, 0xFF800000, 0x7FC00000, 0x00000001)),
     Format("int32", "<i4", ("int32", "uint32"), call_dtype="<i4", note="uint32 is taken as raw bits", signed=True,
            special_values=(0x00000000, 0x7FFFFFFF, 0x80000000, 0xFFFFFFFF)),
+    # AMX-FP8's two formats, as Intel names them: BF8 = E5M2 (IEEE-like, with infinities), HF8 = E4M3
+    # (OCP's E4M3FN: no infinity, S.1111.111 the only NaN). uint8 arrays are read as bit patterns.
+    Format("bf8", "u1", ("uint8", "float8_e5m2"), infers=("float8_e5m2",), call_dtype="u1",
+           note="uint8 is taken as bit patterns", exponent=5, mantissa=2, bias=15, denormals="kept",
+           specials="inf-nan", pad=0x80,
+           special_values=(0x00, 0x80, 0x01, 0x81, 0x03, 0x04, 0x7B, 0xFB, 0x7C, 0xFC, 0x7D, 0x7E, 0x7F, 0xFF)),
+    Format("hf8", "u1", ("uint8", "float8_e4m3fn"), infers=("float8_e4m3fn",), call_dtype="u1",
+           note="uint8 is taken as bit patterns", exponent=4, mantissa=3, bias=7, denormals="kept",
+           specials="nan-only", pad=0x80,
+           special_values=(0x00, 0x80, 0x01, 0x81, 0x07, 0x08, 0x7E, 0xFE, 0x7F, 0xFF)),
+    # AMX-COMPLEX: one complex number per dword, fp16 real part in the low half, imaginary in the high
+    Format("cfp16", "<u4", ("uint32", "complex64", "complex128"), call_dtype="<u4",
+           note="uint32 is taken as (imaginary << 16 | real) fp16 bit pairs", exponent=5, mantissa=10, bias=15,
+           denormals="kept", specials="inf-nan", components=2, pad=0,
+           special_values=(0x00000000, 0x80008000, 0x7C000000, 0x00007C00, 0x7E000001, 0x00010001, 0x7BFF7BFF)),
 )
 
 
@@ -134,6 +149,10 @@ FEATURE_ROWS: Tuple[Feature, ...] = (
     Feature("AMX-BF16", "amx_bf16", 7, 0, "edx", 22),
     Feature("AMX-INT8", "amx_int8", 7, 0, "edx", 25),
     Feature("AMX-FP16", "amx_fp16", 7, 1, "eax", 21, since="Granite Rapids and later"),
+    Feature("AMX-COMPLEX", "amx_complex", 7, 1, "edx", 8, since="Granite Rapids-D and later"),
+    Feature("AMX-FP8", "amx_fp8", 0x1E, 1, "eax", 4, since="Diamond Rapids and later"),
+    Feature("AMX-AVX512", "amx_avx512", 0x1E, 1, "eax", 7, since="Diamond Rapids and later"),
+    Feature("AMX-MOVRS", "amx_movrs", 0x1E, 1, "eax", 8, since="Diamond Rapids and later"),
 )
 
 
@@ -175,7 +194,7 @@ class Encoding:
 
 
 #: arithmetic kinds of a row: what it does, not which formats it reads
-KINDS_OF_ARITHMETIC = ("config", "memory", "dot-pairs", "dot-quads")
+KINDS_OF_ARITHMETIC = ("config", "memory", "dot-pairs", "dot-quads", "dot-complex", "row")
 
 
 @dataclass(frozen=True)
@@ -185,7 +204,9 @@ class Instruction:
     ``kind``: ``"config"`` (LDTILECFG, STTILECFG, TILERELEASE: the whole
     state), ``"memory"`` (tile data: loads, stores and TILEZERO, which need
     configured tiles), ``"dot-pairs"`` (a dot product over 2 values per
-    dword) or ``"dot-quads"`` (4 values per dword). ``feature``: the CPUID
+    dword), ``"dot-quads"`` (4 values per dword), ``"dot-complex"`` (one
+    complex fp16 pair per dword) or ``"row"`` (one tile row into a zmm
+    register, AMX-AVX512). ``feature``: the CPUID
     feature it needs. The dot-product fields are None for the others:
     ``a_format``/``b_format`` (src1/src2, whose signedness an integer format
     carries), ``acc_format`` (dst), ``group`` (the kernel group the compiled
@@ -203,6 +224,8 @@ class Instruction:
     acc_format: Optional[Format] = None
     group: Optional[str] = None
     matmul: bool = False
+    #: the immediate form's encoding where the row selector can also be an imm8 (AMX-AVX512's row ops)
+    imm_encoding: Optional[Encoding] = None
 
     @property
     def name(self) -> str:
@@ -316,8 +339,8 @@ def _op(mnemonic, kind, pp, opcode, form, roles=()) -> Instruction:
     return Instruction(mnemonic, kind, Encoding(2, pp, opcode, form, roles), _TILE)
 
 
-#: the dot-product kind of an operand width (a complex pair, one per dword, would name its own kind)
-_DOT_KIND = {16: "dot-pairs", 8: "dot-quads"}
+#: the dot-product kind of an operand width (a complex pair fills a dword)
+_DOT_KIND = {16: "dot-pairs", 8: "dot-quads", 32: "dot-complex"}
 
 
 def _dot(mnemonic, pp, opcode, feature, group, a, b, acc, matmul=False, kind=None) -> Instruction:

@@ -4,6 +4,7 @@ The tests that build or install in a scratch copy take a minute each and run
 where PYAMX_BUILD_TESTS=1 (the build leg of .ci/run sets it).
 """
 
+import importlib.metadata
 import importlib.util
 import os
 import shutil
@@ -458,7 +459,11 @@ def test_python_m_build_without_the_build_package_says_what_to_do(tmp_path):
 
 
 def test_python_m_build_at_the_root_reaches_the_build_package(tmp_path):
-    pytest.importorskip("build", reason="needs the `build` package (pip install build)")
+    # Asked of the installed distributions: `import build` here would find the checkout's own build.py.
+    try:
+        importlib.metadata.version("build")
+    except importlib.metadata.PackageNotFoundError:
+        pytest.skip("needs the `build` package (pip install build)")
     src = _scratch_copy(tmp_path)
     done = subprocess.run([sys.executable, "-m", "build", "--version"], cwd=src, capture_output=True, text=True,
                           timeout=120)
@@ -469,7 +474,11 @@ def test_python_m_build_at_the_root_reaches_the_build_package(tmp_path):
 
 @slow_build
 def test_python_m_build_at_the_root_builds_an_abi3_wheel_and_a_complete_sdist(tmp_path):
-    pytest.importorskip("build", reason="needs the `build` package (pip install build)")
+    # Asked of the installed distributions: `import build` here would find the checkout's own build.py.
+    try:
+        importlib.metadata.version("build")
+    except importlib.metadata.PackageNotFoundError:
+        pytest.skip("needs the `build` package (pip install build)")
     src = _scratch_copy(tmp_path)
     done = subprocess.run([sys.executable, "-m", "build", "--sdist", "--wheel"], cwd=src, capture_output=True,
                           text=True, timeout=900)
@@ -548,7 +557,11 @@ def test_require_extension_fails_a_build_without_a_compiler(tmp_path):
 
 def _sdist(tmp_path):
     """An sdist of this checkout, made as docs/downstream.md says (python -m build --sdist)."""
-    pytest.importorskip("build", reason="needs the `build` package (pip install build)")
+    # Asked of the installed distributions: `import build` here would find the checkout's own build.py.
+    try:
+        importlib.metadata.version("build")
+    except importlib.metadata.PackageNotFoundError:
+        pytest.skip("needs the `build` package (pip install build)")
     src = _scratch_copy(tmp_path)
     done = subprocess.run([sys.executable, "-m", "build", "--sdist", "-o", str(tmp_path / "sdist")], cwd=src,
                           capture_output=True, text=True, timeout=900)
