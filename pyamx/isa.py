@@ -335,18 +335,30 @@ _TILE = FEATURES["AMX-TILE"]
 _DOT_ROLES = (("dst", "reg"), ("src1", "rm"), ("src2", "vvvv"))
 
 
-def _op(mnemonic, kind, pp, opcode, form, roles=()) -> Instruction:
-    return Instruction(mnemonic, kind, Encoding(2, pp, opcode, form, roles), _TILE)
+def _op(mnemonic, kind, pp, opcode, form, roles=(), feature=None) -> Instruction:
+    return Instruction(mnemonic, kind, Encoding(2, pp, opcode, form, roles), FEATURES[feature] if feature else _TILE)
+
+
+_ROW_ROLES = (("dst", "reg"), ("src", "rm"), ("row", "vvvv"))
+_ROW_IMM_ROLES = (("dst", "reg"), ("src", "rm"), ("row", "imm8"))
+
+
+def _row(mnemonic, pp, opcode, imm_pp, imm_opcode, a, acc) -> Instruction:
+    """An AMX-AVX512 row instruction: EVEX.512.W0, a tile row (``a`` format) into a zmm register
+    (``acc`` format); the row selector is a GPR (map 0F38) or, in the second encoding, an imm8 (0F3A)."""
+    return Instruction(mnemonic, "row", Encoding(2, pp, opcode, "reg", _ROW_ROLES, l=2, prefix="EVEX"),
+                       FEATURES["AMX-AVX512"], _F[a], None, _F[acc],
+                       imm_encoding=Encoding(3, imm_pp, imm_opcode, "reg", _ROW_IMM_ROLES, l=2, prefix="EVEX"))
 
 
 #: the dot-product kind of an operand width (a complex pair fills a dword)
 _DOT_KIND = {16: "dot-pairs", 8: "dot-quads", 32: "dot-complex"}
 
 
-def _dot(mnemonic, pp, opcode, feature, group, a, b, acc, matmul=False, kind=None) -> Instruction:
+def _dot(mnemonic, pp, opcode, feature, group, a, b, acc, matmul=False, kind=None, map=2) -> Instruction:
     a_format, b_format = _F[a], _F[b]
     kind = kind or _DOT_KIND[a_format.width]
-    return Instruction(mnemonic, kind, Encoding(2, pp, opcode, "reg", _DOT_ROLES), FEATURES[feature],
+    return Instruction(mnemonic, kind, Encoding(map, pp, opcode, "reg", _DOT_ROLES), FEATURES[feature],
                        a_format, b_format, _F[acc], group, matmul)
 
 
