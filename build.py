@@ -417,7 +417,34 @@ def _trait_fields(isa, insn) -> tuple:
     signed = (lambda f: int(bool(f is not None and f.signed)))
     return (insn.mnemonic, _c_name(insn.kind), fmt(insn.a_format), fmt(insn.b_format), fmt(insn.acc_format),
             signed(insn.a_format), signed(insn.b_format), insn.lanes or 0, _c_name(enc.prefix),
-            f"0x{enc.map:X}", enc.pp, enc.w, enc.l, f"0x{enc.opcode:02X}", _c_name(enc.form))
+            f"0x{enc.map:X}", enc.pp, enc.w, enc.l, f"0x{enc.opcode:02X}", _c_name(enc.form),
+            *_imm_fields(insn.imm_encoding))
+
+
+def _imm_fields(enc) -> tuple:
+    """The imm8 form's prefix, map, pp, w, l and opcode; NONE and zeros where the row has none."""
+    if enc is None:
+        return ("NONE", "0x0", 0, 0, 0, "0x00")
+    return (_c_name(enc.prefix), f"0x{enc.map:X}", enc.pp, enc.w, enc.l, f"0x{enc.opcode:02X}")
+
+
+#: the operand names of the table's roles -> the slot of the C decoder's result they fill
+_OPERAND_SLOTS = {"dst": "DST", "src": "SRC1", "src1": "SRC1", "src2": "SRC2", "row": "ROW"}
+#: the instruction fields a register operand can live in (memory operands are the ModRM form)
+_REGISTER_FIELDS = ("reg", "rm", "vvvv", "imm8")
+
+
+def _operand_slots(enc) -> tuple:
+    """What each of ModRM.reg, ModRM.rm, vvvv and an imm8 holds in one encoding (NONE: nothing, so
+    the decoder requires the field's all-zero value)."""
+    slots = dict.fromkeys(_REGISTER_FIELDS, "NONE")
+    for operand, field in (enc.roles if enc is not None else ()):
+        if field in ("mem", "sibmem"):
+            continue
+        if field not in slots or operand not in _OPERAND_SLOTS:
+            raise ValueError(f"build.py: operand {operand!r} in field {field!r} has no decoder slot")
+        slots[field] = _OPERAND_SLOTS[operand]
+    return tuple(slots.values())
 
 
 def traits_header_text(isa) -> str:
@@ -434,15 +461,23 @@ def traits_header_text(isa) -> str:
     table = "\n".join(
         f"    [PYAMX_OP_{r[0]}] = {{PYAMX_KIND_{r[1]}, PYAMX_FMT_{r[2]}, PYAMX_FMT_{r[3]}, PYAMX_FMT_{r[4]}, "
         f"{r[5]}, {r[6]}, {r[7]}, PYAMX_PREFIX_{r[8]}, {r[9]}, {r[10]}, {r[11]}, {r[12]}, {r[13]}, "
-        f"PYAMX_FORM_{r[14]}}}," for r in fields)
+        f"PYAMX_FORM_{r[14]}, PYAMX_PREFIX_{r[15]}, {r[16]}, {r[17]}, {r[18]}, {r[19]}, {r[20]}}},"
+        for r in fields)
+    slot = (lambda enc: "{" + ", ".join(f"PYAMX_OPERAND_{v}" for v in _operand_slots(enc)) + "}")
+    operands = "\n".join(f"    [PYAMX_OP_{i.mnemonic}] = {{{slot(i.encoding)}, {slot(i.imm_encoding)}}},"
+                          for i in isa.TABLE)
+    names = "\n".join(f'    [PYAMX_OP_{i.mnemonic}] = "{i.mnemonic}",' for i in isa.TABLE)
     return f"""/* Traits of every AMX instruction row of pyamx/isa.py, for C.
  *
  * {_GENERATED_NOTE}
  *
  * PYAMX_FOR_EACH_OP(X) calls X(mnemonic, kind, a_format, b_format,
  * acc_format, a_signed, b_signed, lanes, prefix, map, pp, w, l, opcode,
- * form) once per row, in table order; pyamx_op_traits[] holds the same
- * fields by op id. A format of NONE: the row has no such operand.
+ * form, imm_prefix, imm_map, imm_pp, imm_w, imm_l, imm_opcode) once per
+ * row, in table order; pyamx_op_traits[] holds the same fields by op id.
+ * A format of NONE: the row has no such operand; an imm_prefix of NONE:
+ * no imm8 form. pyamx_op_names[] and pyamx_op_operands[] (what each
+ * instruction field holds, per encoding) are what the trap decoder reads.
  */
 #ifndef PYAMX_OP_TRAITS_H
 #define PYAMX_OP_TRAITS_H
@@ -471,10 +506,37 @@ struct pyamx_op_traits {{
     unsigned char l;
     unsigned char opcode;
     unsigned char form;       /* enum pyamx_modrm_form */
+    unsigned char imm_prefix; /* the imm8 form's encoding (AMX-AVX512): NONE and zeros where absent */
+    unsigned char imm_map;
+    unsigned char imm_pp;
+    unsigned char imm_w;
+    unsigned char imm_l;
+    unsigned char imm_opcode;
 }};
 
 static const struct pyamx_op_traits pyamx_op_traits[] = {{
 {table}
+}};
+
+{enum("pyamx_operand", "PYAMX_OPERAND_", ("none",) + tuple(dict.fromkeys(_OPERAND_SLOTS.values())))}
+/* What each instruction field holds in one encoding; NONE: no operand, the
+ * field must hold its all-zero value (vvvv: 1111b as encoded). */
+struct pyamx_op_fields {{
+    unsigned char reg;        /* enum pyamx_operand */
+    unsigned char rm;         /* a register operand only in a ModRM.mod = 11 form */
+    unsigned char vvvv;
+    unsigned char imm8;
+}};
+
+/* [op][0]: the encoding; [op][1]: the imm8 form (all NONE where absent). */
+static const struct pyamx_op_fields pyamx_op_operands[][2] = {{
+{operands}
+}};
+
+/* Indexed by op id: the mnemonic, for messages. */
+static const char *const pyamx_op_names[] = {{
+    [PYAMX_OP_NONE] = "(none)",
+{names}
 }};
 
 #endif

@@ -32,7 +32,7 @@
 #define EXPORT __attribute__((visibility("default")))
 
 #define run_stats pyamx_run_stats
-_Static_assert(N_OPS <= 16, "pyamx_run_stats holds 16 op counters");
+_Static_assert(N_OPS <= 64, "pyamx_run_stats holds 64 op counters");
 
 static struct run_stats *g_stats;
 static int g_verbose;

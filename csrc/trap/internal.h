@@ -11,13 +11,15 @@
 #endif
 
 #include "trap.h"
+#include "../pyamx_op_traits.h"
 
 #include <signal.h>
 #include <stdint.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#define N_OPS (PYAMX_OP_TDPBUUD + 1)
+/* Op ids 0..N_OPS-1, every row of the table (plus PYAMX_OP_NONE). */
+#define N_OPS ((int)(sizeof pyamx_op_traits / sizeof pyamx_op_traits[0]))
 
 static inline int32_t trap_tid(void) { return (int32_t)syscall(SYS_gettid); }
 

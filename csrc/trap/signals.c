@@ -294,7 +294,15 @@ void trap_handler(int sig, siginfo_t *si, void *vctx)
     }
     if (len == PYAMX_TRAP_DECODE_UD) {
         m_prefix(&m, in.op, rip);
-        m_str(&m, "#UD: encoding not valid (VEX.W/L/vvvv, ModRM form or missing SIB) -> SIGILL");
+        m_str(&m, "#UD: encoding not valid (W/L/vvvv, EVEX masking/z/b, ModRM form or missing SIB; "
+                  "docs/trap.md) -> SIGILL");
+        m_emit(&m);
+        pass_on_sigill(si, vctx, 1);
+        goto out;
+    }
+    if (len == PYAMX_TRAP_DECODE_UNSUPPORTED) {
+        m_prefix(&m, in.op, rip);
+        m_str(&m, "APX form (extended GPRs r16..r31) is not emulated -> SIGILL");
         m_emit(&m);
         pass_on_sigill(si, vctx, 1);
         goto out;

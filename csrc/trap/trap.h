@@ -20,7 +20,8 @@
 enum pyamx_trap_decode_status {
     PYAMX_TRAP_DECODE_NOT_AMX = 0,   /* not an instruction this mode emulates */
     PYAMX_TRAP_DECODE_TRUNCATED = -1, /* ran out of bytes */
-    PYAMX_TRAP_DECODE_UD = -2         /* AMX opcode in a form silicon rejects with #UD */
+    PYAMX_TRAP_DECODE_UD = -2,        /* AMX opcode in a form silicon rejects with #UD */
+    PYAMX_TRAP_DECODE_UNSUPPORTED = -3 /* a valid APX (extended GPR) form this mode does not emulate */
 };
 
 /* Status codes of the install/permission/thread functions. */
@@ -48,7 +49,11 @@ enum { PYAMX_TRAP_MAX_THREADS = 256 };
  * base_reg: 0..15 (rax..r15), 16 for RIP-relative, -1 for none;
  * index_reg: 0..15 or -1.  addr: the effective address (for TILELOADD/
  * TILESTORED: base + disp, the address of row 0); stride: index * scale,
- * 0 without an index. */
+ * 0 without an index.  AMX-AVX512 row instructions: zdst is the destination
+ * zmm (0..31), tsrc1 the source tile, and the row selector is either the
+ * GPR row_gpr (0..15, imm8 = -1) or the immediate imm8 (row_gpr = -1);
+ * row holds its value (the GPR's low 32 bits, 0 without gprs16, or the
+ * imm8).  zdst, row_gpr and imm8 are -1 for every other instruction. */
 struct pyamx_trap_insn {
     int32_t op;
     int32_t length;
@@ -63,6 +68,10 @@ struct pyamx_trap_insn {
     int32_t rip_relative;
     uint64_t addr;
     int64_t stride;
+    int32_t zdst;
+    int32_t row_gpr;
+    int32_t imm8;
+    uint32_t row;
 };
 
 /* ---- decode.c: the pure decoder ---- */
@@ -170,8 +179,8 @@ struct pyamx_run_stats {
     uint32_t requests;     /* emulated ARCH_REQ_XCOMP_PERM calls */
     uint32_t granted;      /* of those, answered 0 */
     uint32_t xcomp_calls;  /* all emulated arch_prctl calls */
-    uint64_t count[16];    /* emulated instructions, by enum pyamx_op */
-    uint64_t ns[16];       /* time in the handler, by enum pyamx_op */
+    uint64_t count[64];    /* emulated instructions, by enum pyamx_op */
+    uint64_t ns[64];       /* time in the handler, by enum pyamx_op */
     char why[256];         /* the last reason a process could not install the trap */
 };
 
