@@ -1,8 +1,12 @@
 """The trap mode's instruction decoder (csrc/trap/decode.c, pyamx_trap_decode), tested pure.
 
 Two sources of bytes: hand-assembled sequences with the expected fields
-spelled out, and a grid of every addressing form assembled by the real GNU
-assembler at test time and checked against objdump's own disassembly.
+spelled out, and a grid of every row of pyamx.isa.TABLE in every form
+(every addressing form, register combinations) assembled by a real
+assembler at test time (clang 22 from the ``ziglang`` package, which knows
+every AMX extension; else GNU as, which may know only the older ones) and
+checked against the assembly text it was made from. The grid's mnemonics
+come from the table, so a new row the decoder cannot read fails here.
 """
 
 from __future__ import annotations
@@ -40,7 +44,8 @@ def decode(code: bytes, gprs=GPRS, rip=RIP):
 
 def fields(out):
     return {k: getattr(out, k) for k in ("op", "length", "tdst", "tsrc1", "tsrc2", "has_mem", "base_reg",
-                                         "index_reg", "scale", "disp", "rip_relative", "addr", "stride")}
+                                         "index_reg", "scale", "disp", "rip_relative", "addr", "stride",
+                                         "zdst", "row_gpr", "imm8", "row")}
 
 
 # (bytes, expected fields) -- hand-assembled; bytes checked against objdump once by hand.
@@ -101,6 +106,38 @@ HAND = [
     ("tdpbf16ps %tmm2,%tmm9,%tmm8 (VEX.R/B)", "c4 42 6a 5c c1", dict(op="TDPBF16PS", tdst=8, tsrc1=9, tsrc2=2)),
     # A DS segment prefix is legal (and meaningless) before VEX.
     ("ds tilezero %tmm3", "3e c4 e2 7b 49 d8", dict(op="TILEZERO", tdst=3, length=6)),
+    # The newer extensions: bytes from clang 22.1 (python -m ziglang cc -c), the same as
+    # /work/shared/amx-family.md section 2 lists from clang and GNU as 2.47.
+    ("tcmmimfp16ps %tmm4,%tmm5,%tmm6", "c4 e2 59 6c f5", dict(op="TCMMIMFP16PS", tdst=6, tsrc1=5, tsrc2=4)),
+    ("tcmmrlfp16ps %tmm4,%tmm5,%tmm6", "c4 e2 58 6c f5", dict(op="TCMMRLFP16PS", tdst=6, tsrc1=5, tsrc2=4)),
+    ("tdpbf8ps %tmm4,%tmm5,%tmm6", "c4 e5 58 fd f5", dict(op="TDPBF8PS", tdst=6, tsrc1=5, tsrc2=4)),
+    ("tdpbhf8ps %tmm4,%tmm5,%tmm6", "c4 e5 5b fd f5", dict(op="TDPBHF8PS", tdst=6, tsrc1=5, tsrc2=4)),
+    ("tdphbf8ps %tmm4,%tmm5,%tmm6", "c4 e5 5a fd f5", dict(op="TDPHBF8PS", tdst=6, tsrc1=5, tsrc2=4)),
+    ("tdphf8ps %tmm4,%tmm5,%tmm6", "c4 e5 59 fd f5", dict(op="TDPHF8PS", tdst=6, tsrc1=5, tsrc2=4)),
+    ("tcvtrowd2ps %edx,%tmm5,%zmm22", "62 e2 6e 48 4a f5",
+     dict(op="TCVTROWD2PS", zdst=22, tsrc1=5, row_gpr=2, imm8=-1, row=GPRS[2] & 0xFFFFFFFF, tdst=-1, tsrc2=-1)),
+    ("tcvtrowd2ps $123,%tmm5,%zmm22", "62 e3 7e 48 07 f5 7b",
+     dict(op="TCVTROWD2PS", zdst=22, tsrc1=5, row_gpr=-1, imm8=123, row=123)),
+    ("tcvtrowps2bf16h %edx,%tmm5,%zmm22", "62 e2 6f 48 6d f5", dict(op="TCVTROWPS2BF16H", zdst=22, row_gpr=2)),
+    ("tcvtrowps2bf16h $123,%tmm5,%zmm22", "62 e3 7f 48 07 f5 7b", dict(op="TCVTROWPS2BF16H", imm8=123)),
+    ("tcvtrowps2bf16l %edx,%tmm5,%zmm22", "62 e2 6e 48 6d f5", dict(op="TCVTROWPS2BF16L", row_gpr=2)),
+    ("tcvtrowps2bf16l $123,%tmm5,%zmm22", "62 e3 7e 48 77 f5 7b", dict(op="TCVTROWPS2BF16L", imm8=123)),
+    ("tcvtrowps2phh %edx,%tmm5,%zmm22", "62 e2 6c 48 6d f5", dict(op="TCVTROWPS2PHH", row_gpr=2)),
+    ("tcvtrowps2phh $123,%tmm5,%zmm22", "62 e3 7c 48 07 f5 7b", dict(op="TCVTROWPS2PHH", imm8=123)),
+    ("tcvtrowps2phl %edx,%tmm5,%zmm22", "62 e2 6d 48 6d f5", dict(op="TCVTROWPS2PHL", row_gpr=2)),
+    ("tcvtrowps2phl $123,%tmm5,%zmm22", "62 e3 7f 48 77 f5 7b", dict(op="TCVTROWPS2PHL", imm8=123)),
+    ("tilemovrow %edx,%tmm5,%zmm22", "62 e2 6d 48 4a f5", dict(op="TILEMOVROW", zdst=22, tsrc1=5, row_gpr=2)),
+    ("tilemovrow $123,%tmm5,%zmm22", "62 e3 7d 48 07 f5 7b", dict(op="TILEMOVROW", zdst=22, tsrc1=5, imm8=123)),
+    ("tilemovrow %r15d,%tmm7,%zmm31 (R, R', vvvv 0000)", "62 62 05 48 4a ff",
+     dict(op="TILEMOVROW", zdst=31, tsrc1=7, row_gpr=15, row=GPRS[15] & 0xFFFFFFFF)),
+    ("tilemovrow $0,%tmm0,%zmm0", "62 f3 7d 48 07 c0 00", dict(op="TILEMOVROW", zdst=0, tsrc1=0, imm8=0, row=0)),
+    ("tileloaddrs 0x10000000(%rbp,%r14,8),%tmm6", "c4 a2 7b 4a b4 f5 00 00 00 10",
+     dict(op="TILELOADDRS", tdst=6, base_reg=5, index_reg=14, scale=8, disp=0x10000000,
+          addr=GPRS[5] + 0x10000000, stride=8 * GPRS[14])),
+    ("tileloaddrst1 0x10000000(%rbp,%r14,8),%tmm6", "c4 a2 79 4a b4 f5 00 00 00 10",
+     dict(op="TILELOADDRST1", tdst=6, base_reg=5, index_reg=14, scale=8, stride=8 * GPRS[14])),
+    ("tileloaddrs (%r9,%riz,1),%tmm3", "c4 c2 7b 4a 1c 21",
+     dict(op="TILELOADDRS", tdst=3, base_reg=9, index_reg=-1, addr=GPRS[9], stride=0)),
 ]
 
 
@@ -153,6 +190,56 @@ UD_CASES = [
     ("NP 0F38 4B (no such AMX instruction)", "c4 e2 78 4b 0c 16"),
     ("66 0F38 5C (no such AMX instruction)", "c4 e2 69 5c c1"),
     ("W=1 tdpbssd", "c4 e2 c3 5e ee"),
+    # VEX map 5 and AMX-COMPLEX: W1, L1, a memory operand, a pp no row has
+    ("W=1 tdpbf8ps", "c4 e5 d8 fd f5"),
+    ("VEX.L=1 tdpbf8ps", "c4 e5 5c fd f5"),
+    ("tdpbf8ps memory form", "c4 e5 58 fd 30"),
+    ("W=1 tcmmimfp16ps", "c4 e2 d9 6c f5"),
+    ("VEX.L=1 tcmmrlfp16ps", "c4 e2 5c 6c f5"),
+    ("tcmmimfp16ps memory form", "c4 e2 59 6c 35 00 00 00 00"),
+    ("F3 0F38 6C (withdrawn TTDPBF16PS)", "c4 e2 5a 6c f5"),
+    # AMX-MOVRS: as TILELOADD
+    ("tileloaddrs W=1", "c4 e2 fb 4a 0c 18"),
+    ("tileloaddrs VEX.L=1", "c4 e2 7f 4a 0c 18"),
+    ("tileloaddrs vvvv != 1111", "c4 e2 73 4a 0c 18"),
+    ("tileloaddrst1 vvvv != 1111", "c4 e2 49 4a 0c 18"),
+    ("tileloaddrs without SIB", "c4 e2 7b 4a 0e"),
+    ("tileloaddrs RIP-relative", "c4 e2 7b 4a 0d 00 00 00 00"),
+    ("tileloaddrs register form", "c4 e2 7b 4a c1"),
+    ("NP 0F38 4A", "c4 e2 78 4a 0c 18"),
+    # AMX-AVX512 (tilemovrow %edx,%tmm5,%zmm22 = 62 e2 6d 48 4a f5, imm form 62 e3 7d 48 07 f5 7b), one field off:
+    ("tilemovrow EVEX.W=1 (ACE v1 tilemovrow zmm->tmm)", "62 e2 ed 48 4a f5"),
+    ("tilemovrow imm EVEX.W=1", "62 e3 fd 48 07 f5 7b"),
+    ("tilemovrow L'L=128", "62 e2 6d 08 4a f5"),
+    ("tilemovrow L'L=256", "62 e2 6d 28 4a f5"),
+    ("tilemovrow L'L=11", "62 e2 6d 68 4a f5"),
+    ("tilemovrow imm L'L=128", "62 e3 7d 08 07 f5 7b"),
+    ("tilemovrow {%k1}", "62 e2 6d 49 4a f5"),
+    ("tilemovrow {%k7}", "62 e2 6d 4f 4a f5"),
+    ("tilemovrow imm {%k2}", "62 e3 7d 4a 07 f5 7b"),
+    ("tilemovrow EVEX.z=1", "62 e2 6d c8 4a f5"),
+    ("tilemovrow imm EVEX.z=1", "62 e3 7d c8 07 f5 7b"),
+    ("tilemovrow EVEX.b=1", "62 e2 6d 58 4a f5"),
+    ("tilemovrow imm EVEX.b=1", "62 e3 7d 58 07 f5 7b"),
+    ("tilemovrow imm vvvv != 1111", "62 e3 6d 48 07 f5 7b"),
+    ("tilemovrow imm EVEX.V'=0", "62 e3 7d 40 07 f5 7b"),
+    ("tilemovrow EVEX.B=1 (tmm13)", "62 c2 6d 48 4a f5"),
+    ("tilemovrow EVEX.X=1 (tmm21)", "62 a2 6d 48 4a f5"),
+    ("tilemovrow imm EVEX.B=1", "62 c3 7d 48 07 f5 7b"),
+    ("tilemovrow EVEX P0[3]=1 (APX B4)", "62 ea 6d 48 4a f5"),
+    ("tilemovrow EVEX P1[2]=0 (APX X4)", "62 e2 69 48 4a f5"),
+    ("tilemovrow memory rm", "62 e2 6d 48 4a 30"),
+    ("tilemovrow imm memory rm", "62 e3 7d 48 07 30 7b"),
+    ("tcvtrowd2ps L'L=128", "62 e2 6e 08 4a f5"),
+    ("tcvtrowd2ps {%k1}", "62 e2 6e 49 4a f5"),
+    ("tcvtrowps2phl imm on 66 (Bochs' mapping, not the toolchains')", "62 e3 7d 48 77 f5 7b"),
+    ("EVEX 0F38 4A NP register form", "62 e2 6c 48 4a f5"),
+    # Opcode sharing: EVEX 0F38 4A 66 with a memory operand is APX TILELOADDRST1 only at L'L=128
+    ("EVEX 0F38 4A 66 memory form at L'L=512", "62 9a 79 48 4a b4 ac 23 01 00 00"),
+    ("EVEX 0F38 4A F3 memory form (no such load)", "62 9a 7a 08 4a b4 ac 23 01 00 00"),
+    ("APX tileloaddrs W=1", "62 9a fb 08 4a b4 ac 23 01 00 00"),
+    ("APX tileloaddrs {%k1}", "62 9a 7b 09 4a b4 ac 23 01 00 00"),
+    ("APX tileloaddrs without SIB", "62 f2 7b 08 4a 0e"),
 ]
 
 
@@ -160,6 +247,25 @@ UD_CASES = [
 def test_invalid_amx_encodings_are_ud(text, code):
     rc, _ = decode(_hex(code) + b"\x90" * 8)
     assert rc == UD, text
+
+
+# APX's forms (extended GPRs r16..r31): valid on an APX CPU, not emulated; clang 22 bytes
+# (-mapxf), the same as amx-family.md section 2. (bytes, op, length).
+UNSUPPORTED_CASES = [
+    ("tileloaddrs 291(%r28,%r29,4),%tmm6", "62 9a 7b 08 4a b4 ac 23 01 00 00", "TILELOADDRS"),
+    ("tileloaddrst1 291(%r28,%r29,4),%tmm6", "62 9a 79 08 4a b4 ac 23 01 00 00", "TILELOADDRST1"),
+    ("tilemovrow %r18d,%tmm7,%zmm31", "62 62 6d 40 4a ff", "TILEMOVROW"),
+]
+
+
+@pytest.mark.parametrize("text,code,op", UNSUPPORTED_CASES, ids=[u[0] for u in UNSUPPORTED_CASES])
+def test_apx_forms_are_unsupported_not_misread(text, code, op):
+    raw = _hex(code)
+    rc, out = decode(raw + b"\x90" * 8)
+    assert rc == lib.PYAMX_TRAP_DECODE_UNSUPPORTED, text
+    assert out.op == OP[op] and out.length == len(raw), text
+    for n in range(len(raw)):
+        assert decode(raw[:n])[0] == TRUNCATED, (text, n)
 
 
 NOT_AMX_CASES = [
@@ -172,6 +278,10 @@ NOT_AMX_CASES = [
     ("66 prefix before VEX (#UD on silicon too)", "66 c4 e2 78 49 07"),
     ("REX before VEX", "48 c4 e2 78 49 07"),
     ("FS segment override (not emulated)", "64 c4 e2 78 49 07"),
+    ("EVEX vaddps zmm (0F 58)", "62 f1 7c 48 58 c0"),
+    ("EVEX map 0F38 outside AMX (vpermd 36)", "62 f2 7d 48 36 c0"),
+    ("VEX map 5 opcode other than FD", "c4 e5 58 fc f5"),
+    ("VEX 0F3A 07 (only the EVEX form is AMX)", "c4 e3 7d 07 f5 7b"),
 ]
 
 

@@ -257,9 +257,20 @@ int32_t pyamx_trap_decode(const uint8_t *p, size_t len, const uint64_t *gpr,
             const struct pyamx_op_traits *t = &pyamx_op_traits[apx];
             if (out)
                 out->op = apx;
-            /* APX's EVEX form of a VEX memory row keeps its W and L (L'L = 128). */
-            if (x.w == t->w && x.l == t->l && !x.aaa && !x.z && !x.bcst)
+            /* APX's EVEX form of a VEX memory row keeps its W and L (L'L =
+             * 128).  Its SIB and displacement are laid out as under VEX, so
+             * the length is known even though the address (extended GPRs)
+             * is not computed. */
+            if (x.w == t->w && x.l == t->l && !x.aaa && !x.z && !x.bcst &&
+                (t->form != PYAMX_FORM_SIBMEM || rm3 == 4)) {
+                struct pyamx_trap_insn scratch = d;
+                rc = read_memory(p, len, &i, &x, modrm, 1, NULL, 0, &scratch);
+                if (rc <= 0)
+                    return rc;
+                if (out)
+                    out->length = (int32_t)i;
                 return PYAMX_TRAP_DECODE_UNSUPPORTED;
+            }
         }
         /* An opcode of the AMX space in a form no AMX instruction has is #UD
          * on silicon too; the caller passes it on as SIGILL either way. */
