@@ -11,10 +11,12 @@ come from the table, so a new row the decoder cannot read fails here.
 
 from __future__ import annotations
 
+import importlib.util
 import itertools
 import re
 import shutil
 import subprocess
+import sys
 
 import pytest
 
@@ -303,18 +305,20 @@ def test_op_names():
 
 
 # ---------------------------------------------------------------------------------------------
-# Bytes from the real assembler, checked against objdump's disassembly.
+# Bytes from a real assembler, checked against the assembly text they were made from.
+
+GPR32 = ["eax", "ecx", "edx", "ebx", "esp", "ebp", "esi", "edi"] + [f"r{i}d" for i in range(8, 16)]
+#: APX's extended GPRs: a row selector there is a valid APX encoding this mode does not emulate
+APX_GPR32 = [f"r{i}d" for i in range(16, 32)]
 
 
-def _grid():
-    """Every addressing form: each base (and none, and RIP for the config ops), each
-    index (and none), each scale, disp none/8/32 (negative too)."""
+def _mem_operands():
+    """Every addressing form: each base (and none), each index (and none), each scale,
+    disp none/8/32 (negative too), as ``(memory operand, base register or None)``."""
     disps = ["", "0x7f", "-0x80", "0x1000", "-0x12345678", "0x8"]
-    lines = []
-    n = 0
-    bases = REGS + [None]
+    out = []
     indexes = [r for r in REGS if r != "rsp"] + [None]
-    for bi, base in enumerate(bases):
+    for bi, base in enumerate(REGS + [None]):
         for ii, index in enumerate(indexes):
             scale = [1, 2, 4, 8][(bi + ii) % 4]
             disp = disps[(bi * 3 + ii) % len(disps)]
@@ -325,26 +329,56 @@ def _grid():
             inside = f"%{base}" if base else ""
             if index:
                 inside += f",%{index},{scale}"
-            mem = f"{disp}({inside})"
-            t = n % 8
-            n += 1
-            lines.append(f"tileloadd {mem}, %tmm{t}")
-            lines.append(f"tilestored %tmm{(t + 3) % 8}, {mem}")
-            lines.append(f"tileloaddt1 {mem}, %tmm{(t + 5) % 8}")
-        if base:
-            for disp in ("", "0x7f", "-0x1000"):
-                lines.append(f"ldtilecfg {disp}(%{base})")
-                lines.append(f"sttilecfg {disp}(%{base})")
-    lines += ["ldtilecfg 0x40(%rip)", "sttilecfg -0x40(%rip)", "ldtilecfg 0x10(%r8,%r9,4)",
-              "sttilecfg 0x100(,%r14,8)", "tilerelease"]
-    for t in range(8):
-        lines.append(f"tilezero %tmm{t}")
-    for dst, s1, s2 in itertools.permutations(range(8), 3):
-        if (dst + 2 * s1 + 3 * s2) % 5:
-            continue
-        for mnem in isa.DOT_NAMES:
-            lines.append(f"{mnem} %tmm{s2}, %tmm{s1}, %tmm{dst}")
-    return lines
+            out.append(f"{disp}({inside})")
+    return out
+
+
+def _config_mem_operands():
+    """Plain memory operands (LDTILECFG, STTILECFG): RIP-relative and SIB forms too."""
+    out = [f"{disp}(%{base})" for base in REGS for disp in ("", "0x7f", "-0x1000")]
+    return out + ["0x40(%rip)", "-0x40(%rip)", "0x10(%r8,%r9,4)", "0x100(,%r14,8)"]
+
+
+def _register_triples():
+    return [t for t in itertools.permutations(range(8), 3) if (t[0] + 2 * t[1] + 3 * t[2]) % 5 == 0]
+
+
+def _lines_for(insn, full_rows: bool):
+    """AT&T lines for every form of one row, chosen by its operand fields (Intel order = the roles'
+    order; AT&T reverses it). A row whose fields no case here knows fails the test: it needs a
+    decoder case and a template."""
+    m = insn.name
+    fields = tuple(f for _, f in insn.encoding.roles)
+    if fields == ():
+        return [m]
+    if fields == ("mem",):
+        return [f"{m} {mem}" for mem in _config_mem_operands()]
+    if fields == ("reg",):
+        return [f"{m} %tmm{t}" for t in range(8)]
+    if fields == ("reg", "sibmem"):
+        return [f"{m} {mem}, %tmm{n % 8}" for n, mem in enumerate(_mem_operands())]
+    if fields == ("sibmem", "reg"):
+        return [f"{m} %tmm{(n + 3) % 8}, {mem}" for n, mem in enumerate(_mem_operands())]
+    if fields == ("reg", "rm", "vvvv") and insn.kind != "row":
+        return [f"{m} %tmm{s2}, %tmm{s1}, %tmm{dst}" for dst, s1, s2 in _register_triples()]
+    if fields == ("reg", "rm", "vvvv") and insn.kind == "row":
+        assert tuple(f for _, f in insn.imm_encoding.roles) == ("reg", "rm", "imm8"), insn.mnemonic
+        if full_rows:  # every zmm (R and R'), every tile, every GPR (vvvv), every imm8 bit
+            combos = itertools.product(range(32), range(8), range(16))
+            imms = [(z, t, (1 << (z % 8)) if z < 16 else 255 - z) for z in range(32) for t in range(8)]
+        else:
+            combos = [(z, z % 8, (3 * z) % 16) for z in range(0, 32, 3)]
+            imms = [(z, z % 8, (37 * z) % 256) for z in range(0, 32, 5)]
+        return ([f"{m} %{GPR32[g]}, %tmm{t}, %zmm{z}" for z, t, g in combos]
+                + [f"{m} ${i}, %tmm{t}, %zmm{z}" for z, t, i in imms])
+    raise AssertionError(f"{insn.mnemonic}: no assembler template for operand fields {fields}; "
+                         "the decoder test (and likely decode.c) needs a case for them")
+
+
+def _grid():
+    """Every row of the table in its forms; the first AMX-AVX512 row op with every register combination."""
+    first_row = next((i for i in isa.TABLE if i.kind == "row"), None)
+    return [line for insn in isa.TABLE for line in _lines_for(insn, insn is first_row)]
 
 
 _MEM = re.compile(r"^(?P<disp>-?0x[0-9a-f]+|-?\d+)?\((?P<base>%\w+)?(?:,(?P<index>%\w+)(?:,(?P<scale>\d))?)?\)$")
@@ -361,23 +395,41 @@ def _parse_mem(text):
     return disp, base, index, int(m["scale"] or 1)
 
 
+def _assembler_command():
+    """clang 22 of the ``ziglang`` package (knows every AMX extension and APX), else GNU as."""
+    if importlib.util.find_spec("ziglang") is not None:
+        return [sys.executable, "-m", "ziglang", "cc", "-target", "x86_64-linux-gnu", "-mamx-tile", "-mamx-fp8",
+                "-mamx-complex", "-mamx-avx512", "-mamx-movrs", "-mavx512f", "-mapxf", "-c", "-x", "assembler"]
+    gas = shutil.which("as")
+    return [gas, "--64"] if gas else None
+
+
+def _assemble(lines, tmp):
+    """The bytes of each line, cut at labels the assembler placed (nm), so no disassembler has to
+    know the instructions; pytest.skip where no assembler here knows them all."""
+    command, nm, objcopy = _assembler_command(), shutil.which("nm"), shutil.which("objcopy")
+    if not command or not nm or not objcopy:
+        pytest.skip("no assembler (pip install ziglang, or GNU as) or no nm/objcopy")
+    src, obj, raw = tmp / "forms.s", tmp / "forms.o", tmp / "forms.bin"
+    src.write_text(".text\n" + "".join(f"L_{n}: {line}\n" for n, line in enumerate(lines)) + f"L_{len(lines)}:\n")
+    res = subprocess.run([*command, "-o", str(obj), str(src)], capture_output=True, text=True)
+    if res.returncode:
+        pytest.skip(f"this assembler ({command[0]}) does not know every AMX instruction of the table "
+                    f"(pip install ziglang for clang 22): {res.stderr.strip().splitlines()[:2]}")
+    subprocess.run([objcopy, "-O", "binary", "-j", ".text", str(obj), str(raw)], check=True)
+    text = raw.read_bytes()
+    symbols = subprocess.run([nm, str(obj)], capture_output=True, text=True, check=True).stdout
+    at = {int(name[2:]): int(value, 16) for value, _, name in (ln.split() for ln in symbols.splitlines())
+          if name.startswith("L_")}
+    assert len(at) == len(lines) + 1
+    return [text[at[n]:at[n + 1]] for n in range(len(lines))]
+
+
 @pytest.fixture(scope="module")
 def assembled(tmp_path_factory):
-    gas = shutil.which("as")
-    objdump = shutil.which("objdump")
-    if not gas or not objdump:
-        pytest.skip("GNU as/objdump not installed; the hand-assembled cases still ran")
-    tmp = tmp_path_factory.mktemp("asm")
-    src = tmp / "forms.s"
-    src.write_text(".text\n" + "\n".join(_grid()) + "\n")
-    obj = tmp / "forms.o"
-    res = subprocess.run([gas, "--64", "-o", str(obj), str(src)], capture_output=True, text=True)
-    if res.returncode:
-        pytest.skip(f"this assembler does not know AMX (binutils >= 2.36 needed; amx-fp16 >= 2.40): "
-                    f"{res.stderr.strip().splitlines()[:2]}")
-    insns = _disassemble(objdump, obj)
-    assert len(insns) == len(_grid())
-    return insns
+    lines = _grid()
+    codes = _assemble(lines, tmp_path_factory.mktemp("asm"))
+    return [(code, line.split()[0], line.partition(" ")[2]) for code, line in zip(codes, lines)]
 
 
 def _disassemble(objdump, obj):
@@ -406,14 +458,50 @@ def _split_operands(text):
     return [p.strip() for p in parts]
 
 
-def test_assembler_grid(assembled):
-    seen, mods = _check_against_objdump(assembled)
+def test_assembler_grid_covers_every_row_of_the_table(assembled):
+    assert {mnem for _, mnem, _ in assembled} == {i.name for i in isa.TABLE}
+    seen, mods = _check_against_text(assembled)
     # The grid really covered every base (r12/r13/rsp/rbp included), no base, and every mod.
     assert set(REGS) | {None, "rip"} <= seen
     assert {0, 1, 2, "rip"} <= mods
 
 
-def _check_against_objdump(insns):
+def test_every_register_combination_of_a_row_op(assembled):
+    first_row = next((i for i in isa.TABLE if i.kind == "row"), None)
+    if first_row is None:
+        pytest.skip("the table has no AMX-AVX512 row op")
+    got = set()
+    for code, mnem, ops in assembled:
+        if mnem == first_row.name and "$" not in ops:
+            rc, out = decode(code)
+            got.add((out.zdst, out.tsrc1, out.row_gpr))
+    assert got == set(itertools.product(range(32), range(8), range(16)))
+
+
+def test_truncated_assembled_forms(assembled):
+    for code, mnem, ops in assembled[::7]:
+        for n in range(len(code)):
+            assert decode(code[:n])[0] == TRUNCATED, (code.hex(" "), mnem, ops, n)
+
+
+def test_apx_row_selectors_are_unsupported(tmp_path):
+    """EVEX.V' names r16d..r31d: an APX encoding, decoded as such and refused."""
+    rows = [i for i in isa.TABLE if i.kind == "row"]
+    if not rows:
+        pytest.skip("the table has no AMX-AVX512 row op")
+    lines = [f"{insn.name} %{g}, %tmm{n % 8}, %zmm{(5 * n) % 32}" for insn in rows for n, g in enumerate(APX_GPR32)]
+    for code, line in zip(_assemble(lines, tmp_path), lines):
+        rc, out = decode(code + b"\x90" * 4)
+        mnem, ops = line.split(" ", 1)
+        g, t, z = _split_operands(ops)
+        assert rc == lib.PYAMX_TRAP_DECODE_UNSUPPORTED, (line, code.hex(" "))
+        assert (out.op, out.row_gpr, out.tsrc1, out.zdst) == (OP[mnem.upper()], APX_GPR32.index(g[1:]) + 16,
+                                                              int(t[4:]), int(z[4:])), line
+
+
+def _check_against_text(insns):
+    """Each (bytes, mnemonic, AT&T operands) decodes to what the text says. The text's operands,
+    reversed, are in the order of the row's roles, which say where each one lives."""
     seen = set()
     mods = set()
     for code, mnem, ops in insns:
@@ -421,16 +509,31 @@ def _check_against_objdump(insns):
         where = f"{code.hex(' ')}  {mnem} {ops}"
         assert rc == len(code), where
         assert ffi.string(lib.pyamx_trap_op_name(out.op)).decode().lower() == mnem, where
-        operands = _split_operands(ops)
-        tiles = [int(o[4:]) for o in operands if o.startswith("%tmm")]
-        mems = [o for o in operands if "(" in o]
-        if mnem.startswith("tdp"):
-            s2, s1, dst = tiles
-            assert (out.tdst, out.tsrc1, out.tsrc2) == (dst, s1, s2), where
-        elif mnem in ("tileloadd", "tileloaddt1", "tilezero"):
-            assert out.tdst == tiles[0], where
-        elif mnem == "tilestored":
-            assert out.tsrc1 == tiles[0], where
+        insn = isa.get(mnem)
+        operands = _split_operands(ops)[::-1]
+        roles = insn.encoding.roles
+        if operands and operands[-1].startswith("$"):
+            roles = insn.imm_encoding.roles
+        assert len(roles) == len(operands), where
+        expect = dict(tdst=-1, tsrc1=-1, tsrc2=-1, zdst=-1, row_gpr=-1, imm8=-1)
+        mems = []
+        for (operand, field), text in zip(roles, operands):
+            if field in ("mem", "sibmem"):
+                mems.append(text)
+            elif operand == "row" and text.startswith("$"):
+                expect["imm8"] = int(text[1:], 0)
+            elif operand == "row":
+                expect["row_gpr"] = GPR32.index(text[1:])
+            elif operand == "dst" and text.startswith("%zmm"):
+                expect["zdst"] = int(text[4:])
+            else:
+                slot = {"dst": "tdst", "src": "tsrc1", "src1": "tsrc1", "src2": "tsrc2"}[operand]
+                expect[slot] = int(text[4:])
+        got = {k: getattr(out, k) for k in expect}
+        assert got == expect, where
+        if insn.kind == "row":
+            row = expect["imm8"] if expect["imm8"] >= 0 else GPRS[expect["row_gpr"]] & 0xFFFFFFFF
+            assert out.row == row, where
         if not mems:
             assert out.has_mem == 0, where
             continue
@@ -446,7 +549,7 @@ def _check_against_objdump(insns):
         assert out.index_reg == (REGS.index(index) if index else -1), where
         base_v = GPRS[REGS.index(base)] if base else 0
         index_v = GPRS[REGS.index(index)] if index else 0
-        if mnem in ("ldtilecfg", "sttilecfg"):
+        if insn.encoding.form == "mem":
             assert out.addr == (base_v + index_v * scale + disp) & M64, where
         else:
             assert out.addr == (base_v + disp) & M64, where
@@ -455,7 +558,6 @@ def _check_against_objdump(insns):
         seen.add(base)
         mods.add(code[4] >> 6)  # ModRM.mod: 0 no disp (or disp32 without base), 1 disp8, 2 disp32
     return seen, mods
-
 
 # What the compilers themselves emit for the intrinsics: gcc's asm-based ones and
 # clang's register-allocated ones (including its __tile1024i API, which configures
@@ -486,17 +588,19 @@ void k2(short m, short n, short kk, const void *a, const void *b, void *c, long 
 
 @pytest.mark.parametrize("compiler", ["gcc", "clang"])
 def test_compiler_emitted_forms(compiler, tmp_path):
-    cc, objdump = shutil.which(compiler), shutil.which("objdump")
-    if not cc or not objdump:
+    cc, objdump = [shutil.which(compiler)], shutil.which("objdump")
+    if cc == [None] and compiler == "clang" and importlib.util.find_spec("ziglang") is not None:
+        cc = [sys.executable, "-m", "ziglang", "cc", "-target", "x86_64-linux-gnu", "-fomit-frame-pointer"]
+    if cc == [None] or not objdump:
         pytest.skip(f"{compiler} or objdump not installed")
     src = tmp_path / "k.c"
     src.write_text(_INTRINSICS_SOURCE)
     obj = tmp_path / "k.o"
-    res = subprocess.run([cc, "-O2", "-mamx-tile", "-mamx-bf16", "-mamx-int8", "-c", str(src), "-o", str(obj)],
+    res = subprocess.run([*cc, "-O2", "-mamx-tile", "-mamx-bf16", "-mamx-int8", "-c", str(src), "-o", str(obj)],
                          capture_output=True, text=True)
     if res.returncode:
         pytest.skip(f"{compiler} cannot compile AMX intrinsics: {res.stderr.strip().splitlines()[:2]}")
     amx = [i for i in _disassemble(objdump, obj) if i[1].startswith(("tile", "tdp", "ldtile", "sttile"))]
     assert len(amx) >= 15
-    seen, _ = _check_against_objdump(amx)
+    seen, _ = _check_against_text(amx)
     assert "rip" in seen and "rsp" in seen  # global and stack tile configs
