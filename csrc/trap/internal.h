@@ -23,6 +23,22 @@
 
 static inline int32_t trap_tid(void) { return (int32_t)syscall(SYS_gettid); }
 
+/* ---- zmm.c: zmm0..31 of an interrupted context (its signal frame's XSAVE image) ---- */
+
+enum {
+    PYAMX_TRAP_ZMM_OK = 0,
+    PYAMX_TRAP_ZMM_E_REG = -1,        /* not 0..31 */
+    PYAMX_TRAP_ZMM_E_NO_XSTATE = -2,  /* no XSAVE image in the frame (magic, size) */
+    PYAMX_TRAP_ZMM_E_NO_AVX512 = -3   /* the image lacks the AVX-512 components */
+};
+
+/* 64 bytes of zmm<reg> as the context will resume with them / will hold
+ * after sigreturn.  set marks the components in XSTATE_BV so XRSTOR loads
+ * them.  Both return PYAMX_TRAP_ZMM_OK or an error above, never crash on a
+ * frame without AVX-512 state. */
+int32_t pyamx_trap_get_zmm(const ucontext_t *uc, int32_t reg, uint8_t bytes[64]);
+int32_t pyamx_trap_set_zmm(ucontext_t *uc, int32_t reg, const uint8_t bytes[64]);
+
 /* ---- state.c ---- */
 
 struct tile_state {
