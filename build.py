@@ -417,7 +417,13 @@ def _trait_fields(isa, insn) -> tuple:
     signed = (lambda f: int(bool(f is not None and f.signed)))
     return (insn.mnemonic, _c_name(insn.kind), fmt(insn.a_format), fmt(insn.b_format), fmt(insn.acc_format),
             signed(insn.a_format), signed(insn.b_format), insn.lanes or 0, _c_name(enc.prefix),
-            f"0x{enc.map:X}", enc.pp, enc.w, enc.l, f"0x{enc.opcode:02X}", _c_name(enc.form))
+            f"0x{enc.map:X}", enc.pp, enc.w, enc.l, f"0x{enc.opcode:02X}", _c_name(enc.form),
+            f"0x{insn.feature.leaf:X}", insn.feature.subleaf, _REGISTERS.index(insn.feature.register),
+            insn.feature.bit)
+
+
+#: CPUID result registers in the order the traits number them
+_REGISTERS = ("eax", "ebx", "ecx", "edx")
 
 
 def traits_header_text(isa) -> str:
@@ -434,15 +440,18 @@ def traits_header_text(isa) -> str:
     table = "\n".join(
         f"    [PYAMX_OP_{r[0]}] = {{PYAMX_KIND_{r[1]}, PYAMX_FMT_{r[2]}, PYAMX_FMT_{r[3]}, PYAMX_FMT_{r[4]}, "
         f"{r[5]}, {r[6]}, {r[7]}, PYAMX_PREFIX_{r[8]}, {r[9]}, {r[10]}, {r[11]}, {r[12]}, {r[13]}, "
-        f"PYAMX_FORM_{r[14]}}}," for r in fields)
+        f"PYAMX_FORM_{r[14]}, {r[15]}, {r[16]}, {r[17]}, {r[18]}}}," for r in fields)
     return f"""/* Traits of every AMX instruction row of pyamx/isa.py, for C.
  *
  * {_GENERATED_NOTE}
  *
  * PYAMX_FOR_EACH_OP(X) calls X(mnemonic, kind, a_format, b_format,
  * acc_format, a_signed, b_signed, lanes, prefix, map, pp, w, l, opcode,
- * form) once per row, in table order; pyamx_op_traits[] holds the same
- * fields by op id. A format of NONE: the row has no such operand.
+ * form, feature_leaf, feature_subleaf, feature_reg, feature_bit) once per
+ * row, in table order; pyamx_op_traits[] holds the same fields by op id. A
+ * format of NONE: the row has no such operand. The feature is the CPUID
+ * bit the row needs: CPUID.(leaf, subleaf) register feature_reg (0 EAX,
+ * 1 EBX, 2 ECX, 3 EDX), bit feature_bit.
  */
 #ifndef PYAMX_OP_TRAITS_H
 #define PYAMX_OP_TRAITS_H
@@ -471,6 +480,10 @@ struct pyamx_op_traits {{
     unsigned char l;
     unsigned char opcode;
     unsigned char form;       /* enum pyamx_modrm_form */
+    unsigned char feature_leaf;    /* the CPUID feature bit the row needs */
+    unsigned char feature_subleaf;
+    unsigned char feature_reg;     /* 0 EAX, 1 EBX, 2 ECX, 3 EDX */
+    unsigned char feature_bit;
 }};
 
 static const struct pyamx_op_traits pyamx_op_traits[] = {{

@@ -38,7 +38,7 @@ static inline int pyamx_dot_value_bytes(const struct pyamx_op_traits *t) { retur
 #define PYAMX_DOT_IF_DOT_QUADS(args) PYAMX_DOT_ROW args
 #define PYAMX_DOT_IF_DOT_COMPLEX(args) PYAMX_DOT_ROW args
 #define PYAMX_DOT_IF_ROW(args)
-#define PYAMX_DOT_FILTER(name, kind, af, bf, cf, as, bs, lanes, prefix, map, pp, w, l, opc, form) \
+#define PYAMX_DOT_FILTER(name, kind, af, bf, cf, as, bs, lanes, prefix, map, pp, w, l, opc, form, ...) \
     PYAMX_DOT_IF_##kind((name, prefix, map, pp, w, l, opc))
 #define PYAMX_FOR_EACH_DOT PYAMX_FOR_EACH_OP(PYAMX_DOT_FILTER)
 

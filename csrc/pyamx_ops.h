@@ -12,7 +12,7 @@
 
 /* Instruction ids: the trap decoder's results, the dot-product op of
  * pyamx_dp_oneshot()/pyamx_tdp(), and the ids pyamx/isa.py reads from lib.
- * Dot products are the contiguous range TDPBF16PS..TDPBUUD. */
+ * Dot products are the contiguous range TDPBF16PS..TDPHF8PS. */
 enum pyamx_op {
     PYAMX_OP_NONE = 0,
     PYAMX_OP_LDTILECFG = 1,
@@ -27,7 +27,21 @@ enum pyamx_op {
     PYAMX_OP_TDPBSSD = 10,
     PYAMX_OP_TDPBSUD = 11,
     PYAMX_OP_TDPBUSD = 12,
-    PYAMX_OP_TDPBUUD = 13
+    PYAMX_OP_TDPBUUD = 13,
+    PYAMX_OP_TCMMIMFP16PS = 14,
+    PYAMX_OP_TCMMRLFP16PS = 15,
+    PYAMX_OP_TDPBF8PS = 16,
+    PYAMX_OP_TDPBHF8PS = 17,
+    PYAMX_OP_TDPHBF8PS = 18,
+    PYAMX_OP_TDPHF8PS = 19,
+    PYAMX_OP_TCVTROWD2PS = 20,
+    PYAMX_OP_TCVTROWPS2BF16H = 21,
+    PYAMX_OP_TCVTROWPS2BF16L = 22,
+    PYAMX_OP_TCVTROWPS2PHH = 23,
+    PYAMX_OP_TCVTROWPS2PHL = 24,
+    PYAMX_OP_TILEMOVROW = 25,
+    PYAMX_OP_TILELOADDRS = 26,
+    PYAMX_OP_TILELOADDRST1 = 27
 };
 
 #endif

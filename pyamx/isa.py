@@ -376,6 +376,24 @@ TABLE: Tuple[Instruction, ...] = (
     _dot("TDPBSUD", PP_F3, 0x5E, "AMX-INT8", "int8", "int8", "uint8", "int32", matmul=True),
     _dot("TDPBUSD", PP_66, 0x5E, "AMX-INT8", "int8", "uint8", "int8", "int32", matmul=True),
     _dot("TDPBUUD", PP_NP, 0x5E, "AMX-INT8", "int8", "uint8", "uint8", "int32", matmul=True),
+    # AMX-COMPLEX: one complex fp16 number (real low, imaginary high) per dword
+    _dot("TCMMIMFP16PS", PP_66, 0x6C, "AMX-COMPLEX", "complex", "cfp16", "cfp16", "fp32"),
+    _dot("TCMMRLFP16PS", PP_NP, 0x6C, "AMX-COMPLEX", "complex", "cfp16", "cfp16", "fp32"),
+    # AMX-FP8: VEX map 5, four fp8 values per dword
+    _dot("TDPBF8PS", PP_NP, 0xFD, "AMX-FP8", "fp8", "bf8", "bf8", "fp32", matmul=True, map=5),
+    _dot("TDPBHF8PS", PP_F2, 0xFD, "AMX-FP8", "fp8", "bf8", "hf8", "fp32", matmul=True, map=5),
+    _dot("TDPHBF8PS", PP_F3, 0xFD, "AMX-FP8", "fp8", "hf8", "bf8", "fp32", matmul=True, map=5),
+    _dot("TDPHF8PS", PP_66, 0xFD, "AMX-FP8", "fp8", "hf8", "hf8", "fp32", matmul=True, map=5),
+    # AMX-AVX512: one tile row into a zmm register (EVEX.512); the selector a GPR or an imm8
+    _row("TCVTROWD2PS", PP_F3, 0x4A, PP_F3, 0x07, "int32", "fp32"),
+    _row("TCVTROWPS2BF16H", PP_F2, 0x6D, PP_F2, 0x07, "fp32", "bf16"),
+    _row("TCVTROWPS2BF16L", PP_F3, 0x6D, PP_F3, 0x77, "fp32", "bf16"),
+    _row("TCVTROWPS2PHH", PP_NP, 0x6D, PP_NP, 0x07, "fp32", "fp16"),
+    _row("TCVTROWPS2PHL", PP_66, 0x6D, PP_F2, 0x77, "fp32", "fp16"),
+    _row("TILEMOVROW", PP_66, 0x4A, PP_66, 0x07, "uint8", "uint8"),
+    # AMX-MOVRS: TILELOADD with a read-shared hint
+    _op("TILELOADDRS", "memory", PP_F2, 0x4A, "sibmem", (("dst", "reg"), ("src", "sibmem")), "AMX-MOVRS"),
+    _op("TILELOADDRST1", "memory", PP_66, 0x4A, "sibmem", (("dst", "reg"), ("src", "sibmem")), "AMX-MOVRS"),
 )
 
 

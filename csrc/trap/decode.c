@@ -9,23 +9,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Indexed by enum pyamx_op; the assertion catches a new id without a name. */
-static const char *const op_names[] = {
-    [PYAMX_OP_NONE] = "(none)",
-    [PYAMX_OP_LDTILECFG] = "LDTILECFG",
-    [PYAMX_OP_STTILECFG] = "STTILECFG",
-    [PYAMX_OP_TILERELEASE] = "TILERELEASE",
-    [PYAMX_OP_TILEZERO] = "TILEZERO",
-    [PYAMX_OP_TILELOADD] = "TILELOADD",
-    [PYAMX_OP_TILELOADDT1] = "TILELOADDT1",
-    [PYAMX_OP_TILESTORED] = "TILESTORED",
-    [PYAMX_OP_TDPBF16PS] = "TDPBF16PS",
-    [PYAMX_OP_TDPFP16PS] = "TDPFP16PS",
-    [PYAMX_OP_TDPBSSD] = "TDPBSSD",
-    [PYAMX_OP_TDPBSUD] = "TDPBSUD",
-    [PYAMX_OP_TDPBUSD] = "TDPBUSD",
-    [PYAMX_OP_TDPBUUD] = "TDPBUUD",
-};
+/* Indexed by enum pyamx_op, from the generated table of pyamx/isa.py's rows. */
+#define OP_NAME_ROW(name, ...) [PYAMX_OP_##name] = #name,
+static const char *const op_names[] = {[PYAMX_OP_NONE] = "(none)", PYAMX_FOR_EACH_OP(OP_NAME_ROW)};
+#undef OP_NAME_ROW
 _Static_assert(sizeof(op_names) / sizeof(op_names[0]) == N_OPS, "one name per enum pyamx_op id");
 
 const char *pyamx_trap_op_name(int32_t op)
@@ -69,10 +56,14 @@ int32_t pyamx_trap_decode(const uint8_t *p, size_t len, const uint64_t *gpr,
     if (i + 3 >= len)
         return PYAMX_TRAP_DECODE_TRUNCATED;
 
-    uint8_t v1 = p[i + 1], v2 = p[i + 2], opc = p[i + 3];
-    if ((v1 & 0x1F) != 0x02)
+    uint8_t v1 = p[i + 1], v2 = p[i + 2];
+    int opc = p[i + 3];
+    int map = v1 & 0x1F;
+    if (map == 0x05 && opc == 0xFD)
+        opc = 0x1FD; /* AMX-FP8's map-5 opcode, kept apart from map 0F38's */
+    else if (map != 0x02)
         return PYAMX_TRAP_DECODE_NOT_AMX;
-    if (opc != 0x49 && opc != 0x4B && opc != 0x5C && opc != 0x5E)
+    else if (opc != 0x49 && opc != 0x4A && opc != 0x4B && opc != 0x5C && opc != 0x5E && opc != 0x6C)
         return PYAMX_TRAP_DECODE_NOT_AMX;
     /* VEX stores R, X, B and vvvv inverted. */
     int R = !(v1 & 0x80), X = !(v1 & 0x40), B = !(v1 & 0x20);
@@ -99,6 +90,24 @@ int32_t pyamx_trap_decode(const uint8_t *p, size_t len, const uint64_t *gpr,
         else if (mod != 3 && pp == PP_66) op = PYAMX_OP_TILELOADDT1;
         else if (mod != 3 && pp == PP_F3) op = PYAMX_OP_TILESTORED;
         memform = sibmem = (op != PYAMX_OP_NONE);
+        break;
+    case 0x4A:
+        if (mod != 3 && pp == PP_F2) op = PYAMX_OP_TILELOADDRS;
+        else if (mod != 3 && pp == PP_66) op = PYAMX_OP_TILELOADDRST1;
+        memform = sibmem = (op != PYAMX_OP_NONE);
+        break;
+    case 0x6C:
+        if (mod == 3 && pp == PP_66) op = PYAMX_OP_TCMMIMFP16PS;
+        else if (mod == 3 && pp == PP_NP) op = PYAMX_OP_TCMMRLFP16PS;
+        is_dp = 1;
+        break;
+    case 0x1FD:
+        if (mod == 3) {
+            static const int8_t by_pp[4] = {PYAMX_OP_TDPBF8PS, PYAMX_OP_TDPHF8PS,
+                                            PYAMX_OP_TDPHBF8PS, PYAMX_OP_TDPBHF8PS};
+            op = by_pp[pp];
+        }
+        is_dp = 1;
         break;
     case 0x5C:
         if (mod == 3 && pp == PP_F3) op = PYAMX_OP_TDPBF16PS;
@@ -140,6 +149,8 @@ int32_t pyamx_trap_decode(const uint8_t *p, size_t len, const uint64_t *gpr,
         break;
     case PYAMX_OP_TILELOADD:
     case PYAMX_OP_TILELOADDT1:
+    case PYAMX_OP_TILELOADDRS:
+    case PYAMX_OP_TILELOADDRST1:
         d.tdst = reg;
         break;
     default: /* dot products */
