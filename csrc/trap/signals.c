@@ -32,7 +32,10 @@ static int32_t g_installed;  /* handler installed at least once */
 static int32_t g_permission; /* emulated ARCH_REQ_XCOMP_PERM; process-wide like the kernel's */
 static uint64_t g_count;
 static uint64_t g_op_count[N_OPS];
-static int32_t g_chain_tid; /* thread currently inside a chained SIGILL handler */
+/* The thread inside a chained handler for a *sent* SIGILL, and the frame it
+ * was called from (see pass_on_sigill). */
+static int32_t g_chain_tid;
+static uintptr_t g_chain_frame;
 
 static trap_observer_fn g_observer;
 
@@ -163,14 +166,26 @@ static void pass_on_sigill(siginfo_t *si, void *ctx, int fault)
     chain_get(&prev);
     /* A previous handler that re-raises (faulthandler does) may land back
      * here if it restored this handler as its own "previous"; the second
-     * time round, take the default action instead of looping. */
-    int nested = __atomic_load_n(&g_chain_tid, __ATOMIC_ACQUIRE) == me;
+     * time round, take the default action instead of looping. Only a sent
+     * SIGILL (raise, kill) can loop that way, and only from inside the
+     * chained call, so deeper on the stack than the frame that made it: a
+     * handler that left by siglongjmp (a CPU-feature probe) leaves a stale
+     * mark that a later SIGILL, in a frame no deeper, ignores. A fault is
+     * always handed on, nested or not, as silicon hands a SA_NODEFER
+     * handler its own faults. */
+    uintptr_t frame = (uintptr_t)__builtin_frame_address(0);
+    int nested = !fault && __atomic_load_n(&g_chain_tid, __ATOMIC_ACQUIRE) == me &&
+                 frame < __atomic_load_n(&g_chain_frame, __ATOMIC_ACQUIRE);
 
     if (!nested && !trap_is_ours(&prev) && !is_dfl_or_ign(&prev)) {
         greg_t rip_before = uc->uc_mcontext.gregs[REG_RIP];
-        __atomic_store_n(&g_chain_tid, me, __ATOMIC_RELEASE);
+        if (!fault) {
+            __atomic_store_n(&g_chain_frame, frame, __ATOMIC_RELEASE);
+            __atomic_store_n(&g_chain_tid, me, __ATOMIC_RELEASE);
+        }
         call_handler(&prev, SIGILL, si, ctx);
-        __atomic_store_n(&g_chain_tid, 0, __ATOMIC_RELEASE);
+        if (!fault)
+            __atomic_store_n(&g_chain_tid, 0, __ATOMIC_RELEASE);
         if (fault && uc->uc_mcontext.gregs[REG_RIP] == rip_before) {
             /* The previous handler returned without moving RIP: on
              * silicon the instruction would fault forever.  Die instead
