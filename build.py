@@ -418,7 +418,12 @@ def _trait_fields(isa, insn) -> tuple:
     return (insn.mnemonic, _c_name(insn.kind), fmt(insn.a_format), fmt(insn.b_format), fmt(insn.acc_format),
             signed(insn.a_format), signed(insn.b_format), insn.lanes or 0, _c_name(enc.prefix),
             f"0x{enc.map:X}", enc.pp, enc.w, enc.l, f"0x{enc.opcode:02X}", _c_name(enc.form),
-            *_imm_fields(insn.imm_encoding))
+            *_imm_fields(insn.imm_encoding), f"0x{insn.feature.leaf:X}", insn.feature.subleaf,
+            _REGISTERS.index(insn.feature.register), insn.feature.bit)
+
+
+#: CPUID result registers in the order the traits number them
+_REGISTERS = ("eax", "ebx", "ecx", "edx")
 
 
 def _imm_fields(enc) -> tuple:
@@ -461,7 +466,7 @@ def traits_header_text(isa) -> str:
     table = "\n".join(
         f"    [PYAMX_OP_{r[0]}] = {{PYAMX_KIND_{r[1]}, PYAMX_FMT_{r[2]}, PYAMX_FMT_{r[3]}, PYAMX_FMT_{r[4]}, "
         f"{r[5]}, {r[6]}, {r[7]}, PYAMX_PREFIX_{r[8]}, {r[9]}, {r[10]}, {r[11]}, {r[12]}, {r[13]}, "
-        f"PYAMX_FORM_{r[14]}, PYAMX_PREFIX_{r[15]}, {r[16]}, {r[17]}, {r[18]}, {r[19]}, {r[20]}}},"
+        f"PYAMX_FORM_{r[14]}, PYAMX_PREFIX_{r[15]}, {r[16]}, {r[17]}, {r[18]}, {r[19]}, {r[20]}, {r[21]}, {r[22]}, {r[23]}, {r[24]}}},"
         for r in fields)
     slot = (lambda enc: "{" + ", ".join(f"PYAMX_OPERAND_{v}" for v in _operand_slots(enc)) + "}")
     operands = "\n".join(f"    [PYAMX_OP_{i.mnemonic}] = {{{slot(i.encoding)}, {slot(i.imm_encoding)}}},"
@@ -473,11 +478,14 @@ def traits_header_text(isa) -> str:
  *
  * PYAMX_FOR_EACH_OP(X) calls X(mnemonic, kind, a_format, b_format,
  * acc_format, a_signed, b_signed, lanes, prefix, map, pp, w, l, opcode,
- * form, imm_prefix, imm_map, imm_pp, imm_w, imm_l, imm_opcode) once per
- * row, in table order; pyamx_op_traits[] holds the same fields by op id.
- * A format of NONE: the row has no such operand; an imm_prefix of NONE:
- * no imm8 form. pyamx_op_names[] and pyamx_op_operands[] (what each
- * instruction field holds, per encoding) are what the trap decoder reads.
+ * form, imm_prefix, imm_map, imm_pp, imm_w, imm_l, imm_opcode, feature_leaf,
+ * feature_subleaf, feature_reg, feature_bit) once per row, in table order;
+ * pyamx_op_traits[] holds the same fields by op id. A format of NONE: the
+ * row has no such operand; an imm_prefix of NONE: no imm8 form. The feature
+ * is the CPUID bit the row needs: CPUID.(leaf, subleaf) register
+ * feature_reg (0 EAX, 1 EBX, 2 ECX, 3 EDX), bit feature_bit.
+ * pyamx_op_names[] and pyamx_op_operands[] (what each instruction field
+ * holds, per encoding) are what the trap decoder reads.
  */
 #ifndef PYAMX_OP_TRAITS_H
 #define PYAMX_OP_TRAITS_H
@@ -512,6 +520,10 @@ struct pyamx_op_traits {{
     unsigned char imm_w;
     unsigned char imm_l;
     unsigned char imm_opcode;
+    unsigned char feature_leaf;    /* the CPUID feature bit the row needs */
+    unsigned char feature_subleaf;
+    unsigned char feature_reg;     /* 0 EAX, 1 EBX, 2 ECX, 3 EDX */
+    unsigned char feature_bit;
 }};
 
 static const struct pyamx_op_traits pyamx_op_traits[] = {{

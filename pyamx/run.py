@@ -83,16 +83,18 @@ class RunStats(tuple):
     A named tuple (written out: ``typing`` and ``collections`` cost start-up time) of
     processes (that loaded the preload, exec'd programs included), installed (of those,
     with the trap installed), requests (ARCH_REQ_XCOMP_PERM calls answered), granted,
-    counts (mnemonic -> emulated instructions), seconds (mnemonic -> time in the handler)
-    and why (the last reason a process could not install the trap).
+    counts (mnemonic -> emulated instructions), seconds (mnemonic -> time in the handler),
+    why (the last reason a process could not install the trap) and complemented (processes
+    on AMX silicon with the complement mode installed: it emulates the AMX extensions the
+    CPU lacks, docs/run.md).
     """
 
     __slots__ = ()
-    _fields = ("processes", "installed", "requests", "granted", "counts", "seconds", "why")
+    _fields = ("processes", "installed", "requests", "granted", "counts", "seconds", "why", "complemented")
 
     def __new__(cls, processes: int, installed: int, requests: int, granted: int, counts: dict,
-                seconds: dict, why: str):
-        return tuple.__new__(cls, (processes, installed, requests, granted, counts, seconds, why))
+                seconds: dict, why: str, complemented: int = 0):
+        return tuple.__new__(cls, (processes, installed, requests, granted, counts, seconds, why, complemented))
 
     def __repr__(self) -> str:
         return "RunStats(" + ", ".join(f"{k}={v!r}" for k, v in zip(self._fields, self)) + ")"
@@ -104,6 +106,7 @@ class RunStats(tuple):
     counts = property(lambda self: self[4])
     seconds = property(lambda self: self[5])
     why = property(lambda self: self[6])
+    complemented = property(lambda self: self[7])
 
     @property
     def total(self) -> int:
@@ -170,12 +173,15 @@ def read_stats(path: str) -> RunStats:
                 counts[name] = int(buf.count[op])
                 seconds[name] = buf.ns[op] / 1e9
     return RunStats(int(buf.processes), int(buf.installed), int(buf.requests), int(buf.granted), counts,
-                    seconds, ffi.string(buf.why).decode(errors="replace"))
+                    seconds, ffi.string(buf.why).decode(errors="replace"), int(buf.complemented))
 
 
 def format_stats(stats: RunStats) -> str:
-    lines = [f"pyamx run: {stats.total} AMX instructions emulated in {stats.processes} process(es)"
-             f" ({stats.requests} permission request(s))"]
+    requests = "" if stats.complemented and not stats.installed else f" ({stats.requests} permission request(s))"
+    lines = [f"pyamx run: {stats.total} AMX instructions emulated in {stats.processes} process(es){requests}"]
+    if stats.complemented:
+        lines.append(f"  on AMX silicon: {stats.complemented} process(es) ran AMX on the CPU and had only the "
+                     "extensions it lacks emulated (the complement mode)")
     for name in sorted(stats.counts, key=lambda n: -stats.counts[n]):
         n, s = stats.counts[name], stats.seconds[name]
         lines.append(f"  {name:<12} {n:>12}  {s * 1e3:10.3f} ms in the handler  ({s / n * 1e6:.2f} us each)")
@@ -190,6 +196,9 @@ def nothing_emulated_message(stats: RunStats) -> Optional[str]:
         return ("pyamx run: the preload library never loaded: the program is statically linked, setuid, "
                 "or cleared LD_PRELOAD; nothing was emulated")
     if stats.installed == 0 and stats.why == "silicon":
+        if stats.complemented:
+            return ("pyamx run: this CPU has usable AMX: the program ran on silicon and used none of the AMX "
+                    "extensions this CPU lacks, which pyamx run would have emulated (the complement mode)")
         return "pyamx run: this CPU has usable AMX: the program ran on silicon and nothing was emulated"
     if stats.installed == 0:
         return f"pyamx run: emulation could not be installed ({stats.why or 'see above'}); nothing was emulated"

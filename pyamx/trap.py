@@ -247,8 +247,13 @@ def emulate_process() -> str:
     instruction before its own permission request still dies with SIGILL,
     as on silicon. Cannot be undone; sets ``PR_SET_NO_NEW_PRIVS``. Idempotent.
 
-    Returns ``"silicon"`` where the CPU has usable AMX (nothing is
-    installed: the real instructions run), ``"preload"`` under ``pyamx
+    Returns ``"silicon"`` where the CPU has usable AMX and every AMX
+    extension pyamx knows (nothing is installed: the real instructions
+    run), ``"complement"`` where it has usable AMX but lacks some extensions
+    (AMX-FP8, AMX-COMPLEX, AMX-MOVRS on a Sapphire Rapids): the real
+    instructions and the real kernel interface run, and only the missing
+    extensions' instructions are emulated, on the tile registers the kernel
+    saved in the signal frame (docs/run.md), ``"preload"`` under ``pyamx
     run`` (its library already does all of it), ``"emulated"`` otherwise;
     :class:`~pyamx.errors.BackendError` with the reason where it is
     impossible. Code that checks CPUID or XGETBV itself still sees no AMX.
@@ -257,10 +262,18 @@ def emulate_process() -> str:
     if reason:
         raise BackendError(reason)
     ffi, lib = _load_or_backend_error()
-    if lib.pyamx_trap_cpu_has_amx():
-        return "silicon"
     if _preload_active():
         return "preload"
+    if lib.pyamx_trap_cpu_has_amx():
+        if lib.pyamx_trap_complementing():
+            return "complement"
+        rc = lib.pyamx_trap_install_complement()
+        if rc == lib.PYAMX_TRAP_E_HAS_AMX:
+            return "silicon"
+        if rc != 0:
+            raise BackendError(f"the complement mode cannot be installed: "
+                               f"{ffi.string(lib.pyamx_trap_strerror(rc)).decode()}")
+        return "complement"
     rc = lib.pyamx_trap_install()
     if rc != 0:
         raise BackendError(f"AMX emulation cannot be installed: {ffi.string(lib.pyamx_trap_strerror(rc)).decode()}")

@@ -60,7 +60,8 @@ def test_emulate_process_serves_another_modules_permission_request_and_tiles(amx
     code += CALL.format(lib=str(amx_lib), path=path, what="basic")
     proc = python(code)
     assert proc.returncode == 0, proc.stderr
-    assert ("mode silicon" if _cpu_has_amx() else "mode emulated") in proc.stdout
+    # On AMX silicon that lacks a newer extension, the complement mode emulates just that one.
+    assert any(f"mode {m}" in proc.stdout for m in (("silicon", "complement") if _cpu_has_amx() else ("emulated",)))
     check_blocks(proc.stdout, ["main0", "main1"])
 
 

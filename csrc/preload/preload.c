@@ -161,9 +161,17 @@ __attribute__((constructor)) static void preload_init(void)
     int32_t rc = pyamx_trap_install();
     if (rc == PYAMX_TRAP_E_HAS_AMX) {
         /* Real AMX here: the program's instructions and arch_prctl run on
-         * silicon.  Recorded for pyamx run's report, not printed per process. */
+         * silicon, and the complement mode emulates the extensions this CPU
+         * lacks, if any.  Recorded for pyamx run's report, not printed per
+         * process. */
         if (g_stats && !g_stats->why[0])
             memcpy(g_stats->why, "silicon", sizeof "silicon");
+        if (pyamx_trap_install_complement() == PYAMX_TRAP_OK) {
+            add32(&g_stats->complemented);
+            pyamx_trap_thread_prepare();
+            if (g_stats || g_verbose)
+                trap_set_observer(observe);
+        }
         return;
     }
     if (rc != PYAMX_TRAP_OK) {

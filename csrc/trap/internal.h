@@ -18,7 +18,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-/* Op ids 0..N_OPS-1, every row of the table (plus PYAMX_OP_NONE). */
+/* Op ids 0..N_OPS-1, every row of the table (plus PYAMX_OP_NONE); counters are indexed by id. */
 #define N_OPS ((int)(sizeof pyamx_op_traits / sizeof pyamx_op_traits[0]))
 
 static inline int32_t trap_tid(void) { return (int32_t)syscall(SYS_gettid); }
@@ -46,6 +46,14 @@ struct tile_state {
     /* tsrc2 widened to fp32 once per instruction: [k][even/odd][n].  Lives
      * here rather than on the (alternate) signal stack. */
     uint32_t bconv[16][2][16];
+    /* tsrc1 as it was, while a complex dot product runs the fp16 one on a
+     * rearranged copy in its place (semantics.c, complex_rows). */
+    uint8_t saved_src1[16][64];
+    /* complement mode: the handler already made the kernel enlarge this
+     * thread's FPU state once for the fault being retried */
+    uint8_t enlarge_tried;
+    /* a row instruction's result, for the handler to put into zmm<zdst> */
+    uint8_t zmm[64];
     uint8_t palette;
     uint8_t start_row;
     uint8_t rows[8];
@@ -86,6 +94,34 @@ enum { EXEC_OK = 0, EXEC_UD = 1, EXEC_GP = 2 };
 /* Performs one decoded, permitted instruction on st; on EXEC_UD/EXEC_GP the
  * rule that failed is appended to m. */
 int trap_execute(struct tile_state *st, const struct pyamx_trap_insn *in, struct msg *m);
+
+/* ---- complement.c: on AMX silicon, the missing extensions only ---- */
+
+#include <ucontext.h>
+
+enum { COMPLEMENT_LOADED = 0, COMPLEMENT_RETRY = 1, COMPLEMENT_NO_FRAME = 2 };
+
+/* From install: frame offsets and the ops this CPU lacks; their count. */
+int complement_setup(void);
+/* 1 when op is one the CPU lacks and this mode emulates. */
+int complement_emulates(int op);
+/* 1 when the kernel granted this process XTILEDATA (the real arch_prctl). */
+int complement_permitted(void);
+/* The interrupted tile registers (from the signal frame) into st:
+ * COMPLEMENT_LOADED; COMPLEMENT_RETRY after making the kernel enlarge the
+ * thread's FPU state (return and let the instruction fault again);
+ * COMPLEMENT_NO_FRAME when the frame cannot carry tile state. */
+int complement_load(ucontext_t *uc, struct tile_state *st);
+/* st's tiles and start_row back into the frame, restored at sigreturn. */
+void complement_store(ucontext_t *uc, const struct tile_state *st);
+
+/* ---- rows.c: AMX-AVX512's row instructions, into 64 bytes for a zmm ---- */
+
+int trap_do_row(struct tile_state *st, const struct pyamx_trap_insn *in, uint8_t out[64], struct msg *m);
+
+/* ---- fp8.c: the AMX-FP8 dot products (exact K-sum, one rounding) ---- */
+
+void trap_dp_fp8_rows(struct tile_state *st, int d, int s1, int s2, int a_hf8, int b_hf8);
 
 /* ---- simd.c: AVX2 dot products, bit-identical to the scalar ones ---- */
 

@@ -1,6 +1,6 @@
 /* Instruction semantics of the trap mode (docs/semantics.md sections 1 and 2):
- * the tile configuration rules, loads and stores, and the six dot products
- * on a thread's emulated tile state.  Called by the SIGILL handler for an
+ * the tile configuration rules, loads and stores, and the dot products on
+ * a thread's emulated tile state (AMX-FP8's in fp8.c).  Called by the SIGILL handler for an
  * instruction that decoded and is permitted; every rule that silicon
  * enforces with #UD or #GP is checked here and reported through the
  * message.
@@ -289,6 +289,38 @@ static void int8_rows(struct tile_state *st, int d, int s1, int s2, int s1_signe
         dp_int8_rows(st, d, s1, s2, s1_signed, s2_signed);
 }
 
+static void float_rows(struct tile_state *st, int d, int s1, int s2, int fp16)
+{
+    unsigned int saved = _mm_getcsr();
+    _mm_setcsr(TRAP_MXCSR);
+    if (!trap_simd_enabled() || trap_simd_dp_float(st, d, s1, s2, fp16) != 0)
+        dp_float_rows(st, d, s1, s2, fp16);
+    _mm_setcsr(saved);
+}
+
+/* AMX-COMPLEX through the fp16 dot product (docs/semantics.md, AMX-COMPLEX):
+ * its two accumulators take a_im * b_re and a_re * b_im (TCMMIMFP16PS) or
+ * a_re * b_re and -a_im * b_im (TCMMRLFP16PS), and TDPFP16PS's take
+ * a_lo * b_lo and a_hi * b_hi; fp32 addition is commutative, so TDPFP16PS
+ * on tsrc1 with its halves swapped (IM) or its high half negated (RL, the
+ * fp16 sign flipped before conversion, as the pseudo-code does) gives the
+ * same bits, NaN choices included (first operand of each FMA: the a
+ * value). tsrc1 is rearranged in place and put back afterwards. */
+static void complex_rows(struct tile_state *st, int d, int s1, int s2, int real)
+{
+    int M = st->rows[s1], K = st->colsb[s1] / 4;
+    memcpy(st->saved_src1, st->tiles[s1], sizeof st->saved_src1);
+    for (int m = 0; m < M; m++) {
+        for (int k = 0; k < K; k++) {
+            uint8_t *p = &st->tiles[s1][m][4 * k];
+            uint32_t w = rd32(p);
+            wr32(p, real ? w ^ 0x80000000u : (w >> 16) | (w << 16));
+        }
+    }
+    float_rows(st, d, s1, s2, 1);
+    memcpy(st->tiles[s1], st->saved_src1, sizeof st->saved_src1);
+}
+
 static int do_dot(struct tile_state *st, const struct pyamx_trap_insn *in, struct msg *m)
 {
     int d = in->tdst, s1 = in->tsrc1, s2 = in->tsrc2;
@@ -338,21 +370,25 @@ static int do_dot(struct tile_state *st, const struct pyamx_trap_insn *in, struc
         return EXEC_UD;
     }
 
-    switch (in->op) {
-    case PYAMX_OP_TDPBF16PS:
-    case PYAMX_OP_TDPFP16PS: {
-        unsigned int saved = _mm_getcsr();
-        _mm_setcsr(TRAP_MXCSR);
-        int fp16 = in->op == PYAMX_OP_TDPFP16PS;
-        if (!trap_simd_enabled() || trap_simd_dp_float(st, d, s1, s2, fp16) != 0)
-            dp_float_rows(st, d, s1, s2, fp16);
-        _mm_setcsr(saved);
+    /* The row's operand formats (pyamx/isa.py, through the generated
+     * traits) pick the arithmetic; only the two complex rows, which share
+     * their formats, are told apart by id. */
+    const struct pyamx_op_traits *t = &pyamx_op_traits[in->op];
+    switch (t->a_format) {
+    case PYAMX_FMT_BF16:
+    case PYAMX_FMT_FP16:
+        float_rows(st, d, s1, s2, t->a_format == PYAMX_FMT_FP16);
         break;
-    }
-    case PYAMX_OP_TDPBSSD: int8_rows(st, d, s1, s2, 1, 1); break;
-    case PYAMX_OP_TDPBSUD: int8_rows(st, d, s1, s2, 1, 0); break;
-    case PYAMX_OP_TDPBUSD: int8_rows(st, d, s1, s2, 0, 1); break;
-    case PYAMX_OP_TDPBUUD: int8_rows(st, d, s1, s2, 0, 0); break;
+    case PYAMX_FMT_CFP16:
+        complex_rows(st, d, s1, s2, in->op == PYAMX_OP_TCMMRLFP16PS);
+        break;
+    case PYAMX_FMT_BF8:
+    case PYAMX_FMT_HF8:
+        trap_dp_fp8_rows(st, d, s1, s2, t->a_format == PYAMX_FMT_HF8, t->b_format == PYAMX_FMT_HF8);
+        break;
+    default:
+        int8_rows(st, d, s1, s2, t->a_signed, t->b_signed);
+        break;
     }
     zero_tail(st, d, st->rows[d], st->colsb[d]);
     st->start_row = 0;
@@ -381,6 +417,8 @@ int trap_execute(struct tile_state *st, const struct pyamx_trap_insn *in, struct
         return EXEC_OK;
     case PYAMX_OP_TILELOADD:
     case PYAMX_OP_TILELOADDT1:
+    case PYAMX_OP_TILELOADDRS:   /* AMX-MOVRS: a read-shared hint, the same load */
+    case PYAMX_OP_TILELOADDRST1:
         if (need_configured(st, m) || need_memory_tile(st, "tdest", in->tdst, m))
             return EXEC_UD;
         do_tileloadd(st, in->tdst, in->addr, in->stride);
@@ -390,18 +428,23 @@ int trap_execute(struct tile_state *st, const struct pyamx_trap_insn *in, struct
             return EXEC_UD;
         do_tilestored(st, in->tsrc1, in->addr, in->stride);
         return EXEC_OK;
-    case PYAMX_OP_TDPBF16PS:
-    case PYAMX_OP_TDPFP16PS:
-    case PYAMX_OP_TDPBSSD:
-    case PYAMX_OP_TDPBSUD:
-    case PYAMX_OP_TDPBUSD:
-    case PYAMX_OP_TDPBUUD:
+    default:
+        break;
+    }
+    /* The rest by the row's kind (pyamx/isa.py through the generated traits):
+     * do_dot picks the arithmetic by the operand formats. */
+    switch (in->op > 0 && in->op < N_OPS ? pyamx_op_traits[in->op].kind : PYAMX_KIND_NONE) {
+    case PYAMX_KIND_DOT_PAIRS:
+    case PYAMX_KIND_DOT_QUADS:
+    case PYAMX_KIND_DOT_COMPLEX:
         return do_dot(st, in, m);
+    case PYAMX_KIND_ROW:
+        return trap_do_row(st, in, st->zmm, m); /* the handler writes st->zmm into zmm<zdst> */
     default:
         /* A row the decoder knows (it reads the whole table) but whose
          * arithmetic this mode has no code for: refused, never run as
          * another instruction. */
-        m_str(m, "decoded, but the trap mode does not emulate this instruction yet");
+        m_str(m, "decoded, but the trap mode does not emulate this instruction");
         return EXEC_UD;
     }
 }

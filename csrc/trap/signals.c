@@ -32,7 +32,10 @@ static int32_t g_installed;  /* handler installed at least once */
 static int32_t g_permission; /* emulated ARCH_REQ_XCOMP_PERM; process-wide like the kernel's */
 static uint64_t g_count;
 static uint64_t g_op_count[N_OPS];
-static int32_t g_chain_tid; /* thread currently inside a chained SIGILL handler */
+/* The thread inside a chained handler for a *sent* SIGILL, and the frame it
+ * was called from (see pass_on_sigill). */
+static int32_t g_chain_tid;
+static uintptr_t g_chain_frame;
 
 static trap_observer_fn g_observer;
 
@@ -83,6 +86,7 @@ const char *pyamx_trap_strerror(int32_t code)
     case PYAMX_TRAP_E_SIGACTION: return "sigaction(SIGILL) failed";
     case PYAMX_TRAP_E_NOT_ACTIVE: return "trap emulation is not installed";
     case PYAMX_TRAP_E_TABLE_FULL: return "the per-thread tile state table is full";
+    case PYAMX_TRAP_E_NO_SILICON: return "the CPU has no usable AMX for the complement mode to complement";
     default: return "unknown trap error";
     }
 }
@@ -162,14 +166,26 @@ static void pass_on_sigill(siginfo_t *si, void *ctx, int fault)
     chain_get(&prev);
     /* A previous handler that re-raises (faulthandler does) may land back
      * here if it restored this handler as its own "previous"; the second
-     * time round, take the default action instead of looping. */
-    int nested = __atomic_load_n(&g_chain_tid, __ATOMIC_ACQUIRE) == me;
+     * time round, take the default action instead of looping. Only a sent
+     * SIGILL (raise, kill) can loop that way, and only from inside the
+     * chained call, so deeper on the stack than the frame that made it: a
+     * handler that left by siglongjmp (a CPU-feature probe) leaves a stale
+     * mark that a later SIGILL, in a frame no deeper, ignores. A fault is
+     * always handed on, nested or not, as silicon hands a SA_NODEFER
+     * handler its own faults. */
+    uintptr_t frame = (uintptr_t)__builtin_frame_address(0);
+    int nested = !fault && __atomic_load_n(&g_chain_tid, __ATOMIC_ACQUIRE) == me &&
+                 frame < __atomic_load_n(&g_chain_frame, __ATOMIC_ACQUIRE);
 
     if (!nested && !trap_is_ours(&prev) && !is_dfl_or_ign(&prev)) {
         greg_t rip_before = uc->uc_mcontext.gregs[REG_RIP];
-        __atomic_store_n(&g_chain_tid, me, __ATOMIC_RELEASE);
+        if (!fault) {
+            __atomic_store_n(&g_chain_frame, frame, __ATOMIC_RELEASE);
+            __atomic_store_n(&g_chain_tid, me, __ATOMIC_RELEASE);
+        }
         call_handler(&prev, SIGILL, si, ctx);
-        __atomic_store_n(&g_chain_tid, 0, __ATOMIC_RELEASE);
+        if (!fault)
+            __atomic_store_n(&g_chain_tid, 0, __ATOMIC_RELEASE);
         if (fault && uc->uc_mcontext.gregs[REG_RIP] == rip_before) {
             /* The previous handler returned without moving RIP: on
              * silicon the instruction would fault forever.  Die instead
@@ -268,6 +284,94 @@ __attribute__((noinline)) static void emit_refusal(int op, uint64_t rip, struct 
     m_emit(&m);
 }
 
+static int32_t g_complement; /* 1: complement mode (complement.c), else the full trap mode */
+
+/* A row instruction's zmm result into the interrupted context; 0 when done
+ * (or not a row instruction), else the frame cannot carry it (no AVX-512
+ * state) and m says so. */
+static int put_zmm(ucontext_t *uc, const struct pyamx_trap_insn *in, const struct tile_state *st, struct msg *m)
+{
+    if (pyamx_op_traits[in->op].kind != PYAMX_KIND_ROW || pyamx_trap_set_zmm(uc, in->zdst, st->zmm) == 0)
+        return 0;
+    m_prefix(m, in->op, (uint64_t)uc->uc_mcontext.gregs[REG_RIP]);
+    m_str(m, "cannot emulate: the signal frame carries no AVX-512 state for the zmm result -> SIGILL");
+    m_emit(m);
+    return -1;
+}
+
+static void count_done(const struct pyamx_trap_insn *in, uint64_t rip, trap_observer_fn observer, uint64_t t0)
+{
+    __atomic_fetch_add(&g_count, 1, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&g_op_count[in->op], 1, __ATOMIC_RELAXED);
+    if (observer)
+        observer(in, rip, now_ns() - t0);
+}
+
+/* The complement mode's SIGILL: a #UD (ILL_ILLOPN) at an instruction of an
+ * extension this CPU lacks, with the AMX permission the real kernel granted.
+ * Anything else is the program's own SIGILL, passed on untouched: an XFD
+ * fault (ILL_ILLOPC, no permission) of an instruction the CPU has, a #UD of
+ * an illegal form, any other instruction. */
+static void complement_handler(siginfo_t *si, ucontext_t *uc, trap_observer_fn observer, uint64_t t0)
+{
+    struct msg m;
+    greg_t *g = uc->uc_mcontext.gregs;
+    uint64_t rip = (uint64_t)g[REG_RIP];
+    uint64_t gpr[16];
+    struct pyamx_trap_insn in;
+    if (si->si_code != ILL_ILLOPN) {
+        pass_on_sigill(si, uc, 1);
+        return;
+    }
+    load_gprs(g, gpr);
+    int32_t len = pyamx_trap_decode((const uint8_t *)(uintptr_t)rip, 15, gpr, rip, &in);
+    if (len <= 0 || !complement_emulates(in.op)) {
+        pass_on_sigill(si, uc, 1);
+        return;
+    }
+    if (!complement_permitted()) {
+        m_prefix(&m, in.op, rip);
+        m_str(&m, "no AMX permission (arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) was not "
+                  "called) -> SIGILL as on silicon");
+        m_emit(&m);
+        pass_on_sigill(si, uc, 1);
+        return;
+    }
+    struct tile_state *st = state_current();
+    if (st == NULL) {
+        m_prefix(&m, in.op, rip);
+        m_str(&m, "cannot emulate: all per-thread tile state slots are in use -> SIGILL");
+        m_emit(&m);
+        pass_on_sigill(si, uc, 1);
+        return;
+    }
+    int loaded = complement_load(uc, st);
+    if (loaded == COMPLEMENT_RETRY)
+        return; /* the kernel enlarged the FPU state: the instruction faults again, with room */
+    if (loaded != COMPLEMENT_LOADED) {
+        m_prefix(&m, in.op, rip);
+        m_str(&m, "cannot emulate: the signal frame carries no tile data -> SIGILL");
+        m_emit(&m);
+        pass_on_sigill(si, uc, 1);
+        return;
+    }
+    m.n = 0;
+    int r = trap_execute(st, &in, &m);
+    if (r == EXEC_OK && put_zmm(uc, &in, st, &m) != 0) {
+        pass_on_sigill(si, uc, 1);
+    } else if (r == EXEC_OK) {
+        complement_store(uc, st);
+        g[REG_RIP] = (greg_t)(rip + (uint64_t)len);
+        count_done(&in, rip, observer, t0);
+    } else if (r == EXEC_UD) {
+        emit_refusal(in.op, rip, &m, " -> #UD (SIGILL)");
+        pass_on_sigill(si, uc, 1);
+    } else {
+        emit_refusal(in.op, rip, &m, " -> #GP (SIGSEGV)");
+        deliver_sigsegv(uc);
+    }
+}
+
 void trap_handler(int sig, siginfo_t *si, void *vctx)
 {
     (void)sig;
@@ -280,6 +384,10 @@ void trap_handler(int sig, siginfo_t *si, void *vctx)
     if (si == NULL || si->si_code <= 0) {
         /* Sent by kill/raise/tgkill, not raised by an instruction. */
         pass_on_sigill(si, vctx, 0);
+        goto out;
+    }
+    if (__atomic_load_n(&g_complement, __ATOMIC_ACQUIRE)) {
+        complement_handler(si, uc, observer, t0);
         goto out;
     }
     greg_t *g = uc->uc_mcontext.gregs;
@@ -328,12 +436,11 @@ void trap_handler(int sig, siginfo_t *si, void *vctx)
     }
     m.n = 0;
     int r = trap_execute(st, &in, &m);
-    if (r == EXEC_OK) {
+    if (r == EXEC_OK && put_zmm(uc, &in, st, &m) != 0) {
+        pass_on_sigill(si, vctx, 1);
+    } else if (r == EXEC_OK) {
         g[REG_RIP] = (greg_t)(rip + (uint64_t)len);
-        __atomic_fetch_add(&g_count, 1, __ATOMIC_RELAXED);
-        __atomic_fetch_add(&g_op_count[in.op], 1, __ATOMIC_RELAXED);
-        if (observer)
-            observer(&in, rip, now_ns() - t0);
+        count_done(&in, rip, observer, t0);
     } else if (r == EXEC_UD) {
         emit_refusal(in.op, rip, &m, " -> #UD (SIGILL)");
         pass_on_sigill(si, vctx, 1);
@@ -447,6 +554,32 @@ int32_t pyamx_trap_install(void)
     return PYAMX_TRAP_OK;
 }
 
+int32_t pyamx_trap_install_complement(void)
+{
+    if (!pyamx_trap_cpu_has_amx())
+        return PYAMX_TRAP_E_NO_SILICON;
+    if (!cpu_has_fma())
+        return PYAMX_TRAP_E_NO_FMA;
+    if (complement_setup() == 0)
+        return PYAMX_TRAP_E_HAS_AMX;
+    pthread_once(&g_once, setup_once);
+    __atomic_store_n(&g_complement, 1, __ATOMIC_RELEASE);
+    int32_t r = install_now();
+    if (r < 0) {
+        __atomic_store_n(&g_complement, 0, __ATOMIC_RELEASE);
+        return r;
+    }
+    __atomic_store_n(&g_installed, 1, __ATOMIC_RELEASE);
+    return PYAMX_TRAP_OK;
+}
+
+int32_t pyamx_trap_complementing(void) { return __atomic_load_n(&g_complement, __ATOMIC_ACQUIRE); }
+
+int32_t pyamx_trap_complement_emulates(int32_t op)
+{
+    return pyamx_trap_complementing() && complement_emulates(op);
+}
+
 int32_t pyamx_trap_ensure_installed(void)
 {
     if (!__atomic_load_n(&g_installed, __ATOMIC_ACQUIRE))
@@ -480,6 +613,7 @@ int32_t pyamx_trap_uninstall(void)
         trap_raw_sigaction(SIGILL, &prev, NULL);
     }
     __atomic_store_n(&g_permission, 0, __ATOMIC_RELEASE);
+    __atomic_store_n(&g_complement, 0, __ATOMIC_RELEASE);
     trap_unlock();
     return PYAMX_TRAP_OK;
 }

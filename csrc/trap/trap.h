@@ -31,7 +31,8 @@ enum pyamx_trap_status {
     PYAMX_TRAP_E_NO_FMA = -3,     /* CPU/OS lacks FMA+AVX */
     PYAMX_TRAP_E_SIGACTION = -4,
     PYAMX_TRAP_E_NOT_ACTIVE = -5, /* pyamx_trap_install() not called */
-    PYAMX_TRAP_E_TABLE_FULL = -6  /* no free per-thread tile state slot */
+    PYAMX_TRAP_E_TABLE_FULL = -6, /* no free per-thread tile state slot */
+    PYAMX_TRAP_E_NO_SILICON = -7  /* complement mode: the CPU has no usable AMX to complement */
 };
 
 /* What pyamx_trap_guard_state() reports (see guard.c). */
@@ -73,6 +74,21 @@ struct pyamx_trap_insn {
     int32_t imm8;
     uint32_t row;
 };
+
+/* ---- complement mode (complement.c, signals.c) ---- */
+
+/* On a CPU with usable AMX: installs the SIGILL handler for the AMX
+ * instructions of the extensions this CPU lacks (AMX-FP8, AMX-COMPLEX,
+ * AMX-MOVRS on a Sapphire Rapids), which it emulates on the tile registers
+ * saved in the signal frame; everything else runs on silicon, arch_prctl
+ * included. PYAMX_TRAP_E_NO_SILICON without usable AMX (the full trap mode,
+ * pyamx_trap_install, is the one there); PYAMX_TRAP_E_HAS_AMX when the CPU
+ * has every extension pyamx knows (nothing to complement). */
+int32_t pyamx_trap_install_complement(void);
+/* 1 when the handler installed is the complement mode's. */
+int32_t pyamx_trap_complementing(void);
+/* 1 when the complement mode emulates op on this CPU. */
+int32_t pyamx_trap_complement_emulates(int32_t op);
 
 /* ---- decode.c: the pure decoder ---- */
 
@@ -179,6 +195,8 @@ struct pyamx_run_stats {
     uint32_t requests;     /* emulated ARCH_REQ_XCOMP_PERM calls */
     uint32_t granted;      /* of those, answered 0 */
     uint32_t xcomp_calls;  /* all emulated arch_prctl calls */
+    uint32_t complemented; /* of the processes, on AMX silicon with the missing extensions emulated */
+    uint32_t reserved;
     uint64_t count[64];    /* emulated instructions, by enum pyamx_op */
     uint64_t ns[64];       /* time in the handler, by enum pyamx_op */
     char why[256];         /* the last reason a process could not install the trap */
