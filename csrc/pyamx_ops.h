@@ -12,7 +12,7 @@
 
 /* Instruction ids: the trap decoder's results, the dot-product op of
  * pyamx_dp_oneshot()/pyamx_tdp(), and the ids pyamx/isa.py reads from lib.
- * Dot products are the contiguous range TDPBF16PS..TDPBUUD. */
+ * Dot products are the contiguous range TDPBF16PS..TDPHF8PS. */
 enum pyamx_op {
     PYAMX_OP_NONE = 0,
     PYAMX_OP_LDTILECFG = 1,
@@ -27,7 +27,11 @@ enum pyamx_op {
     PYAMX_OP_TDPBSSD = 10,
     PYAMX_OP_TDPBSUD = 11,
     PYAMX_OP_TDPBUSD = 12,
-    PYAMX_OP_TDPBUUD = 13
+    PYAMX_OP_TDPBUUD = 13,
+    PYAMX_OP_TDPBF8PS = 14,
+    PYAMX_OP_TDPBHF8PS = 15,
+    PYAMX_OP_TDPHBF8PS = 16,
+    PYAMX_OP_TDPHF8PS = 17
 };
 
 #endif

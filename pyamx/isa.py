@@ -376,6 +376,11 @@ TABLE: Tuple[Instruction, ...] = (
     _dot("TDPBSUD", PP_F3, 0x5E, "AMX-INT8", "int8", "int8", "uint8", "int32", matmul=True),
     _dot("TDPBUSD", PP_66, 0x5E, "AMX-INT8", "int8", "uint8", "int8", "int32", matmul=True),
     _dot("TDPBUUD", PP_NP, 0x5E, "AMX-INT8", "int8", "uint8", "uint8", "int32", matmul=True),
+    # AMX-FP8: VEX map 5, four fp8 values per dword
+    _dot("TDPBF8PS", PP_NP, 0xFD, "AMX-FP8", "fp8", "bf8", "bf8", "fp32", matmul=True, map=5),
+    _dot("TDPBHF8PS", PP_F2, 0xFD, "AMX-FP8", "fp8", "bf8", "hf8", "fp32", matmul=True, map=5),
+    _dot("TDPHBF8PS", PP_F3, 0xFD, "AMX-FP8", "fp8", "hf8", "bf8", "fp32", matmul=True, map=5),
+    _dot("TDPHF8PS", PP_66, 0xFD, "AMX-FP8", "fp8", "hf8", "hf8", "fp32", matmul=True, map=5),
 )
 
 
