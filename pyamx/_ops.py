@@ -22,7 +22,7 @@ def _function(insn: isa.Instruction):
     """The public function of one dot product, generated from its pyamx.isa row."""
     name, group, check = insn.name, insn.group, emulator.operands
     c_view = np.float32 if insn.is_float else np.int32
-    bits = (np.uint32, np.uint16) if insn.is_float else (np.int32, np.uint8)
+    bits = (np.uint32, np.dtype(insn.ab_dtype).newbyteorder("=")) if insn.is_float else (np.int32, np.uint8)
     dot_operands, resolve_backend, resolve_engine = _validate.dot_operands, _backend.resolve, _engine.resolve
 
     def fn(c, a, b, *, backend=None, engine=None) -> AMXResult:
@@ -30,7 +30,7 @@ def _function(insn: isa.Instruction):
         chosen = resolve_backend(backend, group, engine=engine)
         if chosen is _EMULATOR:
             # The SDM numerics on the engine (compiled when available); one instruction is K <= 16 dwords.
-            return run_one(name, resolve_engine(engine), c, a, b, *shape)
+            return run_one(name, resolve_engine(engine, op=name), c, a, b, *shape)
         from . import native
 
         c, a, b = c.view(bits[0]), a.view(bits[1]), b.view(bits[1])

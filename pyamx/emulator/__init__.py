@@ -60,7 +60,7 @@ def _function(insn: isa.Instruction):
     if insn.is_float:
         def fn(c, a, b, *, numerics="sdm", engine=None) -> AMXResult:
             c, a, b, shape = dot_operands(operands, name, c, a, b)
-            return run_one(name, resolve_engine(engine, numerics), c, a, b, *shape)
+            return run_one(name, resolve_engine(engine, numerics, op=name), c, a, b, *shape)
     else:
         def fn(c, a, b, *, engine=None) -> AMXResult:
             c, a, b, shape = dot_operands(operands, name, c, a, b)
