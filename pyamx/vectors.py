@@ -114,6 +114,17 @@ def generate(seed: int, per_class: int = 4, instructions=tuple(INSTRUCTIONS)) ->
                 b = rng.integers(0, 256, (k, 4 * n), dtype=np.uint8)
                 c = rng.integers(-(2**31), 2**31, (m, n), dtype=np.int64).astype(np.int32)
                 cases.append(Case(mnemonic, f"random bytes {m}x{k}x{n}", c, a, b))
+        for insn in isa.DOTS:
+            if insn.is_float and insn.a_format.width == 8 and insn.name in instructions:
+                # fp8 codes, a fifth of them the formats' specials (denormals, zeros, infinities, NaNs)
+                a = rng.integers(0, 256, (m, 4 * k), dtype=np.uint8)
+                b = rng.integers(0, 256, (k, 4 * n), dtype=np.uint8)
+                a_special = np.array(insn.a_format.special_values, np.uint8)
+                b_special = np.array(insn.b_format.special_values, np.uint8)
+                a = np.where(rng.random(a.shape) < 0.2, rng.choice(a_special, a.shape), a).astype(np.uint8)
+                b = np.where(rng.random(b.shape) < 0.2, rng.choice(b_special, b.shape), b).astype(np.uint8)
+                c = rng.integers(0, 2**32, (m, n), dtype=np.uint64).astype(np.uint32)
+                cases.append(Case(insn.name, f"random fp8 codes {m}x{k}x{n}", c, a, b))
     return cases
 
 

@@ -25,12 +25,19 @@ static const char *const op_names[] = {
     [PYAMX_OP_TDPBSUD] = "TDPBSUD",
     [PYAMX_OP_TDPBUSD] = "TDPBUSD",
     [PYAMX_OP_TDPBUUD] = "TDPBUUD",
+    /* Named, not decoded: the trap mode executes ids below N_OPS only; AMX-FP8 (VEX map 5) is not
+     * its instruction set, so those bytes pass on as SIGILL, as on a CPU without AMX-FP8. */
+    [PYAMX_OP_TDPBF8PS] = "TDPBF8PS",
+    [PYAMX_OP_TDPBHF8PS] = "TDPBHF8PS",
+    [PYAMX_OP_TDPHBF8PS] = "TDPHBF8PS",
+    [PYAMX_OP_TDPHF8PS] = "TDPHF8PS",
 };
-_Static_assert(sizeof(op_names) / sizeof(op_names[0]) == N_OPS, "one name per enum pyamx_op id");
+#define N_OP_NAMES ((int32_t)(sizeof(op_names) / sizeof(op_names[0])))
+_Static_assert(N_OP_NAMES == PYAMX_OP_TDPHF8PS + 1 && N_OP_NAMES >= N_OPS, "one name per enum pyamx_op id");
 
 const char *pyamx_trap_op_name(int32_t op)
 {
-    if (op < 0 || op >= N_OPS)
+    if (op < 0 || op >= N_OP_NAMES)
         return "(unknown)";
     return op_names[op];
 }
