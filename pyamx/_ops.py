@@ -1,7 +1,8 @@
 """The public one-instruction functions, dispatched to a backend.
 
 One function per dot product of :mod:`pyamx.isa`, generated from its row:
-``tdpbf16ps``, ``tdpfp16ps``, ``tdpbssd``, ``tdpbsud``, ``tdpbusd``, ``tdpbuud``.
+``tdpbf16ps``, ``tdpfp16ps``, ``tdpbssd``, ``tdpbsud``, ``tdpbusd``, ``tdpbuud`` and the
+AMX-FP8 ``tdpbf8ps``, ``tdpbhf8ps``, ``tdphbf8ps``, ``tdphf8ps``.
 """
 
 from __future__ import annotations
@@ -62,6 +63,18 @@ if TYPE_CHECKING:  # the functions export_functions generates, as type checkers 
 
     def tdpbuud(c: ArrayInput, a: ArrayInput, b: ArrayInput, *, backend: str | None = None,
                 engine: str | None = None) -> AMXResult: ...
+
+    def tdpbf8ps(c: ArrayInput, a: ArrayInput, b: ArrayInput, *, backend: str | None = None,
+                 engine: str | None = None) -> AMXResult: ...
+
+    def tdpbhf8ps(c: ArrayInput, a: ArrayInput, b: ArrayInput, *, backend: str | None = None,
+                  engine: str | None = None) -> AMXResult: ...
+
+    def tdphbf8ps(c: ArrayInput, a: ArrayInput, b: ArrayInput, *, backend: str | None = None,
+                  engine: str | None = None) -> AMXResult: ...
+
+    def tdphf8ps(c: ArrayInput, a: ArrayInput, b: ArrayInput, *, backend: str | None = None,
+                 engine: str | None = None) -> AMXResult: ...
 
 
 def tile_machine(*, backend: str | None = None, numerics: str | Numerics = "sdm",

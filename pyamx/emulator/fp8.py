@@ -148,8 +148,7 @@ def _specials(a_kind, a_zero, a_neg, b_kind, b_zero, b_neg):
     b_fin_pos, b_fin_neg = (b_kind == _FINITE) & ~b_zero & ~b_neg, (b_kind == _FINITE) & ~b_zero & b_neg
     i = _indicator
     inf_times_zero = i(a_any_inf) @ i(b_zero) + i(a_zero) @ i(b_any_inf)
-    a_pos, a_neg_all = a_inf | a_fin_pos, a_minf | a_fin_neg  # positive / negative non-zero, non-NaN
-    b_pos, b_neg_all = b_inf | b_fin_pos, b_minf | b_fin_neg
+    b_pos, b_neg_all = b_inf | b_fin_pos, b_minf | b_fin_neg  # positive / negative non-zero, non-NaN
     pos_inf = i(a_inf) @ i(b_pos) + i(a_fin_pos) @ i(b_inf) + i(a_minf) @ i(b_neg_all) + i(a_fin_neg) @ i(b_minf)
     neg_inf = i(a_inf) @ i(b_neg_all) + i(a_fin_pos) @ i(b_minf) + i(a_minf) @ i(b_pos) + i(a_fin_neg) @ i(b_inf)
     return inf_times_zero > 0, pos_inf > 0, neg_inf > 0
