@@ -90,6 +90,11 @@ HAND = [
     ("tdpbf8ps", 0x3F800000, [(0x0E, 0, 0, 0)], [(0x0C, 0, 0, 0)], 0x3F800001),
     # 1 + 3 * 2^-24 is a tie between 1 + 2^-23 and 1 + 2^-22: to even 1 + 2^-22 (BF8 0x10 = 2^-11)
     ("tdpbf8ps", 0x3F800000, [(0x0E, 0, 0, 0)], [(0x10, 0, 0, 0)], 0x3F800002),
+    # 2^30 + 2^6 + 2^-32: just above the tie between 2^30 and 2^30 + 2^7 -> up. The sum spans 62 bits,
+    # so a float64 sum before the fp32 rounding would lose 2^-32 and round the tie to even 2^30
+    ("tdpbf8ps", 0, [(0x78, 0x54, 0x01, 0)], [(0x78, 0x3C, 0x01, 0)], 0x4E800001),
+    # 2^30 + 2^6 - 2^-32: just below the tie -> down
+    ("tdpbf8ps", 0, [(0x78, 0x54, 0x81, 0)], [(0x78, 0x3C, 0x01, 0)], 0x4E800000),
     # inf * 0 -> default NaN
     ("tdpbf8ps", 0, [(0x7C, 0, 0, 0)], [(0x00, 0, 0, 0)], 0xFFC00000),
     # +inf + -inf inside one sum -> default NaN
