@@ -190,6 +190,16 @@ def _bochs_pairwise(c, a_values, b_values):
     return _ieee_add(c, _round_value(_ieee_add(even, odd)))
 
 
+def formats(mnemonic: str):
+    """(A format, B format) read off the mnemonic: the letters between TDP and F8PS, B = BF8, H = HF8,
+    one letter naming both (TDPBF8PS, TDPBHF8PS, TDPHBF8PS, TDPHF8PS)."""
+    name = mnemonic.lower()
+    if not (name.startswith("tdp") and name.endswith("f8ps")):
+        raise ValueError(mnemonic)
+    letters = [{"b": "bf8", "h": "hf8"}[x] for x in name[3:-4]]
+    return (letters[0], letters[-1])
+
+
 def dot(c, a, b, a_fmt: str, b_fmt: str, **options):
     """A whole instruction: c (M, N) fp32 bits, a (M, 4K) codes, b (K, 4N) quad-interleaved codes -> (M, N) bits."""
     m, n = len(c), len(c[0])
