@@ -772,13 +772,30 @@ static int run(const struct eng_variant *v, int kind, int op, const void *a, int
     return slow ? PYAMX_ENGINE_E_SLOW : flag_set(cancel) ? PYAMX_ENGINE_E_CANCELLED : PYAMX_ENGINE_OK;
 }
 
+/* The operand formats the packing and the loops above know. Any other row (AMX-FP8's bf8/hf8)
+ * would be widened as if it were fp16 and give garbage, so the entries refuse it (E_ARG);
+ * pyamx/engine.py sends those rows to the numpy engine before ever calling here. */
+static int engine_implements(const struct pyamx_op_traits *t)
+{
+    switch (t->a_format) {
+    case PYAMX_FMT_BF16:
+    case PYAMX_FMT_FP16:
+    case PYAMX_FMT_INT8:
+    case PYAMX_FMT_UINT8:
+        return t->b_format == t->a_format || (t->acc_format == PYAMX_FMT_INT32 &&
+                                              (t->b_format == PYAMX_FMT_INT8 || t->b_format == PYAMX_FMT_UINT8));
+    default:
+        return 0;
+    }
+}
+
 /* The checks both entries make: A is m rows of a_row bytes, B is b_rows rows of b_row bytes,
  * floats 2-byte aligned, and the output overlaps nothing it reads. */
 static int check_operands(const struct pyamx_op_traits *t, const void *a, int64_t lda, int64_t a_row, const void *b, int64_t ldb,
                           int64_t b_rows, int64_t b_row, const uint32_t *c_in, int64_t ldc_in,
                           const uint32_t *c_out, int64_t ldc_out, int64_t m, int64_t n)
 {
-    if (!t || !a || !b || !c_out)
+    if (!t || !engine_implements(t) || !a || !b || !c_out)
         return 0;
     if (m < 1 || n < 1 || b_rows < 1 || m > (1 << 30) || n > (1 << 30) || b_rows > (1 << 30))
         return 0;

@@ -55,7 +55,8 @@ class Plan:
 # -- operands ---------------------------------------------------------------------------
 
 #: kinds whose operands may be given as floats, each then rounded once (nearest even) to the kind
-ROUNDED_KINDS = tuple(g for g in KINDS if all(f.is_float for f in isa.VIEWS.group_formats[g]))
+#: (16-bit formats only: an fp8 operand comes as fp8 codes, uint8 bits or ml_dtypes' float8 arrays)
+ROUNDED_KINDS = tuple(g for g in KINDS if all(f.is_float and f.width == 16 for f in isa.VIEWS.group_formats[g]))
 #: the float dtypes rounded for the caller: float64 too (Python floats, lists), rounded directly, not via float32
 ROUNDED_DTYPES = ("float32", "float64")
 
@@ -78,7 +79,7 @@ def _operand(x, name: str, kind) -> _Operand:
         if fmt is None:
             raise TypeError(
                 f"matmul: {name} has dtype {dtype}; expected bf16 (uint16/int16 bits or ml_dtypes.bfloat16), "
-                "float16, int8 or uint8" + (f", or {dtype} with kind='bf16' or kind='fp16' to round it once"
+                "float16, int8, uint8, ml_dtypes.float8_e5m2 (bf8) or ml_dtypes.float8_e4m3fn (hf8)" + (f", or {dtype} with kind='bf16' or kind='fp16' to round it once"
                                             if dtype in ROUNDED_DTYPES else "")
             )
     else:
@@ -305,6 +306,9 @@ def matmul(a: ArrayInput, b: ArrayInput, c: ArrayInput | None = None, *, kind: s
     - float16 -> float32 via TDPFP16PS (pass ``kind="fp16"`` to give fp16 as uint16/int16 bits);
     - int8/uint8 -> int32 via TDPBSSD/TDPBSUD/TDPBUSD/TDPBUUD, chosen by the signedness
       of a's and b's dtypes;
+    - fp8 (``ml_dtypes.float8_e5m2`` as BF8, ``ml_dtypes.float8_e4m3fn`` as HF8, either on
+      either side) -> float32 via TDPBF8PS/TDPBHF8PS/TDPHBF8PS/TDPHF8PS on the numpy engine
+      (``kind="fp8"`` reads uint8 operands as BF8 bits);
     - float32 or float64 (Python floats) with ``kind="bf16"`` or ``kind="fp16"``: each such
       operand is rounded once, directly, to that format (nearest even, as
       :func:`pyamx.bf16.from_float32`) and the product runs as above; the result's
@@ -329,7 +333,7 @@ def matmul(a: ArrayInput, b: ArrayInput, c: ArrayInput | None = None, *, kind: s
     numerics = _numerics.resolve(numerics)
     call = check(a, b, c, kind=kind)
     chosen = _backend.resolve(backend, call.family, numerics=numerics, engine=engine)
-    eng = None if chosen == "native" else _engine.resolve(engine, numerics)
+    eng = None if chosen == "native" else _engine.resolve(engine, numerics, op=call.mnemonic)
     # Every check is done: only now are float operands rounded and anything copied.
     a_bits, b_bits = _bits_of(call.a), _bits_of(call.b)
     view = np.float32 if isa.get(call.mnemonic).is_float else np.int32

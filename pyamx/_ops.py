@@ -1,7 +1,8 @@
 """The public one-instruction functions, dispatched to a backend.
 
 One function per dot product of :mod:`pyamx.isa`, generated from its row:
-``tdpbf16ps``, ``tdpfp16ps``, ``tdpbssd``, ``tdpbsud``, ``tdpbusd``, ``tdpbuud``.
+``tdpbf16ps``, ``tdpfp16ps``, ``tdpbssd``, ``tdpbsud``, ``tdpbusd``, ``tdpbuud`` and the
+AMX-FP8 ``tdpbf8ps``, ``tdpbhf8ps``, ``tdphbf8ps``, ``tdphf8ps``.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ def _function(insn: isa.Instruction):
     """The public function of one dot product, generated from its pyamx.isa row."""
     name, group, check = insn.name, insn.group, emulator.operands
     c_view = np.float32 if insn.is_float else np.int32
-    bits = (np.uint32, np.uint16) if insn.is_float else (np.int32, np.uint8)
+    bits = (np.uint32, np.dtype(insn.ab_dtype).newbyteorder("=")) if insn.is_float else (np.int32, np.uint8)
     dot_operands, resolve_backend, resolve_engine = _validate.dot_operands, _backend.resolve, _engine.resolve
 
     def fn(c, a, b, *, backend=None, engine=None) -> AMXResult:
@@ -30,7 +31,7 @@ def _function(insn: isa.Instruction):
         chosen = resolve_backend(backend, group, engine=engine)
         if chosen is _EMULATOR:
             # The SDM numerics on the engine (compiled when available); one instruction is K <= 16 dwords.
-            return run_one(name, resolve_engine(engine), c, a, b, *shape)
+            return run_one(name, resolve_engine(engine, op=name), c, a, b, *shape)
         from . import native
 
         c, a, b = c.view(bits[0]), a.view(bits[1]), b.view(bits[1])
@@ -62,6 +63,18 @@ if TYPE_CHECKING:  # the functions export_functions generates, as type checkers 
 
     def tdpbuud(c: ArrayInput, a: ArrayInput, b: ArrayInput, *, backend: str | None = None,
                 engine: str | None = None) -> AMXResult: ...
+
+    def tdpbf8ps(c: ArrayInput, a: ArrayInput, b: ArrayInput, *, backend: str | None = None,
+                 engine: str | None = None) -> AMXResult: ...
+
+    def tdpbhf8ps(c: ArrayInput, a: ArrayInput, b: ArrayInput, *, backend: str | None = None,
+                  engine: str | None = None) -> AMXResult: ...
+
+    def tdphbf8ps(c: ArrayInput, a: ArrayInput, b: ArrayInput, *, backend: str | None = None,
+                  engine: str | None = None) -> AMXResult: ...
+
+    def tdphf8ps(c: ArrayInput, a: ArrayInput, b: ArrayInput, *, backend: str | None = None,
+                 engine: str | None = None) -> AMXResult: ...
 
 
 def tile_machine(*, backend: str | None = None, numerics: str | Numerics = "sdm",

@@ -53,6 +53,10 @@ _KINDS = {"avx512": "PYAMX_ENGINE_AVX512", "avx2": "PYAMX_ENGINE_AVX2", "portabl
 _SIMD = {"avx512": "AVX-512", "avx2": "AVX2+FMA", "portable": "none (plain C)", "numpy": "numpy"}
 #: op name -> (values per dword, float op), from the instruction table
 OPS = {insn.name: (insn.lanes, insn.is_float) for insn in isa.DOTS}
+#: kernel groups the compiled engines implement (csrc/engine.c refuses any other row); the
+#: rest (AMX-FP8) run on the numpy engine only
+COMPILED_GROUPS = frozenset({"bf16", "fp16", "int8"})
+NUMPY_ONLY = frozenset(insn.name for insn in isa.DOTS if insn.group not in COMPILED_GROUPS)
 BLOCK_DWORDS = 16  # K dwords per tile instruction (tmul_maxk)
 
 
@@ -441,14 +445,18 @@ def _concrete(name: str, source: str) -> Engine:
     return engine
 
 
-def resolve(name=None, numerics="sdm") -> Engine:
+def resolve(name=None, numerics="sdm", op=None) -> Engine:
     """The engine a call runs on. ``name``: None (``PYAMX_ENGINE``, default auto) or one of :data:`NAMES`.
 
     ``numerics`` (a preset name or :class:`~pyamx.Numerics`): compiled
     engines implement only the default ``"sdm"``; for other numerics
     ``auto`` and ``PYAMX_ENGINE`` give ``numpy``, a compiled engine named
-    by the ``name`` argument raises ValueError.
+    by the ``name`` argument raises ValueError. ``op``: the dot product the
+    engine is for, where known; one no compiled engine implements
+    (:data:`NUMPY_ONLY`, the AMX-FP8 rows) gets ``numpy`` in the same way.
     """
+    if op in NUMPY_ONLY:
+        return numpy_for(op, name, numerics)
     key = name
     if numerics == "sdm" if isinstance(numerics, str) else numerics is _SDM:
         engine = _resolved.get(key)
@@ -457,6 +465,20 @@ def resolve(name=None, numerics="sdm") -> Engine:
         engine = _resolved[key] = _resolve(name, _SDM)
         return engine
     return _resolve(name, numerics)
+
+
+def numpy_for(op: str, name=None, numerics="sdm") -> Engine:
+    """The numpy engine for ``op``, which no compiled engine implements: ``auto`` and
+    ``PYAMX_ENGINE`` give it; naming a compiled engine for ``op`` raises ValueError."""
+    from .emulator.numerics import resolve as resolve_numerics
+
+    if name is not None and parse_name(name, "engine") in _KINDS:
+        insn = isa.get(op)
+        raise ValueError(
+            f"the {name} engine does not implement {insn.mnemonic} ({insn.feature.name}): only the numpy "
+            "engine computes it; use engine='numpy' or 'auto'"
+        )
+    return Engine("numpy", resolve_numerics(numerics))
 
 
 def _resolve(name, numerics) -> Engine:

@@ -307,6 +307,8 @@ class Instruction:
         """What a dot product does to its tiles, in one line (for docstrings and listings)."""
         if not self.is_dot:
             return self.kind
+        if self.is_float and self.lanes == 4:
+            return f"dst += src1 . src2 over {self.operand} quads, exact sum rounded once to fp32"
         if self.is_float:
             return f"dst += src1 . src2 over {self.operand} pairs, fp32 accumulation"
         s1, s2 = ("signed" if x else "unsigned" for x in self.signed)
@@ -557,6 +559,37 @@ _FLOAT_DOCS = {
     the GIL is released while the instructions run.
     """,
 }
+_FP8_DOCS = {
+    "function": """Run one {m}: a new (M, N) float32 array ``c + a . b`` over fp8 values; inputs are never modified.
+
+    ``c``: (M, N) float32, or uint32 taken as raw bits. ``a``: (M, 4K)
+    {fa} values ({da}); ``b``: (K, 4N) {fb} values ({db}) in the
+    quad-interleaved layout (row k holds ``b[4k .. 4k+3][n]`` for each n;
+    :func:`pyamx.layout.pack_quads`). uint8 arrays are fp8 bit patterns.
+    1 <= M, K, N <= 16. Per output element the products of the instruction
+    are summed exactly, rounded once to fp32 (nearest even) and added to C
+    once (docs/semantics.md, "AMX-FP8").
+
+    ``backend``: None for the process default (``PYAMX_BACKEND``), or
+    ``"auto"``, ``"native"`` (needs AMX-FP8), ``"emulator"``; the result's
+    ``.backend`` says which ran. ``engine``: the emulator's engine; only
+    ``"numpy"`` computes AMX-FP8, so None/``"auto"`` take it and a named
+    compiled engine raises ValueError. Other numerics (the ``fp8_*`` options
+    of :class:`pyamx.Numerics`): :func:`pyamx.emulator.{n}`.
+    """,
+    "emulator": """One {m} on arrays: returns a new (M, N) float32 array ``c + a . b`` over fp8 values.
+
+    ``c`` is (M, N) float32 (or uint32 raw bits), ``a`` (M, 4K) {fa}
+    ({da}) and ``b`` (K, 4N) {fb} ({db}), quad-interleaved (see
+    :func:`pyamx.layout.pack_quads`); 1 <= M, K, N <= 16. ``numerics`` is a
+    preset name or a :class:`Numerics` (its ``fp8_*`` fields apply). Inputs are never modified.
+    """,
+    "native": """One {m} on silicon (AMX-FP8): (M,N) uint32 fp32 bits + (M,4K) {fa} codes . (K,4N) {fb} quads.
+
+    Operands must already be validated and C-contiguous; returns a new (M,N)
+    array of the dtype of ``c_bits``.
+    """,
+}
 _INTEGER_DOCS = {
     "function": """Run one {m}: ``c`` (M, N) int32 + {s1} (M, 4K) ``a`` . {s2} (K, 4N) ``b``, wrapping.
 
@@ -584,7 +617,14 @@ def docstring(insn: Instruction, layer: str, table: Tuple[Instruction, ...] = TA
         return f"{m}: {insn.summary} ({insn.feature.name})."
     if layer == "native-method":
         return f"{m}: {insn.summary}, on silicon ({insn.feature.name})."
-    first = next(i for i in table if i.is_dot and i.is_float == insn.is_float)
+    first = next(i for i in table if i.is_dot and i.is_float == insn.is_float and i.lanes == insn.lanes)
+    if insn.is_float and insn.lanes == 4:
+        fa, fb = insn.a_format, insn.b_format
+        if insn is first:
+            return _FP8_DOCS[layer].format(m=m, n=n, fa=fa.name.upper(), fb=fb.name.upper(), da=_dtype_words(fa),
+                                           db=_dtype_words(fb))
+        return (f"{_LEADS[layer].format(m=m)} ({insn.feature.name}): as :func:`{first.name}` with "
+                f"{fa.name.upper()} ``a`` ({_dtype_words(fa)}) and {fb.name.upper()} ``b`` ({_dtype_words(fb)}).")
     if insn.is_float:
         f = insn.a_format
         if insn is first:
@@ -598,7 +638,7 @@ def docstring(insn: Instruction, layer: str, table: Tuple[Instruction, ...] = TA
 
 
 def _dtype_words(fmt: Format) -> str:
-    names = [("ml_dtypes." + d) if d == "bfloat16" else d for d in fmt.dtypes]
+    names = [("ml_dtypes." + d) if d in ("bfloat16", "float8_e5m2", "float8_e4m3fn") else d for d in fmt.dtypes]
     return ", ".join(names[:-1]) + " or " + names[-1]
 
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import _backend, emulator, isa
-from .emulator.numerics import NAN_RULES, STRUCTURES, TININESS, Numerics, resolve
+from .emulator.numerics import FP8_ACCUMS, FP8_NAN_RULES, NAN_RULES, STRUCTURES, TININESS, Numerics, resolve
 from .testing import operands
 
 
@@ -55,6 +55,29 @@ def _random_fp16(name: str, seed: int) -> Experiment:
 
     c = (rng.integers(0, 2, (16, 16), dtype=np.uint32) << 31) | np.uint32(0x3F000000) | rng.integers(0, 1 << 23, (16, 16), dtype=np.uint32)
     return Experiment(name, c.astype(np.uint32), halves((16, 32)), halves((16, 32)), "tdpfp16ps")
+
+
+def _fp8(name, c, a_quads, b_quads, instruction="tdpbf8ps") -> Experiment:
+    """One output element of an AMX-FP8 row: c bits, A as one (4 fp8 codes) dword per k, B one per k."""
+    return Experiment(name, np.array([[c]], np.uint32), np.array([[x for quad in a_quads for x in quad]], np.uint8),
+                      np.array([list(quad) for quad in b_quads], np.uint8), instruction)
+
+
+def _random_fp8(name: str, seed: int, instruction: str) -> Experiment:
+    """16x16x16 finite fp8 codes of the row's formats (NaN and infinity codes redrawn as zeros), C random normal."""
+    rng = np.random.default_rng(seed)
+    insn = isa.get(instruction)
+
+    def codes(shape, fmt):
+        x = rng.integers(0, 256, shape, dtype=np.uint8)
+        special = ((x >> fmt.mantissa) & ((1 << fmt.exponent) - 1)) == (1 << fmt.exponent) - 1
+        if fmt.specials == "nan-only":
+            special = (x & 0x7F) == 0x7F
+        return np.where(special, np.uint8(0), x).astype(np.uint8)
+
+    c = (rng.integers(0, 2, (16, 16), dtype=np.uint32) << 31) | np.uint32(0x3F000000) | rng.integers(0, 1 << 23, (16, 16), dtype=np.uint32)
+    return Experiment(name, c.astype(np.uint32), codes((16, 64), insn.a_format), codes((16, 64), insn.b_format),
+                      instruction)
 
 
 ONE = 0x3F80
@@ -141,6 +164,29 @@ EXPERIMENTS = {
         _one("fp16 2^-24 (denormal) * 1", 0, [(0x0001, 0)], [(HALF_ONE, 0)], "tdpfp16ps"),
         _one("fp16 -(2^-15 - 2^-24) (denormal) * 2^15", 0, [(0x83FF, 0)], [(0x7800, 0)], "tdpfp16ps"),
     ],
+    # AMX-FP8 (docs/semantics.md "AMX-FP8", the vectors of amx-family.md section 10.1). BF8 0x78 = 2^15,
+    # 0x3C = 1, 0x01 = 2^-16; HF8 0x78 = 2^8, 0x01 = 2^-9.
+    "fp8_accum": [
+        _fp8("BF8 2^15*2^15 + 1*1 - 2^15*2^15: exact 1, rounded 0", 0, [(0x78, 0x3C, 0xF8, 0)], [(0x78, 0x3C, 0x78, 0)]),
+        _fp8("HF8 2^8*2^8 + 2^-9*2^-9 - 2^8*2^8: exact 2^-18, rounded 0", 0, [(0x78, 0x01, 0xF8, 0)],
+             [(0x78, 0x01, 0x78, 0)], "tdphf8ps"),
+        _random_fp8("random BF8 16x16x16", 18, "tdpbf8ps"),
+        _random_fp8("random BF8 x HF8 16x16x16", 19, "tdpbhf8ps"),
+    ],
+    "fp8_input_daz": [
+        _fp8("BF8 2^-16 (denormal) * 2^-16", 0, [(0x01, 0, 0, 0)], [(0x01, 0, 0, 0)]),
+        _fp8("BF8 -(3*2^-16) (denormal) * HF8 1", 0, [(0x83, 0, 0, 0)], [(0x38, 0, 0, 0)], "tdpbhf8ps"),
+    ],
+    # a denormal C can only show through a zero sum (every non-zero sum is a multiple of 2^-32):
+    # -2^-149 + (+0) is kept, flushed to -0 (FTZ of the result) or read as -0 (DAZ on C: -0 + +0 = +0)
+    "fp8_ftz": [_fp8("C=-2^-149 (denormal), products 0", 0x80000001, [(0, 0, 0, 0)], [(0, 0, 0, 0)])],
+    "fp8_c_daz": [_fp8("C=-2^-149 (denormal), products 0", 0x80000001, [(0, 0, 0, 0)], [(0, 0, 0, 0)])],
+    "fp8_nan": [
+        _fp8("BF8 NaN 0x7D in A, C=0", 0, [(0x3C, 0x7D, 0, 0)], [(0x3C, 0x3C, 0, 0)]),
+        _fp8("C=NaN 0x7FC12345, finite products", 0x7FC12345, [(0x3C, 0, 0, 0)], [(0x3C, 0, 0, 0)]),
+        _fp8("HF8 NaN 0xFF in B, C=1", 0x3F800000, [(0x38, 0, 0, 0)], [(0xFF, 0, 0, 0)], "tdphf8ps"),
+        _fp8("inf * 0 and a NaN C", 0x7FC00001, [(0x7C, 0, 0, 0)], [(0, 0, 0, 0)]),
+    ],
 }
 
 _FLUSH_FP16 = "flush fp16 denormal inputs"  # a candidate the Numerics options do not have
@@ -156,10 +202,17 @@ CANDIDATES = {
     "nan": {n: dict(nan=n) for n in NAN_RULES},
     "fp16_structure": {s: dict(structure=s) for s in STRUCTURES},
     "fp16_denormals": {"honoured": {}, "flushed": {_FLUSH_FP16: True}},
+    "fp8_accum": {a: dict(fp8_accum=a) for a in FP8_ACCUMS},
+    "fp8_input_daz": {d: dict(fp8_input_daz=d) for d in (False, True)},
+    "fp8_ftz": {f: dict(fp8_ftz=f) for f in (False, True)},
+    "fp8_c_daz": {d: dict(fp8_c_daz=d) for d in (False, True)},
+    "fp8_nan": {n: dict(fp8_nan=n) for n in FP8_NAN_RULES},
 }
 
-
-_SETTLES = ("structure", "dest_daz", "input_daz", "tininess", "nan")  # points that are Numerics fields
+# input DAZ first: the accumulation experiments' random data holds BF8 denormals
+_FP8_FIELDS = ("fp8_input_daz", "fp8_accum", "fp8_ftz", "fp8_c_daz", "fp8_nan")
+# points that are Numerics fields (under DAZ on C the result's FTZ is unobservable: fp8_ftz stays open there)
+_SETTLES = ("structure", "dest_daz", "input_daz", "tininess", "nan") + _FP8_FIELDS
 
 
 @dataclass
@@ -202,7 +255,7 @@ def _points_for(backend) -> tuple:
 
 # The order points are settled in: each one's experiments depend only on points settled before.
 _ORDER = ("structure", "zero_signs", "dest_daz", "input_daz", "tininess", "products", "nan",
-          "fp16_structure", "fp16_denormals")
+          "fp16_structure", "fp16_denormals") + _FP8_FIELDS
 
 
 def probe(backend: str = "emulator", numerics=None) -> dict:
@@ -230,7 +283,11 @@ def probe(backend: str = "emulator", numerics=None) -> dict:
         results[point] = result
 
     complete = None
-    verdicts = {p: results[p].verdict for p in ("structure", "tininess", "dest_daz", "input_daz", "nan")}
+    # an fp8 point the backend cannot run (no AMX-FP8) leaves its field at the default
+    verdicts = {p: results[p].verdict if p in results else getattr(base, p)
+                for p in ("structure", "tininess", "dest_daz", "input_daz", "nan") + _FP8_FIELDS}
+    if verdicts["fp8_ftz"] is None and verdicts["fp8_c_daz"] is True:
+        verdicts["fp8_ftz"] = False  # unobservable under DAZ on C: either value gives the same bits
     if all(v is not None for v in verdicts.values()) and results["products"].verdict is not None:
         model = Numerics(**verdicts)
         if all(

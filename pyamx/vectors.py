@@ -114,7 +114,25 @@ def generate(seed: int, per_class: int = 4, instructions=tuple(INSTRUCTIONS)) ->
                 b = rng.integers(0, 256, (k, 4 * n), dtype=np.uint8)
                 c = rng.integers(-(2**31), 2**31, (m, n), dtype=np.int64).astype(np.int32)
                 cases.append(Case(mnemonic, f"random bytes {m}x{k}x{n}", c, a, b))
+    # a generator of their own, so the fp8 rows leave every older case's draws as they were
+    fp8_rng = np.random.default_rng([seed, 8])
+    for m, k, n in shapes(fp8_rng, 10):
+        for insn in isa.DOTS:
+            if insn.is_float and insn.a_format.width == 8 and insn.name in instructions:
+                cases.append(_fp8_case(fp8_rng, insn, m, k, n))
     return cases
+
+
+def _fp8_case(rng, insn, m: int, k: int, n: int) -> Case:
+    """Random fp8 codes, a fifth of them the formats' specials (denormals, zeros, infinities, NaNs)."""
+    a = rng.integers(0, 256, (m, 4 * k), dtype=np.uint8)
+    b = rng.integers(0, 256, (k, 4 * n), dtype=np.uint8)
+    a_special = np.array(insn.a_format.special_values, np.uint8)
+    b_special = np.array(insn.b_format.special_values, np.uint8)
+    a = np.where(rng.random(a.shape) < 0.2, rng.choice(a_special, a.shape), a).astype(np.uint8)
+    b = np.where(rng.random(b.shape) < 0.2, rng.choice(b_special, b.shape), b).astype(np.uint8)
+    c = rng.integers(0, 2**32, (m, n), dtype=np.uint64).astype(np.uint32)
+    return Case(insn.name, f"random fp8 codes {m}x{k}x{n}", c, a, b)
 
 
 def run_case(case: Case, backend: str) -> np.ndarray:

@@ -44,7 +44,9 @@ def test_a_row_claiming_an_existing_key_is_refused_naming_it(clash, key):
 def test_routing_follows_the_operand_formats():
     routes = {k: v.mnemonic for k, v in isa.MATMUL_ROUTES.items()}
     assert routes == {("bf16", "bf16"): "TDPBF16PS", ("fp16", "fp16"): "TDPFP16PS", ("int8", "int8"): "TDPBSSD",
-                      ("int8", "uint8"): "TDPBSUD", ("uint8", "int8"): "TDPBUSD", ("uint8", "uint8"): "TDPBUUD"}
+                      ("int8", "uint8"): "TDPBSUD", ("uint8", "int8"): "TDPBUSD", ("uint8", "uint8"): "TDPBUUD",
+                      ("bf8", "bf8"): "TDPBF8PS", ("bf8", "hf8"): "TDPBHF8PS", ("hf8", "bf8"): "TDPHBF8PS",
+                      ("hf8", "hf8"): "TDPHF8PS"}
 
 
 # What every consumer chose, printed by a child Python (the table is fixed at import).

@@ -18,7 +18,7 @@ def test_bench_json_on_tiny_sizes(capsys):
     captured = capsys.readouterr()
     report = json.loads(captured.out)
     families = {r["family"] for r in report["results"]}
-    assert families == {"bf16", "fp16", "int8"}
+    assert families == {"bf16", "fp16", "int8", "fp8"}
     for r in report["results"]:
         assert r["size"] in (8, 3) and r["seconds"] > 0 and r["numpy_seconds"] > 0
         assert r["ratio"] == pytest.approx(r["seconds"] / r["numpy_seconds"])

@@ -291,7 +291,7 @@ def test_threads_have_their_own_tile_state(native):
 def test_available_by_family(native):
     from pyamx import detect
 
-    for family in ("bf16", "int8", "fp16"):
+    for family in ("bf16", "int8", "fp16", "fp8"):
         assert native.available(family)[0] == (family in detect.report().kernels)
     with pytest.raises(ValueError):
-        native.available("fp8")
+        native.available("fp4")

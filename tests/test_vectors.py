@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import reference
+import reference_fp8
 from pyamx import vectors
 from pyamx.vectors import VectorFileError
 
@@ -132,6 +133,9 @@ def test_committed_vectors_agree_with_the_independent_reference(path):
             want = reference.tdpbf16ps(case.c.astype(np.uint32), case.a, case.b)
         elif case.instruction == "tdpfp16ps":
             want = reference.tdpfp16ps(case.c.astype(np.uint32), case.a, case.b)
+        elif case.instruction.endswith("f8ps"):
+            want = reference_fp8.dot(case.c.astype(np.uint32).tolist(), case.a.tolist(), case.b.tolist(),
+                                     *reference_fp8.formats(case.instruction))
         else:
             # signedness from the reference, not from pyamx.isa: the recorded bits are checked against it
             want = reference.tdpb_int8(*reference.int8_signedness(case.instruction), case.c, case.a, case.b)

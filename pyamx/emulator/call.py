@@ -14,7 +14,8 @@ from .. import isa
 from .._result import AMXResult, new_result, tag
 
 #: name -> (result dtype, c bits dtype, a/b bits dtype)
-_DTYPES = {insn.name: ((np.float32, np.uint32, np.uint16) if insn.is_float else (np.int32, np.int32, np.uint8))
+_DTYPES = {insn.name: ((np.float32, np.uint32, np.dtype(insn.ab_dtype).newbyteorder("=")) if insn.is_float
+                       else (np.int32, np.int32, np.uint8))
            for insn in isa.DOTS}
 _RUNS: dict = {}  # (compiled Engine, name) -> its tile_call: a few engines per process
 

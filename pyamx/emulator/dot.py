@@ -37,7 +37,8 @@ from .onetile import one_tile
 BLOCK_DWORDS = 16
 #: outputs of one instruction (16 x 16): the most onetile.one_tile is given (its products are K x 2 x M x N)
 _ONE_TILE = 256
-_FLOAT_OPS = tuple(insn.name for insn in isa.DOTS if insn.is_float)
+_FP8_OPS = {insn.name: insn for insn in isa.DOTS if insn.group == "fp8"}
+_FLOAT_OPS = tuple(insn.name for insn in isa.DOTS if insn.is_float and insn.name not in _FP8_OPS)
 _ONE_TILE_STRUCTURES = ("sdm", "straight")
 
 #: output elements per row chunk: bounds the temporaries of one step (a few MiB)
@@ -466,6 +467,13 @@ def engine_dot(op_name: str, c_bits, a, b_vnni, k_dwords: int, threads: int, num
     block's result. Returns (M, N) uint32 bits or int32.
     """
     m, n = c_bits.shape
+    if op_name in _FP8_OPS:
+        if a.shape != (m, 4 * k_dwords) or b_vnni.shape != (k_dwords, 4 * n):
+            raise ValueError(f"engine_dot: shapes a {a.shape}, b {b_vnni.shape}, c {c_bits.shape} do not match Kd={k_dwords}")
+        from . import fp8
+
+        return fp8.dot(_FP8_OPS[op_name], _words(c_bits, np.uint32), a.view(np.uint8).reshape(m, k_dwords, 4),
+                       b_vnni.view(np.uint8).reshape(k_dwords, n, 4), numerics)
     if (k_dwords <= BLOCK_DWORDS and m * n <= _ONE_TILE and op_name in _FLOAT_OPS
             and numerics.structure in _ONE_TILE_STRUCTURES
             and a.shape == (m, 2 * k_dwords) and b_vnni.shape == (k_dwords, 2 * n)):

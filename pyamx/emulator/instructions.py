@@ -14,6 +14,7 @@ import numpy as np
 from .. import isa
 from .._fpenv import default_fpenv
 from ..bf16 import widen_bits
+from . import fp8
 from .dot import float_dot, integer_dot
 from .numerics import Numerics
 
@@ -60,12 +61,28 @@ def tdpb_int8(mnemonic: str, c: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.
     return integer_dot(c.view(np.int32), _lanes(a, 4), _lanes(b, 4))
 
 
+def fp8_dot(name: str):
+    """The AMX-FP8 dot product ``name`` as ``f(c, a, b, numerics)``: c (M, N) fp32 bits, a (M, 4K) and
+    b (K, 4N) fp8 codes (b quad-interleaved) -> (M, N) fp32 bits (pyamx.emulator.fp8)."""
+    insn = isa.get(name)
+
+    @default_fpenv
+    def run(c: np.ndarray, a: np.ndarray, b: np.ndarray, numerics: Numerics) -> np.ndarray:
+        return fp8.dot(insn, np.asarray(c).view(np.uint32), _lanes(a.view(np.uint8), 4), _lanes(b.view(np.uint8), 4),
+                       numerics)
+
+    run.__name__ = name
+    return run
+
+
 def compute(name: str):
     """The arithmetic of dot product ``name`` as ``f(c, a, b, numerics) -> out``.
 
     The integer ones ignore ``numerics`` (integer arithmetic has no open point).
     """
     insn = isa.get(name)
+    if insn.group == "fp8":
+        return fp8_dot(name)
     if insn.is_float:
         return _FLOAT_PAIRS[insn.a_format.name]
     return lambda c, a, b, numerics=None: tdpb_int8(name, c, a, b)

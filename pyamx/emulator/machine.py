@@ -47,6 +47,7 @@ class TileMachine:
     def __init__(self, numerics="sdm", engine=None):
         self.numerics = resolve(numerics)
         self._engine = _engine.resolve(engine, self.numerics)
+        self._engine_request = engine  # the rows no compiled engine implements resolve their own (_engine_for)
         self.engine = self._engine.name
         self._config = TileConfig()
         self._tiles = np.zeros((NUM_TILES, MAX_ROWS, MAX_COLSB), dtype=np.uint8)
@@ -146,7 +147,7 @@ class TileMachine:
         tiles = self._tiles
         run = self._runs.get(name, False)
         if run is False:
-            run = self._runs[name] = self._engine.tile_call(name)
+            run = self._runs[name] = self._engine_for(name).tile_call(name)
         # The new tile is built aside (a compiled engine's output may not overlap its inputs);
         # its bytes past N*4 and rows past M stay zero.
         out = np.zeros((MAX_ROWS, MAX_COLSB // 4), dtype=np.uint32)
@@ -160,10 +161,17 @@ class TileMachine:
             c = tiles[dst, :m, : 4 * n].view(c_dtype)
             a = tiles[src1, :m, : 4 * k].view(ab_dtype)
             b = tiles[src2, :k, : 4 * n].view(ab_dtype)
-            out[:m, :n] = self._engine.dot(name, c, a, b, k).view(np.uint32)
+            out[:m, :n] = self._engine_for(name).dot(name, c, a, b, k).view(np.uint32)
         tiles[dst] = out.view(np.uint8)
         if config.start_row:
             self._config = config.with_start_row(0)
+
+    def _engine_for(self, name):
+        """The machine's engine, or for a row only the numpy engine computes (AMX-FP8) that one
+        (ValueError where the machine was built with a compiled engine named explicitly)."""
+        if name in _engine.NUMPY_ONLY and self._engine.compiled:
+            return _engine.resolve(self._engine_request, self.numerics, op=name)
+        return self._engine
 
     @staticmethod
     def _check_dot(name, config, dst, src1, src2):

@@ -12,6 +12,8 @@ from dataclasses import dataclass, fields, replace
 STRUCTURES = ("sdm", "straight", "fused_pair", "wide")
 TININESS = ("after", "before")
 NAN_RULES = ("x86", "default", "canonical")
+FP8_ACCUMS = ("exact_ksum", "bochs_pairwise")
+FP8_NAN_RULES = ("default", "propagate")
 
 
 @dataclass(frozen=True)
@@ -46,6 +48,30 @@ class Numerics:
         a, b, acc; add32(x, y): x, y); an invalid operation (inf*0, inf-inf)
         gives the x86 default NaN 0xFFC00000. ``"default"``: every NaN result
         is 0xFFC00000. ``"canonical"``: every NaN result is 0x7FC00000.
+
+    The ``fp8_*`` fields are the open points of the AMX-FP8 dot products
+    (TDPBF8PS and kin, docs/semantics.md "AMX-FP8"); the fields above do not
+    apply to them, nor these to the other rows.
+
+    fp8_accum
+        ``"exact_ksum"`` (default; clang's pseudo-code, GCC's reference): the
+        exact sum of the instruction's products, rounded once to fp32 (RNE),
+        then ``C + t`` rounded once. ``"bochs_pairwise"`` (Bochs): products in
+        fp32, per dword (p0 + p1) and (p2 + p3) rounded, added into even and
+        odd fp32 accumulators, then even + odd, then ``C +`` that.
+    fp8_input_daz
+        ``False`` (default): fp8 denormals are used as they are. ``True``:
+        BF8 denormals count as zeros of their sign (Bochs widens through
+        fp16 under DAZ; HF8 denormals are fp16 normals there and stay).
+    fp8_c_daz
+        ``False`` (default): a denormal C is used as is. ``True``: as a zero of its sign.
+    fp8_ftz
+        ``False`` (default): a denormal result is kept. ``True``: flushed to the zero of its sign.
+    fp8_nan
+        ``"default"`` (default, GCC's reference): every NaN result is
+        0xFFC00000. ``"propagate"``: the first NaN operand value (in K order,
+        A's before B's in a lane), else a NaN C, widened to fp32 and quieted;
+        an invalid operation alone (inf * 0, inf - inf) gives 0xFFC00000.
     """
 
     structure: str = "sdm"
@@ -53,13 +79,19 @@ class Numerics:
     dest_daz: bool = True
     input_daz: bool = True
     nan: str = "x86"
+    fp8_accum: str = "exact_ksum"
+    fp8_input_daz: bool = False
+    fp8_c_daz: bool = False
+    fp8_ftz: bool = False
+    fp8_nan: str = "default"
 
     def __post_init__(self):
-        for name, allowed in (("structure", STRUCTURES), ("tininess", TININESS), ("nan", NAN_RULES)):
+        for name, allowed in (("structure", STRUCTURES), ("tininess", TININESS), ("nan", NAN_RULES),
+                              ("fp8_accum", FP8_ACCUMS), ("fp8_nan", FP8_NAN_RULES)):
             value = getattr(self, name)
             if value not in allowed:
                 raise ValueError(f"Numerics.{name} must be one of {allowed}, got {value!r}")
-        for name in ("dest_daz", "input_daz"):
+        for name in ("dest_daz", "input_daz", "fp8_input_daz", "fp8_c_daz", "fp8_ftz"):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"Numerics.{name} must be a bool, got {getattr(self, name)!r}")
 
