@@ -291,6 +291,7 @@ static int kernel_family(const struct pyamx_op_traits *t)
     switch (t->a_format) {
     case PYAMX_FMT_BF16: return PYAMX_KERNEL_BF16;
     case PYAMX_FMT_FP16: return PYAMX_KERNEL_FP16;
+    case PYAMX_FMT_CFP16: return PYAMX_KERNEL_COMPLEX;
     case PYAMX_FMT_INT8:
     case PYAMX_FMT_UINT8: return PYAMX_KERNEL_INT8;
     default: return 0;

@@ -12,7 +12,7 @@
 
 /* Instruction ids: the trap decoder's results, the dot-product op of
  * pyamx_dp_oneshot()/pyamx_tdp(), and the ids pyamx/isa.py reads from lib.
- * Dot products are the contiguous range TDPBF16PS..TDPBUUD. */
+ * Dot products are the contiguous range TDPBF16PS..TCMMRLFP16PS. */
 enum pyamx_op {
     PYAMX_OP_NONE = 0,
     PYAMX_OP_LDTILECFG = 1,
@@ -27,7 +27,9 @@ enum pyamx_op {
     PYAMX_OP_TDPBSSD = 10,
     PYAMX_OP_TDPBSUD = 11,
     PYAMX_OP_TDPBUSD = 12,
-    PYAMX_OP_TDPBUUD = 13
+    PYAMX_OP_TDPBUUD = 13,
+    PYAMX_OP_TCMMIMFP16PS = 14,
+    PYAMX_OP_TCMMRLFP16PS = 15
 };
 
 #endif

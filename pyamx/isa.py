@@ -119,8 +119,10 @@ FORMAT_ROWS: Tuple[Format, ...] = (
            specials="nan-only", pad=0x80,
            special_values=(0x00, 0x80, 0x01, 0x81, 0x07, 0x08, 0x7E, 0xFE, 0x7F, 0xFF)),
     # AMX-COMPLEX: one complex number per dword, fp16 real part in the low half, imaginary in the high
-    Format("cfp16", "<u4", ("uint32", "complex64", "complex128"), call_dtype="<u4",
-           note="uint32 is taken as (imaginary << 16 | real) fp16 bit pairs", exponent=5, mantissa=10, bias=15,
+    Format("cfp16", "<u4", ("float16", "uint16", "int16", "uint32", "complex64", "complex128"), call_dtype="<f2",
+           note="float16/uint16/int16 as (real, imaginary) fp16 pairs, 2 per complex number (integers as bits); "
+                "uint32 as (imaginary << 16 | real) bit pairs; complex64/complex128 values, each part rounded to "
+                "fp16 by numpy (to nearest even)", exponent=5, mantissa=10, bias=15,
            denormals="kept", specials="inf-nan", components=2, pad=0,
            special_values=(0x00000000, 0x80008000, 0x7C000000, 0x00007C00, 0x7E000001, 0x00010001, 0x7BFF7BFF)),
 )
@@ -248,8 +250,8 @@ class Instruction:
 
     @property
     def lanes(self) -> Optional[int]:
-        """Operand values per dword."""
-        return None if self.a_format is None else 32 // self.a_format.width
+        """Operand values per dword (a complex pair counts its two fp16 halves: the tile layout is fp16's)."""
+        return None if self.a_format is None else 32 * self.a_format.components // self.a_format.width
 
     @property
     def signed(self) -> Optional[Tuple[bool, bool]]:
@@ -307,6 +309,9 @@ class Instruction:
         """What a dot product does to its tiles, in one line (for docstrings and listings)."""
         if not self.is_dot:
             return self.kind
+        if self.kind == "dot-complex":
+            part = "imaginary" if self.mnemonic == "TCMMIMFP16PS" else "real"
+            return f"dst += the {part} part of src1 . src2 over complex fp16 pairs, fp32 accumulation"
         if self.is_float:
             return f"dst += src1 . src2 over {self.operand} pairs, fp32 accumulation"
         s1, s2 = ("signed" if x else "unsigned" for x in self.signed)
@@ -376,6 +381,9 @@ TABLE: Tuple[Instruction, ...] = (
     _dot("TDPBSUD", PP_F3, 0x5E, "AMX-INT8", "int8", "int8", "uint8", "int32", matmul=True),
     _dot("TDPBUSD", PP_66, 0x5E, "AMX-INT8", "int8", "uint8", "int8", "int32", matmul=True),
     _dot("TDPBUUD", PP_NP, 0x5E, "AMX-INT8", "int8", "uint8", "uint8", "int32", matmul=True),
+    # AMX-COMPLEX: one complex fp16 number (real low, imaginary high) per dword
+    _dot("TCMMIMFP16PS", PP_66, 0x6C, "AMX-COMPLEX", "complex", "cfp16", "cfp16", "fp32"),
+    _dot("TCMMRLFP16PS", PP_NP, 0x6C, "AMX-COMPLEX", "complex", "cfp16", "cfp16", "fp32"),
 )
 
 

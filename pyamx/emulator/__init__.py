@@ -46,6 +46,10 @@ def operands(name: str, c, a, b) -> _validate.DotOperands:
     """Validate the operands of dot product ``name`` (dtypes, shapes) as the formats of its row require."""
     insn = isa.get(name)
     c = _validate.format_view(c, "c", name, insn.acc_format)
+    if insn.a_format.components > 1:
+        a = _validate.complex_pairs(a, "a", name, insn.a_format)
+        b = _validate.complex_pairs(b, "b", name, insn.b_format)
+        return _validate.check_dot_shapes(name, c, a, b, insn.lanes, "fp16 (real, imaginary)")
     a = _validate.format_view(a, "a", name, insn.a_format)
     b = _validate.format_view(b, "b", name, insn.b_format)
     element = insn.a_format.name if insn.a_format.is_float else "byte"
