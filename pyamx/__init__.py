@@ -43,6 +43,8 @@ if TYPE_CHECKING:
     from ._ops import tdpbsud as tdpbsud
     from ._ops import tdpbusd as tdpbusd
     from ._ops import tdpbuud as tdpbuud
+    from ._ops import tcmmimfp16ps as tcmmimfp16ps
+    from ._ops import tcmmrlfp16ps as tcmmrlfp16ps
     from ._ops import tdpfp16ps as tdpfp16ps
     from ._ops import tile_machine as tile_machine
     from ._result import AMXResult as AMXResult

@@ -63,6 +63,12 @@ if TYPE_CHECKING:  # the functions export_functions generates, as type checkers 
     def tdpbuud(c: ArrayInput, a: ArrayInput, b: ArrayInput, *, backend: str | None = None,
                 engine: str | None = None) -> AMXResult: ...
 
+    def tcmmimfp16ps(c: ArrayInput, a: ArrayInput, b: ArrayInput, *, backend: str | None = None,
+                     engine: str | None = None) -> AMXResult: ...
+
+    def tcmmrlfp16ps(c: ArrayInput, a: ArrayInput, b: ArrayInput, *, backend: str | None = None,
+                     engine: str | None = None) -> AMXResult: ...
+
 
 def tile_machine(*, backend: str | None = None, numerics: str | Numerics = "sdm",
                  engine: str | None = None) -> TileMachine:

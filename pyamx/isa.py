@@ -281,8 +281,11 @@ class Instruction:
 
     @property
     def ab_dtype(self) -> Optional[str]:
-        """numpy dtype of the operands' bits as the tiles hold them."""
-        return None if self.a_format is None else self.a_format.bits
+        """numpy dtype of the operands' bits as the tiles hold them (one component's: a complex pair is two fp16)."""
+        if self.a_format is None:
+            return None
+        fmt = self.a_format
+        return fmt.bits if fmt.components == 1 else f"<u{fmt.width // fmt.components // 8}"
 
     @property
     def call_dtype(self) -> Optional[str]:

@@ -223,7 +223,7 @@ def test_op_ids_are_one_numbering_in_both_modules():
     except ImportError as exc:
         pytest.skip(f"pyamx._native is not built: {exc}")
     names = [n for n in dir(lib) if n.startswith("PYAMX_OP_")]
-    assert len(names) == 14
+    assert len(names) == 16
     assert {n: getattr(lib, n) for n in names} == {n: getattr(nlib, n) for n in names}
     for n in names:
         if n != "PYAMX_OP_NONE":

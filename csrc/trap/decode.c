@@ -25,6 +25,8 @@ static const char *const op_names[] = {
     [PYAMX_OP_TDPBSUD] = "TDPBSUD",
     [PYAMX_OP_TDPBUSD] = "TDPBUSD",
     [PYAMX_OP_TDPBUUD] = "TDPBUUD",
+    [PYAMX_OP_TCMMIMFP16PS] = "TCMMIMFP16PS",
+    [PYAMX_OP_TCMMRLFP16PS] = "TCMMRLFP16PS",
 };
 _Static_assert(sizeof(op_names) / sizeof(op_names[0]) == N_OPS, "one name per enum pyamx_op id");
 
@@ -72,7 +74,7 @@ int32_t pyamx_trap_decode(const uint8_t *p, size_t len, const uint64_t *gpr,
     uint8_t v1 = p[i + 1], v2 = p[i + 2], opc = p[i + 3];
     if ((v1 & 0x1F) != 0x02)
         return PYAMX_TRAP_DECODE_NOT_AMX;
-    if (opc != 0x49 && opc != 0x4B && opc != 0x5C && opc != 0x5E)
+    if (opc != 0x49 && opc != 0x4B && opc != 0x5C && opc != 0x5E && opc != 0x6C)
         return PYAMX_TRAP_DECODE_NOT_AMX;
     /* VEX stores R, X, B and vvvv inverted. */
     int R = !(v1 & 0x80), X = !(v1 & 0x40), B = !(v1 & 0x20);
@@ -103,6 +105,11 @@ int32_t pyamx_trap_decode(const uint8_t *p, size_t len, const uint64_t *gpr,
     case 0x5C:
         if (mod == 3 && pp == PP_F3) op = PYAMX_OP_TDPBF16PS;
         else if (mod == 3 && pp == PP_F2) op = PYAMX_OP_TDPFP16PS;
+        is_dp = 1;
+        break;
+    case 0x6C: /* AMX-COMPLEX; F3/F2 were the withdrawn AMX-TRANSPOSE TTDP*: #UD */
+        if (mod == 3 && pp == PP_NP) op = PYAMX_OP_TCMMRLFP16PS;
+        else if (mod == 3 && pp == PP_66) op = PYAMX_OP_TCMMIMFP16PS;
         is_dp = 1;
         break;
     case 0x5E:

@@ -17,7 +17,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#define N_OPS (PYAMX_OP_TDPBUUD + 1)
+#define N_OPS (PYAMX_OP_TCMMRLFP16PS + 1)
 
 static inline int32_t trap_tid(void) { return (int32_t)syscall(SYS_gettid); }
 
