@@ -234,8 +234,9 @@ def test_the_row_encodes_as_clang_assembles_the_mnemonic(name):
         src.write_text(f".intel_syntax noprefix\n{insn.mnemonic.lower()} tmm6, tmm5, tmm4\n")
         subprocess.run([sys.executable, "-m", "ziglang", "cc", "-target", "x86_64-linux-gnu", "-c", str(src),
                         "-o", str(obj)], check=True, capture_output=True)
-        dump = subprocess.run(["objdump", "-d", str(obj)], check=True, capture_output=True, text=True).stdout
-    # objdump may predate the mnemonic ("(bad)"): the bytes of the one instruction are what count
-    line = next(x for x in dump.splitlines() if x.strip().startswith("0:"))
-    clang_bytes = bytes(int(h, 16) for h in line.split("\t")[1].split())
+        # the section's bytes (an objdump older than the mnemonic disassembles it as "(bad)")
+        dump = subprocess.run(["objdump", "-s", "-j", ".text", str(obj)], check=True, capture_output=True,
+                              text=True).stdout
+    line = next(x for x in dump.splitlines() if x.startswith(" 0000 "))
+    clang_bytes = bytes.fromhex("".join(line[6:41].split()))
     assert clang_bytes == ours, (line, ours.hex())
