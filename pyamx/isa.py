@@ -563,6 +563,40 @@ _INTEGER_DOCS = {
     """,
     "native": "One {m}: (M,N) int32 + {s1} (M,4K) bytes . {s2} (K,4N) quad-interleaved bytes.",
 }
+_COMPLEX_DOCS = {
+    "function": """Run one {m}: a new (M, N) float32 array, ``c`` plus the {part} part of ``a . b`` (complex).
+
+    ``c``: (M, N) float32, or uint32 taken as raw bits. ``a``: M x K and ``b``:
+    K x N complex numbers, as fp16 (real, imaginary) pairs -- ``a`` (M, 2K) and
+    ``b`` (K, 2N) float16, or uint16/int16 bits (row k of ``b`` holds B[k][n]'s
+    real and imaginary part for each n) -- or as uint32 words (imaginary << 16
+    | real), or as numpy complex64/complex128 (M, K) and (K, N) arrays, whose
+    parts are rounded to fp16 by numpy's float16 conversion (to nearest even,
+    overflow to infinity): the caller's rounding, not the instruction's.
+    1 <= M, K, N <= 16. {rule}
+
+    ``backend``, ``engine``: as :func:`tdpbf16ps` (the result says which ran).
+    The emulator uses the SDM numerics; for other models call
+    :func:`pyamx.emulator.{n}` with ``numerics=``.
+    """,
+    "emulator": """One {m} on arrays: a new (M, N) float32 array, ``c`` plus the {part} part of ``a . b``.
+
+    Operands as :func:`pyamx.{n}` takes them (fp16 pairs, uint32 words or numpy
+    complex arrays); ``numerics`` is a preset name or a :class:`Numerics`
+    (docs/semantics.md section 8 says what each option means for the complex
+    rows). {rule} Inputs are never modified.
+    """,
+    "native": """One {m} on silicon: (M,N) uint32 fp32 bits + the {part} part of (M,2K) . (K,2N) fp16 pairs.
+
+    Operands must already be validated and C-contiguous; the layout is the
+    tile's (real half low). As :func:`tdpbf16ps` for the tile state and the GIL.
+    """,
+}
+_COMPLEX_RULES = {
+    "TCMMIMFP16PS": "Per element: sum over k of a_im * b_re and a_re * b_im, in two fp32 accumulators.",
+    "TCMMRLFP16PS": "Per element: sum over k of a_re * b_re and (-a_im) * b_im, in two fp32 accumulators "
+                    "(a_im negated as fp16, before conversion).",
+}
 _LEADS = {"function": "Run one {m}", "emulator": "One {m}", "native": "One {m} on silicon"}
 
 
@@ -577,7 +611,10 @@ def docstring(insn: Instruction, layer: str, table: Tuple[Instruction, ...] = TA
         return f"{m}: {insn.summary} ({insn.feature.name})."
     if layer == "native-method":
         return f"{m}: {insn.summary}, on silicon ({insn.feature.name})."
-    first = next(i for i in table if i.is_dot and i.is_float == insn.is_float)
+    if insn.kind == "dot-complex":
+        part = "imaginary" if m == "TCMMIMFP16PS" else "real"
+        return _COMPLEX_DOCS[layer].format(m=m, n=n, part=part, rule=_COMPLEX_RULES.get(m, ""))
+    first = next(i for i in table if i.is_dot and i.is_float == insn.is_float and i.kind != "dot-complex")
     if insn.is_float:
         f = insn.a_format
         if insn is first:
