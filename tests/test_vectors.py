@@ -132,6 +132,9 @@ def test_committed_vectors_agree_with_the_independent_reference(path):
             want = reference.tdpbf16ps(case.c.astype(np.uint32), case.a, case.b)
         elif case.instruction == "tdpfp16ps":
             want = reference.tdpfp16ps(case.c.astype(np.uint32), case.a, case.b)
+        elif case.instruction in ("tcmmimfp16ps", "tcmmrlfp16ps"):
+            words = [(x[:, 0::2].astype(np.uint32) | (x[:, 1::2].astype(np.uint32) << 16)) for x in (case.a, case.b)]
+            want = reference.tcmm(case.instruction == "tcmmimfp16ps", case.c.astype(np.uint32), *words)
         else:
             # signedness from the reference, not from pyamx.isa: the recorded bits are checked against it
             want = reference.tdpb_int8(*reference.int8_signedness(case.instruction), case.c, case.a, case.b)
