@@ -240,3 +240,21 @@ def test_the_row_encodes_as_clang_assembles_the_mnemonic(name):
     line = next(x for x in dump.splitlines() if x.startswith(" 0000 "))
     clang_bytes = bytes.fromhex("".join(line[6:41].split()))
     assert clang_bytes == ours, (line, ours.hex())
+
+
+def test_the_probe_experiments_of_the_complex_rows_agree_with_the_reference():
+    """pyamx probe's complex points (docs/semantics.md section 8): the emulator's default bits are the SDM's."""
+    from pyamx import probe
+
+    complex_points = [p for p in probe.EXPERIMENTS if p.startswith("complex_")]
+    assert complex_points == ["complex_structure", "complex_dest_daz", "complex_nan_sign", "complex_nan_order"]
+    for point in complex_points:
+        for e in probe.EXPERIMENTS[point]:
+            got = getattr(emulator, e.instruction)(e.c, e.a, e.b)
+            np.testing.assert_array_equal(np.asarray(got).view(np.uint32), _want(e.instruction, e.c, e.a, e.b),
+                                          err_msg=e.name)
+    report = probe.probe("emulator")
+    assert report["complete_match"] == "sdm"
+    assert report["complex_nan_sign"] == "negated before conversion"
+    assert report["complex_nan_order"] == "accumulator first"
+    assert report["complex_dest_daz"] is True and report["complex_structure"] == "sdm"
