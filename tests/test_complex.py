@@ -258,3 +258,73 @@ def test_the_probe_experiments_of_the_complex_rows_agree_with_the_reference():
     assert report["complex_nan_sign"] == "negated before conversion"
     assert report["complex_nan_order"] == "accumulator first"
     assert report["complex_dest_daz"] is True and report["complex_structure"] == "sdm"
+
+
+def _reference_matmul(a_words, b_words, c_re, c_im):
+    """The matmul schedule from the reference: K in blocks of 16 complex, each block one instruction."""
+    parts = []
+    for imaginary, c in ((False, c_re), (True, c_im)):
+        for k0 in range(0, a_words.shape[1], 16):
+            c = reference.tcmm(imaginary, c, a_words[:, k0:k0 + 16], b_words[k0:k0 + 16])
+        parts.append(np.array(c, dtype=np.uint32))
+    return parts
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_complex_matmul_is_the_schedule_of_the_two_instructions(engine):
+    rng = np.random.default_rng(21)
+    m, k, n = 3, 37, 2  # three K blocks, the last one short
+    a_pairs = rng.choice(HALVES, (m, 2 * k))
+    b_pairs = rng.standard_normal((k, 2 * n)).astype(np.float16).view(np.uint16)
+    a_words, b_words = _words(a_pairs), _words(b_pairs)
+    c = (rng.standard_normal((m, n)) + 1j * rng.standard_normal((m, n))).astype(np.complex64)
+    c[0, 0] = complex(np.float32(1e-40), -0.0)  # a denormal real part: DAZ on C
+    want_re, want_im = _reference_matmul(a_words, b_words, c.real.copy().view(np.uint32), c.imag.copy().view(np.uint32))
+    got = pyamx.matmul(a_words, b_words, c, kind="complex", backend="emulator", engine=engine)
+    assert got.dtype == np.complex64 and got.backend == "emulator" and got.engine == engine
+    np.testing.assert_array_equal(got.real.copy().view(np.uint32), want_re)
+    np.testing.assert_array_equal(got.imag.copy().view(np.uint32), want_im)
+
+
+def test_complex_matmul_of_numpy_complex_values():
+    rng = np.random.default_rng(4)
+    a = rng.standard_normal((5, 20)) + 1j * rng.standard_normal((5, 20))
+    b = (rng.standard_normal((20, 4)) + 1j * rng.standard_normal((20, 4))).astype(np.complex64)
+    got = pyamx.matmul(a, b, backend="emulator")
+    pairs = [np.stack([x.real, x.imag], -1).reshape(x.shape[0], -1).astype(np.float16).view(np.uint16) for x in (a, b)]
+    zeros = np.zeros((5, 4), np.uint32)
+    want_re, want_im = _reference_matmul(_words(pairs[0]), _words(pairs[1]), zeros, zeros)
+    np.testing.assert_array_equal(got.real.copy().view(np.uint32), want_re)
+    np.testing.assert_array_equal(got.imag.copy().view(np.uint32), want_im)
+    with pytest.raises(TypeError, match="complex64"):
+        pyamx.matmul(a, b, np.zeros((5, 4), np.complex128))
+    with pytest.raises(TypeError, match="kind='complex'"):
+        pyamx.matmul(a, np.zeros((20, 4), np.float32))
+    if not pyamx.native.available("complex")[0]:
+        with pytest.raises(Exception, match="AMX-COMPLEX"):
+            pyamx.matmul(a, b, backend="native")
+        assert pyamx.matmul(a, b, backend="auto").backend == "emulator"
+
+
+@pytest.mark.skipif(not _engine.resolve("auto").compiled, reason="needs a compiled engine")
+def test_complex_matmul_under_a_changed_mxcsr():
+    """Round toward zero with FTZ and DAZ set in the caller's MXCSR changes no bit (the engines set their own)."""
+    from pyamx import _nativelib
+
+    _, lib = _nativelib.load()
+    rng = np.random.default_rng(8)
+    a = rng.choice(HALVES, (4, 2 * 20))
+    b = rng.choice(HALVES, (20, 2 * 3))
+    want = pyamx.matmul(_words(a), _words(b), kind="complex", engine="numpy")
+    saved = lib.pyamx_get_mxcsr()
+    try:
+        assert lib.pyamx_set_mxcsr(0x1F80 | 0x6000 | 0x8040) == 0  # RZ, FTZ, DAZ
+        got = [pyamx.matmul(_words(a), _words(b), kind="complex", engine=e) for e in ENGINES]
+        one = [pyamx.tcmmimfp16ps(np.zeros((4, 3), np.float32), a[:, :32], b[:16], engine=e) for e in ENGINES]
+    finally:
+        lib.pyamx_set_mxcsr(saved)
+    for g in got:
+        np.testing.assert_array_equal(g.view(np.uint64), want.view(np.uint64))
+    ref = _want("tcmmimfp16ps", np.zeros((4, 3), np.uint32), a[:, :32], b[:16])
+    for o in one:
+        np.testing.assert_array_equal(np.asarray(o).view(np.uint32), ref)
