@@ -55,6 +55,7 @@ static volatile int g_trapped = 0;
 
 int pyamx_internal_trapped(void) { return g_trapped; }
 
+
 int pyamx_internal_thread_prepare(void)
 {
     /* Without it a worker's emulated tile state would stay claimed after
@@ -90,6 +91,20 @@ int pyamx_build_kernels(void)
 }
 
 const char *pyamx_build_kernels_reason(void) { return PYAMX_BUILD_KERNELS_REASON; }
+
+int pyamx_internal_family_runnable(int family)
+{
+    if (!family || !(pyamx_build_kernels() & family))
+        return 0;
+    if (family != PYAMX_KERNEL_FP16 && family != PYAMX_KERNEL_COMPLEX)
+        return 1; /* AMX-BF16/AMX-INT8: detection already required them */
+    if (g_trapped)
+        return family == PYAMX_KERNEL_FP16;
+    unsigned a, b, c, d;
+    if (!__get_cpuid_count(7, 1, &a, &b, &c, &d))
+        return 0;
+    return family == PYAMX_KERNEL_FP16 ? (a >> 21) & 1 : (d >> 8) & 1; /* 7.1:EAX[21], 7.1:EDX[8] */
+}
 
 int pyamx_build_x86_64_linux(void) { return PYAMX_X86_64_LINUX; }
 

@@ -18,7 +18,7 @@ import time
 import numpy as np
 import pytest
 
-from pyamx import _native_matmul, emulator, native, testing
+from pyamx import _native_matmul, emulator, isa, native, testing
 from pyamx._native_matmul import matmul_native
 from pyamx.errors import BackendError
 
@@ -558,7 +558,7 @@ def test_c_side_rejects_bad_arguments_without_touching_memory(family_lib):
 
     big = 2**62
     bad = [
-        dict(op=lib.PYAMX_OP_TILEZERO), dict(op=lib.PYAMX_OP_TDPBUUD + 1), dict(op=-1), dict(op=0),
+        dict(op=lib.PYAMX_OP_TILEZERO), dict(op=max(getattr(lib, i.c_op) for i in isa.TABLE) + 1), dict(op=-1), dict(op=0),
         dict(op=2**31 - 1), dict(op=-(2**31)),
         dict(m=0), dict(n=0), dict(kd=0), dict(m=-3), dict(n=big), dict(kd=big),
         dict(lda=15), dict(ldb=19), dict(ldc=19), dict(lda=-16),
