@@ -403,13 +403,14 @@ int pyamx_tdp(int op, int dst, int src1, int src2)
         return PYAMX_E_NOT_READY;
     if (!pyamx_dot_traits(op))
         return PYAMX_E_ARG;
-    if (!pyamx_internal_family_runnable(pyamx_dot_kernel_family(pyamx_dot_traits(op))))
-        return PYAMX_E_NO_KERNEL;
     uint8_t cfg[64] __attribute__((aligned(64)));
     loaded_cfg(cfg);
     int rc = pyamx_check_dot_product(cfg, dst, src1, src2);
     if (rc != PYAMX_OK)
         return rc;
+    /* the last word on SIGILL: a row whose CPUID feature this CPU lacks never executes */
+    if (!pyamx_internal_family_runnable(pyamx_dot_kernel_family(pyamx_dot_traits(op))))
+        return PYAMX_E_NO_KERNEL;
     return dot_kernels[op].tdp(dst * 64 + src1 * 8 + src2);
 }
 

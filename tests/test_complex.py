@@ -328,3 +328,36 @@ def test_complex_matmul_under_a_changed_mxcsr():
     ref = _want("tcmmimfp16ps", np.zeros((4, 3), np.uint32), a[:, :32], b[:16])
     for o in one:
         np.testing.assert_array_equal(np.asarray(o).view(np.uint32), ref)
+
+
+def test_the_c_entries_refuse_the_rows_on_a_cpu_without_amx_complex():
+    """Below the Python checks: pyamx_dp_oneshot, pyamx_tdp and the native matmul answer E_NO_KERNEL
+    and execute nothing (in a child process, so a SIGILL would fail the test, not kill the suite)."""
+    from pyamx import native
+
+    if not native.available()[0]:
+        pytest.skip("native is not usable here")
+    if native.available("complex")[0]:
+        pytest.skip("this CPU has AMX-COMPLEX")
+    import sys
+
+    child = """
+import numpy as np
+from pyamx import isa, native
+ffi, lib = native._lib("bf16")
+c = np.zeros((16, 16), np.uint32); a = np.zeros((16, 32), np.uint16); b = np.zeros((16, 32), np.uint16)
+cfg = bytearray(64); cfg[0] = 1
+for t in range(3):
+    cfg[16 + 2 * t] = 64; cfg[48 + t] = 16
+assert lib.pyamx_ldtilecfg(ffi.from_buffer(bytes(cfg))) == lib.PYAMX_OK
+for insn in (i for i in isa.DOTS if i.kind == "dot-complex"):
+    op = getattr(lib, insn.c_op)
+    ptr = lambda x: ffi.cast("void *", x.ctypes.data)
+    assert lib.pyamx_dp_oneshot(op, ffi.cast("uint32_t *", c.ctypes.data), ptr(a), ptr(b), 4, 4, 4) == lib.PYAMX_E_NO_KERNEL
+    assert lib.pyamx_tdp(op, 0, 1, 2) == lib.PYAMX_E_NO_KERNEL
+    assert lib.pyamx_matmul_amx_panels(op, 4, 4, 4, ptr(a), 64, ptr(b), 64, ffi.cast("uint32_t *", c.ctypes.data),
+                                       64, 1, 16, 16) == lib.PYAMX_E_NO_KERNEL
+print("refused")
+"""
+    proc = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and "refused" in proc.stdout, (proc.returncode, proc.stderr[-2000:])
