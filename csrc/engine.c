@@ -844,7 +844,8 @@ int pyamx_engine_matmul_cancellable(int kind, int op, const void *a, int64_t lda
     if (!v)
         return PYAMX_ENGINE_E_UNAVAILABLE;
     const struct pyamx_op_traits *t = pyamx_dot_traits(op);
-    if (!t)
+    /* a complex number fills its dword: row-major "values" of B would split it (use the dot entry) */
+    if (!t || pyamx_dot_is_complex(t))
         return PYAMX_ENGINE_E_ARG;
     int64_t size = pyamx_dot_value_bytes(t), lanes = t->lanes;
     if (k > (1 << 30) || !check_operands(t, a, lda, size * k, b, ldb, k, size * n, c_in, ldc_in, c_out, ldc_out, m, n))

@@ -274,6 +274,9 @@ class Engine:
         """
         if not self.compiled:
             raise TypeError(f"engine {self.name}: matmul() on row-major operands is for compiled engines; use dot()")
+        if isa.get(op_name).kind == "dot-complex":
+            # a complex number is a whole dword: B's rows are already the instruction's (pyamx._matmul_complex)
+            raise ValueError(f"{op_name}: a complex row takes b as (K, 2N) fp16 pairs; use dot(), not matmul()")
         lanes, is_float = OPS[op_name]
         (m, k), (k_b, n) = a.shape, b.shape
         if k != k_b or min(m, n, k) < 1 or (c_bits is not None and c_bits.shape != (m, n)):

@@ -368,3 +368,18 @@ print("refused")
 """
     proc = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0 and "refused" in proc.stdout, (proc.returncode, proc.stderr[-2000:])
+
+
+def test_the_row_major_engine_entry_refuses_the_complex_rows():
+    eng = _engine.resolve("auto")
+    if not eng.compiled:
+        pytest.skip("needs a compiled engine")
+    a = np.zeros((2, 4), np.uint16)
+    for name in COMPLEX:
+        with pytest.raises(ValueError, match="dot"):
+            eng.matmul(name, a, np.zeros((4, 4), np.uint16))
+    ffi, lib = _engine._lib()
+    out = np.zeros((2, 2), np.uint32)
+    rc = lib.pyamx_engine_matmul(eng._kind, lib.PYAMX_OP_TCMMIMFP16PS, ffi.from_buffer(a), 8, ffi.from_buffer(a), 8,
+                                 ffi.NULL, 2, ffi.from_buffer("uint32_t[]", out), 2, 2, 2, 4, 1)
+    assert rc == lib.PYAMX_ENGINE_E_ARG
