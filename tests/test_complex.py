@@ -306,7 +306,9 @@ def test_complex_matmul_of_numpy_complex_values():
         pyamx.matmul(a, b, np.zeros((5, 4), np.complex128))
     with pytest.raises(TypeError, match="kind='complex'"):
         pyamx.matmul(a, np.zeros((20, 4), np.float32))
-    if not pyamx.native.available("complex")[0]:
+    from pyamx import native
+
+    if not native.available("complex")[0]:
         with pytest.raises(Exception, match="AMX-COMPLEX"):
             pyamx.matmul(a, b, backend="native")
         assert pyamx.matmul(a, b, backend="auto").backend == "emulator"
@@ -383,3 +385,22 @@ def test_the_row_major_engine_entry_refuses_the_complex_rows():
     rc = lib.pyamx_engine_matmul(eng._kind, lib.PYAMX_OP_TCMMIMFP16PS, ffi.from_buffer(a), 8, ffi.from_buffer(a), 8,
                                  ffi.NULL, 2, ffi.from_buffer("uint32_t[]", out), 2, 2, 2, 4, 1)
     assert rc == lib.PYAMX_ENGINE_E_ARG
+
+
+@pytest.mark.parametrize("cls", ["random", "adversarial"])
+def test_compiled_engines_equal_the_numpy_engine_on_large_products(cls):
+    """Whole kernel panels, threads and the exact NaN path of the compiled engines, against the
+    numpy engine (which the tests above hold to the reference)."""
+    rng = np.random.default_rng(31)
+    m, k, n = 70, 40, 50
+    c, a, b = _operands(rng, m, k, n, cls)
+    if cls == "random":  # a few NaNs and infinities in otherwise ordinary data
+        a.flat[rng.integers(0, a.size, 6)] = rng.choice(HALVES[8:14], 6)
+        b.flat[rng.integers(0, b.size, 6)] = rng.choice(HALVES[8:14], 6)
+    numpy_engine = _engine.resolve("numpy")
+    for name in COMPLEX:
+        want = numpy_engine.dot(name, c, a, b, k)
+        for e in ENGINES[1:]:
+            for threads in (1, 2):
+                got = _engine.resolve(e).dot(name, c, a, b, k, threads)
+                np.testing.assert_array_equal(np.asarray(got).view(np.uint32), want, err_msg=f"{name} {e} {threads}")
