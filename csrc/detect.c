@@ -55,6 +55,7 @@ static volatile int g_trapped = 0;
 
 int pyamx_internal_trapped(void) { return g_trapped; }
 
+
 int pyamx_internal_thread_prepare(void)
 {
     /* Without it a worker's emulated tile state would stay claimed after
@@ -90,6 +91,49 @@ int pyamx_build_kernels(void)
 }
 
 const char *pyamx_build_kernels_reason(void) { return PYAMX_BUILD_KERNELS_REASON; }
+
+/* CPUID answers by op id, asked once: CPUID is a VM exit under a hypervisor
+ * (microseconds), and a row's bit never changes. 0 unknown, 1 yes, 2 no. */
+static unsigned char g_cpu_has_row[64];
+
+static int cpu_has_feature(const struct pyamx_op_traits *t)
+{
+#if PYAMX_X86_64_LINUX
+    unsigned r[4];
+    if (t->feature_leaf > __get_cpuid_max(0, 0))
+        return 0;
+    if (t->feature_subleaf) {
+        __cpuid_count(t->feature_leaf, 0, r[0], r[1], r[2], r[3]);
+        if (r[0] < t->feature_subleaf) /* sub-leaf 0's EAX: the last valid sub-leaf */
+            return 0;
+    }
+    __cpuid_count(t->feature_leaf, t->feature_subleaf, r[0], r[1], r[2], r[3]);
+    return (int)((r[t->feature_reg] >> t->feature_bit) & 1);
+#else
+    (void)t;
+    return 0;
+#endif
+}
+
+int pyamx_internal_row_runnable(const struct pyamx_op_traits *t)
+{
+    if (!t)
+        return 0;
+    int family = pyamx_dot_kernel_family(t);
+    if (!family || !(pyamx_build_kernels() & family))
+        return 0;
+    if (g_trapped)
+        return 1; /* the trap mode emulates every dot row */
+    int op = (int)(t - pyamx_op_traits);
+    if (op < 0 || op >= (int)sizeof g_cpu_has_row)
+        return cpu_has_feature(t);
+    unsigned char known = __atomic_load_n(&g_cpu_has_row[op], __ATOMIC_RELAXED);
+    if (!known) {
+        known = cpu_has_feature(t) ? 1 : 2;
+        __atomic_store_n(&g_cpu_has_row[op], known, __ATOMIC_RELAXED);
+    }
+    return known == 1;
+}
 
 int pyamx_build_x86_64_linux(void) { return PYAMX_X86_64_LINUX; }
 

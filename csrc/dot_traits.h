@@ -18,11 +18,21 @@ static inline const struct pyamx_op_traits *pyamx_dot_traits(int op)
     if (op <= PYAMX_OP_NONE || op >= PYAMX_OP_TRAITS_COUNT)
         return 0;
     const struct pyamx_op_traits *t = &pyamx_op_traits[op];
-    return t->kind == PYAMX_KIND_DOT_PAIRS || t->kind == PYAMX_KIND_DOT_QUADS ? t : 0;
+    return t->kind == PYAMX_KIND_DOT_PAIRS || t->kind == PYAMX_KIND_DOT_QUADS || t->kind == PYAMX_KIND_DOT_COMPLEX
+               ? t
+               : 0;
 }
 
 /* Floating-point rows accumulate in fp32; the others wrap in int32. */
 static inline int pyamx_dot_is_float(const struct pyamx_op_traits *t) { return t->acc_format == PYAMX_FMT_FP32; }
+
+/* AMX-COMPLEX rows: one complex fp16 (real low, imaginary high) per dword. Each
+ * equals TDPFP16PS on a transformed A (docs/semantics.md section 8): the
+ * imaginary row swaps the halves of each A dword, the real row negates the
+ * imaginary half; B is read as it is. */
+static inline int pyamx_dot_is_complex(const struct pyamx_op_traits *t) { return t->kind == PYAMX_KIND_DOT_COMPLEX; }
+/* The two rows differ only in their arithmetic, which no trait spells: the imaginary one is named. */
+static inline int pyamx_dot_complex_swaps(int op) { return op == PYAMX_OP_TCMMIMFP16PS; }
 
 /* Bytes of one operand value: a dword holds `lanes` of them. */
 static inline int pyamx_dot_value_bytes(const struct pyamx_op_traits *t) { return 4 / t->lanes; }

@@ -178,6 +178,7 @@ static void widen_bytes(int is_signed, const uint8_t *src, int64_t count, uint32
 struct job {
     const struct eng_variant *v;
     int op, is_float, in_range;
+    int complex_a;  /* 0; 1: A's dword halves swapped (TCMMIMFP16PS); 2: A's high half negated (TCMMRLFP16PS) */
     const struct pyamx_op_traits *t; /* op's row */
     int b_rowmajor;  /* b is K rows of N values, not kd rows of N interleaved dwords */
     int64_t m, n, kd, k, mp, nq; /* k: values per row of A (lanes * kd, or fewer: padded) */
@@ -212,6 +213,22 @@ static int widen_floats(const struct job *j, const uint16_t *src, int64_t count,
     return j->v->widen16 ? j->v->widen16(j->op, src, count, dst) : eng_widen16(j->op, src, count, dst);
 }
 
+/* A complex row's A as TDPFP16PS's (docs/semantics.md section 8), on widened words: fp16 -> fp32 is
+ * exact and keeps the sign bit, so negating the fp16 before widening is flipping bit 31 after it
+ * (a NaN's sign included). Words are whole dwords (pairs): the real row's k is even. */
+static void complex_transform(int how, uint32_t *w, int64_t words)
+{
+    for (int64_t i = 0; i + 1 < words; i += 2) {
+        if (how == 1) {
+            uint32_t t = w[i];
+            w[i] = w[i + 1];
+            w[i + 1] = t;
+        } else {
+            w[i + 1] ^= 0x80000000u;
+        }
+    }
+}
+
 static void note_range(struct erange *er, const uint32_t *w, int64_t count)
 {
     if (er)
@@ -244,6 +261,8 @@ static int pack_a(const struct job *j, uint32_t *ap, const uint8_t *a, int64_t l
                 int nan = widen_floats(j, (const uint16_t *)src, j->k, tmp);
                 for (int64_t i = j->k; i < words; i++)
                     tmp[i] = 0x80000000u;
+                if (j->complex_a)
+                    complex_transform(j->complex_a, tmp, words);
                 note_range(er, tmp, j->k);
                 if (row_nan)
                     row_nan[row] = (uint8_t)nan;
@@ -386,9 +405,17 @@ static uint32_t exact_element(const struct job *j, int64_t row, int64_t col)
     for (int64_t kb = 0; kb < j->kd; kb += ENG_BLOCK) {
         int64_t end = kb + ENG_BLOCK < j->kd ? kb + ENG_BLOCK : j->kd;
         uint32_t even = 0, odd = 0;
-        for (int64_t k = kb; k < end; k++) {
-            even = eng_fma32(a[k * 2 * mr], b[k * 2 * nr], even);
-            odd = eng_fma32(a[k * 2 * mr + 1], b[k * 2 * nr + nr], odd);
+        if (j->complex_a) {
+            /* the SDM writes the complex rows' steps fma32(acc, a, b): the accumulator's NaN comes first */
+            for (int64_t k = kb; k < end; k++) {
+                even = eng_fma32_acc_first(a[k * 2 * mr], b[k * 2 * nr], even);
+                odd = eng_fma32_acc_first(a[k * 2 * mr + 1], b[k * 2 * nr + nr], odd);
+            }
+        } else {
+            for (int64_t k = kb; k < end; k++) {
+                even = eng_fma32(a[k * 2 * mr], b[k * 2 * nr], even);
+                odd = eng_fma32(a[k * 2 * mr + 1], b[k * 2 * nr + nr], odd);
+            }
         }
         acc = eng_add32(acc, eng_add32(even, odd));
     }
@@ -626,6 +653,7 @@ static int run(const struct eng_variant *v, int kind, int op, const void *a, int
     j.op = op;
     j.t = t;
     j.is_float = is_float;
+    j.complex_a = pyamx_dot_is_complex(t) ? (pyamx_dot_complex_swaps(op) ? 1 : 2) : 0;
     j.m = m;
     j.n = n;
     j.kd = kd;
@@ -772,7 +800,8 @@ static int run(const struct eng_variant *v, int kind, int op, const void *a, int
     return slow ? PYAMX_ENGINE_E_SLOW : flag_set(cancel) ? PYAMX_ENGINE_E_CANCELLED : PYAMX_ENGINE_OK;
 }
 
-/* The operand formats the packing and the loops above know. Any other row (AMX-FP8's bf8/hf8)
+/* The operand formats the packing and the loops above know (complex fp16 pairs as fp16 ones). Any
+ * other row (AMX-FP8's bf8/hf8)
  * would be widened as if it were fp16 and give garbage, so the entries refuse it (E_ARG);
  * pyamx/engine.py sends those rows to the numpy engine before ever calling here. */
 static int engine_implements(const struct pyamx_op_traits *t)
@@ -784,6 +813,8 @@ static int engine_implements(const struct pyamx_op_traits *t)
     case PYAMX_FMT_UINT8:
         return t->b_format == t->a_format || (t->acc_format == PYAMX_FMT_INT32 &&
                                               (t->b_format == PYAMX_FMT_INT8 || t->b_format == PYAMX_FMT_UINT8));
+    case PYAMX_FMT_CFP16: /* widened as fp16 pairs, A transformed (complex_transform) */
+        return t->b_format == PYAMX_FMT_CFP16;
     default:
         return 0;
     }
@@ -833,7 +864,8 @@ int pyamx_engine_matmul_cancellable(int kind, int op, const void *a, int64_t lda
     if (!v)
         return PYAMX_ENGINE_E_UNAVAILABLE;
     const struct pyamx_op_traits *t = pyamx_dot_traits(op);
-    if (!t)
+    /* a complex number fills its dword: row-major "values" of B would split it (use the dot entry) */
+    if (!t || pyamx_dot_is_complex(t))
         return PYAMX_ENGINE_E_ARG;
     int64_t size = pyamx_dot_value_bytes(t), lanes = t->lanes;
     if (k > (1 << 30) || !check_operands(t, a, lda, size * k, b, ldb, k, size * n, c_in, ldc_in, c_out, ldc_out, m, n))

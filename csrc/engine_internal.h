@@ -71,6 +71,8 @@ int eng_portable_supported(const char **why);
 
 /* engine_scalar.c: the exact scalar arithmetic (rounding mode must be to nearest) */
 uint32_t eng_fma32(uint32_t a, uint32_t b, uint32_t acc);
+/* eng_fma32 with NaN priority acc, a, b (the complex rows, as the SDM writes them) */
+uint32_t eng_fma32_acc_first(uint32_t a, uint32_t b, uint32_t acc);
 uint32_t eng_add32(uint32_t x, uint32_t y);
 uint32_t eng_fma32_nonan(uint32_t a, uint32_t b, uint32_t acc);
 uint32_t eng_add32_nonan(uint32_t x, uint32_t y);

@@ -92,6 +92,13 @@ uint32_t eng_fma32(uint32_t a, uint32_t b, uint32_t acc)
     return eng_fma32_nonan(a, b, acc);
 }
 
+uint32_t eng_fma32_acc_first(uint32_t a, uint32_t b, uint32_t acc)
+{
+    if (eng_isnan(acc))
+        return acc | QUIET;
+    return eng_fma32(a, b, acc);
+}
+
 uint32_t eng_add32(uint32_t x, uint32_t y)
 {
     if (eng_isnan(x))

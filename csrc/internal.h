@@ -3,6 +3,9 @@
 #ifndef PYAMX_INTERNAL_H
 #define PYAMX_INTERNAL_H
 
+#include "pyamx.h"
+#include "dot_traits.h"
+
 #if defined(__x86_64__) && defined(__linux__) && defined(__GNUC__)
 #define PYAMX_X86_64_LINUX 1
 #else
@@ -27,6 +30,30 @@ void pyamx_internal_probe_tile_instruction(void);
 /* Set when readiness came from the trap mode's emulated permission: no tile
  * instruction reaches silicon in this process. */
 int pyamx_internal_trapped(void);
+
+/* Whether a dot-product row's instructions can run here: its kernel family
+ * (PYAMX_KERNEL_*) compiled in and the CPU reporting the row's CPUID feature
+ * (the generated traits' feature_* fields) -- else executing one is SIGILL --
+ * or the trap mode emulating every row. NULL (not a dot row): 0. */
+int pyamx_internal_row_runnable(const struct pyamx_op_traits *t);
+
+/* The build's kernel family of a dot-product row, from its operand format:
+ * the family decides whether this build compiled the row's instructions and
+ * whether this CPU runs them. 0 for a format no family covers yet, which no
+ * build has (PYAMX_E_NO_KERNEL). */
+static inline int pyamx_dot_kernel_family(const struct pyamx_op_traits *t)
+{
+    switch (t->a_format) {
+    case PYAMX_FMT_BF16: return PYAMX_KERNEL_BF16;
+    case PYAMX_FMT_FP16: return PYAMX_KERNEL_FP16;
+    case PYAMX_FMT_CFP16: return PYAMX_KERNEL_COMPLEX;
+    case PYAMX_FMT_BF8:
+    case PYAMX_FMT_HF8: return PYAMX_KERNEL_FP8;
+    case PYAMX_FMT_INT8:
+    case PYAMX_FMT_UINT8: return PYAMX_KERNEL_INT8;
+    default: return 0;
+    }
+}
 
 /* From normal context, at the start of a thread the bindings create (a
  * kernel's worker): in trap mode it claims the thread's emulated tile state

@@ -271,38 +271,6 @@ AMX_TILE static void *worker(void *arg)
     return 0;
 }
 
-/* AMX-FP16 (7.1:EAX[21], Granite Rapids on) and AMX-FP8 (0x1E.1:EAX[4], Diamond
- * Rapids on) are CPUID bits of their own, beyond the AMX-TILE/BF16/INT8 that
- * readiness checks: an instruction the CPU lacks would be a SIGILL, so the
- * kernel refuses first. The trap mode emulates every family everywhere. */
-static int family_runnable(int family)
-{
-    if (pyamx_internal_trapped())
-        return 1;
-    unsigned a, b, c, d;
-    if (family == PYAMX_KERNEL_FP16)
-        return __get_cpuid_count(7, 1, &a, &b, &c, &d) && ((a >> 21) & 1);
-    if (family == PYAMX_KERNEL_FP8)
-        return __get_cpuid_count(0x1E, 1, &a, &b, &c, &d) && ((a >> 4) & 1);
-    return 1;
-}
-
-/* The build's kernel family of a dot-product row, from its operand format:
- * the family decides whether this build compiled the row's instructions. 0
- * for a format no family covers yet, which no build has (PYAMX_E_NO_KERNEL). */
-static int kernel_family(const struct pyamx_op_traits *t)
-{
-    switch (t->a_format) {
-    case PYAMX_FMT_BF16: return PYAMX_KERNEL_BF16;
-    case PYAMX_FMT_FP16: return PYAMX_KERNEL_FP16;
-    case PYAMX_FMT_INT8:
-    case PYAMX_FMT_UINT8: return PYAMX_KERNEL_INT8;
-    case PYAMX_FMT_BF8:
-    case PYAMX_FMT_HF8: return PYAMX_KERNEL_FP8;
-    default: return 0;
-    }
-}
-
 int pyamx_matmul_amx_panels(int op, int64_t m, int64_t n, int64_t k_dwords, const void *a, int64_t lda_bytes,
                             const void *b_vnni, int64_t ldb_bytes, uint32_t *c, int64_t ldc_bytes, int threads,
                             int64_t k_panel, int64_t n_panel)
@@ -312,10 +280,7 @@ int pyamx_matmul_amx_panels(int op, int64_t m, int64_t n, int64_t k_dwords, cons
     const struct pyamx_op_traits *t = pyamx_dot_traits(op);
     if (!t)
         return PYAMX_E_ARG;
-    int family = kernel_family(t);
-    if (!(pyamx_build_kernels() & family))
-        return PYAMX_E_NO_KERNEL;
-    if (!family_runnable(family))
+    if (!pyamx_internal_row_runnable(t))
         return PYAMX_E_NO_KERNEL;
     /* Bounds that keep every product below (4 * 16 * dim, stride * dim) in int64. */
     const int64_t dim_max = INT64_MAX / 64;

@@ -45,6 +45,8 @@ if TYPE_CHECKING:
     from ._ops import tdpbsud as tdpbsud
     from ._ops import tdpbusd as tdpbusd
     from ._ops import tdpbuud as tdpbuud
+    from ._ops import tcmmimfp16ps as tcmmimfp16ps
+    from ._ops import tcmmrlfp16ps as tcmmrlfp16ps
     from ._ops import tdpfp16ps as tdpfp16ps
     from ._ops import tdphbf8ps as tdphbf8ps
     from ._ops import tdphf8ps as tdphf8ps

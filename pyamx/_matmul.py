@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from . import _backend, _validate, isa
+from . import _backend, _matmul_complex, _validate, isa
 from . import bf16 as _bf16
 from . import engine as _engine
 from ._fpenv import default_fpenv
@@ -306,6 +306,9 @@ def matmul(a: ArrayInput, b: ArrayInput, c: ArrayInput | None = None, *, kind: s
     - float16 -> float32 via TDPFP16PS (pass ``kind="fp16"`` to give fp16 as uint16/int16 bits);
     - int8/uint8 -> int32 via TDPBSSD/TDPBSUD/TDPBUSD/TDPBUUD, chosen by the signedness
       of a's and b's dtypes;
+    - complex64/complex128 (or uint32 fp16 pairs with ``kind="complex"``) -> complex64: the
+      real part through TCMMRLFP16PS, the imaginary part through TCMMIMFP16PS (2-D only;
+      ``c`` complex64; complex values are rounded to fp16 by numpy, to nearest even);
     - fp8 (``ml_dtypes.float8_e5m2`` as BF8, ``ml_dtypes.float8_e4m3fn`` as HF8, either on
       either side) -> float32 via TDPBF8PS/TDPBHF8PS/TDPHBF8PS/TDPHF8PS on the numpy engine
       (``kind="fp8"`` reads uint8 operands as BF8 bits);
@@ -331,6 +334,9 @@ def matmul(a: ArrayInput, b: ArrayInput, c: ArrayInput | None = None, *, kind: s
     """
     threads = _check_threads(threads)
     numerics = _numerics.resolve(numerics)
+    if _matmul_complex.wants_complex(a, b, kind):
+        return _matmul_complex.complex_matmul(a, b, c, backend=backend, engine=engine, threads=threads,
+                                              numerics=numerics)
     call = check(a, b, c, kind=kind)
     chosen = _backend.resolve(backend, call.family, numerics=numerics, engine=engine)
     eng = None if chosen == "native" else _engine.resolve(engine, numerics, op=call.mnemonic)

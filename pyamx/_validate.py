@@ -110,8 +110,14 @@ def _format_kind(fmt: isa.Format) -> tuple:
     """The kind of a pyamx.isa format row: its dtypes, each read as its bits; 16-bit floats add
     how to hand over a framework's tensor, which numpy cannot hold as such."""
     hint = f" ({fmt.note})" if fmt.note else ""
-    if fmt.is_float and fmt.width == 16:
+    if fmt.is_float and fmt.width // fmt.components == 16:
         hint += _FRAMEWORK_HINT
+    if fmt.components > 1:
+        # a complex pair is taken as its components' bits, as the tile holds them; the other
+        # dtypes of the format (one word or one numpy complex per element) are converted first
+        # (complex_pairs)
+        half = np.dtype(f"u{fmt.width // fmt.components // 8}")
+        return _kind({name: half for name in fmt.dtypes if np.dtype(name).itemsize == half.itemsize}, hint)
     bits = np.dtype(fmt.bits).newbyteorder("=")  # values in the caller's arrays: native order, as np.uint16 is
     return _kind({name: bits for name in fmt.dtypes}, hint)
 
@@ -256,6 +262,33 @@ def fast_dot_shape(name: str, c, a, b):
     if not (cf.c_contiguous and af.c_contiguous and bf.c_contiguous and cf.aligned and af.aligned and bf.aligned):
         return None
     return m, k, n
+
+
+def complex_pairs(x: object, name: str, fn: str, fmt: isa.Format) -> np.ndarray:
+    """An operand of a complex-pair format (cfp16) as its (rows, 2 * columns) component bits.
+
+    float16/uint16/int16 arrays already are that (real, imaginary interleaved;
+    integers as bit patterns) and come back as a view. uint32 words are
+    (imaginary << 16 | real) pairs, split in place of each word. numpy
+    complex arrays are values: each part is rounded to fp16 by numpy's
+    float16 conversion (round to nearest even, overflow to infinity, NaN kept
+    as a NaN) -- the caller's rounding, not the instruction's.
+    """
+    x = require_array(x, name, fn)
+    if x.dtype.kind == "c" and dtype_name(x.dtype) in fmt.dtypes:
+        if x.ndim != 2:
+            raise ValueError(f"{fn}: {name} must be 2-D, got ndim={x.ndim} shape={x.shape}")
+        pairs = np.empty((x.shape[0], 2 * x.shape[1]), dtype=np.float16)
+        with np.errstate(over="ignore", invalid="ignore"):  # beyond fp16's range: infinity, as rounding says
+            pairs[:, 0::2] = x.real.astype(np.float16)
+            pairs[:, 1::2] = x.imag.astype(np.float16)
+        return pairs.view(np.uint16)
+    if x.dtype.kind == "u" and x.dtype.itemsize == 4 and "uint32" in fmt.dtypes:
+        if x.ndim != 2:
+            raise ValueError(f"{fn}: {name} must be 2-D, got ndim={x.ndim} shape={x.shape}")
+        words = np.ascontiguousarray(x, dtype="<u4")  # little-endian: the real (low) half first
+        return words.view("<u2").astype(np.uint16).reshape(x.shape[0], 2 * x.shape[1])
+    return _bits_view(x, name, fn, *FORMAT_KINDS[fmt.name])
 
 
 def format_view(x: object, name: str, fn: str, fmt: isa.Format) -> np.ndarray:

@@ -55,7 +55,7 @@ _SIMD = {"avx512": "AVX-512", "avx2": "AVX2+FMA", "portable": "none (plain C)", 
 OPS = {insn.name: (insn.lanes, insn.is_float) for insn in isa.DOTS}
 #: kernel groups the compiled engines implement (csrc/engine.c refuses any other row); the
 #: rest (AMX-FP8) run on the numpy engine only
-COMPILED_GROUPS = frozenset({"bf16", "fp16", "int8"})
+COMPILED_GROUPS = frozenset({"bf16", "fp16", "int8", "complex"})
 NUMPY_ONLY = frozenset(insn.name for insn in isa.DOTS if insn.group not in COMPILED_GROUPS)
 BLOCK_DWORDS = 16  # K dwords per tile instruction (tmul_maxk)
 
@@ -278,6 +278,9 @@ class Engine:
         """
         if not self.compiled:
             raise TypeError(f"engine {self.name}: matmul() on row-major operands is for compiled engines; use dot()")
+        if isa.get(op_name).kind == "dot-complex":
+            # a complex number is a whole dword: B's rows are already the instruction's (pyamx._matmul_complex)
+            raise ValueError(f"{op_name}: a complex row takes b as (K, 2N) fp16 pairs; use dot(), not matmul()")
         lanes, is_float = OPS[op_name]
         (m, k), (k_b, n) = a.shape, b.shape
         if k != k_b or min(m, n, k) < 1 or (c_bits is not None and c_bits.shape != (m, n)):

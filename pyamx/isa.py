@@ -119,8 +119,10 @@ FORMAT_ROWS: Tuple[Format, ...] = (
            specials="nan-only", pad=0x80,
            special_values=(0x00, 0x80, 0x01, 0x81, 0x07, 0x08, 0x7E, 0xFE, 0x7F, 0xFF)),
     # AMX-COMPLEX: one complex number per dword, fp16 real part in the low half, imaginary in the high
-    Format("cfp16", "<u4", ("uint32", "complex64", "complex128"), call_dtype="<u4",
-           note="uint32 is taken as (imaginary << 16 | real) fp16 bit pairs", exponent=5, mantissa=10, bias=15,
+    Format("cfp16", "<u4", ("float16", "uint16", "int16", "uint32", "complex64", "complex128"), call_dtype="<f2",
+           note="float16/uint16/int16 as (real, imaginary) fp16 pairs, 2 per complex number (integers as bits); "
+                "uint32 as (imaginary << 16 | real) bit pairs; complex64/complex128 values, each part rounded to "
+                "fp16 by numpy (to nearest even)", exponent=5, mantissa=10, bias=15,
            denormals="kept", specials="inf-nan", components=2, pad=0,
            special_values=(0x00000000, 0x80008000, 0x7C000000, 0x00007C00, 0x7E000001, 0x00010001, 0x7BFF7BFF)),
 )
@@ -248,8 +250,8 @@ class Instruction:
 
     @property
     def lanes(self) -> Optional[int]:
-        """Operand values per dword."""
-        return None if self.a_format is None else 32 // self.a_format.width
+        """Operand values per dword (a complex pair counts its two fp16 halves: the tile layout is fp16's)."""
+        return None if self.a_format is None else 32 * self.a_format.components // self.a_format.width
 
     @property
     def signed(self) -> Optional[Tuple[bool, bool]]:
@@ -279,8 +281,11 @@ class Instruction:
 
     @property
     def ab_dtype(self) -> Optional[str]:
-        """numpy dtype of the operands' bits as the tiles hold them."""
-        return None if self.a_format is None else self.a_format.bits
+        """numpy dtype of the operands' bits as the tiles hold them (one component's: a complex pair is two fp16)."""
+        if self.a_format is None:
+            return None
+        fmt = self.a_format
+        return fmt.bits if fmt.components == 1 else f"<u{fmt.width // fmt.components // 8}"
 
     @property
     def call_dtype(self) -> Optional[str]:
@@ -307,6 +312,9 @@ class Instruction:
         """What a dot product does to its tiles, in one line (for docstrings and listings)."""
         if not self.is_dot:
             return self.kind
+        if self.kind == "dot-complex":
+            part = "imaginary" if self.mnemonic == "TCMMIMFP16PS" else "real"
+            return f"dst += the {part} part of src1 . src2 over complex fp16 pairs, fp32 accumulation"
         if self.is_float and self.lanes == 4:
             return f"dst += src1 . src2 over {self.operand} quads, exact sum rounded once to fp32"
         if self.is_float:
@@ -603,6 +611,40 @@ _INTEGER_DOCS = {
     """,
     "native": "One {m}: (M,N) int32 + {s1} (M,4K) bytes . {s2} (K,4N) quad-interleaved bytes.",
 }
+_COMPLEX_DOCS = {
+    "function": """Run one {m}: a new (M, N) float32 array, ``c`` plus the {part} part of ``a . b`` (complex).
+
+    ``c``: (M, N) float32, or uint32 taken as raw bits. ``a``: M x K and ``b``:
+    K x N complex numbers, as fp16 (real, imaginary) pairs -- ``a`` (M, 2K) and
+    ``b`` (K, 2N) float16, or uint16/int16 bits (row k of ``b`` holds B[k][n]'s
+    real and imaginary part for each n) -- or as uint32 words (imaginary << 16
+    | real), or as numpy complex64/complex128 (M, K) and (K, N) arrays, whose
+    parts are rounded to fp16 by numpy's float16 conversion (to nearest even,
+    overflow to infinity): the caller's rounding, not the instruction's.
+    1 <= M, K, N <= 16. {rule}
+
+    ``backend``, ``engine``: as :func:`tdpbf16ps` (the result says which ran).
+    The emulator uses the SDM numerics; for other models call
+    :func:`pyamx.emulator.{n}` with ``numerics=``.
+    """,
+    "emulator": """One {m} on arrays: a new (M, N) float32 array, ``c`` plus the {part} part of ``a . b``.
+
+    Operands as :func:`pyamx.{n}` takes them (fp16 pairs, uint32 words or numpy
+    complex arrays); ``numerics`` is a preset name or a :class:`Numerics`
+    (docs/semantics.md section 8 says what each option means for the complex
+    rows). {rule} Inputs are never modified.
+    """,
+    "native": """One {m} on silicon: (M,N) uint32 fp32 bits + the {part} part of (M,2K) . (K,2N) fp16 pairs.
+
+    Operands must already be validated and C-contiguous; the layout is the
+    tile's (real half low). As :func:`tdpbf16ps` for the tile state and the GIL.
+    """,
+}
+_COMPLEX_RULES = {
+    "TCMMIMFP16PS": "Per element: sum over k of a_im * b_re and a_re * b_im, in two fp32 accumulators.",
+    "TCMMRLFP16PS": "Per element: sum over k of a_re * b_re and (-a_im) * b_im, in two fp32 accumulators "
+                    "(a_im negated as fp16, before conversion).",
+}
 _LEADS = {"function": "Run one {m}", "emulator": "One {m}", "native": "One {m} on silicon"}
 
 
@@ -617,7 +659,11 @@ def docstring(insn: Instruction, layer: str, table: Tuple[Instruction, ...] = TA
         return f"{m}: {insn.summary} ({insn.feature.name})."
     if layer == "native-method":
         return f"{m}: {insn.summary}, on silicon ({insn.feature.name})."
-    first = next(i for i in table if i.is_dot and i.is_float == insn.is_float and i.lanes == insn.lanes)
+    if insn.kind == "dot-complex":
+        part = "imaginary" if m == "TCMMIMFP16PS" else "real"
+        return _COMPLEX_DOCS[layer].format(m=m, n=n, part=part, rule=_COMPLEX_RULES.get(m, ""))
+    first = next(i for i in table if i.is_dot and i.kind != "dot-complex" and i.is_float == insn.is_float
+                 and i.lanes == insn.lanes)
     if insn.is_float and insn.lanes == 4:
         fa, fb = insn.a_format, insn.b_format
         if insn is first:

@@ -53,7 +53,8 @@ OPS = {insn.name: (insn.c_op, insn.group, insn.lanes) for insn in isa.DOTS}
 
 
 def _needs(feature: isa.Feature) -> str:
-    return feature.name + (f" ({feature.since})" if feature.since else "")
+    where = f"CPUID.(EAX={feature.leaf:#x},ECX={feature.subleaf}):{feature.register.upper()}[{feature.bit}]"
+    return f"{feature.name} ({where}" + (f"; {feature.since})" if feature.since else ")")
 
 
 #: kernel group -> what it needs (the CPUID feature of pyamx.isa, with where to find it)

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import _backend, emulator, isa
+from .emulator.complex_rows import fp16_operand
 from .emulator.numerics import FP8_ACCUMS, FP8_NAN_RULES, NAN_RULES, STRUCTURES, TININESS, Numerics, resolve
 from .testing import operands
 
@@ -187,9 +188,41 @@ EXPERIMENTS = {
         _fp8("HF8 NaN 0xFF in B, C=1", 0x3F800000, [(0x38, 0, 0, 0)], [(0xFF, 0, 0, 0)], "tdphf8ps"),
         _fp8("inf * 0 and a NaN C", 0x7FC00001, [(0x7C, 0, 0, 0)], [(0, 0, 0, 0)]),
     ],
+    # AMX-COMPLEX (docs/semantics.md section 8): pairs are (real, imaginary) fp16.
+    "complex_structure": [
+        # 4096+4096i squared, real part: products 2^24 and -2^24 cancel in the SDM's even + odd before C = 1
+        _one("complex order: (4096+4096i)^2, real, C=1", 0x3F800000, [(0x6C00, 0x6C00)], [(0x6C00, 0x6C00)],
+             "tcmmrlfp16ps"),
+        _one("complex order: (1+2^-12 i)(2^-12+i), imaginary, C=1", 0x3F800000, [(HALF_ONE, 0x0C00)],
+             [(0x0C00, HALF_ONE)], "tcmmimfp16ps"),
+        # P3's question: C=2^-24, products 1 and 2^-25 (sdm 1.0; fused_pair and wide 1 + 2^-23)
+        _one("C=2^-24, products (1, 2^-25), imaginary", 0x33800000, [(0x0C00, HALF_ONE)], [(HALF_ONE, 0x0800)],
+             "tcmmimfp16ps"),
+        # P2's question: C=0, k0 products (1, 2^-24), k1 (0, 2^-24) (sdm 1 + 2^-23; fused_pair 1.0)
+        _one("C=0, k0 (1, 2^-24), k1 (0, 2^-24), imaginary", 0, [(0x0C00, HALF_ONE), (0x0C00, 0)],
+             [(HALF_ONE, 0x0C00), (HALF_ONE, 0x0C00)], "tcmmimfp16ps"),
+    ],
+    "complex_dest_daz": [
+        # A = B = 0: t = +0; a denormal C read as zero gives +0, kept it flushes to -0
+        _one("C=-2^-149 (denormal), A=B=0, real", 0x80000001, [(0, 0)], [(0, 0)], "tcmmrlfp16ps"),
+        _one("C=-2^-149 (denormal), A=B=0, imaginary", 0x80000001, [(0, 0)], [(0, 0)], "tcmmimfp16ps"),
+    ],
+    "complex_nan_sign": [
+        # the real part negates a_im: as an fp16 before conversion (SDM), or the product after (a NaN keeps its sign)
+        _one("a_im = +NaN (payload 0x205) * b_im = 1, real", 0, [(0, 0x7E05)], [(0, HALF_ONE)], "tcmmrlfp16ps"),
+        _one("a_im = -NaN (payload 0x100) * b_im = 1, real", 0, [(0, 0xFD00)], [(0, HALF_ONE)], "tcmmrlfp16ps"),
+    ],
+    "complex_nan_order": [
+        # k0: inf * 0 makes the even lane the default NaN; k1 brings a NaN a: which wins?
+        _one("NaN lane then NaN a_re, real", 0, [(0x7C00, 0), (0x7E05, 0)], [(0, 0), (HALF_ONE, 0)], "tcmmrlfp16ps"),
+        _one("NaN lane then NaN a_im, imaginary", 0, [(0, 0x7C00), (0, 0x7E05)], [(0, 0), (HALF_ONE, 0)],
+             "tcmmimfp16ps"),
+    ],
 }
 
 _FLUSH_FP16 = "flush fp16 denormal inputs"  # a candidate the Numerics options do not have
+_NEGATE_PRODUCT = "negate the product (a NaN a_im keeps its sign)"  # nor these: complex_rows.py's open points
+_A_FIRST = "a, b before the accumulator (TDPFP16PS's order)"
 
 # Candidate options of each point, as changes to the base Numerics.
 CANDIDATES = {
@@ -207,6 +240,10 @@ CANDIDATES = {
     "fp8_ftz": {f: dict(fp8_ftz=f) for f in (False, True)},
     "fp8_c_daz": {d: dict(fp8_c_daz=d) for d in (False, True)},
     "fp8_nan": {n: dict(fp8_nan=n) for n in FP8_NAN_RULES},
+    "complex_structure": {s: dict(structure=s) for s in STRUCTURES},
+    "complex_dest_daz": {d: dict(dest_daz=d) for d in (True, False)},
+    "complex_nan_sign": {"negated before conversion": {}, "negated product": {_NEGATE_PRODUCT: True}},
+    "complex_nan_order": {"accumulator first": {}, "a, b first": {_A_FIRST: True}},
 }
 
 # input DAZ first: the accumulation experiments' random data holds BF8 denormals
@@ -223,10 +260,16 @@ class PointResult:
     observations: list = field(default_factory=list)  # (experiment, backend bits, {candidate: predicted bits})
 
 
-def _emulate(e: Experiment, model: Numerics, flush_fp16: bool = False) -> np.ndarray:
+def _emulate(e: Experiment, model: Numerics, flush_fp16: bool = False, negate_product: bool = False,
+             a_first: bool = False) -> np.ndarray:
     a, b = e.a, e.b
     if flush_fp16 and _is_fp16(e.instruction):  # denormal (exponent 0) inputs become zeros of their sign
         a, b = (np.where((x & 0x7C00) == 0, x & 0x8000, x).astype(np.uint16) for x in (a, b))
+    if negate_product and e.instruction == "tcmmrlfp16ps":  # pre-flip NaN a_im, so the row's flip restores it
+        a = a.copy()
+        a[:, 1::2] = np.where((a[:, 1::2] & 0x7FFF) > 0x7C00, a[:, 1::2] ^ 0x8000, a[:, 1::2])
+    if a_first and isa.get(e.instruction).kind == "dot-complex":  # the same steps in TDPFP16PS's NaN order
+        return emulator.tdpfp16ps(e.c, fp16_operand(e.instruction, a), b, numerics=model).view(np.uint32)
     return getattr(emulator, e.instruction)(e.c, a, b, numerics=model).view(np.uint32)
 
 
@@ -242,7 +285,8 @@ def _runner(backend, numerics):
 def _predict(base: Numerics, changes: dict, experiment: Experiment) -> np.ndarray:
     changes = dict(changes)
     flush = changes.pop(_FLUSH_FP16, False)
-    return _emulate(experiment, base.replace(**changes), flush)
+    negate_product, a_first = changes.pop(_NEGATE_PRODUCT, False), changes.pop(_A_FIRST, False)
+    return _emulate(experiment, base.replace(**changes), flush, negate_product, a_first)
 
 
 def _points_for(backend) -> tuple:
@@ -255,7 +299,8 @@ def _points_for(backend) -> tuple:
 
 # The order points are settled in: each one's experiments depend only on points settled before.
 _ORDER = ("structure", "zero_signs", "dest_daz", "input_daz", "tininess", "products", "nan",
-          "fp16_structure", "fp16_denormals") + _FP8_FIELDS
+          "fp16_structure", "fp16_denormals", "complex_structure", "complex_dest_daz", "complex_nan_sign",
+          "complex_nan_order") + _FP8_FIELDS
 
 
 def probe(backend: str = "emulator", numerics=None) -> dict:

@@ -44,7 +44,8 @@ from .errors import BackendError, EnvironmentVariableError
 
 ENV_VAR = "PYAMX_TRAP_EMULATION"
 
-# Kernel groups the handler emulates (the names pyamx.detect uses).
+# Kernel groups the handler emulates (the names pyamx.detect uses): every dot-product row
+# (csrc/trap/semantics.c, fp8.c).
 _KERNELS = frozenset(isa.GROUPS)
 
 

@@ -120,6 +120,25 @@ def generate(seed: int, per_class: int = 4, instructions=tuple(INSTRUCTIONS)) ->
         for insn in isa.DOTS:
             if insn.is_float and insn.a_format.width == 8 and insn.name in instructions:
                 cases.append(_fp8_case(fp8_rng, insn, m, k, n))
+    cases += _complex_cases(np.random.default_rng([seed, 1]), instructions, fp16_specials)
+    return cases
+
+
+def _complex_cases(rng, instructions, specials) -> list:
+    """AMX-COMPLEX rows: fp16 bits of every code and the specials in both halves, C any bits.
+
+    A generator of their own, so the cases of the older rows stay as they were recorded.
+    """
+    cases = []
+    for m, k, n in shapes(rng, 10):
+        for name in (insn.name for insn in isa.DOTS if insn.kind == "dot-complex"):
+            if name in instructions:
+                a = rng.integers(0, 2**16, (m, 2 * k), dtype=np.uint16)
+                b = rng.integers(0, 2**16, (k, 2 * n), dtype=np.uint16)
+                a = np.where(rng.random(a.shape) < 0.3, rng.choice(specials, a.shape), a)
+                b = np.where(rng.random(b.shape) < 0.3, rng.choice(specials, b.shape), b)
+                c = rng.integers(0, 2**32, (m, n), dtype=np.uint64).astype(np.uint32)
+                cases.append(Case(name, f"random complex fp16 {m}x{k}x{n}", c, a, b))
     return cases
 
 

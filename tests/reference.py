@@ -260,3 +260,80 @@ def tdpb_int8(signed_a: bool, signed_b: bool, c_words, a_bytes, b_bytes):
             row.append(total - 2**32 if total >= 2**31 else total)
         out.append(row)
     return out
+
+
+# -- AMX-COMPLEX, straight from the SDM's TCMMIMFP16PS/TCMMRLFP16PS pseudo-code ---------------
+#
+# Written from the pseudo-code itself, not from the TDPFP16PS identity pyamx computes them by:
+# s1e/s1o are A's real/imaginary fp16 (RL negates the imaginary one as fp16 bits, before
+# conversion), s2e/s2o B's, and every step is fma32(acc, x, y) whose NaN priority is the order
+# written: acc, x, y.
+
+
+def _fma_acc_first(acc, x, y, tininess):
+    nan = _first_nan((acc, x, y))
+    if nan is not None:
+        return nan
+    result = add(multiply(x, y), acc)
+    return DEFAULT_NAN if result is None else encode(result, tininess)
+
+
+def _single_rounding_acc_first(acc, factors, tininess):
+    nan = _first_nan([acc] + list(factors))
+    if nan is not None:
+        return nan
+    return single_rounding(factors, acc, tininess)
+
+
+def tcmm(imaginary: bool, c_bits, a_words, b_words, *, structure="sdm", dest_daz=True, tininess="after",
+         nan="x86"):
+    """TCMMIMFP16PS (``imaginary``) or TCMMRLFP16PS: c_bits M x N fp32 bits, a_words M x K and
+    b_words K x N complex dwords (imaginary << 16 | real). Returns M x N fp32 bit ints.
+
+    structure "sdm" is the SDM's; "straight" (pyamx's option: one accumulator from C, per k the
+    product with b's real part, then the one with its imaginary part), "fused_pair" (per k both
+    products and the accumulator, one rounding) and "wide" (C and every product, one rounding)
+    are pyamx's alternatives, their NaN priority the accumulator first. ``nan`` other than x86
+    replaces every NaN result by one constant.
+    """
+    def operands(aw, bw):
+        re_a, im_a = aw & 0xFFFF, aw >> 16
+        re_b, im_b = bw & 0xFFFF, bw >> 16
+        s2e, s2o = decode_fp16(re_b), decode_fp16(im_b)
+        if imaginary:
+            return decode_fp16(im_a), s2e, decode_fp16(re_a), s2o
+        return decode_fp16(re_a), s2e, decode_fp16(im_a ^ 0x8000), s2o  # "-" is for imaginary*imaginary
+
+    out = []
+    for m in range(len(c_bits)):
+        row = []
+        for n in range(len(c_bits[0])):
+            c = decode32(int(c_bits[m][n]), dest_daz)
+            steps = [operands(int(a_words[m][k]), int(b_words[k][n])) for k in range(len(b_words))]
+            if structure == "sdm":
+                temp_e = temp_o = ("num", Fraction(0), False)
+                for s1e, s2e, s1o, s2o in steps:
+                    temp_e = decode32(_fma_acc_first(temp_e, s1e, s2e, tininess), True)
+                    temp_o = decode32(_fma_acc_first(temp_o, s1o, s2o, tininess), True)
+                tmp = decode32(add32(temp_e, temp_o, tininess), True)
+                bits = add32(c, tmp, tininess)
+            elif structure == "straight":
+                acc, bits = c, None
+                for s1e, s2e, s1o, s2o in steps:
+                    for x, y in ((s1e, s2e), (s1o, s2o)):
+                        bits = _fma_acc_first(acc, x, y, tininess)
+                        acc = decode32(bits, True)
+            elif structure == "fused_pair":
+                acc = c
+                for step in steps:
+                    bits = _single_rounding_acc_first(acc, step, tininess)
+                    acc = decode32(bits, True)
+            elif structure == "wide":
+                bits = _single_rounding_acc_first(c, [v for step in steps for v in step], tininess)
+            else:
+                raise ValueError(structure)
+            if nan != "x86" and (bits & 0x7FFFFFFF) > 0x7F800000:
+                bits = DEFAULT_NAN if nan == "default" else 0x7FC00000
+            row.append(bits)
+        out.append(row)
+    return out

@@ -22,6 +22,7 @@ import numpy as np
 import pytest
 
 import pyamx
+import pyamx.run
 from pyamx import isa
 
 HERE = Path(__file__).resolve().parent

@@ -136,6 +136,9 @@ def test_committed_vectors_agree_with_the_independent_reference(path):
         elif case.instruction.endswith("f8ps"):
             want = reference_fp8.dot(case.c.astype(np.uint32).tolist(), case.a.tolist(), case.b.tolist(),
                                      *reference_fp8.formats(case.instruction))
+        elif case.instruction in ("tcmmimfp16ps", "tcmmrlfp16ps"):
+            words = [(x[:, 0::2].astype(np.uint32) | (x[:, 1::2].astype(np.uint32) << 16)) for x in (case.a, case.b)]
+            want = reference.tcmm(case.instruction == "tcmmimfp16ps", case.c.astype(np.uint32), *words)
         else:
             # signedness from the reference, not from pyamx.isa: the recorded bits are checked against it
             want = reference.tdpb_int8(*reference.int8_signedness(case.instruction), case.c, case.a, case.b)

@@ -298,14 +298,64 @@ static void float_rows(struct tile_state *st, int d, int s1, int s2, int fp16)
     _mm_setcsr(saved);
 }
 
-/* AMX-COMPLEX through the fp16 dot product (docs/semantics.md, AMX-COMPLEX):
+/* fma32 with the accumulator's NaN first: the SDM writes the complex rows'
+ * steps fma32(acc, a, b) where TDPFP16PS's are acc + a * b (docs/semantics.md
+ * section 8); everything else as fma32. */
+__attribute__((target("fma"))) static uint32_t fma32_acc_first(uint32_t acc, uint32_t a, uint32_t b)
+{
+    if (is_nan32(acc))
+        return acc | QUIET_BIT;
+    return fma32(a, b, acc);
+}
+
+/* The complex rows where an operand is an infinity or a NaN: TDPFP16PS's
+ * scalar steps with the accumulator's NaN first. */
+__attribute__((noinline, target("avx,fma"))) static void complex_special_rows(struct tile_state *st, int d, int s1,
+                                                                              int s2)
+{
+    int M = st->rows[d], K = st->rows[s2], N = st->colsb[d] / 4;
+    for (int m = 0; m < M; m++) {
+        uint32_t even[16], odd[16];
+        for (int n = 0; n < N; n++)
+            even[n] = odd[n] = 0; /* +0.0 */
+        for (int k = 0; k < K; k++) {
+            uint32_t a0, a1;
+            widen_pair(rd32(&st->tiles[s1][m][4 * k]), 1, &a0, &a1);
+            for (int n = 0; n < N; n++) {
+                uint32_t b0, b1;
+                widen_pair(rd32(&st->tiles[s2][k][4 * n]), 1, &b0, &b1);
+                even[n] = fma32_acc_first(even[n], a0, b0);
+                odd[n] = fma32_acc_first(odd[n], a1, b1);
+            }
+        }
+        for (int n = 0; n < N; n++) {
+            uint8_t *cp = &st->tiles[d][m][4 * n];
+            wr32(cp, add32(rd32(cp), add32(even[n], odd[n])));
+        }
+    }
+}
+
+static int any_special_fp16(const struct tile_state *st, int t, int rows, int dwords)
+{
+    for (int r = 0; r < rows; r++)
+        for (int k = 0; k < dwords; k++) {
+            uint32_t w = rd32(&st->tiles[t][r][4 * k]);
+            if ((w & 0x7C00u) == 0x7C00u || (w & 0x7C000000u) == 0x7C000000u)
+                return 1;
+        }
+    return 0;
+}
+
+/* AMX-COMPLEX through the fp16 dot product (docs/semantics.md section 8):
  * its two accumulators take a_im * b_re and a_re * b_im (TCMMIMFP16PS) or
  * a_re * b_re and -a_im * b_im (TCMMRLFP16PS), and TDPFP16PS's take
  * a_lo * b_lo and a_hi * b_hi; fp32 addition is commutative, so TDPFP16PS
  * on tsrc1 with its halves swapped (IM) or its high half negated (RL, the
  * fp16 sign flipped before conversion, as the pseudo-code does) gives the
- * same bits, NaN choices included (first operand of each FMA: the a
- * value). tsrc1 is rearranged in place and put back afterwards. */
+ * same bits, except for which NaN wins where an accumulator already holds
+ * one: with an infinity or a NaN among the operands the scalar steps run
+ * with the accumulator's NaN first. tsrc1 is rearranged in place and put
+ * back afterwards. */
 static void complex_rows(struct tile_state *st, int d, int s1, int s2, int real)
 {
     int M = st->rows[s1], K = st->colsb[s1] / 4;
@@ -317,7 +367,14 @@ static void complex_rows(struct tile_state *st, int d, int s1, int s2, int real)
             wr32(p, real ? w ^ 0x80000000u : (w >> 16) | (w << 16));
         }
     }
-    float_rows(st, d, s1, s2, 1);
+    if (any_special_fp16(st, s1, M, K) || any_special_fp16(st, s2, st->rows[s2], st->colsb[d] / 4)) {
+        unsigned int saved = _mm_getcsr();
+        _mm_setcsr(TRAP_MXCSR);
+        complex_special_rows(st, d, s1, s2);
+        _mm_setcsr(saved);
+    } else {
+        float_rows(st, d, s1, s2, 1);
+    }
     memcpy(st->tiles[s1], st->saved_src1, sizeof st->saved_src1);
 }
 

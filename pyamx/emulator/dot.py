@@ -287,8 +287,12 @@ def _values_block(c, a, b, numerics: Numerics, input_daz: bool, short: bool = Fa
     return _nan_free_result(bits, c, numerics.nan)
 
 
-def _bits_block(c, a, b, numerics: Numerics, input_daz: bool) -> np.ndarray:
-    """Every structure step by step on bit patterns, with the full NaN rules (the slowest tier)."""
+def _bits_block(c, a, b, numerics: Numerics, input_daz: bool, acc_first: bool = False) -> np.ndarray:
+    """Every structure step by step on bit patterns, with the full NaN rules (the slowest tier).
+
+    ``acc_first``: the accumulator is the first NaN operand of every step (the complex rows,
+    complex_rows.py), not the last.
+    """
     rounding = dict(tininess=numerics.tininess, nan=numerics.nan)
     a_mk = a[:, None, :, :]  # (M, 1, K, 2): broadcast against b over n
     b_kn = np.transpose(b, (1, 0, 2))[None]  # (1, N, K, 2): broadcast against a over m
@@ -297,7 +301,8 @@ def _bits_block(c, a, b, numerics: Numerics, input_daz: bool) -> np.ndarray:
     if structure == "sdm":
         lanes = np.zeros(c.shape + (2,), dtype=np.uint32)  # even, odd accumulators start at +0
         for k in range(k_count):
-            lanes = fp32.fma32(a_mk[:, :, k, :], b_kn[:, :, k, :], lanes, daz_ab=input_daz, **rounding)
+            lanes = fp32.fma32(a_mk[:, :, k, :], b_kn[:, :, k, :], lanes, daz_ab=input_daz, acc_first=acc_first,
+                               **rounding)
         pair_sum = fp32.add32(lanes[..., 0], lanes[..., 1], **rounding)
         return fp32.add32(c, pair_sum, daz_x=numerics.dest_daz, **rounding)
     if structure == "straight":
@@ -305,7 +310,8 @@ def _bits_block(c, a, b, numerics: Numerics, input_daz: bool) -> np.ndarray:
         for k in range(k_count):
             for lane in (0, 1):
                 acc = fp32.fma32(
-                    a_mk[:, :, k, lane], b_kn[:, :, k, lane], acc, daz_ab=input_daz, daz_c=numerics.dest_daz, **rounding
+                    a_mk[:, :, k, lane], b_kn[:, :, k, lane], acc, daz_ab=input_daz, daz_c=numerics.dest_daz,
+                    acc_first=acc_first, **rounding
                 )
         return acc
     if structure == "fused_pair":
@@ -313,14 +319,16 @@ def _bits_block(c, a, b, numerics: Numerics, input_daz: bool) -> np.ndarray:
         for k in range(k_count):
             operands = (a_mk[:, :, k, 0], b_kn[:, :, k, 0], a_mk[:, :, k, 1], b_kn[:, :, k, 1])
             terms = _products(operands, input_daz) + [fp32.to_float64(acc, numerics.dest_daz)]
-            acc = fp32.exact_sum(terms, nan_operands=operands + (acc,), **rounding)
+            order = (acc,) + operands if acc_first else operands + (acc,)
+            acc = fp32.exact_sum(terms, nan_operands=order, **rounding)
         return acc
     if structure == "wide":
         operands = []
         for k in range(k_count):
             operands += [a_mk[:, :, k, 0], b_kn[:, :, k, 0], a_mk[:, :, k, 1], b_kn[:, :, k, 1]]
         terms = _products(tuple(operands), input_daz) + [fp32.to_float64(c, numerics.dest_daz)]
-        return fp32.exact_sum(terms, nan_operands=tuple(operands) + (c,), **rounding)
+        order = (c,) + tuple(operands) if acc_first else tuple(operands) + (c,)
+        return fp32.exact_sum(terms, nan_operands=order, **rounding)
     raise AssertionError(structure)  # Numerics validates the name
 
 
@@ -345,8 +353,11 @@ class _FloatPlan:
     values tier. The other structures run on the bits tier throughout.
     """
 
-    def __init__(self, a, b, numerics: Numerics, input_daz: bool, significand_bits: int):
+    def __init__(self, a, b, numerics: Numerics, input_daz: bool, significand_bits: int, acc_first: bool = False):
         self.a, self.b, self.numerics, self.input_daz = a, b, numerics, input_daz
+        # NaN-free operands never meet a NaN accumulator together with a NaN a or b, so only
+        # the bits tier needs to know the complex rows' NaN priority
+        self.acc_first = acc_first
         self.short = False
         self.split = numerics.structure in ("sdm", "straight")
         self.fast = None
@@ -401,25 +412,27 @@ class _FloatPlan:
             elif tier == "values":
                 c = _values_block(c, a[:, block], b[block], self.numerics, self.input_daz, self.short)
             else:
-                c = _bits_block(c, a[:, block], b[block], self.numerics, self.input_daz)
+                c = _bits_block(c, a[:, block], b[block], self.numerics, self.input_daz, self.acc_first)
         return np.ascontiguousarray(c, dtype=np.uint32)
 
 
 def float_dot(c: np.ndarray, a: np.ndarray, b: np.ndarray, numerics: Numerics, input_daz: bool,
-              significand_bits: int = 24) -> np.ndarray:
+              significand_bits: int = 24, acc_first: bool = False) -> np.ndarray:
     """C (M, N) fp32 bits plus the dot products of a (M, K, 2) and b (K, N, 2), per ``numerics``.
 
     K may exceed one instruction's 16 dwords: K is then consumed in blocks of
     16 in increasing order, each block one instruction whose C is the previous
     block's result (the matmul schedule). ``significand_bits`` is the width
     of the input format (8 bf16, 11 fp16; 24, the default, is always safe).
+    ``acc_first``: the complex rows' NaN priority (see _bits_block).
     """
     with fp32.default_fp_env():
-        plan = _FloatPlan(a, b, numerics, input_daz, significand_bits)
+        plan = _FloatPlan(a, b, numerics, input_daz, significand_bits, acc_first)
         return plan.run_rows(np.asarray(c, dtype=np.uint32), slice(None))
 
 
-def float_matmul(c, a, b, numerics: Numerics, input_daz: bool, significand_bits: int, threads: int = 1) -> np.ndarray:
+def float_matmul(c, a, b, numerics: Numerics, input_daz: bool, significand_bits: int, threads: int = 1,
+                 acc_first: bool = False) -> np.ndarray:
     """float_dot over row chunks, optionally on ``threads`` threads (numpy releases the GIL in ufuncs).
 
     Rows are independent, so the split changes nothing in the bits; the chunks
@@ -431,7 +444,7 @@ def float_matmul(c, a, b, numerics: Numerics, input_daz: bool, significand_bits:
         rows_per_chunk = min(rows_per_chunk, -(-m // threads))
     chunks = [slice(r, min(r + rows_per_chunk, m)) for r in range(0, m, rows_per_chunk)]
     with fp32.default_fp_env():
-        plan = _FloatPlan(a, b, numerics, input_daz, significand_bits)
+        plan = _FloatPlan(a, b, numerics, input_daz, significand_bits, acc_first)
         if len(chunks) == 1:  # one tile's worth: no chunk bookkeeping
             return plan.run_rows(c, slice(None))
     out = np.empty((m, n), dtype=np.uint32)
@@ -474,11 +487,16 @@ def engine_dot(op_name: str, c_bits, a, b_vnni, k_dwords: int, threads: int, num
 
         return fp8.dot(_FP8_OPS[op_name], _words(c_bits, np.uint32), a.view(np.uint8).reshape(m, k_dwords, 4),
                        b_vnni.view(np.uint8).reshape(k_dwords, n, 4), numerics)
+    from .complex_rows import fp16_operand, is_complex
+
+    acc_first = is_complex(op_name)
+    if acc_first:  # TDPFP16PS on a transformed A, with the accumulator's NaN first (complex_rows.py)
+        a = fp16_operand(op_name, a)
     if (k_dwords <= BLOCK_DWORDS and m * n <= _ONE_TILE and op_name in _FLOAT_OPS
             and numerics.structure in _ONE_TILE_STRUCTURES
             and a.shape == (m, 2 * k_dwords) and b_vnni.shape == (k_dwords, 2 * n)):
         # one instruction: ordinary operands take a few float32 ufuncs (onetile.py proves why)
-        fp16 = isa.BY_NAME[op_name].family == "fp16"
+        fp16 = isa.BY_NAME[op_name].family != "bf16"
         out = one_tile(numerics.structure, fp16, _words(c_bits, np.uint32), a.view(np.uint16), b_vnni.view(np.uint16),
                        m, n, k_dwords)
         if out is not None:
@@ -494,7 +512,7 @@ def engine_dot(op_name: str, c_bits, a, b_vnni, k_dwords: int, threads: int, num
         else:
             a32, b32, input_daz, precision = widen_fp16_bits(a), widen_fp16_bits(b_vnni), False, 11
         return float_matmul(_words(c_bits, np.uint32), a32.reshape(m, k_dwords, 2),
-                            b32.reshape(k_dwords, n, 2), numerics, input_daz, precision, threads)
+                            b32.reshape(k_dwords, n, 2), numerics, input_daz, precision, threads, acc_first)
     if op_name in INT8_SIGNEDNESS:
         if a.shape != (m, 4 * k_dwords) or b_vnni.shape != (k_dwords, 4 * n):
             raise ValueError(f"engine_dot: shapes a {a.shape}, b {b_vnni.shape}, c {c_bits.shape} do not match Kd={k_dwords}")

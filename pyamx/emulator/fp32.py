@@ -150,12 +150,13 @@ def select_nan(result: np.ndarray, operands, rule: str) -> np.ndarray:
     return np.where(result_nan, chosen, result).astype(np.uint32)
 
 
-def fma32(a, b, c, *, tininess: str = "after", nan: str = "x86", daz_ab: bool = True, daz_c: bool = True) -> np.ndarray:
-    """fp32 ``a * b + c`` with one rounding; operands in NaN priority order a, b, c."""
+def fma32(a, b, c, *, tininess: str = "after", nan: str = "x86", daz_ab: bool = True, daz_c: bool = True,
+          acc_first: bool = False) -> np.ndarray:
+    """fp32 ``a * b + c`` with one rounding; operands in NaN priority order a, b, c (c, a, b with ``acc_first``)."""
     with np.errstate(invalid="ignore"):  # inf * 0 is resolved by select_nan
         p = to_float64(a, daz_ab) * to_float64(b, daz_ab)  # exact, see module docstring
     s, e = _two_sum(p, to_float64(c, daz_c))
-    return select_nan(round_to_fp32(s, e, tininess), (a, b, c), nan)
+    return select_nan(round_to_fp32(s, e, tininess), (c, a, b) if acc_first else (a, b, c), nan)
 
 
 def add32(x, y, *, tininess: str = "after", nan: str = "x86", daz_x: bool = True, daz_y: bool = True) -> np.ndarray:

@@ -14,6 +14,7 @@ import numpy as np
 from .. import isa
 from .._fpenv import default_fpenv
 from ..bf16 import widen_bits
+from .complex_rows import fp16_operand
 from . import fp8
 from .dot import float_dot, integer_dot
 from .numerics import Numerics
@@ -53,6 +54,24 @@ def tdpfp16ps(c: np.ndarray, a: np.ndarray, b: np.ndarray, numerics: Numerics) -
     return float_dot(c, _lanes(widen_fp16_bits(a), 2), _lanes(widen_fp16_bits(b), 2), numerics, False)
 
 
+@default_fpenv
+def tcmmimfp16ps(c: np.ndarray, a: np.ndarray, b: np.ndarray, numerics: Numerics) -> np.ndarray:
+    """c (M, N) fp32 bits + the imaginary part of a (M, 2K) . b (K, 2N), complex fp16 pairs (re low, im high)."""
+    return _complex("tcmmimfp16ps", c, a, b, numerics)
+
+
+@default_fpenv
+def tcmmrlfp16ps(c: np.ndarray, a: np.ndarray, b: np.ndarray, numerics: Numerics) -> np.ndarray:
+    """c (M, N) fp32 bits + the real part of a (M, 2K) . b (K, 2N), complex fp16 pairs (re low, im high)."""
+    return _complex("tcmmrlfp16ps", c, a, b, numerics)
+
+
+def _complex(name, c, a, b, numerics):
+    a = fp16_operand(name, a)  # TDPFP16PS on a transformed A (complex_rows.py proves it)
+    return float_dot(c, _lanes(widen_fp16_bits(a), 2), _lanes(widen_fp16_bits(b), 2), numerics, False,
+                     acc_first=True)
+
+
 def tdpb_int8(mnemonic: str, c: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """c (M, N) int32, a (M, 4K) and b (K, 4N) bytes -> (M, N) int32 with wrap-around."""
     a_signed, b_signed = INT8_SIGNEDNESS[mnemonic]
@@ -81,6 +100,8 @@ def compute(name: str):
     The integer ones ignore ``numerics`` (integer arithmetic has no open point).
     """
     insn = isa.get(name)
+    if insn.kind == "dot-complex":
+        return _COMPLEX[insn.name]
     if insn.group == "fp8":
         return fp8_dot(name)
     if insn.is_float:
@@ -90,3 +111,4 @@ def compute(name: str):
 
 #: operand format -> the float dot product over its pairs (each widens its format exactly)
 _FLOAT_PAIRS = {"bf16": tdpbf16ps, "fp16": tdpfp16ps}
+_COMPLEX = {"tcmmimfp16ps": tcmmimfp16ps, "tcmmrlfp16ps": tcmmrlfp16ps}
