@@ -420,6 +420,12 @@ def _trait_fields(isa, insn) -> tuple:
             f"0x{enc.map:X}", enc.pp, enc.w, enc.l, f"0x{enc.opcode:02X}", _c_name(enc.form))
 
 
+def _imm_fields(insn) -> tuple:
+    """``(imm_map, imm_pp, imm_opcode)`` of a row's imm8 form; zeros where it has none."""
+    imm = insn.imm_encoding
+    return (0, 0, "0x00") if imm is None else (f"0x{imm.map:X}", imm.pp, f"0x{imm.opcode:02X}")
+
+
 def traits_header_text(isa) -> str:
     """csrc/pyamx_op_traits.h: ``PYAMX_FOR_EACH_OP(X)`` and ``pyamx_op_traits[]``, one entry per row.
 
@@ -431,10 +437,11 @@ def traits_header_text(isa) -> str:
     prefixes = tuple(dict.fromkeys(("VEX", "EVEX")))
     fields = [_trait_fields(isa, insn) for insn in isa.TABLE]
     xrows = " \\\n".join(f"    X({', '.join(str(v) for v in row)})" for row in fields)
+    imm = [_imm_fields(insn) for insn in isa.TABLE]
     table = "\n".join(
         f"    [PYAMX_OP_{r[0]}] = {{PYAMX_KIND_{r[1]}, PYAMX_FMT_{r[2]}, PYAMX_FMT_{r[3]}, PYAMX_FMT_{r[4]}, "
         f"{r[5]}, {r[6]}, {r[7]}, PYAMX_PREFIX_{r[8]}, {r[9]}, {r[10]}, {r[11]}, {r[12]}, {r[13]}, "
-        f"PYAMX_FORM_{r[14]}}}," for r in fields)
+        f"PYAMX_FORM_{r[14]}, {i[0]}, {i[1]}, {i[2]}}}," for r, i in zip(fields, imm))
     return f"""/* Traits of every AMX instruction row of pyamx/isa.py, for C.
  *
  * {_GENERATED_NOTE}
@@ -442,7 +449,8 @@ def traits_header_text(isa) -> str:
  * PYAMX_FOR_EACH_OP(X) calls X(mnemonic, kind, a_format, b_format,
  * acc_format, a_signed, b_signed, lanes, prefix, map, pp, w, l, opcode,
  * form) once per row, in table order; pyamx_op_traits[] holds the same
- * fields by op id. A format of NONE: the row has no such operand.
+ * fields by op id, and the imm8 form's imm_map, imm_pp, imm_opcode (0 where
+ * the row has none). A format of NONE: the row has no such operand.
  */
 #ifndef PYAMX_OP_TRAITS_H
 #define PYAMX_OP_TRAITS_H
@@ -471,6 +479,9 @@ struct pyamx_op_traits {{
     unsigned char l;
     unsigned char opcode;
     unsigned char form;       /* enum pyamx_modrm_form */
+    unsigned char imm_map;    /* the imm8 form's map, pp and opcode (AMX-AVX512's row instructions: */
+    unsigned char imm_pp;     /* the row selector an imm8 instead of a GPR); imm_map 0: no such form */
+    unsigned char imm_opcode;
 }};
 
 static const struct pyamx_op_traits pyamx_op_traits[] = {{

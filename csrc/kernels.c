@@ -216,7 +216,8 @@ AMX_TILE static void store_tile(int t, void *dst, long stride)
                      : "memory")
 #define MOVRS_CASE(n) case n: MOVRS_BYTES(0x7b, n, src, stride); break;
 #define MOVRST1_CASE(n) case n: MOVRS_BYTES(0x79, n, src, stride); break;
-static void load_tile_movrs(int t, const void *src, long stride, int rst1)
+/* noinline: tests/test_rows_native.py finds its bytes in the built module */
+__attribute__((noinline)) static void load_tile_movrs(int t, const void *src, long stride, int rst1)
 {
     if (rst1) {
         switch (t) { EACH_TILE(MOVRST1_CASE) default: break; }

@@ -51,9 +51,9 @@ _PRINT_ROWS = r"""
 #include "pyamx_op_traits.h"
 #define PRINT(name_, kind_, a_, b_, acc_, as_, bs_, lanes_, prefix_, map_, pp_, w_, l_, opcode_, form_) { \
     const struct pyamx_op_traits *t = &pyamx_op_traits[PYAMX_OP_##name_]; \
-    printf("%s %d %d %d %d %d %d %d %d %d %d %d %d %d %d\n", #name_, t->kind, t->a_format, t->b_format, \
+    printf("%s %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d\n", #name_, t->kind, t->a_format, t->b_format, \
            t->acc_format, t->a_signed, t->b_signed, t->lanes, t->prefix, t->map, t->pp, t->w, t->l, t->opcode, \
-           t->form); \
+           t->form, t->imm_map, t->imm_pp, t->imm_opcode); \
     if (t->kind != PYAMX_KIND_##kind_ || t->a_format != PYAMX_FMT_##a_ || t->acc_format != PYAMX_FMT_##acc_ \
         || t->lanes != lanes_ || t->opcode != opcode_ || t->pp != pp_ || t->form != PYAMX_FORM_##form_) return 1; }
 int main(void) { PYAMX_FOR_EACH_OP(PRINT) return 0; }
@@ -70,6 +70,8 @@ def _expected_line(insn) -> str:
               fmt(insn.acc_format), signed(insn.a_format), signed(insn.b_format), insn.lanes or 0,
               ("VEX", "EVEX").index(enc.prefix) + 1, enc.map, enc.pp, enc.w, enc.l, enc.opcode,
               forms.index(enc.form) + 1)
+    imm = insn.imm_encoding
+    fields += (0, 0, 0) if imm is None else (imm.map, imm.pp, imm.opcode)
     return " ".join([insn.mnemonic, *map(str, fields)])
 
 
