@@ -249,3 +249,15 @@ def test_every_row_instruction_is_a_method_of_both_machines_with_the_tables_docs
             assert method.__doc__.startswith(insn.mnemonic) and insn.feature.name in method.__doc__
         for name in ("tileloaddrs", "tileloaddrst1"):
             assert callable(getattr(machine, name))
+
+
+def test_row_options_are_validated_and_leave_the_dot_products_engine_alone():
+    from pyamx import engine
+
+    with pytest.raises(ValueError, match="row_index"):
+        Numerics(row_index="wrap")
+    with pytest.raises(TypeError, match="row_movrow_start_row"):
+        Numerics(row_movrow_start_row=1)
+    rows_only = Numerics(row_index="ud", row_bf16="vcvtneps2bf16", row_fp16="daz_ftz", row_movrow_start_row=False)
+    assert rows_only.dot_model() == Numerics() and rows_only.name.startswith("sdm+row_index='ud'")
+    assert engine.resolve("auto", rows_only).name == engine.resolve("auto", "sdm").name
