@@ -442,6 +442,8 @@ def traits_header_text(isa) -> str:
         f"    [PYAMX_OP_{r[0]}] = {{PYAMX_KIND_{r[1]}, PYAMX_FMT_{r[2]}, PYAMX_FMT_{r[3]}, PYAMX_FMT_{r[4]}, "
         f"{r[5]}, {r[6]}, {r[7]}, PYAMX_PREFIX_{r[8]}, {r[9]}, {r[10]}, {r[11]}, {r[12]}, {r[13]}, "
         f"PYAMX_FORM_{r[14]}, {i[0]}, {i[1]}, {i[2]}}}," for r, i in zip(fields, imm))
+    imm_rows = [(insn.mnemonic, *i) for insn, i in zip(isa.TABLE, imm) if insn.imm_encoding is not None]
+    imm_xrows = " \\\n".join(f"    X({', '.join(str(v) for v in row)})" for row in imm_rows) or "    /* none */"
     return f"""/* Traits of every AMX instruction row of pyamx/isa.py, for C.
  *
  * {_GENERATED_NOTE}
@@ -451,6 +453,8 @@ def traits_header_text(isa) -> str:
  * form) once per row, in table order; pyamx_op_traits[] holds the same
  * fields by op id, and the imm8 form's imm_map, imm_pp, imm_opcode (0 where
  * the row has none). A format of NONE: the row has no such operand.
+ * PYAMX_FOR_EACH_IMM_FORM(X) calls X(mnemonic, imm_map, imm_pp, imm_opcode)
+ * once per row that has an imm8 form (AMX-AVX512's row instructions).
  */
 #ifndef PYAMX_OP_TRAITS_H
 #define PYAMX_OP_TRAITS_H
@@ -463,6 +467,9 @@ def traits_header_text(isa) -> str:
 {enum("pyamx_modrm_form", "PYAMX_FORM_", ("none",) + forms)}
 #define PYAMX_FOR_EACH_OP(X) \\
 {xrows}
+
+#define PYAMX_FOR_EACH_IMM_FORM(X) \\
+{imm_xrows}
 
 struct pyamx_op_traits {{
     unsigned char kind;       /* enum pyamx_op_kind */

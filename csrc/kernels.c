@@ -443,7 +443,46 @@ PYAMX_FOR_EACH_ROW
 static void (*const row_kernels[PYAMX_OP_TRAITS_COUNT])(int, uint32_t, uint32_t *) = {PYAMX_FOR_EACH_ROW};
 #undef PYAMX_ROW_ROW
 
-int pyamx_tilerow(int op, int tmm, uint32_t selector, uint32_t *out16)
+/* The imm8 form: EVEX.512.<pp>.0F3A.W0 <opc> /r ib (P0 = F3: map 0F3A, vvvv 1111), the imm8 an
+ * immediate of the bytes, so one case per (tile, imm8); only imm8s with a row index below 16
+ * (imm8[5:0] < 16, any chunk imm8[7:6]) have one, the guard refusing the others first. */
+#define ROWI_BYTES(pp, opc, t, imm, out)                                                        \
+    __asm__ volatile(".byte 0x62, 0xf3, %c0, 0x48, %c1, %c2, %c3\n\t"                          \
+                     ".byte 0x62, 0xf1, 0x7e, 0x48, 0x7f, 0x02"                                 \
+                     :                                                                          \
+                     : "i"(0x7c | (pp)), "i"(opc), "i"(0xc0 | (t)), "i"(imm), "d"(out)          \
+                     : "memory", "xmm0")
+#define ROWI_CASE(pp, opc, t, imm) case (t) * 256 + (imm): ROWI_BYTES(pp, opc, t, imm, out); break;
+#define ROWI_4(pp, opc, t, i)                                                                   \
+    ROWI_CASE(pp, opc, t, (i)) ROWI_CASE(pp, opc, t, (i) + 1) ROWI_CASE(pp, opc, t, (i) + 2)    \
+    ROWI_CASE(pp, opc, t, (i) + 3)
+#define ROWI_16(pp, opc, t, c)                                                                  \
+    ROWI_4(pp, opc, t, (c) * 64) ROWI_4(pp, opc, t, (c) * 64 + 4) ROWI_4(pp, opc, t, (c) * 64 + 8) \
+    ROWI_4(pp, opc, t, (c) * 64 + 12)
+#define ROWI_TILE(pp, opc, t)                                                                   \
+    ROWI_16(pp, opc, t, 0) ROWI_16(pp, opc, t, 1) ROWI_16(pp, opc, t, 2) ROWI_16(pp, opc, t, 3)
+
+#define PYAMX_ROWI(name, imm_map, imm_pp, imm_opc)                                             \
+    _Static_assert((imm_map) == 3, "ROWI_BYTES cannot encode " #name "'s imm8 form");          \
+    AMX_TILE static void rowi_##name(int index, uint32_t *out)                                 \
+    {                                                                                          \
+        switch (index) {                                                                       \
+            ROWI_TILE(imm_pp, imm_opc, 0) ROWI_TILE(imm_pp, imm_opc, 1)                        \
+            ROWI_TILE(imm_pp, imm_opc, 2) ROWI_TILE(imm_pp, imm_opc, 3)                        \
+            ROWI_TILE(imm_pp, imm_opc, 4) ROWI_TILE(imm_pp, imm_opc, 5)                        \
+            ROWI_TILE(imm_pp, imm_opc, 6) ROWI_TILE(imm_pp, imm_opc, 7)                        \
+            default: break;                                                                    \
+        }                                                                                      \
+    }
+PYAMX_FOR_EACH_IMM_FORM(PYAMX_ROWI)
+#undef PYAMX_ROWI
+
+#define PYAMX_ROWI(name, imm_map, imm_pp, imm_opc) [PYAMX_OP_##name] = rowi_##name,
+static void (*const rowi_kernels[PYAMX_OP_TRAITS_COUNT])(int, uint32_t *) = {PYAMX_FOR_EACH_IMM_FORM(PYAMX_ROWI)};
+#undef PYAMX_ROWI
+
+/* Both forms' guards, then the kernel: imm < 0 is the GPR form with `selector`, else the imm8. */
+static int tilerow(int op, int tmm, uint32_t selector, int imm, uint32_t *out16)
 {
     if (!pyamx_internal_ready())
         return PYAMX_E_NOT_READY;
@@ -456,14 +495,29 @@ int pyamx_tilerow(int op, int tmm, uint32_t selector, uint32_t *out16)
     int rc = pyamx_check_tile_configured(cfg, tmm);
     if (rc != PYAMX_OK)
         return rc;
-    /* no tile has a row 16: refused as the default numerics' #UD (docs/semantics.md section 10) */
-    if ((selector & 0xFFFF) >= 16)
+    /* no tile has a row 16: refused as the default numerics' #UD (docs/semantics.md section 8) */
+    if ((imm < 0 ? selector & 0xFFFF : (uint32_t)imm & 0x3F) >= 16)
         return PYAMX_E_UD_SHAPE;
     uint32_t out[16] __attribute__((aligned(64)));
-    row_kernels[op](tmm, selector, out);
+    if (imm < 0)
+        row_kernels[op](tmm, selector, out);
+    else
+        rowi_kernels[op](tmm * 256 + imm, out);
     BARRIER();
     memcpy(out16, out, sizeof out);
     return PYAMX_OK;
+}
+
+int pyamx_tilerow(int op, int tmm, uint32_t selector, uint32_t *out16)
+{
+    return tilerow(op, tmm, selector, -1, out16);
+}
+
+int pyamx_tilerow_imm(int op, int tmm, int imm8, uint32_t *out16)
+{
+    if (imm8 < 0 || imm8 > 255)
+        return PYAMX_E_ARG;
+    return tilerow(op, tmm, 0, imm8, out16);
 }
 
 AMX_TILE int pyamx_tilestored(int tmm, uint8_t *buf, int64_t len, int64_t offset, int64_t stride)
@@ -566,6 +620,11 @@ int pyamx_tilezero(int tmm) { (void)tmm; return PYAMX_E_NO_KERNEL; }
 int pyamx_tilerow(int op, int tmm, uint32_t selector, uint32_t *out16)
 {
     (void)op; (void)tmm; (void)selector; (void)out16; (void)row_state_enabled;
+    return PYAMX_E_NO_KERNEL;
+}
+int pyamx_tilerow_imm(int op, int tmm, int imm8, uint32_t *out16)
+{
+    (void)op; (void)tmm; (void)imm8; (void)out16;
     return PYAMX_E_NO_KERNEL;
 }
 int pyamx_tilerelease(void) { return PYAMX_E_NO_KERNEL; }

@@ -7,6 +7,8 @@
  * form) once per row, in table order; pyamx_op_traits[] holds the same
  * fields by op id, and the imm8 form's imm_map, imm_pp, imm_opcode (0 where
  * the row has none). A format of NONE: the row has no such operand.
+ * PYAMX_FOR_EACH_IMM_FORM(X) calls X(mnemonic, imm_map, imm_pp, imm_opcode)
+ * once per row that has an imm8 form (AMX-AVX512's row instructions).
  */
 #ifndef PYAMX_OP_TRAITS_H
 #define PYAMX_OP_TRAITS_H
@@ -71,6 +73,14 @@ enum pyamx_modrm_form {
     X(TILEMOVROW, ROW, UINT8, NONE, UINT8, 0, 0, 4, EVEX, 0x2, 1, 0, 2, 0x4A, REG) \
     X(TILELOADDRS, MEMORY, NONE, NONE, NONE, 0, 0, 0, VEX, 0x2, 3, 0, 0, 0x4A, SIBMEM) \
     X(TILELOADDRST1, MEMORY, NONE, NONE, NONE, 0, 0, 0, VEX, 0x2, 1, 0, 0, 0x4A, SIBMEM)
+
+#define PYAMX_FOR_EACH_IMM_FORM(X) \
+    X(TCVTROWD2PS, 0x3, 2, 0x07) \
+    X(TCVTROWPS2BF16H, 0x3, 3, 0x07) \
+    X(TCVTROWPS2BF16L, 0x3, 2, 0x77) \
+    X(TCVTROWPS2PHH, 0x3, 0, 0x07) \
+    X(TCVTROWPS2PHL, 0x3, 3, 0x77) \
+    X(TILEMOVROW, 0x3, 1, 0x07)
 
 struct pyamx_op_traits {
     unsigned char kind;       /* enum pyamx_op_kind */

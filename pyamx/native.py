@@ -551,20 +551,19 @@ class NativeMachine:
         insn = isa.BY_NAME[name]
         cfg = self._config_now()
         tmm, row = _exact(tmm), check_row_selector(insn.mnemonic, _exact(row), imm)
-        # The kernel takes a GPR selector only: an imm8 runs as the r32 value Intel's text gives it
-        # the same meaning of (index imm8[5:0], chunk imm8[7:6]).
-        selector = ((row >> 6) << 16 | (row & 0x3F)) if imm else row
+        index = row & 0x3F if imm else row & 0xFFFF
 
         def check(cfg):
             tmm_ = check_tile_usable(insn.mnemonic, "tsrc", cfg, tmm)
-            row_source(insn.mnemonic, PRESETS["sdm"], selector & 0xFFFF, cfg.rows[tmm_])
+            row_source(insn.mnemonic, PRESETS["sdm"], index, cfg.rows[tmm_])
 
         check(cfg)
         out = np.zeros(LANES, dtype=np.uint32)
         # Whether silicon's TILEMOVROW resets start_row is open: the registers are read again after it.
         after = _consumed(cfg) if name != "tilemovrow" else None
-        self._execute(insn.mnemonic, self._lib.pyamx_tilerow,
-                      (insn.op_id, tmm, selector, self._ffi.cast("uint32_t *", _address(out))), after, check)
+        kernel = self._lib.pyamx_tilerow_imm if imm else self._lib.pyamx_tilerow
+        self._execute(insn.mnemonic, kernel, (insn.op_id, tmm, row, self._ffi.cast("uint32_t *", _address(out))),
+                      after, check)
         return out
 
     def _row(self, name: str, tmm, row, imm) -> np.ndarray:

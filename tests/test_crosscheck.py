@@ -280,8 +280,8 @@ def _raw_step(ffi, lib, method, args, buf) -> int:
         return lib.pyamx_tileloadd(args[0], ptr, buf.size, 0, 64, _LOAD_HINTS[method])
     if method in isa.ROW_NAMES:
         tmm, selector, imm = args
-        r32 = ((selector >> 6) << 16 | (selector & 0x3F)) if imm else selector
-        return lib.pyamx_tilerow(isa.BY_NAME[method].op_id, tmm, r32, ffi.cast("uint32_t *", buf.ctypes.data))
+        kernel = lib.pyamx_tilerow_imm if imm else lib.pyamx_tilerow
+        return kernel(isa.BY_NAME[method].op_id, tmm, selector, ffi.cast("uint32_t *", buf.ctypes.data))
     if method == "tilestored":
         return lib.pyamx_tilestored(args[0], ptr, buf.size, 0, 64)
     if method == "tilezero":

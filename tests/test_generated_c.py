@@ -56,7 +56,11 @@ _PRINT_ROWS = r"""
            t->form, t->imm_map, t->imm_pp, t->imm_opcode); \
     if (t->kind != PYAMX_KIND_##kind_ || t->a_format != PYAMX_FMT_##a_ || t->acc_format != PYAMX_FMT_##acc_ \
         || t->lanes != lanes_ || t->opcode != opcode_ || t->pp != pp_ || t->form != PYAMX_FORM_##form_) return 1; }
-int main(void) { PYAMX_FOR_EACH_OP(PRINT) return 0; }
+#define PRINT_IMM(name_, map_, pp_, opcode_) { \
+    const struct pyamx_op_traits *t = &pyamx_op_traits[PYAMX_OP_##name_]; \
+    printf("imm %s %d %d %d\n", #name_, map_, pp_, opcode_); \
+    if (t->imm_map != map_ || t->imm_pp != pp_ || t->imm_opcode != opcode_) return 1; }
+int main(void) { PYAMX_FOR_EACH_OP(PRINT) PYAMX_FOR_EACH_IMM_FORM(PRINT_IMM) return 0; }
 """
 
 
@@ -87,4 +91,6 @@ def test_the_traits_header_compiles_and_holds_every_rows_fields(tmp_path):
     assert compiled.returncode == 0, compiled.stderr
     ran = subprocess.run([str(exe)], capture_output=True, text=True, timeout=30)
     assert ran.returncode == 0, ran.stdout
-    assert ran.stdout.splitlines() == [_expected_line(insn) for insn in isa.TABLE]
+    imm_lines = [f"imm {i.mnemonic} {i.imm_encoding.map} {i.imm_encoding.pp} {i.imm_encoding.opcode}"
+                 for i in isa.TABLE if i.imm_encoding is not None]
+    assert ran.stdout.splitlines() == [_expected_line(insn) for insn in isa.TABLE] + imm_lines

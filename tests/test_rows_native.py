@@ -117,6 +117,16 @@ def test_the_built_row_kernel_issues_the_rows_encoding_on_every_tile_then_stores
         assert _evex(insn.encoding, tmm) + CLANG["vmovdqu32 %zmm0, (%rdx)"] in code, (insn.mnemonic, tmm)
 
 
+@pytest.mark.parametrize("insn", isa.ROWS, ids=lambda i: i.mnemonic)
+def test_the_built_imm8_kernel_issues_the_imm_encoding_for_every_tile_and_row_below_16(insn):
+    code = _function_bytes(_module_path(), f"rowi_{insn.mnemonic}")
+    store = CLANG["vmovdqu32 %zmm0, (%rdx)"]
+    for tmm in range(8):
+        for imm in range(256):
+            present = _evex(insn.imm_encoding, tmm, imm) + store in code
+            assert present == (imm & 0x3F < 16), (insn.mnemonic, tmm, hex(imm))
+
+
 def test_the_built_movrs_loads_issue_the_encodings_on_every_tile():
     code = _function_bytes(_module_path(), "load_tile_movrs")
     for mnemonic in ("TILELOADDRS", "TILELOADDRST1"):
@@ -174,7 +184,8 @@ def test_the_c_layer_refuses_them_too_without_the_cpuid_bit():
     buf = np.zeros(4096, np.uint8)
     for insn in isa.ROWS:
         rc = lib.pyamx_tilerow(insn.op_id, 0, 0, ffi.cast("uint32_t *", out.ctypes.data))
-        assert rc in allowed, (insn.mnemonic, rc)
+        rc_imm = lib.pyamx_tilerow_imm(insn.op_id, 0, 0, ffi.cast("uint32_t *", out.ctypes.data))
+        assert rc in allowed and rc_imm in allowed, (insn.mnemonic, rc, rc_imm)
     for hint in (2, 3):
         rc = lib.pyamx_tileloadd(0, ffi.cast("uint8_t *", buf.ctypes.data), buf.size, 0, 64, hint)
         assert rc in allowed, (hint, rc)
