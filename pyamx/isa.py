@@ -551,7 +551,7 @@ def row_docstring(insn: Instruction, layer: str) -> str:
     ``imm=True`` an imm8 (index in bits 5:0, chunk in bits 7:6). Returns the
     zmm result as a (16,) uint32 array of dword bit patterns (``.view(numpy.float32)``
     for fp32 lanes, ``.view(numpy.uint8)`` for its 64 bytes); lanes past the
-    tile's colsb are 0. start_row becomes 0 (docs/semantics.md section 10).
+    tile's colsb are 0. start_row becomes 0 (docs/semantics.md section 8).
     """
 
 

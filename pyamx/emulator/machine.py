@@ -37,9 +37,11 @@ class TileMachine:
 
     ``numerics`` is a preset name (``"sdm"``, ``"straight"``, ...) or a
     :class:`~pyamx.emulator.numerics.Numerics` object; it applies to the
-    floating-point dot products. Memory operands are numpy arrays (or
-    buffers) addressed with a byte ``offset`` and a byte ``stride`` between
-    rows, as the instruction's base and index registers would address them.
+    floating-point dot products and (its ``row_`` fields) to the AMX-AVX512
+    row instructions, which return their zmm result as 16 uint32 dwords.
+    Memory operands are numpy arrays (or buffers) addressed with a byte
+    ``offset`` and a byte ``stride`` between rows, as the instruction's base
+    and index registers would address them.
     ``engine`` names the arithmetic engine (:func:`pyamx.engine.resolve`:
     None for ``PYAMX_ENGINE``, default auto); ``self.engine`` is the one chosen.
     """
@@ -216,7 +218,7 @@ def check_row_selector(mnemonic: str, row, imm: bool) -> int:
 
 def row_source(mnemonic: str, numerics, index: int, rows: int):
     """The storage row a row instruction reads under ``numerics.row_index``, None for an all-zero
-    result, or the #UD (docs/semantics.md section 10)."""
+    result, or the #UD (docs/semantics.md section 8)."""
     rule = numerics.row_index
     if rule == "bochs":
         index &= MAX_ROWS - 1

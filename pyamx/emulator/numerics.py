@@ -12,7 +12,7 @@ from dataclasses import dataclass, fields, replace
 STRUCTURES = ("sdm", "straight", "fused_pair", "wide")
 TININESS = ("after", "before")
 NAN_RULES = ("x86", "default", "canonical")
-#: AMX-AVX512's open points (docs/semantics.md section 10): a row index past the tile, the FP32->BF16
+#: AMX-AVX512's open points (docs/semantics.md section 8): a row index past the tile, the FP32->BF16
 #: and FP32->FP16 conversion rules
 ROW_INDEX_RULES = ("storage", "ud", "zero", "bochs")
 ROW_BF16_RULES = ("ieee", "vcvtneps2bf16")

@@ -2,7 +2,7 @@
 
 Each function takes the 64 storage bytes of the selected row, the tile's
 colsb and the row_chunk in bytes, and returns the 16 dwords of the zmm
-result as uint32 bit patterns (docs/semantics.md section 10). Every
+result as uint32 bit patterns (docs/semantics.md section 8). Every
 conversion is done on integers, so neither MXCSR's rounding mode nor its
 FTZ/DAZ bits can reach it: Intel's text says the instructions round as if
 MXCSR.RC were RNE and raise no SIMD exception.
