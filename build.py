@@ -452,6 +452,12 @@ def _operand_slots(enc) -> tuple:
     return tuple(slots.values())
 
 
+def _imm_form_fields(insn) -> tuple:
+    """``(imm_map, imm_pp, imm_opcode)`` of a row's imm8 form; zeros where it has none."""
+    imm = insn.imm_encoding
+    return (0, 0, "0x00") if imm is None else (f"0x{imm.map:X}", imm.pp, f"0x{imm.opcode:02X}")
+
+
 def traits_header_text(isa) -> str:
     """csrc/pyamx_op_traits.h: ``PYAMX_FOR_EACH_OP(X)`` and ``pyamx_op_traits[]``, one entry per row.
 
@@ -463,6 +469,7 @@ def traits_header_text(isa) -> str:
     prefixes = tuple(dict.fromkeys(("VEX", "EVEX")))
     fields = [_trait_fields(isa, insn) for insn in isa.TABLE]
     xrows = " \\\n".join(f"    X({', '.join(str(v) for v in row)})" for row in fields)
+    imm = [_imm_form_fields(insn) for insn in isa.TABLE]
     table = "\n".join(
         f"    [PYAMX_OP_{r[0]}] = {{PYAMX_KIND_{r[1]}, PYAMX_FMT_{r[2]}, PYAMX_FMT_{r[3]}, PYAMX_FMT_{r[4]}, "
         f"{r[5]}, {r[6]}, {r[7]}, PYAMX_PREFIX_{r[8]}, {r[9]}, {r[10]}, {r[11]}, {r[12]}, {r[13]}, "
@@ -472,6 +479,8 @@ def traits_header_text(isa) -> str:
     operands = "\n".join(f"    [PYAMX_OP_{i.mnemonic}] = {{{slot(i.encoding)}, {slot(i.imm_encoding)}}},"
                           for i in isa.TABLE)
     names = "\n".join(f'    [PYAMX_OP_{i.mnemonic}] = "{i.mnemonic}",' for i in isa.TABLE)
+    imm_rows = [(insn.mnemonic, *i) for insn, i in zip(isa.TABLE, imm) if insn.imm_encoding is not None]
+    imm_xrows = " \\\n".join(f"    X({', '.join(str(v) for v in row)})" for row in imm_rows) or "    /* none */"
     return f"""/* Traits of every AMX instruction row of pyamx/isa.py, for C.
  *
  * {_GENERATED_NOTE}
@@ -486,6 +495,8 @@ def traits_header_text(isa) -> str:
  * feature_reg (0 EAX, 1 EBX, 2 ECX, 3 EDX), bit feature_bit.
  * pyamx_op_names[] and pyamx_op_operands[] (what each instruction field
  * holds, per encoding) are what the trap decoder reads.
+ * PYAMX_FOR_EACH_IMM_FORM(X) calls X(mnemonic, imm_map, imm_pp, imm_opcode)
+ * once per row that has an imm8 form (AMX-AVX512's row instructions).
  */
 #ifndef PYAMX_OP_TRAITS_H
 #define PYAMX_OP_TRAITS_H
@@ -498,6 +509,9 @@ def traits_header_text(isa) -> str:
 {enum("pyamx_modrm_form", "PYAMX_FORM_", ("none",) + forms)}
 #define PYAMX_FOR_EACH_OP(X) \\
 {xrows}
+
+#define PYAMX_FOR_EACH_IMM_FORM(X) \\
+{imm_xrows}
 
 struct pyamx_op_traits {{
     unsigned char kind;       /* enum pyamx_op_kind */

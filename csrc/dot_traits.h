@@ -52,6 +52,32 @@ static inline int pyamx_dot_value_bytes(const struct pyamx_op_traits *t) { retur
     PYAMX_DOT_IF_##kind((name, prefix, map, pp, w, l, opc))
 #define PYAMX_FOR_EACH_DOT PYAMX_FOR_EACH_OP(PYAMX_DOT_FILTER)
 
+/* PYAMX_FOR_EACH_ROW expands PYAMX_ROW_ROW(mnemonic, prefix, map, pp, w, l,
+ * opcode) once per AMX-AVX512 row instruction, as PYAMX_FOR_EACH_DOT does for
+ * the dot products. */
+#define PYAMX_ROW_IF_CONFIG(args)
+#define PYAMX_ROW_IF_MEMORY(args)
+#define PYAMX_ROW_IF_DOT_PAIRS(args)
+#define PYAMX_ROW_IF_DOT_QUADS(args)
+#define PYAMX_ROW_IF_DOT_COMPLEX(args)
+#define PYAMX_ROW_IF_ROW(args) PYAMX_ROW_ROW args
+#define PYAMX_ROW_FILTER(name, kind, af, bf, cf, as, bs, lanes, prefix, map, pp, w, l, opc, form, ...) \
+    PYAMX_ROW_IF_##kind((name, prefix, map, pp, w, l, opc))
+#define PYAMX_FOR_EACH_ROW PYAMX_FOR_EACH_OP(PYAMX_ROW_FILTER)
+
+/* op's row when op is a row instruction (kind "row"), else NULL; also the bounds check. */
+static inline const struct pyamx_op_traits *pyamx_row_traits(int op)
+{
+    if (op <= PYAMX_OP_NONE || op >= PYAMX_OP_TRAITS_COUNT)
+        return 0;
+    return pyamx_op_traits[op].kind == PYAMX_KIND_ROW ? &pyamx_op_traits[op] : 0;
+}
+
+/* kernels.c's ROW_BYTES spells EVEX.512.W0 map-0F38 register forms only. */
+#define PYAMX_ASSERT_ROW_BYTES(name, prefix, map, w, l)                                         \
+    _Static_assert(PYAMX_PREFIX_##prefix == PYAMX_PREFIX_EVEX && (map) == 2 && (w) == 0 && (l) == 2, \
+                   "ROW_BYTES cannot encode " #name)
+
 /* internal.h's DP_BYTES spells VEX.128.W0 register forms (any map): a row
  * encoded otherwise (EVEX) stops the build instead of running another
  * instruction. */

@@ -151,6 +151,27 @@ int pyamx_check_dot_product(const uint8_t *cfg, int dst, int src1, int src2)
     return PYAMX_OK;
 }
 
+/* The AMX extensions of CPUID leaf 0x1E sub-leaf 1 (which exists where sub-leaf 0's EAX says so):
+ * asked in C too, so a kernel of an extension the CPU lacks is never reached, whatever Python did. */
+int pyamx_cpu_has_amx_1e1(int bit)
+{
+    uint32_t r[4];
+    if (bit < 0 || bit > 31 || pyamx_cpuid(0, 0, r) != PYAMX_OK || r[0] < 0x1E)
+        return 0;
+    if (pyamx_cpuid(0x1E, 0, r) != PYAMX_OK || r[0] < 1 || pyamx_cpuid(0x1E, 1, r) != PYAMX_OK)
+        return 0;
+    return (r[0] >> bit) & 1;
+}
+
+enum { AMX_AVX512_BIT = 7, AMX_MOVRS_BIT = 8 };
+
+/* A zmm write needs the OS to have enabled the opmask and upper-zmm state (XCR0 bits 5-7). */
+static int row_state_enabled(void)
+{
+    uint64_t xcr0;
+    return pyamx_cpu_has_amx_1e1(AMX_AVX512_BIT) && pyamx_xgetbv0(&xcr0) == PYAMX_OK && (xcr0 & 0xE6) == 0xE6;
+}
+
 #if PYAMX_HAVE_AMX
 #include <immintrin.h>
 
@@ -185,9 +206,35 @@ AMX_TILE static void store_tile(int t, void *dst, long stride)
     BARRIER();
 }
 
+/* TILELOADDRS / TILELOADDRST1 tmm<t>, (%rax,%rcx,1): VEX.128.<F2|66>.0F38.W0 4A with ModRM
+ * 00:t:100 and SIB 00:001:000 (no assembler before binutils 2.44 knows them). Checked against
+ * clang 22's encodings (tests/test_rows_native.py). */
+#define MOVRS_BYTES(p1, t, src, stride)                                                        \
+    __asm__ volatile(".byte 0xc4, 0xe2, %c0, 0x4a, %c1, 0x08"                                 \
+                     :                                                                      \
+                     : "i"(p1), "i"(0x04 | ((t) << 3)), "a"(src), "c"(stride)              \
+                     : "memory")
+#define MOVRS_CASE(n) case n: MOVRS_BYTES(0x7b, n, src, stride); break;
+#define MOVRST1_CASE(n) case n: MOVRS_BYTES(0x79, n, src, stride); break;
+/* noinline: tests/test_rows_native.py finds its bytes in the built module */
+__attribute__((noinline)) static void load_tile_movrs(int t, const void *src, long stride, int rst1)
+{
+    if (rst1) {
+        switch (t) { EACH_TILE(MOVRST1_CASE) default: break; }
+    } else {
+        switch (t) { EACH_TILE(MOVRS_CASE) default: break; }
+    }
+}
+#undef MOVRS_CASE
+#undef MOVRST1_CASE
+
 AMX_TILE static void load_tile(int t, const void *src, long stride, int t1)
 {
     BARRIER();
+    if (t1 >= 2) {
+        load_tile_movrs(t, src, stride, t1 == 3);
+        return;
+    }
 #define LOAD_CASE(n) case n: _tile_loadd(n, src, stride); break;
 #define LOADT1_CASE(n) case n: _tile_stream_loadd(n, src, stride); break;
     if (t1) {
@@ -354,11 +401,126 @@ AMX_TILE int pyamx_tileloadd(int tmm, const uint8_t *buf, int64_t len, int64_t o
         return PYAMX_E_NOT_READY;
     uint8_t cfg[64] __attribute__((aligned(64)));
     loaded_cfg(cfg);
+    if (t1 < 0 || t1 > 3)
+        return PYAMX_E_ARG;
+    if (t1 >= 2 && !pyamx_cpu_has_amx_1e1(AMX_MOVRS_BIT))
+        return PYAMX_E_NO_KERNEL;
     int rc = pyamx_check_memory_operand(cfg, tmm, len, offset, stride);
     if (rc != PYAMX_OK)
         return rc;
     load_tile(tmm, (const void *)row0(buf, offset), (long)stride, t1);
     return PYAMX_OK;
+}
+
+/* <row op> zmm0, tmm<t>, %eax, then VMOVDQU32 %zmm0, (%rdx): EVEX.512.<pp>.0F38.W0 <opc> with
+ * P0 = F2 (R, X, B, R' clear; map 0F38), P1 = W0 | vvvv 1111 (eax) | 1 | pp, P2 = 48 (L'L 512,
+ * V' 1, no masking), ModRM 11:000:t; the store is 62 F1 7E 48 7F 02. Raw bytes, as for the dot
+ * products: the assembler need not know AMX-AVX512 and the tile number is an immediate. */
+#define ROW_BYTES(pp, opc, t, selector, out)                                                    \
+    __asm__ volatile(".byte 0x62, 0xf2, %c0, 0x48, %c1, %c2\n\t"                               \
+                     ".byte 0x62, 0xf1, 0x7e, 0x48, 0x7f, 0x02"                                 \
+                     :                                                                          \
+                     : "i"(0x7c | (pp)), "i"(opc), "i"(0xc0 | (t)), "a"(selector), "d"(out)     \
+                     : "memory", "xmm0")
+
+#define PYAMX_ROW_ROW(name, prefix, map, pp, w, l, opc)                                        \
+    PYAMX_ASSERT_ROW_BYTES(name, prefix, map, w, l);                                           \
+    AMX_TILE static void row_##name(int t, uint32_t selector, uint32_t *out)                  \
+    {                                                                                          \
+        switch (t) {                                                                           \
+            case 0: ROW_BYTES(pp, opc, 0, selector, out); break;                               \
+            case 1: ROW_BYTES(pp, opc, 1, selector, out); break;                               \
+            case 2: ROW_BYTES(pp, opc, 2, selector, out); break;                               \
+            case 3: ROW_BYTES(pp, opc, 3, selector, out); break;                               \
+            case 4: ROW_BYTES(pp, opc, 4, selector, out); break;                               \
+            case 5: ROW_BYTES(pp, opc, 5, selector, out); break;                               \
+            case 6: ROW_BYTES(pp, opc, 6, selector, out); break;                               \
+            case 7: ROW_BYTES(pp, opc, 7, selector, out); break;                               \
+            default: break;                                                                    \
+        }                                                                                      \
+    }
+PYAMX_FOR_EACH_ROW
+#undef PYAMX_ROW_ROW
+
+#define PYAMX_ROW_ROW(name, prefix, map, pp, w, l, opc) [PYAMX_OP_##name] = row_##name,
+static void (*const row_kernels[PYAMX_OP_TRAITS_COUNT])(int, uint32_t, uint32_t *) = {PYAMX_FOR_EACH_ROW};
+#undef PYAMX_ROW_ROW
+
+/* The imm8 form: EVEX.512.<pp>.0F3A.W0 <opc> /r ib (P0 = F3: map 0F3A, vvvv 1111), the imm8 an
+ * immediate of the bytes, so one case per (tile, imm8); only imm8s with a row index below 16
+ * (imm8[5:0] < 16, any chunk imm8[7:6]) have one, the guard refusing the others first. */
+#define ROWI_BYTES(pp, opc, t, imm, out)                                                        \
+    __asm__ volatile(".byte 0x62, 0xf3, %c0, 0x48, %c1, %c2, %c3\n\t"                          \
+                     ".byte 0x62, 0xf1, 0x7e, 0x48, 0x7f, 0x02"                                 \
+                     :                                                                          \
+                     : "i"(0x7c | (pp)), "i"(opc), "i"(0xc0 | (t)), "i"(imm), "d"(out)          \
+                     : "memory", "xmm0")
+#define ROWI_CASE(pp, opc, t, imm) case (t) * 256 + (imm): ROWI_BYTES(pp, opc, t, imm, out); break;
+#define ROWI_4(pp, opc, t, i)                                                                   \
+    ROWI_CASE(pp, opc, t, (i)) ROWI_CASE(pp, opc, t, (i) + 1) ROWI_CASE(pp, opc, t, (i) + 2)    \
+    ROWI_CASE(pp, opc, t, (i) + 3)
+#define ROWI_16(pp, opc, t, c)                                                                  \
+    ROWI_4(pp, opc, t, (c) * 64) ROWI_4(pp, opc, t, (c) * 64 + 4) ROWI_4(pp, opc, t, (c) * 64 + 8) \
+    ROWI_4(pp, opc, t, (c) * 64 + 12)
+#define ROWI_TILE(pp, opc, t)                                                                   \
+    ROWI_16(pp, opc, t, 0) ROWI_16(pp, opc, t, 1) ROWI_16(pp, opc, t, 2) ROWI_16(pp, opc, t, 3)
+
+#define PYAMX_ROWI(name, imm_map, imm_pp, imm_opc)                                             \
+    _Static_assert((imm_map) == 3, "ROWI_BYTES cannot encode " #name "'s imm8 form");          \
+    AMX_TILE static void rowi_##name(int index, uint32_t *out)                                 \
+    {                                                                                          \
+        switch (index) {                                                                       \
+            ROWI_TILE(imm_pp, imm_opc, 0) ROWI_TILE(imm_pp, imm_opc, 1)                        \
+            ROWI_TILE(imm_pp, imm_opc, 2) ROWI_TILE(imm_pp, imm_opc, 3)                        \
+            ROWI_TILE(imm_pp, imm_opc, 4) ROWI_TILE(imm_pp, imm_opc, 5)                        \
+            ROWI_TILE(imm_pp, imm_opc, 6) ROWI_TILE(imm_pp, imm_opc, 7)                        \
+            default: break;                                                                    \
+        }                                                                                      \
+    }
+PYAMX_FOR_EACH_IMM_FORM(PYAMX_ROWI)
+#undef PYAMX_ROWI
+
+#define PYAMX_ROWI(name, imm_map, imm_pp, imm_opc) [PYAMX_OP_##name] = rowi_##name,
+static void (*const rowi_kernels[PYAMX_OP_TRAITS_COUNT])(int, uint32_t *) = {PYAMX_FOR_EACH_IMM_FORM(PYAMX_ROWI)};
+#undef PYAMX_ROWI
+
+/* Both forms' guards, then the kernel: imm < 0 is the GPR form with `selector`, else the imm8. */
+static int tilerow(int op, int tmm, uint32_t selector, int imm, uint32_t *out16)
+{
+    if (!pyamx_internal_ready())
+        return PYAMX_E_NOT_READY;
+    if (!pyamx_row_traits(op))
+        return PYAMX_E_ARG;
+    if (!row_state_enabled())
+        return PYAMX_E_NO_KERNEL;
+    uint8_t cfg[64] __attribute__((aligned(64)));
+    loaded_cfg(cfg);
+    int rc = pyamx_check_tile_configured(cfg, tmm);
+    if (rc != PYAMX_OK)
+        return rc;
+    /* no tile has a row 16: refused as the default numerics' #UD (docs/semantics.md section 9) */
+    if ((imm < 0 ? selector & 0xFFFF : (uint32_t)imm & 0x3F) >= 16)
+        return PYAMX_E_UD_SHAPE;
+    uint32_t out[16] __attribute__((aligned(64)));
+    if (imm < 0)
+        row_kernels[op](tmm, selector, out);
+    else
+        rowi_kernels[op](tmm * 256 + imm, out);
+    BARRIER();
+    memcpy(out16, out, sizeof out);
+    return PYAMX_OK;
+}
+
+int pyamx_tilerow(int op, int tmm, uint32_t selector, uint32_t *out16)
+{
+    return tilerow(op, tmm, selector, -1, out16);
+}
+
+int pyamx_tilerow_imm(int op, int tmm, int imm8, uint32_t *out16)
+{
+    if (imm8 < 0 || imm8 > 255)
+        return PYAMX_E_ARG;
+    return tilerow(op, tmm, 0, imm8, out16);
 }
 
 AMX_TILE int pyamx_tilestored(int tmm, uint8_t *buf, int64_t len, int64_t offset, int64_t stride)
@@ -461,6 +623,16 @@ int pyamx_tilestored(int tmm, uint8_t *buf, int64_t len, int64_t offset, int64_t
     return PYAMX_E_NO_KERNEL;
 }
 int pyamx_tilezero(int tmm) { (void)tmm; return PYAMX_E_NO_KERNEL; }
+int pyamx_tilerow(int op, int tmm, uint32_t selector, uint32_t *out16)
+{
+    (void)op; (void)tmm; (void)selector; (void)out16; (void)row_state_enabled;
+    return PYAMX_E_NO_KERNEL;
+}
+int pyamx_tilerow_imm(int op, int tmm, int imm8, uint32_t *out16)
+{
+    (void)op; (void)tmm; (void)imm8; (void)out16;
+    return PYAMX_E_NO_KERNEL;
+}
 int pyamx_tilerelease(void) { return PYAMX_E_NO_KERNEL; }
 int pyamx_tdp(int op, int dst, int src1, int src2)
 {

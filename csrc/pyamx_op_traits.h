@@ -12,6 +12,8 @@
  * feature_reg (0 EAX, 1 EBX, 2 ECX, 3 EDX), bit feature_bit.
  * pyamx_op_names[] and pyamx_op_operands[] (what each instruction field
  * holds, per encoding) are what the trap decoder reads.
+ * PYAMX_FOR_EACH_IMM_FORM(X) calls X(mnemonic, imm_map, imm_pp, imm_opcode)
+ * once per row that has an imm8 form (AMX-AVX512's row instructions).
  */
 #ifndef PYAMX_OP_TRAITS_H
 #define PYAMX_OP_TRAITS_H
@@ -82,6 +84,14 @@ enum pyamx_modrm_form {
     X(TILEMOVROW, ROW, UINT8, NONE, UINT8, 0, 0, 4, EVEX, 0x2, 1, 0, 2, 0x4A, REG, EVEX, 0x3, 1, 0, 2, 0x07, 0x1E, 1, 0, 7) \
     X(TILELOADDRS, MEMORY, NONE, NONE, NONE, 0, 0, 0, VEX, 0x2, 3, 0, 0, 0x4A, SIBMEM, NONE, 0x0, 0, 0, 0, 0x00, 0x1E, 1, 0, 8) \
     X(TILELOADDRST1, MEMORY, NONE, NONE, NONE, 0, 0, 0, VEX, 0x2, 1, 0, 0, 0x4A, SIBMEM, NONE, 0x0, 0, 0, 0, 0x00, 0x1E, 1, 0, 8)
+
+#define PYAMX_FOR_EACH_IMM_FORM(X) \
+    X(TCVTROWD2PS, 0x3, 2, 0x07) \
+    X(TCVTROWPS2BF16H, 0x3, 3, 0x07) \
+    X(TCVTROWPS2BF16L, 0x3, 2, 0x77) \
+    X(TCVTROWPS2PHH, 0x3, 0, 0x07) \
+    X(TCVTROWPS2PHL, 0x3, 3, 0x77) \
+    X(TILEMOVROW, 0x3, 1, 0x07)
 
 struct pyamx_op_traits {
     unsigned char kind;       /* enum pyamx_op_kind */

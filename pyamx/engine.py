@@ -498,7 +498,7 @@ def _resolve(name, numerics) -> Engine:
         source = f"engine={name!r}"
         name = parse_name(name, "engine")
     numerics = resolve_numerics(numerics)
-    default = numerics == PRESETS["sdm"]
+    default = numerics.dot_model() == PRESETS["sdm"]  # the row_ fields never reach an engine
     # PYAMX_ENGINE chooses the engine of the default numerics (the only ones
     # compiled engines run): other numerics keep running on numpy under it.
     if name == "numpy" or (not default and (name == "auto" or from_env)):

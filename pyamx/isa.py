@@ -308,8 +308,19 @@ class Instruction:
         return self.acc_format is not None and self.acc_format.is_float
 
     @property
+    def is_row(self) -> bool:
+        """An AMX-AVX512 row instruction: one tile row into a zmm register."""
+        return self.kind == "row"
+
+    @property
     def summary(self) -> str:
-        """What a dot product does to its tiles, in one line (for docstrings and listings)."""
+        """What the instruction does, in one line (for docstrings and listings)."""
+        if self.is_row:
+            if self.a_format == self.acc_format:
+                return "64 bytes of a tile row, unconverted, into a zmm register"
+            half = {"H": " in the high half of each dword", "L": " in the low half of each dword"}
+            where = half.get(self.mnemonic[-1], "") if self.acc_format.width == 16 else ""
+            return f"a tile row of {self.a_format.name} into a zmm register as {self.acc_format.name} (RNE){where}"
         if not self.is_dot:
             return self.kind
         if self.kind == "dot-complex":
@@ -414,13 +425,14 @@ def views(table: Tuple[Instruction, ...]) -> SimpleNamespace:
     """Every derived mapping of ``table``, checked: TableError where two rows would share a key.
 
     ``by_name`` (lower-case name -> row), ``dots`` (the dot products in table
-    order), ``groups`` (kernel groups in table order), ``group_feature``
+    order), ``rows`` (the AMX-AVX512 row instructions, in table order), ``groups`` (kernel groups in table order), ``group_feature``
     (group -> CPUID feature name; one per group), ``group_formats`` (group ->
     the operand formats of its rows, in order), ``matmul_routes`` ((a format,
     b format) -> the row ``pyamx.matmul`` runs), ``inferred`` (dtype name ->
     the operand format it means in a matmul without ``kind=``).
     """
     dots = tuple(i for i in table if i.is_dot)
+    rows = tuple(i for i in table if i.is_row)
     groups = tuple(dict.fromkeys(i.group for i in dots))
     group_formats = {g: tuple(dict.fromkeys(f for i in dots if i.group == g for f in (i.a_format, i.b_format)))
                      for g in groups}
@@ -429,6 +441,7 @@ def views(table: Tuple[Instruction, ...]) -> SimpleNamespace:
     return SimpleNamespace(
         by_name=_unique(((i.name, i) for i in table), "the name"),
         dots=dots,
+        rows=rows,
         groups=groups,
         group_feature=_unique(((i.group, i.feature.name) for i in dots), "a feature for kernel group", repeats=True),
         group_formats=MappingProxyType(group_formats),
@@ -446,6 +459,10 @@ BY_NAME = VIEWS.by_name
 DOTS: Tuple[Instruction, ...] = VIEWS.dots
 #: lower-case names of the dot products (what the one-instruction functions are called)
 DOT_NAMES: Tuple[str, ...] = tuple(insn.name for insn in DOTS)
+#: the row instructions (kind "row", AMX-AVX512), in table order
+ROWS: Tuple[Instruction, ...] = VIEWS.rows
+#: lower-case names of the row instructions (the tile machines' methods)
+ROW_NAMES: Tuple[str, ...] = tuple(insn.name for insn in ROWS)
 #: kernel groups, in table order (``FAMILIES``: their older name)
 GROUPS: Tuple[str, ...] = VIEWS.groups
 FAMILIES = GROUPS
@@ -528,6 +545,39 @@ def add_dot_methods(machine: type, layer: str) -> None:
         method.__module__ = machine.__module__
         method.__doc__ = docstring(insn, layer)
         setattr(machine, insn.name, method)
+
+
+def add_row_methods(machine: type, layer: str) -> None:
+    """One method per row instruction on a tile machine class, each ``self._row(name, tmm, row, imm)``,
+    documented by :func:`row_docstring` of ``layer`` (``"method"`` or ``"native-method"``)."""
+    for insn in ROWS:
+        method = _row_method(insn.name)
+        method.__name__ = insn.name
+        method.__qualname__ = f"{machine.__name__}.{insn.name}"
+        method.__module__ = machine.__module__
+        method.__doc__ = row_docstring(insn, layer)
+        setattr(machine, insn.name, method)
+
+
+def row_docstring(insn: Instruction, layer: str) -> str:
+    """The docstring of a row instruction's machine method (``layer``: ``"method"`` or ``"native-method"``)."""
+    where = ", on silicon" if layer == "native-method" else ""
+    return f"""{insn.mnemonic}: {insn.summary}{where} ({insn.feature.name}).
+
+    ``tmm``: the source tile. ``row``: the selector, a 32-bit GPR value
+    (row index in bits 15:0, 64-byte chunk in bits 31:16), or with
+    ``imm=True`` an imm8 (index in bits 5:0, chunk in bits 7:6). Returns the
+    zmm result as a (16,) uint32 array of dword bit patterns (``.view(numpy.float32)``
+    for fp32 lanes, ``.view(numpy.uint8)`` for its 64 bytes); lanes past the
+    tile's colsb are 0. start_row becomes 0 (docs/semantics.md section 9).
+    """
+
+
+def _row_method(name: str):
+    def method(self, tmm: int, row: int, *, imm: bool = False):
+        return self._row(name, tmm, row, imm)
+
+    return method
 
 
 #: the per-instruction entry points a docstring is written for (:func:`docstring`)

@@ -500,6 +500,12 @@ class NativeMachine:
     def _load(self, mnemonic, tmm, buf, stride, offset, t1) -> None:
         self._call(mnemonic, self._memory_op, mnemonic, tmm, buf, stride, offset, t1, False)
 
+    def _require(self, mnemonic: str) -> None:
+        """NativeUnavailableError, before anything runs, where the CPU lacks the row's CPUID feature."""
+        reason = feature_missing(self._report, isa.get(mnemonic))
+        if reason is not None:
+            raise NativeUnavailableError(f"{mnemonic}: {reason}", reason=reason)
+
     def tileloadd(self, tmm: int, buf, stride: int, offset: int = 0) -> None:
         """TILELOADD: rows start_row..rows-1 of ``colsb`` bytes from ``offset + r * stride``."""
         self._load("TILELOADD", tmm, buf, stride, offset, 0)
@@ -507,6 +513,16 @@ class NativeMachine:
     def tileloaddt1(self, tmm: int, buf, stride: int, offset: int = 0) -> None:
         """TILELOADDT1: TILELOADD with a cache hint; the same architectural effect."""
         self._load("TILELOADDT1", tmm, buf, stride, offset, 1)
+
+    def tileloaddrs(self, tmm: int, buf, stride: int, offset: int = 0) -> None:
+        """TILELOADDRS (AMX-MOVRS): TILELOADD with a read-shared hint; the same architectural effect."""
+        self._require("TILELOADDRS")
+        self._load("TILELOADDRS", tmm, buf, stride, offset, 2)
+
+    def tileloaddrst1(self, tmm: int, buf, stride: int, offset: int = 0) -> None:
+        """TILELOADDRST1 (AMX-MOVRS): TILELOADDT1 with a read-shared hint; the same architectural effect."""
+        self._require("TILELOADDRST1")
+        self._load("TILELOADDRST1", tmm, buf, stride, offset, 3)
 
     def tilestored(self, tmm: int, buf, stride: int, offset: int = 0) -> None:
         """TILESTORED: store rows start_row..rows-1 (``colsb`` bytes each); start_row resets to 0."""
@@ -525,6 +541,35 @@ class NativeMachine:
     def tilezero(self, tmm: int) -> None:
         """TILEZERO: all 16 x 64 bytes of the tile become zero."""
         self._call("TILEZERO", self._tilezero, tmm)
+
+    # -- row instructions (AMX-AVX512) --------------------------------------------------
+
+    def _tilerow(self, name: str, tmm, row, imm) -> np.ndarray:
+        from .emulator.machine import check_row_selector, row_source
+        from .emulator.numerics import PRESETS
+        from .emulator.rows import LANES
+
+        insn = isa.BY_NAME[name]
+        cfg = self._config_now()
+        tmm, row = _exact(tmm), check_row_selector(insn.mnemonic, _exact(row), imm)
+        index = row & 0x3F if imm else row & 0xFFFF
+
+        def check(cfg):
+            tmm_ = check_tile_usable(insn.mnemonic, "tsrc", cfg, tmm)
+            row_source(insn.mnemonic, PRESETS["sdm"], index, cfg.rows[tmm_])
+
+        check(cfg)
+        out = np.zeros(LANES, dtype=np.uint32)
+        # Whether silicon's TILEMOVROW resets start_row is open: the registers are read again after it.
+        after = _consumed(cfg) if name != "tilemovrow" else None
+        kernel = self._lib.pyamx_tilerow_imm if imm else self._lib.pyamx_tilerow
+        self._execute(insn.mnemonic, kernel, (insn.op_id, tmm, row, self._ffi.cast("uint32_t *", _address(out))),
+                      after, check)
+        return out
+
+    def _row(self, name: str, tmm, row, imm) -> np.ndarray:
+        self._require(name.upper())
+        return self._call(name.upper(), self._tilerow, name, tmm, row, imm)
 
     # -- dot products ----------------------------------------------------------------
 
@@ -547,4 +592,32 @@ class NativeMachine:
         self._call(name.upper(), self._tdp, name, dst, src1, src2)
 
 
+def feature_missing(rep, insn: isa.Instruction):
+    """Why ``insn`` (a row of an extension beyond the kernel groups: AMX-AVX512, AMX-MOVRS) cannot run
+    natively per report ``rep``, or None. Silicon only: the trap mode emulates none of them."""
+    feature = insn.feature
+    if rep.mode != "silicon" or not rep.cpu.get(feature.key):
+        where = f"CPUID.({feature.leaf:#x},{feature.subleaf}):{feature.register.upper()}[{feature.bit}]"
+        return (f"the native {insn.mnemonic} needs {_needs(feature)}, which this CPU does not report ({where} "
+                f"is 0{'' if rep.mode != 'trap' else '; the trap mode emulates no ' + feature.name}); "
+                "executing it would kill the process with SIGILL, so nothing ran")
+    if insn.is_row and not _avx512_state_enabled():
+        return (f"the native {insn.mnemonic} writes a zmm register, but the OS has not enabled the AVX-512 "
+                "state (XCR0 bits 5-7), so nothing ran")
+    return None
+
+
+def _avx512_state_enabled() -> bool:
+    ffi, lib = _nativelib_load()
+    out = ffi.new("uint64_t *")
+    return lib.pyamx_xgetbv0(out) == 0 and (out[0] & 0xE6) == 0xE6
+
+
+def _nativelib_load():
+    from . import _nativelib
+
+    return _nativelib.load()
+
+
 isa.add_dot_methods(NativeMachine, "native-method")
+isa.add_row_methods(NativeMachine, "native-method")

@@ -370,3 +370,101 @@ def format_report(report: dict) -> str:
         if complete else "  no complete emulator option set matches every experiment"
     )
     return "\n".join(lines)
+
+
+# -- AMX-AVX512's open points (docs/semantics.md section 9) ------------------------------------
+
+
+@dataclass(frozen=True)
+class RowExperiment:
+    """One row instruction on tmm0 configured ``rows`` x ``colsb``, loaded from ``words`` (stride 64,
+    row r from words[16r:16r+16]); the observation is the 16 result dwords (or "#UD") and start_row after."""
+
+    name: str
+    instruction: str
+    rows: int
+    colsb: int
+    words: tuple
+    selector: int
+    imm: bool = False
+    start_row: int = 0
+
+
+def _f32_bits(x: float) -> int:
+    return int(np.array([x], np.float32).view(np.uint32)[0])
+
+
+def _row_words(*values: int) -> tuple:
+    return tuple(values) + (0,) * (256 - len(values))
+
+
+_COUNTING = tuple(0x01010101 * (r + 1) for r in range(16) for _ in range(16))
+
+#: Numerics field -> experiments whose bits differ between its values
+ROW_EXPERIMENTS = {
+    "row_index": (
+        RowExperiment("TILEMOVROW row 4 of a 4-row tile", "tilemovrow", 4, 64, _COUNTING, 4),
+        RowExperiment("TILEMOVROW row 17 of a 4-row tile", "tilemovrow", 4, 64, _COUNTING, 17),
+        RowExperiment("TILEMOVROW row 16 of a 16-row tile", "tilemovrow", 16, 64, _COUNTING, 16),
+        RowExperiment("TILEMOVROW imm8 row 18 of a 16-row tile", "tilemovrow", 16, 64, _COUNTING, 18, imm=True),
+    ),
+    "row_bf16": (
+        RowExperiment("TCVTROWPS2BF16L of denormals", "tcvtrowps2bf16l", 1, 16,
+                      _row_words(0x00400000, 0x80000001, 0x007FFFFF, 0x00800000), 0),
+    ),
+    "row_fp16": (
+        RowExperiment("TCVTROWPS2PHL of fp16 denormal results", "tcvtrowps2phl", 1, 16,
+                      _row_words(_f32_bits(2.0**-24), _f32_bits(-(2.0**-15)), _f32_bits(2.0**-14 - 2.0**-25),
+                                 _f32_bits(2.0**-14)), 0),
+    ),
+    "row_movrow_start_row": (
+        RowExperiment("TILEMOVROW with start_row 1 pending", "tilemovrow", 4, 64, _COUNTING, 0, start_row=1),
+    ),
+}
+
+
+def _run_row(machine, e: RowExperiment):
+    """(result dwords or "#UD", start_row afterwards) of one experiment on a fresh tile state."""
+    from .errors import InvalidOpcodeFault
+    from .tilecfg import TileConfig
+
+    # A pending start_row comes only from LDTILECFG, which zeroes the tiles and a load would consume,
+    # so such an experiment reads zeros and observes start_row alone.
+    machine.ldtilecfg(TileConfig.make({0: (e.rows, e.colsb)}, start_row=e.start_row))
+    if not e.start_row:
+        machine.tileloadd(0, np.array(e.words, np.uint32).view(np.uint8), 64)
+    try:
+        lanes = tuple(int(x) for x in getattr(machine, e.instruction)(0, e.selector, imm=e.imm))
+    except InvalidOpcodeFault:
+        lanes = "#UD"
+    after = machine.sttilecfg()[1]
+    machine.tilerelease()
+    return lanes, after
+
+
+def probe_rows(backend: str = "emulator", numerics=None) -> dict:
+    """Which value of each AMX-AVX512 numerics option reproduces ``backend`` (``"emulator"`` or
+    ``"native"``): ``{field: {"verdict", "candidates", "observed"}}``. On native the instructions need
+    AMX-AVX512 (NativeUnavailableError otherwise); its guard refuses a row index of 16 or more before
+    the instruction runs, so those experiments show pyamx's rule there, not silicon's."""
+    from .emulator import numerics as _numerics
+    from .emulator.machine import TileMachine
+
+    if backend == "native":
+        from .native import NativeMachine
+
+        machine = NativeMachine()
+    elif backend == "emulator":
+        machine = TileMachine(numerics or "sdm")
+    else:
+        raise ValueError(f"probe_rows: backend is 'emulator' or 'native', not {backend!r}")
+    values = {"row_index": _numerics.ROW_INDEX_RULES, "row_bf16": _numerics.ROW_BF16_RULES,
+              "row_fp16": _numerics.ROW_FP16_RULES, "row_movrow_start_row": (True, False)}
+    out = {}
+    for point, experiments in ROW_EXPERIMENTS.items():
+        observed = [_run_row(machine, e) for e in experiments]
+        matches = [v for v in values[point]
+                   if [_run_row(TileMachine(Numerics().replace(**{point: v})), e) for e in experiments] == observed]
+        out[point] = {"verdict": matches[0] if len(matches) == 1 else None, "candidates": matches,
+                      "observed": observed}
+    return out

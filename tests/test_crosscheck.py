@@ -131,8 +131,10 @@ def memory_operand(rng, cfg: TileConfig, tmm: int):
     return stride, int(rng.integers(lo, hi + 1))
 
 
-def random_step(rng, state, families):
-    """One (method name, args) step; ``state`` holds the current config and roles."""
+def random_step(rng, state, families, extensions=frozenset()):
+    """One (method name, args) step; ``state`` holds the current config and roles. ``extensions``: the
+    CPUID features beyond the kernel groups that native runs here (AMX-AVX512, AMX-MOVRS); without
+    them the random stream is the same as before they existed."""
     cfg, roles = state["cfg"], state["roles"]
     configured = [t for t in range(8) if cfg.rows[t]] or [0]
     r = rng.random()
@@ -152,7 +154,8 @@ def random_step(rng, state, families):
         if rng.random() < 0.02:
             tmm = 8
         stride, offset = memory_operand(rng, cfg, tmm)
-        return str(rng.choice(["tileloadd", "tileloaddt1"])), (tmm, "mem", stride, offset)
+        loads = ["tileloadd", "tileloaddt1"] + (["tileloaddrs", "tileloaddrst1"] if "AMX-MOVRS" in extensions else [])
+        return str(rng.choice(loads)), (tmm, "mem", stride, offset)
     if r < 0.60:
         tmm = int(rng.integers(0, 8)) if rng.random() < 0.2 else int(rng.choice(configured))
         stride, offset = memory_operand(rng, cfg, tmm)
@@ -161,6 +164,13 @@ def random_step(rng, state, families):
         return "tilezero", (int(rng.integers(0, 8)) if rng.random() < 0.2 else int(rng.choice(configured)),)
     if r < 0.70:
         return "oneshot", ()
+    if r < 0.76 and "AMX-AVX512" in extensions:
+        tmm = int(rng.integers(0, 8)) if rng.random() < 0.2 else int(rng.choice(configured))
+        imm = bool(rng.random() < 0.5)
+        index = int(rng.integers(0, 17))  # 16: the #UD the native guard refuses before running
+        chunk = int(rng.choice([0, 0, 0, 1, 3]))
+        selector = (chunk << 6 | index) if imm else (chunk << 16 | index)
+        return str(rng.choice(isa.ROW_NAMES)), (tmm, selector, imm)
     names = [name for fam in sorted(families) for name in _FAMILY_NAMES[fam] * (4 // len(_FAMILY_NAMES[fam]))]
     triple = roles if rng.random() < 0.9 else tuple(int(x) for x in rng.integers(0, 8, 3))
     return str(rng.choice(names)), triple
@@ -175,6 +185,9 @@ _FAMILY_NAMES = {fam: [i.name for i in isa.DOTS if i.family == fam] for fam in i
 def _apply(machine, method, args, buffers):
     args = tuple(buffers[a] if isinstance(a, str) else a for a in args)
     try:
+        if method in isa.ROW_NAMES:  # (tmm, selector, imm): the result's dwords, compared as bits
+            tmm, selector, imm = args
+            return None, tuple(int(x) for x in getattr(machine, method)(tmm, selector, imm=imm))
         return None, getattr(machine, method)(*args)
     except Exception as exc:  # faults are compared, not propagated
         return exc, None
@@ -255,12 +268,20 @@ FAULT_CHECKS = {}  # (method, expected outcome) -> count, over the random sequen
 _FAULT_BUDGET = 3  # children per (method, outcome): enough to prove the path, cheap enough to run always
 
 
+#: pyamx_tileloadd's hint argument per load
+_LOAD_HINTS = {"tileloadd": 0, "tileloaddt1": 1, "tileloaddrs": 2, "tileloaddrst1": 3}
+
+
 def _raw_step(ffi, lib, method, args, buf) -> int:
     ptr = ffi.cast("uint8_t *", buf.ctypes.data)
     if method == "ldtilecfg":
         return lib.pyamx_ldtilecfg(ffi.from_buffer("uint8_t[]", args[0]))
-    if method in ("tileloadd", "tileloaddt1"):
-        return lib.pyamx_tileloadd(args[0], ptr, buf.size, 0, 64, int(method == "tileloaddt1"))
+    if method in _LOAD_HINTS:
+        return lib.pyamx_tileloadd(args[0], ptr, buf.size, 0, 64, _LOAD_HINTS[method])
+    if method in isa.ROW_NAMES:
+        tmm, selector, imm = args
+        kernel = lib.pyamx_tilerow_imm if imm else lib.pyamx_tilerow
+        return kernel(isa.BY_NAME[method].op_id, tmm, selector, ffi.cast("uint32_t *", buf.ctypes.data))
     if method == "tilestored":
         return lib.pyamx_tilestored(args[0], ptr, buf.size, 0, 64)
     if method == "tilezero":
@@ -357,6 +378,15 @@ def _check_fault_in_c(cfg, method, args, err):
     FAULT_CHECKS[key] = FAULT_CHECKS.get(key, 0) + 1
 
 
+def native_extensions() -> frozenset:
+    """The features beyond the kernel groups (AMX-AVX512, AMX-MOVRS) whose instructions native runs here."""
+    from pyamx import detect, native as native_module
+
+    rep = detect.report()
+    return frozenset(i.feature.name for i in isa.TABLE if i.feature.name in ("AMX-AVX512", "AMX-MOVRS")
+                     and native_module.feature_missing(rep, i) is None)
+
+
 def run_sequence(native, seed: int, families, check_faults_in_c: bool = False) -> None:
     """One random sequence on both machines, compared after every step.
 
@@ -365,6 +395,7 @@ def run_sequence(native, seed: int, families, check_faults_in_c: bool = False) -
     """
     rng = np.random.default_rng(seed)
     emu, nat = emulator.TileMachine(), native.NativeMachine()
+    extensions = native_extensions()
     mem = adversarial_memory(rng, MEM_BYTES)
     bufs_e = {"mem": mem, "out": np.zeros(MEM_BYTES, np.uint8)}
     bufs_n = {"mem": mem.copy(), "out": np.zeros(MEM_BYTES, np.uint8)}
@@ -373,7 +404,7 @@ def run_sequence(native, seed: int, families, check_faults_in_c: bool = False) -
     steps = [("ldtilecfg", (cfg.to_bytes(),))] + [None] * STEPS
     try:
         for i in range(len(steps)):
-            method, args = steps[i] or random_step(rng, state, families)
+            method, args = steps[i] or random_step(rng, state, families, extensions)
             context = f"seed {seed}, " + _describe(i, method, args, emu.snapshot())
             if method == "oneshot":
                 _oneshot_step(rng, native, emu, nat, context)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import _memory, isa
+from ..errors import InvalidOpcodeFault
 from ..tilecfg import (
     MAX_COLSB,
     MAX_ROWS,
@@ -27,6 +28,7 @@ from ..tilecfg import (
     parse_tilecfg,
 )
 from .. import engine as _engine
+from . import rows as _rows
 from .numerics import resolve
 
 
@@ -35,9 +37,11 @@ class TileMachine:
 
     ``numerics`` is a preset name (``"sdm"``, ``"straight"``, ...) or a
     :class:`~pyamx.emulator.numerics.Numerics` object; it applies to the
-    floating-point dot products. Memory operands are numpy arrays (or
-    buffers) addressed with a byte ``offset`` and a byte ``stride`` between
-    rows, as the instruction's base and index registers would address them.
+    floating-point dot products and (its ``row_`` fields) to the AMX-AVX512
+    row instructions, which return their zmm result as 16 uint32 dwords.
+    Memory operands are numpy arrays (or buffers) addressed with a byte
+    ``offset`` and a byte ``stride`` between rows, as the instruction's base
+    and index registers would address them.
     ``engine`` names the arithmetic engine (:func:`pyamx.engine.resolve`:
     None for ``PYAMX_ENGINE``, default auto); ``self.engine`` is the one chosen.
     """
@@ -116,6 +120,14 @@ class TileMachine:
         """TILELOADDT1: TILELOADD with a cache hint; the same architectural effect."""
         self._load("TILELOADDT1", tmm, buf, stride, offset)
 
+    def tileloaddrs(self, tmm: int, buf, stride: int, offset: int = 0) -> None:
+        """TILELOADDRS (AMX-MOVRS): TILELOADD with a read-shared hint; the same architectural effect."""
+        self._load("TILELOADDRS", tmm, buf, stride, offset)
+
+    def tileloaddrst1(self, tmm: int, buf, stride: int, offset: int = 0) -> None:
+        """TILELOADDRST1 (AMX-MOVRS): TILELOADDT1 with a read-shared hint; the same architectural effect."""
+        self._load("TILELOADDRST1", tmm, buf, stride, offset)
+
     def tilestored(self, tmm: int, buf, stride: int, offset: int = 0) -> None:
         """TILESTORED: store rows start_row..rows-1 (``colsb`` bytes each); start_row resets to 0."""
         memory = _memory.byte_view("TILESTORED", buf, writable=True)
@@ -128,6 +140,21 @@ class TileMachine:
         """TILEZERO: all 16 x 64 bytes of a configured tile become zero."""
         self._tiles[check_tile_usable("TILEZERO", "tdest", self._config, tmm)] = 0
         self._config = self._config.with_start_row(0)
+
+    # -- row instructions (AMX-AVX512) -----------------------------------------
+
+    def _row(self, name, tmm, row, imm) -> np.ndarray:
+        insn = isa.BY_NAME[name]
+        tmm = check_tile_usable(insn.mnemonic, "tsrc", self._config, tmm)
+        index, chunk = _rows.decode_selector(check_row_selector(insn.mnemonic, row, imm), imm)
+        source = row_source(insn.mnemonic, self.numerics, index, self._config.rows[tmm])
+        if source is None:
+            out = np.zeros(_rows.LANES, dtype=np.uint32)
+        else:
+            out = _rows.COMPUTE[name](self._tiles[tmm, source], self._config.colsb[tmm], chunk, self.numerics)
+        if name != "tilemovrow" or self.numerics.row_movrow_start_row:
+            self._config = self._config.with_start_row(0)
+        return out
 
     # -- dot products -------------------------------------------------------
 
@@ -186,4 +213,30 @@ _DOTS = {insn.name: insn for insn in isa.DOTS}
 _DTYPES = {insn.name: (np.dtype(insn.c_dtype), np.dtype(insn.ab_dtype)) for insn in isa.DOTS}
 
 
+def check_row_selector(mnemonic: str, row, imm: bool) -> int:
+    """The selector as an int: an imm8 (0..255) or a 32-bit GPR value (0..2**32-1); TypeError/ValueError else."""
+    if isinstance(row, (bool, np.bool_)) or not isinstance(row, (int, np.integer)):
+        raise TypeError(f"{mnemonic}: the row selector is an int, not {row!r}")
+    row, limit = int(row), 0xFF if imm else 0xFFFFFFFF
+    if not 0 <= row <= limit:
+        raise ValueError(f"{mnemonic}: the row selector {row} does not fit {'an imm8' if imm else 'a 32-bit register'} "
+                         f"(0..{limit})")
+    return row
+
+
+def row_source(mnemonic: str, numerics, index: int, rows: int):
+    """The storage row a row instruction reads under ``numerics.row_index``, None for an all-zero
+    result, or the #UD (docs/semantics.md section 9)."""
+    rule = numerics.row_index
+    if rule == "bochs":
+        index &= MAX_ROWS - 1
+    if rule in ("zero", "bochs") and index >= rows:
+        return None
+    if (rule == "ud" and index >= rows) or index >= MAX_ROWS:
+        raise InvalidOpcodeFault(mnemonic, f"row index {index} is past the tile's {rows if rule == 'ud' else MAX_ROWS} rows "
+                                 f"(numerics row_index={rule!r})")
+    return index
+
+
 isa.add_dot_methods(TileMachine, "method")
+isa.add_row_methods(TileMachine, "method")

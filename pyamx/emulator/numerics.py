@@ -14,6 +14,11 @@ TININESS = ("after", "before")
 NAN_RULES = ("x86", "default", "canonical")
 FP8_ACCUMS = ("exact_ksum", "bochs_pairwise")
 FP8_NAN_RULES = ("default", "propagate")
+#: AMX-AVX512's open points (docs/semantics.md section 9): a row index past the tile, the FP32->BF16
+#: and FP32->FP16 conversion rules
+ROW_INDEX_RULES = ("storage", "ud", "zero", "bochs")
+ROW_BF16_RULES = ("ieee", "vcvtneps2bf16")
+ROW_FP16_RULES = ("ieee", "daz_ftz")
 
 
 @dataclass(frozen=True)
@@ -72,6 +77,33 @@ class Numerics:
         0xFFC00000. ``"propagate"``: the first NaN operand value (in K order,
         A's before B's in a lane), else a NaN C, widened to fp32 and quieted;
         an invalid operation alone (inf * 0, inf - inf) gives 0xFFC00000.
+
+    The AMX-AVX512 row instructions (TCVTROW*, TILEMOVROW) read the ``row_``
+    fields; the dot products ignore them.
+
+    row_index
+        A row index the tile has no data for (Intel's pseudo-code has no check).
+        ``"storage"`` (default): an index below 16 reads the tile's storage
+        row (zero at or past ``rows``, by zero_upper_rows); 16 and above is #UD.
+        ``"ud"``: #UD at or past ``rows``. ``"zero"``: an all-zero result at or
+        past ``rows``. ``"bochs"``: Bochs's model, the index taken modulo 16,
+        then an all-zero result at or past ``rows``.
+    row_bf16
+        FP32 -> BF16 of TCVTROWPS2BF16H/L. ``"ieee"`` (default): round to
+        nearest even, denormals kept, a NaN quieted (bit 6 set) with its payload
+        truncated. ``"vcvtneps2bf16"``: AVX512_BF16's rule, a denormal input
+        becomes a zero of its sign.
+    row_fp16
+        FP32 -> FP16 of TCVTROWPS2PHH/L. ``"ieee"`` (default): round to nearest
+        even, denormal inputs and results kept, overflow to infinity, a NaN
+        quieted (bit 9 set) with its payload truncated to 9 bits.
+        ``"daz_ftz"`` (Bochs): a denormal input counts as a zero of its sign, and
+        a result tiny after rounding (below 2**-14 when rounded to 11 bits with
+        an unbounded exponent) becomes a zero of its sign.
+    row_movrow_start_row
+        ``True`` (default): TILEMOVROW resets start_row to 0 as the converts
+        do. ``False``: it leaves start_row as it was (clang's text for it omits
+        zero_tileconfig_start()).
     """
 
     structure: str = "sdm"
@@ -84,14 +116,20 @@ class Numerics:
     fp8_c_daz: bool = False
     fp8_ftz: bool = False
     fp8_nan: str = "default"
+    row_index: str = "storage"
+    row_bf16: str = "ieee"
+    row_fp16: str = "ieee"
+    row_movrow_start_row: bool = True
 
     def __post_init__(self):
         for name, allowed in (("structure", STRUCTURES), ("tininess", TININESS), ("nan", NAN_RULES),
-                              ("fp8_accum", FP8_ACCUMS), ("fp8_nan", FP8_NAN_RULES)):
+                              ("fp8_accum", FP8_ACCUMS), ("fp8_nan", FP8_NAN_RULES),
+                              ("row_index", ROW_INDEX_RULES), ("row_bf16", ROW_BF16_RULES),
+                              ("row_fp16", ROW_FP16_RULES)):
             value = getattr(self, name)
             if value not in allowed:
                 raise ValueError(f"Numerics.{name} must be one of {allowed}, got {value!r}")
-        for name in ("dest_daz", "input_daz", "fp8_input_daz", "fp8_c_daz", "fp8_ftz"):
+        for name in ("dest_daz", "input_daz", "fp8_input_daz", "fp8_c_daz", "fp8_ftz", "row_movrow_start_row"):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"Numerics.{name} must be a bool, got {getattr(self, name)!r}")
 
@@ -107,6 +145,10 @@ class Numerics:
 
     def replace(self, **changes) -> "Numerics":
         return replace(self, **changes)
+
+    def dot_model(self) -> "Numerics":
+        """These numerics with the row instructions' fields at their defaults: what a dot product runs."""
+        return replace(self, **{f.name: f.default for f in fields(self) if f.name.startswith("row_")})
 
 
 PRESETS = {
