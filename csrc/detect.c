@@ -55,6 +55,12 @@ static volatile int g_trapped = 0;
 
 int pyamx_internal_trapped(void) { return g_trapped; }
 
+static volatile int g_complemented = 0;
+
+void pyamx_set_complemented(int on) { g_complemented = on != 0; }
+
+int pyamx_internal_emulated(void) { return g_trapped || g_complemented; }
+
 
 int pyamx_internal_thread_prepare(void)
 {
@@ -122,8 +128,8 @@ int pyamx_internal_row_runnable(const struct pyamx_op_traits *t)
     int family = pyamx_dot_kernel_family(t);
     if (!family || !(pyamx_build_kernels() & family))
         return 0;
-    if (g_trapped)
-        return 1; /* the trap mode emulates every dot row */
+    if (g_trapped || g_complemented)
+        return 1; /* the trap mode emulates every dot row; the complement mode the ones the CPU lacks */
     int op = (int)(t - pyamx_op_traits);
     if (op < 0 || op >= (int)sizeof g_cpu_has_row)
         return cpu_has_feature(t);

@@ -30,6 +30,9 @@ void pyamx_internal_probe_tile_instruction(void);
 /* Set when readiness came from the trap mode's emulated permission: no tile
  * instruction reaches silicon in this process. */
 int pyamx_internal_trapped(void);
+/* The trap mode, or the complement mode on AMX silicon (pyamx_set_complemented):
+ * an instruction of an extension the CPU lacks is emulated, not a SIGILL. */
+int pyamx_internal_emulated(void);
 
 /* Whether a dot-product row's instructions can run here: its kernel family
  * (PYAMX_KERNEL_*) compiled in and the CPU reporting the row's CPUID feature

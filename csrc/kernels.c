@@ -169,7 +169,8 @@ enum { AMX_AVX512_BIT = 7, AMX_MOVRS_BIT = 8 };
 static int row_state_enabled(void)
 {
     uint64_t xcr0;
-    return pyamx_cpu_has_amx_1e1(AMX_AVX512_BIT) && pyamx_xgetbv0(&xcr0) == PYAMX_OK && (xcr0 & 0xE6) == 0xE6;
+    return (pyamx_cpu_has_amx_1e1(AMX_AVX512_BIT) || pyamx_internal_emulated()) && pyamx_xgetbv0(&xcr0) == PYAMX_OK &&
+           (xcr0 & 0xE6) == 0xE6;
 }
 
 #if PYAMX_HAVE_AMX
@@ -403,7 +404,7 @@ AMX_TILE int pyamx_tileloadd(int tmm, const uint8_t *buf, int64_t len, int64_t o
     loaded_cfg(cfg);
     if (t1 < 0 || t1 > 3)
         return PYAMX_E_ARG;
-    if (t1 >= 2 && !pyamx_cpu_has_amx_1e1(AMX_MOVRS_BIT))
+    if (t1 >= 2 && !pyamx_cpu_has_amx_1e1(AMX_MOVRS_BIT) && !pyamx_internal_emulated())
         return PYAMX_E_NO_KERNEL;
     int rc = pyamx_check_memory_operand(cfg, tmm, len, offset, stride);
     if (rc != PYAMX_OK)

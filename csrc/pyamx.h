@@ -69,6 +69,10 @@ int pyamx_native_ready(void);
  * (0 or a negative status) so their emulated tile state is released when
  * they end. */
 void pyamx_set_trap_hook(int (*grant)(void), int32_t (*thread_prepare)(void));
+/* On AMX silicon with pyamx._trap's complement mode installed in this process
+ * (pyamx.trap.complement): the rows of the extensions the CPU lacks may run,
+ * as their SIGILL is emulated on the tile registers. 1 on, 0 off. */
+void pyamx_set_complemented(int on);
 
 /* ---- fpenv.c: the calling thread's MXCSR (x86-64; elsewhere unsupported) ---- */
 

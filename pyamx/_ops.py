@@ -1,8 +1,9 @@
 """The public one-instruction functions, dispatched to a backend.
 
 One function per dot product of :mod:`pyamx.isa`, generated from its row:
-``tdpbf16ps``, ``tdpfp16ps``, ``tdpbssd``, ``tdpbsud``, ``tdpbusd``, ``tdpbuud`` and the
-AMX-FP8 ``tdpbf8ps``, ``tdpbhf8ps``, ``tdphbf8ps``, ``tdphf8ps``.
+``tdpbf16ps``, ``tdpfp16ps``, ``tdpbssd``, ``tdpbsud``, ``tdpbusd``, ``tdpbuud``, the
+AMX-COMPLEX ``tcmmimfp16ps``, ``tcmmrlfp16ps`` and the AMX-FP8 ``tdpbf8ps``,
+``tdpbhf8ps``, ``tdphbf8ps``, ``tdphf8ps``.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from . import _backend, _validate, emulator, isa
+from . import detect as _detect
 from . import engine as _engine
 from ._result import AMXResult, label
 from .emulator.call import run_one
@@ -35,7 +37,7 @@ def _function(insn: isa.Instruction):
         from . import native
 
         c, a, b = c.view(bits[0]), a.view(bits[1]), b.view(bits[1])
-        return label(native.run(name, c, a, b).view(c_view), "native", chosen.mode)
+        return label(native.run(name, c, a, b).view(c_view), "native", _detect.report().mode_for(insn))
 
     return fn
 

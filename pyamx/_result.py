@@ -5,14 +5,16 @@ from __future__ import annotations
 import numpy as np
 
 #: how every output (repr, info, probe, replay, demo) names where a result came from
-MODE_WORDS = {"silicon": "silicon", "trap": "trap mode"}
+MODE_WORDS = {"silicon": "silicon", "trap": "trap mode", "complement": "complement mode"}
 
 
 def backend_label(backend: str | None, native_mode: str | None = None) -> str:
-    """``"emulator"``, ``"native (silicon)"`` or ``"native (trap mode)"``: the one vocabulary.
+    """``"emulator"``, ``"native (silicon)"``, ``"native (trap mode)"`` or ``"native (complement
+    mode)"``: the one vocabulary.
 
     ``native_mode`` is what :func:`pyamx._backend.native_mode` returns
-    (``"silicon"``, ``"trap"`` or None).
+    (``"silicon"``, ``"trap"`` or None), or ``"complement"`` for an instruction the
+    complement mode emulates on silicon (``pyamx.detect.Report.mode_for``).
     """
     if backend is None:
         return "none"

@@ -127,6 +127,10 @@ class RawFacts:
     xcomp_perm: Optional[Tuple[int, int]] = None  # (errno, value)
     child: Optional[Tuple[int, int]] = None  # (errno or C status, wait status)
     trap: Optional[TrapFacts] = None
+    # On AMX silicon with the trap variable set: the CPUID features the complement mode emulates
+    # (pyamx.trap.complement), or the error that kept it out
+    complement: Optional[Tuple[str, ...]] = None
+    complement_error: Optional[str] = None
     cpuinfo_flags: Optional[Tuple[str, ...]] = None  # AMX flags of /proc/cpuinfo, read when there is no extension
 
 
@@ -150,6 +154,13 @@ class Report:
     cpu: Mapping = field(default_factory=lambda: MappingProxyType({}))
     build: Mapping = field(default_factory=lambda: MappingProxyType({}))
     warning: Optional[str] = None  # loud text when native means trapped, not silicon
+    # CPUID features whose instructions the complement mode emulates here (silicon runs the rest)
+    complemented: frozenset = frozenset()
+
+    def mode_for(self, insn) -> Optional[str]:
+        """How native runs ``insn`` (an isa row): ``"complement"`` where the complement mode
+        emulates its feature on this silicon, else :attr:`mode`."""
+        return "complement" if self.mode == "silicon" and insn.feature.name in self.complemented else self.mode
 
     @property
     def amx_usable(self) -> bool:
@@ -597,6 +608,23 @@ def evaluate(raw: RawFacts) -> Report:
             silicon_reason += ("; the trap mode is active but this build has no AMX kernels to run "
                                f"({build.kernels_reason if build else 'no module'})")
 
+    complemented = frozenset()
+    if mode == "silicon" and (raw.complement is not None or raw.complement_error):
+        from .trap import ENV_VAR as TRAP_ENV
+
+        name = f"complement mode ({TRAP_ENV})"
+        if raw.complement_error:
+            st.add(name, f"requested but failed: {raw.complement_error}", None)
+        else:
+            complemented = frozenset(raw.complement)
+            groups = {g for g, feature in isa.GROUP_FEATURE.items() if feature in complemented}
+            kernels = frozenset(kernels) | (built & groups)
+            st.add(name, ("emulates " + ", ".join(raw.complement)) if raw.complement else
+                   "nothing to emulate: the CPU has every AMX extension pyamx knows", True)
+            if complemented:
+                warning = ("COMPLEMENT MODE: " + ", ".join(raw.complement) + " instructions are NOT run by "
+                           "this CPU, which lacks them: pyamx's SIGILL handler emulates them on the tile "
+                           "registers; every other AMX instruction runs on silicon.")
     usable = mode is not None
     if mode == "silicon":
         reason = "ok"
@@ -613,6 +641,7 @@ def evaluate(raw: RawFacts) -> Report:
         cpu=MappingProxyType(cpu),
         build=MappingProxyType(build_info),
         warning=warning,
+        complemented=complemented,
     )
 
 
@@ -730,7 +759,21 @@ def collect() -> RawFacts:
             raw = replace(raw, child=(int(err), int(status[0])))
     if evaluate(raw).mode is None:
         raw = replace(raw, trap=_trap_facts(lib, raw.build.kernels))
+    else:
+        raw = _complement_facts(raw)
     return raw
+
+
+def _complement_facts(raw: RawFacts) -> RawFacts:
+    """On silicon, the trap variable asks for the complement mode (the extensions the CPU lacks)."""
+    try:
+        from . import trap
+
+        if not trap.requested():
+            return raw
+        return replace(raw, complement=trap.complement())
+    except Exception as exc:  # a bad variable, no trap module, no signal handler: reported, silicon still runs
+        return replace(raw, complement_error=f"{type(exc).__name__}: {exc}")
 
 
 _lock = threading.Lock()

@@ -97,12 +97,14 @@ _thread_prepared = threading.local()
 
 
 def _before_entry() -> None:
-    """In trap mode, make sure the SIGILL handler is still ours before a tile instruction runs.
+    """In the trap or the complement mode, make sure the SIGILL handler is still ours before a
+    tile instruction runs.
 
     faulthandler (pytest enables it) replaces the handler; the trap module
     reinstalls it, and claims this thread's emulated tile state once.
     """
-    if detect.report().mode == "trap":
+    rep = detect.report()
+    if rep.mode == "trap" or rep.complemented:
         _trap_entry()
 
 
@@ -323,7 +325,7 @@ class NativeMachine:
         # Decided once: detect.report() takes a lock, and an exception between
         # its acquire and release (a profile hook raising at __exit__) would
         # leave it held; nothing on an instruction's path may take one.
-        self._trap = report.mode == "trap"
+        self._trap = report.mode == "trap" or bool(report.complemented)
 
     # -- plumbing -------------------------------------------------------------
 
@@ -596,7 +598,8 @@ def feature_missing(rep, insn: isa.Instruction):
     """Why ``insn`` (a row of an extension beyond the kernel groups: AMX-AVX512, AMX-MOVRS) cannot run
     natively per report ``rep``, or None. Silicon only: the trap mode emulates none of them."""
     feature = insn.feature
-    if rep.mode != "silicon" or not rep.cpu.get(feature.key):
+    emulated = rep.mode == "trap" or feature.name in rep.complemented
+    if not emulated and (rep.mode != "silicon" or not rep.cpu.get(feature.key)):
         where = f"CPUID.({feature.leaf:#x},{feature.subleaf}):{feature.register.upper()}[{feature.bit}]"
         return (f"the native {insn.mnemonic} needs {_needs(feature)}, which this CPU does not report ({where} "
                 f"is 0{'' if rep.mode != 'trap' else '; the trap mode emulates no ' + feature.name}); "

@@ -144,6 +144,41 @@ def enable() -> None:
     _hook_into_native(lib)
 
 
+def complement() -> tuple:
+    """On AMX silicon, emulate in this process the AMX extensions the CPU lacks; their feature names.
+
+    Installs the complement mode (docs/run.md, "On AMX silicon: the complement
+    mode"): the CPU runs its own AMX instructions and the kernel grants the
+    permission, and the SIGILL of an instruction of a missing extension
+    (AMX-FP16, AMX-COMPLEX, AMX-FP8, AMX-AVX512, AMX-MOVRS on a Sapphire
+    Rapids) is emulated on the tile registers the kernel saved in the signal
+    frame. pyamx's native kernels of those extensions may then run; their
+    results say ``native (complement mode)``. Returns the CPUID feature names
+    emulated, () where the CPU has every extension pyamx knows; BackendError
+    without usable AMX (:func:`enable` is the mode there) or where it cannot
+    be installed. Idempotent.
+    """
+    reason = _platform_reason()
+    if reason:
+        raise BackendError(reason)
+    ffi, lib = _load_or_backend_error()
+    if not lib.pyamx_trap_cpu_has_amx():
+        raise BackendError("the complement mode needs usable AMX silicon; without it the trap mode "
+                           "(pyamx.trap.enable) emulates every AMX instruction")
+    if not lib.pyamx_trap_complementing():
+        rc = lib.pyamx_trap_install_complement()
+        if rc == lib.PYAMX_TRAP_E_HAS_AMX:
+            return ()
+        if rc != 0:
+            raise BackendError(f"the complement mode cannot be installed: {ffi.string(lib.pyamx_trap_strerror(rc)).decode()}")
+    try:
+        _native()[1].pyamx_set_complemented(1)
+    except BackendError:
+        pass  # no pyamx._native: other modules' instructions are still emulated
+    return tuple(dict.fromkeys(insn.feature.name for insn in isa.TABLE
+                               if lib.pyamx_trap_complement_emulates(getattr(lib, insn.c_op))))
+
+
 class GuardStatus(NamedTuple):
     """Whether seccomp keeps the handler installed (see docs/trap.md, "Other SIGILL handlers")."""
 

@@ -62,7 +62,11 @@ _PRINT_ROWS = r"""
         || t->imm_prefix != PYAMX_PREFIX_##ip_ || t->imm_map != imap_ || t->imm_pp != ipp_ || t->imm_w != iw_ \
         || t->imm_l != il_ || t->imm_opcode != iopc_ || t->feature_leaf != fleaf_ || t->feature_subleaf != fsub_ \
         || t->feature_reg != freg_ || t->feature_bit != fbit_) return 1; }
-int main(void) { PYAMX_FOR_EACH_OP(PRINT) return 0; }
+#define PRINT_IMM(name_, map_, pp_, opcode_) { \
+    const struct pyamx_op_traits *t = &pyamx_op_traits[PYAMX_OP_##name_]; \
+    printf("imm %s %d %d %d\n", #name_, map_, pp_, opcode_); \
+    if (t->imm_map != map_ || t->imm_pp != pp_ || t->imm_opcode != opcode_) return 1; }
+int main(void) { PYAMX_FOR_EACH_OP(PRINT) PYAMX_FOR_EACH_IMM_FORM(PRINT_IMM) return 0; }
 """
 
 

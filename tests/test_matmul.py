@@ -7,6 +7,7 @@ TileMachine, with edge tiles configured smaller as real code configures them.
 
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 import pytest
 
@@ -336,11 +337,22 @@ def test_native_matmul_is_the_emulator_bit_for_bit(native_family, mnemonic, m, k
         b = rng.integers(0, 256, (k, n)).astype(np.uint8).view(np.int8 if signed[1] else np.uint8)
         c = rng.integers(-(2**31), 2**31, (m, n)).astype(np.int32)
         kind = None
+    elif family == "fp8":  # every code, NaN and infinity encodings included, as the row's two formats
+        insn = isa.get(mnemonic)
+        dtype = (lambda fmt: getattr(ml_dtypes, fmt.infers[0]))
+        a = rng.integers(0, 256, (m, k)).astype(np.uint8).view(dtype(insn.a_format))
+        b = rng.integers(0, 256, (k, n)).astype(np.uint8).view(dtype(insn.b_format))
+        c, kind = random_c(rng, (m, n), True), None
+    elif family == "complex":  # both instructions: the real and the imaginary chain
+        a = random_fp16(rng, (m, 2 * k), True).view(np.uint16).view(np.uint32)
+        b = random_fp16(rng, (k, 2 * n), True).view(np.uint16).view(np.uint32)
+        c = np.stack([random_c(rng, (m, n), True), random_c(rng, (m, n), True)], axis=-1).view(np.complex64)[..., 0]
+        kind = "complex"
     else:
         make = random_bf16 if family == "bf16" else random_fp16
         a, b, c = make(rng, (m, k), True), make(rng, (k, n), True), random_c(rng, (m, n), True)
         kind = family
     got = pyamx.matmul(a, b, c, kind=kind, backend="native")
-    assert got.backend == "native" and got.native_mode in ("silicon", "trap")
+    assert got.backend == "native" and got.native_mode in ("silicon", "trap", "complement")
     want = pyamx.matmul(a, b, c, kind=kind, backend="emulator")
     assert_same_bits(got, want, f"native {mnemonic} {m}x{k}x{n}")

@@ -75,11 +75,14 @@ def operands(op_name, m, kd, n, cls, rng):
     if op_name == "tdpbf16ps":
         return testing.operands(rng, m, kd, n, cls)
     adversarial = cls != "normal"
-    if op_name == "tdpfp16ps":
+    insn = isa.get(op_name)
+    if insn.a_format.name in ("fp16", "cfp16"):  # a complex number is a pair of fp16 values
         c = testing.operands(rng, m, 1, n, cls)[0]
         return c, _fp16(rng, (m, 2 * kd), adversarial), _fp16(rng, (kd, 2 * n), adversarial)
     a = rng.integers(0, 256, (m, 4 * kd), dtype=np.uint8)
     b = rng.integers(0, 256, (kd, 4 * n), dtype=np.uint8)
+    if insn.is_float:  # fp8: every code, NaN and infinity encodings included
+        return testing.operands(rng, m, 1, n, cls)[0], a, b
     c = rng.integers(-(2**31), 2**31, (m, n), dtype=np.int64).astype(np.int32)
     if adversarial:  # extremes of every signedness, and sums that wrap around int32
         edge8 = np.array([0x00, 0x7F, 0x80, 0xFF, 0x01], dtype=np.uint8)

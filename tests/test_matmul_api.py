@@ -157,7 +157,7 @@ def test_native_backend_by_name_is_used_or_fails():
     except NativeUnavailableError as exc:
         assert "native" in str(exc)
     else:
-        assert r.backend == "native" and r.native_mode in ("silicon", "trap")
+        assert r.backend == "native" and r.native_mode in ("silicon", "trap", "complement")
 
 
 def test_a_named_native_backend_refuses_an_emulator_model_or_engine_wherever_it_runs():
