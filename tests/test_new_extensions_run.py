@@ -1,4 +1,4 @@
-"""A program using AMX-FP8, AMX-COMPLEX and AMX-MOVRS, run under ``pyamx run``, equals the emulator.
+"""A program using AMX-FP8, AMX-COMPLEX, AMX-AVX512 and AMX-MOVRS, run under ``pyamx run``, equals the emulator.
 
 tests/programs/new_extensions.c runs each case with the real instruction
 bytes. Where the CPU has an extension, that is silicon; on AMX silicon
@@ -29,6 +29,7 @@ HERE = Path(__file__).resolve().parent
 PROGRAM = HERE / "programs" / "new_extensions.c"
 DOTS = ("tdpbf8ps", "tdpbhf8ps", "tdphbf8ps", "tdphf8ps", "tcmmimfp16ps", "tcmmrlfp16ps")
 LOADS = ("tileloaddrs", "tileloaddrst1")
+ROWS = tuple(insn.name for insn in isa.TABLE if insn.is_row)
 
 
 @pytest.fixture(scope="module")
@@ -181,3 +182,28 @@ def test_without_the_permission_request_the_new_instructions_fault_as_on_silicon
     cases = [make_case(rng, name, "finite") for name in DOTS]
     answers, stderr = run_cases(program, [line_of(case) for case in cases], "--no-permission")
     assert answers == ["UD"] * len(cases)
+
+
+def test_row_instructions_write_the_zmm_register_the_emulator_computes(program):
+    # AMX-AVX512 writes a zmm register of the interrupted program: the handler puts it in the
+    # signal frame's XSAVE image. Rows of int32/fp32 data with ties, denormals, NaNs and infinities.
+    rng = np.random.default_rng(11)
+    pool = np.array([0, 0x80000000, 1, 0x807FFFFF, 0x7F800000, 0xFF800000, 0x7FC00001, 0xFF812345, 0x00FFFFFF,
+                     0x01000001, 0x7FFFFFFF, 0x33800001, 0x387FE000, 0x477FF000, 0x3F808000], dtype=np.uint32)
+    cases = []
+    for name in ROWS:
+        for _ in range(8):
+            m, k = (int(x) for x in rng.integers(1, 17, size=2))
+            words = rng.integers(0, 2**32, size=m * k, dtype=np.uint64).astype(np.uint32)
+            words = np.where(rng.random(words.size) < 0.5, rng.choice(pool, words.size), words)
+            row = int(rng.integers(0, m))
+            cases.append((name, m, k, row + 1, np.zeros(4 * m * (row + 1), np.uint8),
+                          words.astype("<u4").view(np.uint8), np.zeros(4 * k * (row + 1), np.uint8)))
+    answers, _ = run_cases(program, [line_of(case) for case in cases])
+    for case, got in zip(cases, answers):
+        name, m, k, n, _, a, _ = case
+        machine = pyamx.TileMachine()
+        machine.ldtilecfg(pyamx.TileConfig.make({1: (m, 4 * k)}))
+        machine.tileloadd(1, a, stride=4 * k)
+        want = np.asarray(getattr(machine, name)(1, n - 1)).astype("<u4").tobytes().hex()
+        assert got == want, f"{line_of(case)}\n  program: {got}\n  emulator: {want}"

@@ -14,16 +14,20 @@
  * M rows, K dwords of A per row (B has K rows), N dwords of C and B per row.
  * OP is a dot product (tdpbf8ps, tdpbhf8ps, tdphbf8ps, tdphf8ps,
  * tcmmimfp16ps, tcmmrlfp16ps: tmm0 += tmm1 . tmm2, C/A/B loaded with
- * TILELOADD) or a load (tileloaddrs, tileloaddrst1: tmm1 loaded from A with
- * the instruction, stored back with TILESTORED; C and B are ignored).
+ * TILELOADD), a load (tileloaddrs, tileloaddrst1: tmm1 loaded from A with
+ * the instruction, stored back with TILESTORED; C and B are ignored) or a
+ * row instruction (tcvtrowd2ps, tcvtrowps2bf16h/l, tcvtrowps2phh/l,
+ * tilemovrow: tmm1 loaded from A, row N-1 into zmm0, whose 64 bytes are
+ * printed; C and B are ignored).
  * Output per case: the result bytes in hex, or "UD" when the instruction
  * raised SIGILL.
  *
  * The instructions are written as bytes, as the SDM's encodings give them,
  * so any C compiler builds this: with fixed registers dst = tmm0 (ModRM.reg),
  * src1 = tmm1 (ModRM.rm), src2 = tmm2 (VEX.vvvv = ~2), and for the loads
- * tmm1 <- [rdi + rsi*1] (ModRM 0x0c, SIB 0x37). tests/test_trap_decoder.py
- * holds the same encodings against clang's. With --no-permission the
+ * tmm1 <- [rdi + rsi*1] (ModRM 0x0c, SIB 0x37); the row instructions as
+ * EVEX bytes with zmm0, tmm1 and edx. tests/test_trap_decoder.py holds the
+ * same encodings against clang's. With --no-permission the
  * program never asks the kernel for XTILEDATA, as a buggy program would.
  */
 #include <setjmp.h>
@@ -67,14 +71,33 @@ static void tcmmrlfp16ps(void) { TILE_ASM(".byte 0xc4,0xe2,0x68,0x6c,0xc1"); }
 static void tileloaddrs(const void *p, long s) { __asm__ volatile(".byte 0xc4,0xe2,0x7b,0x4a,0x0c,0x37" ::"D"(p), "S"(s) : "memory"); }
 static void tileloaddrst1(const void *p, long s) { __asm__ volatile(".byte 0xc4,0xe2,0x79,0x4a,0x0c,0x37" ::"D"(p), "S"(s) : "memory"); }
 
+/* AMX-AVX512, GPR form: zmm0 <- row edx of tmm1 (EVEX P0 f2: zmm0, tmm1, map 0F38; P1 6c|pp:
+ * W0, vvvv = ~edx; P2 48: 512 bits, no masking), then the 64 bytes stored with VMOVDQU32. */
+#define ROW_OP(name, p1, opc)                                                                    \
+    static void name(unsigned row, void *out)                                                    \
+    {                                                                                            \
+        __asm__ volatile(".byte 0x62,0xf2," #p1 ",0x48," #opc ",0xc1\n\t"                        \
+                         "vmovdqu32 %%zmm0, (%%rdi)" ::"d"(row), "D"(out) : "memory", "xmm0");    \
+    }
+ROW_OP(tcvtrowd2ps, 0x6e, 0x4a)
+ROW_OP(tcvtrowps2bf16h, 0x6f, 0x6d)
+ROW_OP(tcvtrowps2bf16l, 0x6e, 0x6d)
+ROW_OP(tcvtrowps2phh, 0x6c, 0x6d)
+ROW_OP(tcvtrowps2phl, 0x6d, 0x6d)
+ROW_OP(tilemovrow, 0x6d, 0x4a)
+
 static const struct {
     const char *name;
     void (*dot)(void);
     void (*load)(const void *, long);
+    void (*row)(unsigned, void *);
 } OPS[] = {
     {"tdpbf8ps", tdpbf8ps, 0},           {"tdpbhf8ps", tdpbhf8ps, 0},       {"tdphbf8ps", tdphbf8ps, 0},
     {"tdphf8ps", tdphf8ps, 0},           {"tcmmimfp16ps", tcmmimfp16ps, 0}, {"tcmmrlfp16ps", tcmmrlfp16ps, 0},
     {"tileloaddrs", 0, tileloaddrs},     {"tileloaddrst1", 0, tileloaddrst1},
+    {"tcvtrowd2ps", 0, 0, tcvtrowd2ps},         {"tcvtrowps2bf16h", 0, 0, tcvtrowps2bf16h},
+    {"tcvtrowps2bf16l", 0, 0, tcvtrowps2bf16l}, {"tcvtrowps2phh", 0, 0, tcvtrowps2phh},
+    {"tcvtrowps2phl", 0, 0, tcvtrowps2phl},     {"tilemovrow", 0, 0, tilemovrow},
 };
 
 static int unhex(const char *s, uint8_t *out, size_t n)
@@ -139,7 +162,12 @@ int main(int argc, char **argv)
             continue;
         }
         ldtilecfg(cfg);
-        if (OPS[i].load) {
+        if (OPS[i].row) {
+            /* tmm1 loaded from A; the zmm result of row N-1 (the GPR form, chunk 0) */
+            load1(a, 4L * k);
+            OPS[i].row((unsigned)(n - 1), out);
+            print_hex(out, 64);
+        } else if (OPS[i].load) {
             /* the load first, before any other tile-data instruction of the process */
             OPS[i].load(a, 4L * k);
             store1(out, 4L * k);
