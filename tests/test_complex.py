@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -368,7 +369,9 @@ for insn in (i for i in isa.DOTS if i.kind == "dot-complex"):
                                        64, 1, 16, 16) == lib.PYAMX_E_NO_KERNEL
 print("refused")
 """
-    proc = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, timeout=120)
+    # from the installed package's parent: a checkout's root holds an unbuilt pyamx/ that -c would import
+    parent = str(Path(native.__file__).resolve().parent.parent)
+    proc = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, timeout=120, cwd=parent)
     assert proc.returncode == 0 and "refused" in proc.stdout, (proc.returncode, proc.stderr[-2000:])
 
 

@@ -27,6 +27,8 @@ from pyamx import isa
 
 HERE = Path(__file__).resolve().parent
 PROGRAM = HERE / "programs" / "new_extensions.c"
+# -m runs from the installed package's parent: a checkout's root holds an unbuilt pyamx/
+PKG_PARENT = str(Path(pyamx.__file__).resolve().parent.parent)
 DOTS = ("tdpbf8ps", "tdpbhf8ps", "tdphbf8ps", "tdphf8ps", "tcmmimfp16ps", "tcmmrlfp16ps")
 LOADS = ("tileloaddrs", "tileloaddrst1")
 ROWS = tuple(insn.name for insn in isa.TABLE if insn.is_row)
@@ -51,7 +53,7 @@ def program(tmp_path_factory):
 def run_cases(program, lines, *args):
     proc = subprocess.run([sys.executable, "-m", "pyamx", "run", "--", str(program), *args],
                           input="".join(line + "\n" for line in lines), capture_output=True, text=True,
-                          timeout=300)
+                          timeout=300, cwd=PKG_PARENT)
     assert proc.returncode == 0, proc.stderr
     answers = proc.stdout.split()
     assert len(answers) == len(lines), proc.stderr

@@ -48,7 +48,9 @@ def test_probes_under_pyamx_run(program):
         pyamx.run.preload_file()
     except pyamx.run.RunError as exc:
         pytest.skip(f"pyamx run is unavailable here: {exc}")
+    # from the installed package's parent: a checkout's root holds an unbuilt pyamx/ that -m would import
     proc = subprocess.run([sys.executable, "-m", "pyamx", "run", "--", str(program)],
-                          capture_output=True, text=True, timeout=60)
+                          capture_output=True, text=True, timeout=60,
+                          cwd=str(Path(pyamx.run.__file__).resolve().parent.parent))
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines() == EXPECTED, proc.stderr
