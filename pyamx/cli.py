@@ -388,6 +388,18 @@ def _run_help() -> str:
     return f"run a program with its AMX instructions emulated ({doc('run.md')})"
 
 
+def _write_stats_file(path: str, text: str) -> None:
+    """The --stats report into ``path``; a failure is said on stderr, never instead of the program's status."""
+    from ._files import atomic_writer
+
+    try:
+        with atomic_writer(path) as out:
+            out.write(text)
+    except OSError as exc:
+        print(f"pyamx run: the --stats report could not be written to {path}: {exc.strerror or exc}; "
+              f"the program's exit status stands. The report:\n{text}", file=sys.stderr, end="")
+
+
 @subcommand("run", _run_help(), _run_arguments)
 def run_command(args: argparse.Namespace) -> int:
     from . import run as runner
@@ -398,10 +410,11 @@ def run_command(args: argparse.Namespace) -> int:
             return 0
         program = args.program[1:] if args.program[:1] == ["--"] else args.program
         if args.stats_file:
-            from ._files import atomic_writer
+            import io
 
-            with atomic_writer(args.stats_file) as out:
-                rc = runner.run(program, verbose=args.verbose, stats=True, stats_out=out)
+            report = io.StringIO()
+            rc = runner.run(program, verbose=args.verbose, stats=True, stats_out=report)
+            _write_stats_file(args.stats_file, report.getvalue())
         else:
             rc = runner.run(program, verbose=args.verbose, stats=args.stats)
     except runner.RunError as exc:

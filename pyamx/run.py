@@ -230,28 +230,40 @@ def _spawn_and_wait(argv, env) -> int:
     posix_spawnp rather than subprocess: no import cost, and the program inherits this
     process's file descriptors, as if started directly (a jobserver pipe, ``3>file``);
     the interpreter's own are close-on-exec (PEP 446).
+
+    The program stays in this process's group, so a terminal's Ctrl-C, Ctrl-\\ or hang-up
+    reaches it directly: such a signal (sent by the kernel, ``si_code`` SI_KERNEL) is not
+    forwarded, or the program would get it twice. One another process sent to ``pyamx run``
+    (``kill``) is forwarded. The signals are taken synchronously (sigwaitinfo), which is
+    what tells the two apart.
     """
     import signal
 
     defaults = [getattr(signal, name) for name in _DEFAULTED if hasattr(signal, name)]
+    forwarded = {getattr(signal, n) for n in _FORWARDED}
+    waited = forwarded | {signal.SIGCHLD}
+    old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, waited)
     try:
-        pid = os.posix_spawnp(argv[0], list(argv), env, setsigdef=defaults)
-    except OSError as exc:
-        raise RunError(f"pyamx run: cannot start {argv[0]!r}: {exc}") from exc
-
-    def forward(sig, _frame):
         try:
-            os.kill(pid, sig)
-        except ProcessLookupError:
-            pass
-
-    previous = {s: signal.signal(s, forward) for s in (getattr(signal, n) for n in _FORWARDED)}
-    try:
-        _, status = os.waitpid(pid, 0)  # retried after each forwarded signal (PEP 475)
+            pid = os.posix_spawnp(argv[0], list(argv), env, setsigdef=defaults, setsigmask=old_mask)
+        except OSError as exc:
+            raise RunError(f"pyamx run: cannot start {argv[0]!r}: {exc}") from exc
+        while True:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                return os.waitstatus_to_exitcode(status)
+            info = signal.sigwaitinfo(waited)
+            if info.si_signo in forwarded and info.si_code != _SI_KERNEL:
+                try:
+                    os.kill(pid, info.si_signo)
+                except ProcessLookupError:
+                    pass
     finally:
-        for s, h in previous.items():
-            signal.signal(s, h)
-    return os.waitstatus_to_exitcode(status)
+        signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
+
+
+#: siginfo's si_code of a signal the kernel itself sent (a terminal's, to its foreground group)
+_SI_KERNEL = 0x80
 
 
 def run(argv: Sequence[str], *, verbose: bool = False, stats: bool = False, stats_out=None,

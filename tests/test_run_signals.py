@@ -1,0 +1,93 @@
+"""``pyamx run`` hands the program each signal once, and its exit status whatever the report does.
+
+A terminal's Ctrl-C reaches every process of the foreground group, the program included: pyamx
+run must not forward it a second time (issue 18). A SIGTERM sent to pyamx run itself must reach
+the program, once. A --stats-file that cannot be written is reported, never in place of the
+program's exit status.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import pyamx.run
+
+PROGRAM = Path(__file__).resolve().parent / "programs" / "signal_count.c"
+# -m runs from the installed package's parent: a checkout's root holds an unbuilt pyamx/
+PKG_PARENT = str(Path(pyamx.run.__file__).resolve().parent.parent)
+
+
+@pytest.fixture(scope="module")
+def program(tmp_path_factory):
+    cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
+    if not cc:
+        pytest.skip("no C compiler to build tests/programs/signal_count.c")
+    try:
+        pyamx.run.preload_file()
+    except pyamx.run.RunError as exc:
+        pytest.skip(f"pyamx run is unavailable here: {exc}")
+    out = tmp_path_factory.mktemp("programs") / "signal_count"
+    subprocess.run([cc, "-O1", "-o", str(out), str(PROGRAM)], check=True, capture_output=True)
+    return out
+
+
+def _read_until(fd, buf: bytearray, token: bytes, timeout: float) -> bool:
+    end = time.monotonic() + timeout
+    while token not in buf and time.monotonic() < end:
+        ready, _, _ = select.select([fd], [], [], 0.2)
+        if ready:
+            try:
+                chunk = os.read(fd, 4096)
+            except OSError:
+                break
+            if not chunk:
+                break
+            buf += chunk
+    return token in buf
+
+
+def test_a_terminal_ctrl_c_arrives_once_and_a_sent_sigterm_is_forwarded_once(program):
+    import pty
+
+    pid, fd = pty.fork()
+    if pid == 0:  # the child: session leader of the pty, so pyamx run and the program are its foreground group
+        try:
+            os.chdir(PKG_PARENT)
+            os.execv(sys.executable, [sys.executable, "-m", "pyamx", "run", "--", str(program)])
+        finally:
+            os._exit(127)
+    buf = bytearray()
+    try:
+        assert _read_until(fd, buf, b"ready", 60), bytes(buf)
+        for _ in range(2):  # apart, so that two deliveries of one (the bug) cannot merge into one pending signal
+            os.write(fd, b"\x03")  # the terminal's interrupt character: SIGINT to the foreground group
+            time.sleep(0.3)
+        os.kill(pid, signal.SIGTERM)  # to pyamx run alone
+        assert _read_until(fd, buf, b"SIGTERM ", 30), bytes(buf)
+        _read_until(fd, buf, b"\n", 5)
+    finally:
+        _, status = os.waitpid(pid, 0)
+        os.close(fd)
+    assert b"SIGINT 2 SIGTERM 1" in buf, bytes(buf)
+    assert os.waitstatus_to_exitcode(status) == 0
+
+
+@pytest.mark.parametrize("path", ["/nonexistent-dir/report.txt", "/proc/version"])
+def test_an_unwritable_stats_file_keeps_the_programs_exit_status(path):
+    try:
+        pyamx.run.preload_file()
+    except pyamx.run.RunError as exc:
+        pytest.skip(f"pyamx run is unavailable here: {exc}")
+    proc = subprocess.run([sys.executable, "-m", "pyamx", "run", "--stats-file", path, "--", "sh", "-c", "exit 7"],
+                          capture_output=True, text=True, timeout=120, cwd=PKG_PARENT)
+    assert proc.returncode == 7, proc.stderr
+    assert "could not be written" in proc.stderr and "emulated in" in proc.stderr
