@@ -46,7 +46,10 @@ def build(tmp: str) -> str:
 
 
 def per_instruction(exe: str, kind: str, n: int, env) -> float:
-    out = subprocess.run([exe, kind, str(n)], env=env, capture_output=True, text=True, check=True).stdout
+    # the counters travel by an inherited descriptor (pyamx.run.new_counters): keep it open in the child
+    fds = (int(env["PYAMX_RUN_STATS"].split(":")[0]),) if "PYAMX_RUN_STATS" in env else ()
+    out = subprocess.run([exe, kind, str(n)], env=env, capture_output=True, text=True, check=True,
+                         pass_fds=fds).stdout
     return float(out.split()[2]) / n
 
 
@@ -73,8 +76,8 @@ def main() -> None:
     pre = run.environment(preload, base=bare)
     # The loops run as under `pyamx run`: with its counters file, so the handler also counts and
     # times each instruction for --stats (the wrapper process itself does not affect in-program times).
-    stats_file = run._new_stats_file()
-    under_run = run.environment(preload, stats_file, base=bare)
+    counters = run.new_counters()
+    under_run = run.environment(preload, counters, base=bare)
     with tempfile.TemporaryDirectory() as tmp:
         exe = build(tmp)
         # Round robin, so that a load change on a shared machine hits the floor and every kind alike.
@@ -89,8 +92,8 @@ def main() -> None:
             cost = best[kind]
             print(f"{kind.upper():<10} under pyamx run:                      {cost * 1e6:8.2f} us"
                   f"   ({cost / floor:.2f}x the round trip)")
-        counted = run.read_stats(stats_file)
-        os.unlink(stats_file)
+        counted = run.read_stats(counters)
+        os.close(counters)
         assert counted.total > 0, "the loops ran without the preload"
     # An installed wheel has its bytecode compiled; a checkout run with PYTHONDONTWRITEBYTECODE=1
     # would otherwise compile pyamx's modules on every start and count that too.

@@ -57,8 +57,9 @@ def preload_path():
     return Path(preload_file())
 
 
-def environment(preload, stats_path: Optional[str] = None, verbose: bool = False, base=None) -> dict:
-    """The environment a program runs under: the preload in LD_PRELOAD (kept for children).
+def environment(preload, stats_fd: Optional[int] = None, verbose: bool = False, base=None) -> dict:
+    """The environment a program runs under: the preload in LD_PRELOAD (kept for children), and
+    the counters descriptor ``stats_fd`` (:func:`new_counters`), if any.
 
     Appended after what is there: a sanitizer's runtime (libasan) must stay first, and any
     position in LD_PRELOAD comes before libc, which is all the interposed functions need.
@@ -66,8 +67,8 @@ def environment(preload, stats_path: Optional[str] = None, verbose: bool = False
     env = dict(os.environ if base is None else base)
     rest = env.get("LD_PRELOAD", "")
     env["LD_PRELOAD"] = (rest + ":" if rest else "") + str(preload)
-    if stats_path:
-        env[STATS_ENV] = stats_path
+    if stats_fd is not None:
+        env[STATS_ENV] = counters_variable(stats_fd)
     else:
         env.pop(STATS_ENV, None)
     if verbose:
@@ -130,15 +131,27 @@ def _trap_module():
     return _load()  # raises ImportError saying what is wrong
 
 
-def _new_stats_file() -> str:
-    """A zeroed counters file of the struct's size, only this user can open; its path."""
+def new_counters() -> int:
+    """A descriptor of a zeroed counters file of the struct's size, which no name leads to: created
+    0600 and unlinked at once, inheritable so that the program and every descendant it execs map
+    the same file (by ``PYAMX_RUN_STATS``, see :func:`environment`). The caller closes it."""
     ffi, _ = _trap_module()
     fd, path = _private_file()
     try:
+        os.unlink(path)
         os.ftruncate(fd, ffi.sizeof("struct pyamx_run_stats"))
-    finally:
+        os.set_inheritable(fd, True)
+    except BaseException:
         os.close(fd)
-    return path
+        raise
+    return fd
+
+
+def counters_variable(fd: int) -> str:
+    """``PYAMX_RUN_STATS``'s value for counters descriptor ``fd``: ``FD:DEV:INO``, so that a
+    descendant whose ``fd`` is by then another file (a program reuses the number) leaves it alone."""
+    st = os.fstat(fd)
+    return f"{fd}:{st.st_dev}:{st.st_ino}"
 
 
 def _private_file():
@@ -158,11 +171,10 @@ def _private_file():
     return tempfile.mkstemp(prefix="pyamx-run-", suffix=".stats")
 
 
-def read_stats(path: str) -> RunStats:
-    """Decode a counters file (all zero if no process ever attached)."""
+def read_stats(fd: int) -> RunStats:
+    """Decode the counters file of descriptor ``fd`` (all zero if no process ever attached)."""
     ffi, lib = _trap_module()
-    with open(path, "rb") as f:
-        data = f.read()
+    data = os.pread(fd, ffi.sizeof("struct pyamx_run_stats"), 0)
     buf = ffi.new("struct pyamx_run_stats *")
     ffi.memmove(buf, data, min(len(data), ffi.sizeof(buf[0])))
     counts, seconds = {}, {}
@@ -272,12 +284,12 @@ def run(argv: Sequence[str], *, verbose: bool = False, stats: bool = False, stat
     if not argv:
         raise RunError("pyamx run: no program given (pyamx run [--verbose] [--stats] -- PROGRAM [ARGS...])")
     preload = preload_file()
-    path = _new_stats_file()
+    counters = new_counters()
     try:
-        rc = _spawn_and_wait(argv, environment(preload, path, verbose))
-        result = read_stats(path)
+        rc = _spawn_and_wait(argv, environment(preload, counters, verbose))
+        result = read_stats(counters)
     finally:
-        os.unlink(path)
+        os.close(counters)
     out = stats_out or sys.stderr
     if stats:
         print(format_stats(result), file=out)

@@ -91,3 +91,27 @@ def test_an_unwritable_stats_file_keeps_the_programs_exit_status(path):
                           capture_output=True, text=True, timeout=120, cwd=PKG_PARENT)
     assert proc.returncode == 7, proc.stderr
     assert "could not be written" in proc.stderr and "emulated in" in proc.stderr
+
+
+def test_the_counters_file_has_no_name_and_a_reused_descriptor_keeps_its_own_file(tmp_path):
+    # issue 18: descendants used to reopen the counters by name, which another user could swap
+    # for a symlink; now the file is unlinked at once and travels as a descriptor (docs/run.md).
+    try:
+        pyamx.run.preload_file()
+    except pyamx.run.RunError as exc:
+        pytest.skip(f"pyamx run is unavailable here: {exc}")
+    other = tmp_path / "other"
+    script = (f'fd=${{PYAMX_RUN_STATS%%:*}}; eval "exec $fd>{other}"; echo "names: $(ls -A "$TMPDIR")"; '
+              'sh -c "exit 0"; echo "variable: $PYAMX_RUN_STATS"')
+    env = dict(os.environ, TMPDIR=str(tmp_path))
+    proc = subprocess.run([sys.executable, "-m", "pyamx", "run", "--stats", "--", "sh", "-c", script],
+                          capture_output=True, text=True, timeout=120, cwd=PKG_PARENT, env=env)
+    assert proc.returncode == 0, proc.stderr
+    lines = dict(line.split(": ", 1) for line in proc.stdout.splitlines())
+    assert lines["names"] == "other", proc.stdout  # while the program runs, no counters file under any name
+    fd, dev, ino = lines["variable"].split(":")
+    assert int(fd) > 2 and int(ino) > 0
+    assert other.stat().st_size == 0  # the descendant with the reused number left that file alone
+    # the outer shell counted itself; ls and the inner shell found another file behind the number
+    assert "in 1 process(es)" in proc.stderr, proc.stderr
+    assert not [p for p in tmp_path.iterdir() if p.name != "other"]

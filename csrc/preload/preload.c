@@ -9,10 +9,15 @@
  * exported.
  *
  * Environment (set by pyamx run, inherited by children and exec'd programs):
- *   PYAMX_RUN_STATS    path of a counters file shared by the whole process
- *                      tree (struct pyamx_run_stats, csrc/trap/trap.h), updated from the
+ *   PYAMX_RUN_STATS    FD:DEV:INO, an inherited descriptor of the counters
+ *                      file shared by the whole process tree (struct
+ *                      pyamx_run_stats, csrc/trap/trap.h), updated from the
  *                      handler itself, so _exit, signals and exec lose
  *                      nothing; pyamx run prints it after the program ends.
+ *                      The file has no name (pyamx run unlinks it at once),
+ *                      so nothing can be swapped in under one; a descriptor
+ *                      that is no longer that file (device, inode), not this
+ *                      user's, or not of the struct's size is left alone.
  *   PYAMX_RUN_VERBOSE  1: one line on fd 2 per emulated instruction.
  * docs/run.md describes the behaviour and the limits.
  */
@@ -27,6 +32,8 @@
 #include <string.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
+#include <stdio.h>
 #include <unistd.h>
 
 #define EXPORT __attribute__((visibility("default")))
@@ -115,14 +122,18 @@ static void observe_xcomp(long code, uint64_t arg, long result)
 
 static void map_stats(void)
 {
-    const char *path = getenv("PYAMX_RUN_STATS");
-    if (!path || !*path)
+    const char *value = getenv("PYAMX_RUN_STATS");
+    int fd;
+    unsigned long long dev, ino;
+    if (!value || sscanf(value, "%d:%llu:%llu", &fd, &dev, &ino) != 3 || fd < 0)
         return;
-    int fd = open(path, O_RDWR | O_CLOEXEC);
-    if (fd < 0)
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || (unsigned long long)st.st_dev != dev ||
+        (unsigned long long)st.st_ino != ino || st.st_uid != geteuid() ||
+        st.st_size != (off_t)sizeof(struct run_stats))
         return;
+    /* The descriptor stays open: exec'd descendants inherit it and map it too. */
     void *p = mmap(NULL, sizeof(struct run_stats), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    close(fd);
     if (p == MAP_FAILED)
         return;
     g_stats = p;
