@@ -223,6 +223,19 @@ def nothing_emulated_message(stats: RunStats) -> Optional[str]:
             f"{_run_doc()}")
 
 
+def sigill_message(stats: RunStats) -> str:
+    """What to tell a user whose program died of SIGILL, from what the counters saw."""
+    if not (stats.installed or stats.complemented):
+        return ("pyamx run: the program died of SIGILL, and no emulation was installed in it "
+                f"({stats.why or 'the preload never loaded'}): the CPU itself refused the instruction")
+    causes = ["an instruction this CPU lacks that pyamx does not emulate, or a genuine illegal instruction",
+              "an AMX encoding or configuration silicon rejects (#UD)"]
+    if stats.installed and not stats.requests:
+        causes.append("a tile instruction before arch_prctl(ARCH_REQ_XCOMP_PERM), refused as the kernel refuses it")
+    return ("pyamx run: the program died of SIGILL; pyamx's handler named the instruction, its address and "
+            "bytes on the line above. The causes it can have: " + "; ".join(causes))
+
+
 def _run_doc() -> str:
     from ._docs import doc
 
@@ -298,9 +311,7 @@ def run(argv: Sequence[str], *, verbose: bool = False, stats: bool = False, stat
 
         note = nothing_emulated_message(result)
         if rc == -signal.SIGILL:
-            note = ("pyamx run: the program died of SIGILL: a tile instruction before "
-                    "arch_prctl(ARCH_REQ_XCOMP_PERM) (refused as the kernel refuses it; the line above names "
-                    "it), an encoding or configuration silicon rejects, or a genuine illegal instruction")
+            note = sigill_message(result)
         if note:
             print(note, file=sys.stderr)
         if rc == -signal.SIGSYS:

@@ -54,3 +54,20 @@ def test_probes_under_pyamx_run(program):
                           cwd=str(Path(pyamx.run.__file__).resolve().parent.parent))
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines() == EXPECTED, proc.stderr
+
+
+def test_a_fatal_sigill_is_named_with_its_address_and_bytes(program):
+    # issue 18: "the line above names it" used to point at nothing for an instruction that is no
+    # tile instruction; the handler now says what is at RIP before the default action.
+    try:
+        pyamx.run.preload_file()
+    except pyamx.run.RunError as exc:
+        pytest.skip(f"pyamx run is unavailable here: {exc}")
+    proc = subprocess.run([sys.executable, "-m", "pyamx", "run", "--", str(program), "--die"],
+                          capture_output=True, text=True, timeout=60,
+                          cwd=str(Path(pyamx.run.__file__).resolve().parent.parent))
+    assert proc.returncode == -4, proc.stderr  # SIGILL, as without pyamx run
+    assert proc.stdout.splitlines() == EXPECTED
+    line = next(x for x in proc.stderr.splitlines() if "SIGILL at 0x" in x)
+    assert ", bytes 0f 0b" in line and "(not an AMX instruction)" in line, proc.stderr
+    assert "named the instruction, its address and bytes on the line above" in proc.stderr

@@ -158,6 +158,37 @@ static void call_handler(const struct ksigaction *h, int sig, siginfo_t *si, voi
  * a SIGILL the CPU raised at the current RIP: returning re-executes the
  * instruction, so with the default action the kernel kills the process
  * with the faulting RIP in the core file, as on silicon. */
+/* The last word before the default action ends the program for a SIGILL at
+ * RIP: what is there (address, up to 8 bytes of the page it is on, the AMX
+ * mnemonic where the decoder knows one), so that a program dying of an
+ * instruction no emulation covers says which. */
+static void say_fatal_sigill(const ucontext_t *uc)
+{
+    static const char hex[] = "0123456789abcdef";
+    uint64_t rip = (uint64_t)uc->uc_mcontext.gregs[REG_RIP];
+    size_t room = 4096 - (rip & 4095), n = room < 8 ? room : 8;
+    const uint8_t *p = (const uint8_t *)(uintptr_t)rip;
+    struct msg m = {.n = 0};
+    struct pyamx_trap_insn in;
+    m_str(&m, "pyamx trap emulation: SIGILL at ");
+    m_hex(&m, rip);
+    m_str(&m, ", bytes");
+    for (size_t i = 0; i < n; i++) {
+        char b[4] = {' ', hex[p[i] >> 4], hex[p[i] & 15], 0};
+        m_str(&m, b);
+    }
+    int32_t len = pyamx_trap_decode(p, n, NULL, rip, &in);
+    if (len > 0 || len == PYAMX_TRAP_DECODE_UD || len == PYAMX_TRAP_DECODE_UNSUPPORTED) {
+        m_str(&m, " (");
+        m_str(&m, pyamx_trap_op_name(in.op));
+        m_str(&m, len > 0 ? ")" : ", a form silicon rejects)");
+    } else {
+        m_str(&m, " (not an AMX instruction)");
+    }
+    m_str(&m, ": no handler of the program takes it, so the default action ends the program");
+    m_emit(&m);
+}
+
 static void pass_on_sigill(siginfo_t *si, void *ctx, int fault)
 {
     ucontext_t *uc = ctx;
@@ -196,6 +227,8 @@ static void pass_on_sigill(siginfo_t *si, void *ctx, int fault)
     }
     if (!fault && !nested && prev.handler == K_SIG_IGN)
         return; /* a sent SIGILL that was ignored before this handler came */
+    if (fault)
+        say_fatal_sigill(uc);
     real_default(SIGILL);
     if (!fault)
         raise_unblocked(SIGILL);

@@ -6,7 +6,8 @@
  * the emulation's SIGILL handler hands every SIGILL that is not an
  * instruction it emulates to the program's handler, every time, including
  * after a handler that never returned (siglongjmp) and a SA_NODEFER handler
- * that faults inside itself. tests/test_sigill_probes.py runs it.
+ * that faults inside itself. With --die it then executes ud2 without a
+ * handler, which ends it. tests/test_sigill_probes.py runs it.
  */
 #include <setjmp.h>
 #include <signal.h>
@@ -43,7 +44,7 @@ static void install(void (*fn)(int), int flags)
     sigaction(SIGILL, &sa, NULL);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
     install(leave, 0);
     for (int i = 0; i < 5; i++) {
@@ -70,5 +71,9 @@ int main(void)
         __asm__ volatile("ud2");
     printf("after the nested fault: SIGILL caught\n");
     fflush(stdout);
+    if (argc > 1 && strcmp(argv[1], "--die") == 0) { /* no handler any more: ud2 ends the program */
+        install(SIG_DFL, 0);
+        __asm__ volatile("ud2");
+    }
     return 0;
 }
