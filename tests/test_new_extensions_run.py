@@ -29,7 +29,7 @@ HERE = Path(__file__).resolve().parent
 PROGRAM = HERE / "programs" / "new_extensions.c"
 # -m runs from the installed package's parent: a checkout's root holds an unbuilt pyamx/
 PKG_PARENT = str(Path(pyamx.__file__).resolve().parent.parent)
-DOTS = ("tdpbf8ps", "tdpbhf8ps", "tdphbf8ps", "tdphf8ps", "tcmmimfp16ps", "tcmmrlfp16ps")
+DOTS = ("tdpbf8ps", "tdpbhf8ps", "tdphbf8ps", "tdphf8ps", "tcmmimfp16ps", "tcmmrlfp16ps", "tdpfp16ps")
 LOADS = ("tileloaddrs", "tileloaddrst1")
 ROWS = tuple(insn.name for insn in isa.TABLE if insn.is_row)
 
@@ -67,7 +67,7 @@ def _special_bytes(fmt) -> np.ndarray:
 def operand_bytes(rng, fmt, shape, mode: str) -> np.ndarray:
     """Bytes of an operand: every code at random, finite codes only, or mostly the format's specials."""
     count = int(np.prod(shape))
-    if fmt.name == "cfp16":
+    if fmt.name in ("cfp16", "fp16"):
         halves = rng.integers(0, 1 << 16, size=2 * count, dtype=np.uint32).astype(np.uint16)
         if mode == "finite":
             halves &= np.uint16(0xBBFF)  # exponent field below 31: no Inf or NaN
@@ -113,7 +113,7 @@ def emulated(case) -> str:
     name, m, k, n, c, a, b = case
     insn = isa.get(name)
     cbits = c.view("<u4").reshape(m, n)
-    if insn.a_format.name == "cfp16":
+    if insn.a_format.name in ("cfp16", "fp16"):
         a_op = a.view("<u2").reshape(m, 2 * k)
         b_op = b.view("<u2").reshape(k, 2 * n)
     else:

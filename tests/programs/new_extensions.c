@@ -13,7 +13,8 @@
  *
  * M rows, K dwords of A per row (B has K rows), N dwords of C and B per row.
  * OP is a dot product (tdpbf8ps, tdpbhf8ps, tdphbf8ps, tdphf8ps,
- * tcmmimfp16ps, tcmmrlfp16ps: tmm0 += tmm1 . tmm2, C/A/B loaded with
+ * tcmmimfp16ps, tcmmrlfp16ps, and AMX-FP16's tdpfp16ps, which some CPUs run
+ * without reporting it in CPUID: tmm0 += tmm1 . tmm2, C/A/B loaded with
  * TILELOADD), a load (tileloaddrs, tileloaddrst1: tmm1 loaded from A with
  * the instruction, stored back with TILESTORED; C and B are ignored) or a
  * row instruction (tcvtrowd2ps, tcvtrowps2bf16h/l, tcvtrowps2phh/l,
@@ -66,6 +67,7 @@ static void tdpbf8ps(void) { TILE_ASM(".byte 0xc4,0xe5,0x68,0xfd,0xc1"); }
 static void tdpbhf8ps(void) { TILE_ASM(".byte 0xc4,0xe5,0x6b,0xfd,0xc1"); }
 static void tdphbf8ps(void) { TILE_ASM(".byte 0xc4,0xe5,0x6a,0xfd,0xc1"); }
 static void tdphf8ps(void) { TILE_ASM(".byte 0xc4,0xe5,0x69,0xfd,0xc1"); }
+static void tdpfp16ps(void) { TILE_ASM(".byte 0xc4,0xe2,0x6b,0x5c,0xc1"); }
 static void tcmmimfp16ps(void) { TILE_ASM(".byte 0xc4,0xe2,0x69,0x6c,0xc1"); }
 static void tcmmrlfp16ps(void) { TILE_ASM(".byte 0xc4,0xe2,0x68,0x6c,0xc1"); }
 static void tileloaddrs(const void *p, long s) { __asm__ volatile(".byte 0xc4,0xe2,0x7b,0x4a,0x0c,0x37" ::"D"(p), "S"(s) : "memory"); }
@@ -94,6 +96,7 @@ static const struct {
 } OPS[] = {
     {"tdpbf8ps", tdpbf8ps, 0},           {"tdpbhf8ps", tdpbhf8ps, 0},       {"tdphbf8ps", tdphbf8ps, 0},
     {"tdphf8ps", tdphf8ps, 0},           {"tcmmimfp16ps", tcmmimfp16ps, 0}, {"tcmmrlfp16ps", tcmmrlfp16ps, 0},
+    {"tdpfp16ps", tdpfp16ps, 0},
     {"tileloaddrs", 0, tileloaddrs},     {"tileloaddrst1", 0, tileloaddrst1},
     {"tcvtrowd2ps", 0, 0, tcvtrowd2ps},         {"tcvtrowps2bf16h", 0, 0, tcvtrowps2bf16h},
     {"tcvtrowps2bf16l", 0, 0, tcvtrowps2bf16l}, {"tcvtrowps2phh", 0, 0, tcvtrowps2phh},
