@@ -45,13 +45,11 @@
 #define F8_MIN_WORK_PER_THREAD (1 << 22)
 #define F8_MXCSR 0x1F80u /* all exceptions masked, RNE, no FTZ/DAZ */
 
-/* One fp8 format decoded: the double value, the integer image (value * 2^scale)
- * magnitude and sign, and the exponents of the top and lowest set bits. */
+/* One fp8 format decoded: the double value and the integer image (value * 2^scale) magnitude and sign. */
 struct f8_table {
     double value[256];
     uint32_t image[256];
     uint8_t negative[256];
-    int8_t hi[256], lo[256]; /* |v| < 2^hi, v a multiple of 2^lo; sentinels for zeros and specials */
     int scale;
 };
 
@@ -64,9 +62,7 @@ static void build_table(struct f8_table *t, int fmt)
     for (int code = 0; code < 256; code++) {
         int neg = code >> 7, e = (code >> mbits) & emax, f = code & ((1 << mbits) - 1);
         t->negative[code] = (uint8_t)neg;
-        t->hi[code] = F8_NONE_HI;
-        t->lo[code] = F8_NONE_LO;
-        t->image[code] = 0;
+        t->image[code] = 0; /* zeros and specials: no bits in the span */
         int special = bf8 ? e == emax : (e == emax && f == (1 << mbits) - 1);
         if (special) {
             t->value[code] = (bf8 && f == 0) ? (neg ? -INFINITY : INFINITY) : NAN;
@@ -75,15 +71,6 @@ static void build_table(struct f8_table *t, int fmt)
         uint32_t mag = e == 0 ? (uint32_t)f : (uint32_t)(f | (1 << mbits)) << (e - 1);
         t->image[code] = mag;
         t->value[code] = ldexp(neg ? -(double)mag : (double)mag, -t->scale);
-        if (mag) {
-            int top = 0, low = 0;
-            while ((mag >> top) > 1)
-                top++;
-            while (!((mag >> low) & 1))
-                low++;
-            t->hi[code] = (int8_t)(top + 1 - t->scale);
-            t->lo[code] = (int8_t)(low - t->scale);
-        }
     }
 }
 
@@ -331,63 +318,95 @@ static inline uint8_t b_code(const struct f8_job *J, int64_t kidx, int64_t col)
     return J->b_rowmajor ? J->b[kidx * J->ldb + col] : J->b[(kidx >> 2) * J->ldb + col * 4 + (kidx & 3)];
 }
 
-static void pack_a(struct f8_job *J)
+/* The block exponents of a row or column from the OR of its images: the top
+ * set bit of the OR is the largest value's, its lowest set bit the lowest of all. */
+static inline int8_t or_hi(uint32_t x, int scale) { return (int8_t)(x ? 32 - __builtin_clz(x) - scale : F8_NONE_HI); }
+static inline int8_t or_lo(uint32_t x, int scale) { return (int8_t)(x ? __builtin_ctz(x) - scale : F8_NONE_LO); }
+
+static void panel_spans(const int8_t *hi, const int8_t *lo, int64_t stride, int64_t step, int64_t panels, int width,
+                        int64_t nblk, int16_t *span)
 {
-    int mr = J->v->mr;
-    int64_t kpad = J->nblk * F8_BLOCK;
-    for (int64_t row = 0; row < J->mp * mr; row++) {
-        double *dst = J->ap + (row / mr) * kpad * mr + row % mr;
-        const uint8_t *src = J->a + row * J->lda;
-        for (int64_t blk = 0; blk < J->nblk; blk++) {
-            int hi = F8_NONE_HI, lo = F8_NONE_LO;
-            for (int64_t kidx = blk * F8_BLOCK; kidx < (blk + 1) * F8_BLOCK; kidx++) {
-                uint8_t code = row < J->m && kidx < J->k ? src[kidx] : 0;
-                dst[kidx * mr] = J->ta->value[code];
-                hi = J->ta->hi[code] > hi ? J->ta->hi[code] : hi;
-                lo = J->ta->lo[code] < lo ? J->ta->lo[code] : lo;
+    for (int64_t p = 0; p < panels; p++)
+        for (int64_t blk = 0; blk < nblk; blk++) {
+            int h = F8_NONE_HI, l = F8_NONE_LO;
+            for (int64_t i = p * width; i < (p + 1) * width; i++) {
+                int64_t at = i * stride + blk * step;
+                h = hi[at] > h ? hi[at] : h;
+                l = lo[at] < l ? lo[at] : l;
             }
-            J->a_hi[row * J->nblk + blk] = (int8_t)hi;
-            J->a_lo[row * J->nblk + blk] = (int8_t)lo;
-        }
-    }
-    for (int64_t p = 0; p < J->mp; p++)
-        for (int64_t blk = 0; blk < J->nblk; blk++) {
-            int hi = F8_NONE_HI, lo = F8_NONE_LO;
-            for (int64_t row = p * mr; row < (p + 1) * mr; row++) {
-                hi = J->a_hi[row * J->nblk + blk] > hi ? J->a_hi[row * J->nblk + blk] : hi;
-                lo = J->a_lo[row * J->nblk + blk] < lo ? J->a_lo[row * J->nblk + blk] : lo;
-            }
-            J->sa[p * J->nblk + blk] = (int16_t)(hi - lo);
+            span[p * nblk + blk] = (int16_t)(h - l);
         }
 }
 
-static void pack_b(struct f8_job *J)
+static void pack_a(struct f8_job *J)
 {
-    int nr = J->v->nr;
-    int64_t kpad = J->nblk * F8_BLOCK, npad = J->nq * nr;
-    for (int64_t i = 0; i < J->nblk * npad; i++) {
-        J->b_hi[i] = F8_NONE_HI;
-        J->b_lo[i] = F8_NONE_LO;
-    }
-    for (int64_t kidx = 0; kidx < kpad; kidx++) {
-        int64_t blk = kidx / F8_BLOCK;
-        int8_t *hi = J->b_hi + blk * npad, *lo = J->b_lo + blk * npad;
-        for (int64_t col = 0; col < npad; col++) {
-            uint8_t code = b_code(J, kidx, col);
-            J->bp[((col / nr) * kpad + kidx) * nr + col % nr] = J->tb->value[code];
-            hi[col] = J->tb->hi[code] > hi[col] ? J->tb->hi[code] : hi[col];
-            lo[col] = J->tb->lo[code] < lo[col] ? J->tb->lo[code] : lo[col];
-        }
-    }
-    for (int64_t q = 0; q < J->nq; q++)
+    int mr = J->v->mr, scale = J->ta->scale;
+    int64_t kpad = J->nblk * F8_BLOCK;
+    const double *value = J->ta->value;
+    const uint32_t *image = J->ta->image;
+    for (int64_t row = 0; row < J->mp * mr; row++) {
+        double *dst = J->ap + (row / mr) * kpad * mr + row % mr;
+        int64_t filled = row < J->m ? J->k : 0;
+        const uint8_t *src = J->a + (row < J->m ? row : 0) * J->lda;
         for (int64_t blk = 0; blk < J->nblk; blk++) {
-            int hi = F8_NONE_HI, lo = F8_NONE_LO;
-            for (int64_t col = q * nr; col < (q + 1) * nr; col++) {
-                hi = J->b_hi[blk * npad + col] > hi ? J->b_hi[blk * npad + col] : hi;
-                lo = J->b_lo[blk * npad + col] < lo ? J->b_lo[blk * npad + col] : lo;
+            uint32_t bits = 0;
+            int64_t k0 = blk * F8_BLOCK, k1 = k0 + F8_BLOCK < filled ? k0 + F8_BLOCK : filled;
+            int64_t kidx = k0;
+            for (; kidx < k1; kidx++) {
+                uint8_t code = src[kidx];
+                dst[kidx * mr] = value[code];
+                bits |= image[code];
             }
-            J->sb[q * J->nblk + blk] = (int16_t)(hi - lo);
+            for (; kidx < k0 + F8_BLOCK; kidx++)
+                dst[kidx * mr] = 0.0;
+            J->a_hi[row * J->nblk + blk] = or_hi(bits, scale);
+            J->a_lo[row * J->nblk + blk] = or_lo(bits, scale);
         }
+    }
+    panel_spans(J->a_hi, J->a_lo, J->nblk, 1, J->mp, mr, J->nblk, J->sa);
+}
+
+static void pack_b(struct f8_job *J, uint32_t *ors)
+{
+    int nr = J->v->nr, scale = J->tb->scale;
+    int64_t kpad = J->nblk * F8_BLOCK, npad = J->nq * nr;
+    const double *value = J->tb->value;
+    const uint32_t *image = J->tb->image;
+    memset(ors, 0, (size_t)(J->nblk * npad) * 4);
+    for (int64_t kidx = 0; kidx < kpad; kidx++) {
+        uint32_t *bits = ors + (kidx / F8_BLOCK) * npad;
+        const uint8_t *src = 0;
+        int64_t step = 1;
+        if (kidx < J->k) {
+            src = J->b_rowmajor ? J->b + kidx * J->ldb : J->b + (kidx >> 2) * J->ldb + (kidx & 3);
+            step = J->b_rowmajor ? 1 : 4;
+        }
+        for (int64_t q = 0; q < J->nq; q++) {
+            double *dst = J->bp + (q * kpad + kidx) * nr;
+            int64_t c0 = q * nr;
+            int lim = !src ? 0 : (int)(J->n - c0 < nr ? J->n - c0 : nr);
+            int j = 0;
+            if (step == 1)
+                for (; j < lim; j++) {
+                    uint8_t code = src[c0 + j];
+                    dst[j] = value[code];
+                    bits[c0 + j] |= image[code];
+                }
+            else
+                for (; j < lim; j++) {
+                    uint8_t code = src[(c0 + j) * 4];
+                    dst[j] = value[code];
+                    bits[c0 + j] |= image[code];
+                }
+            for (; j < nr; j++)
+                dst[j] = 0.0;
+        }
+    }
+    for (int64_t i = 0; i < J->nblk * npad; i++) {
+        J->b_hi[i] = or_hi(ors[i], scale);
+        J->b_lo[i] = or_lo(ors[i], scale);
+    }
+    panel_spans(J->b_hi, J->b_lo, 1, npad, J->nq, nr, J->nblk, J->sb);
 }
 
 /* ---- the schedule over tiles ---- */
@@ -549,7 +568,7 @@ int pyamx_engine_fp8(int kind, int op, const void *a, int64_t lda_bytes, const v
     int64_t kpad = J.nblk * F8_BLOCK;
     size_t a_doubles = (size_t)(J.mp * v->mr * kpad), b_doubles = (size_t)(J.nq * v->nr * kpad);
     size_t a_ex = (size_t)(J.mp * v->mr * J.nblk), b_ex = (size_t)(J.nq * v->nr * J.nblk);
-    size_t bytes = (a_doubles + b_doubles) * 8 + 2 * (a_ex + b_ex) + 2 * (size_t)(J.mp + J.nq) * (size_t)J.nblk + 64;
+    size_t bytes = (a_doubles + b_doubles) * 8 + 4 * b_ex + 2 * (a_ex + b_ex) + 2 * (size_t)(J.mp + J.nq) * (size_t)J.nblk + 64;
     char *buf = 0;
 #if defined(_WIN32)
     buf = _aligned_malloc(bytes, 64);
@@ -562,6 +581,7 @@ int pyamx_engine_fp8(int kind, int op, const void *a, int64_t lda_bytes, const v
     char *at = buf;
     J.ap = (double *)at; at += a_doubles * 8;
     J.bp = (double *)at; at += b_doubles * 8;
+    uint32_t *ors = (uint32_t *)at; at += 4 * b_ex;
     J.sa = (int16_t *)at; at += 2 * (size_t)(J.mp * J.nblk);
     J.sb = (int16_t *)at; at += 2 * (size_t)(J.nq * J.nblk);
     J.a_hi = (int8_t *)at; at += a_ex;
@@ -569,7 +589,7 @@ int pyamx_engine_fp8(int kind, int op, const void *a, int64_t lda_bytes, const v
     J.b_hi = (int8_t *)at; at += b_ex;
     J.b_lo = (int8_t *)at;
     pack_a(&J);
-    pack_b(&J);
+    pack_b(&J, ors);
 
     if (max_exact >= 0) { /* a bound on the integer path's work, before any is done */
         int64_t slow = 0;
