@@ -676,6 +676,8 @@ int pyamx_engine_fp8_under_mxcsr(uint32_t mxcsr, uint32_t *mxcsr_after, int kind
                                  int64_t m, int64_t n, int64_t k, int threads)
 {
 #if ENG_X86
+    if (mxcsr > 0xFFFFu || !mxcsr_after) /* LDMXCSR faults (#GP) on the reserved bits 16-31 */
+        return PYAMX_ENGINE_E_ARG;
     uint32_t own = eng_x86_getcsr();
     eng_x86_setcsr(mxcsr);
     int rc = pyamx_engine_fp8(kind, op, a, lda_bytes, b, ldb_bytes, b_rowmajor, c_in, ldc_in, c_out, ldc_out, m, n,
