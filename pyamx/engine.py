@@ -14,6 +14,10 @@ Engines (``engine=`` argument, ``PYAMX_ENGINE`` environment variable):
     worker thread), an exact scalar path for outputs with NaN operands.
 ``portable``
     compiled plain C for any platform (software DAZ, an exact FTZ decision).
+
+The AMX-FP8 rows run on the compiled engines through their own C entry
+(csrc/engine_fp8.c: exact double sums, an integer path where a block's
+exponent span is too wide; docs/engine.md, "AMX-FP8").
 ``numpy``
     the numpy implementation in :mod:`pyamx.emulator`; the only engine of
     the non-default numerics options.
@@ -486,7 +490,7 @@ def resolve(name=None, numerics="sdm", op=None) -> Engine:
     ``auto`` and ``PYAMX_ENGINE`` give ``numpy``, a compiled engine named
     by the ``name`` argument raises ValueError. ``op``: the dot product the
     engine is for, where known; one no compiled engine implements
-    (:data:`NUMPY_ONLY`, the AMX-FP8 rows) gets ``numpy`` in the same way.
+    (:data:`NUMPY_ONLY`; empty while every group is compiled) gets ``numpy`` in the same way.
     """
     if op in NUMPY_ONLY:
         return numpy_for(op, name, numerics)
