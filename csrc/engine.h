@@ -142,6 +142,9 @@ uint32_t pyamx_engine_getcsr(void);
 int pyamx_engine_fp8(int kind, int op, const void *a, int64_t lda_bytes, const void *b, int64_t ldb_bytes,
                      int b_rowmajor, const uint32_t *c_in, int64_t ldc_in, uint32_t *c_out, int64_t ldc_out,
                      int64_t m, int64_t n, int64_t k, int threads, const int *cancel, int64_t max_exact);
+/* Test hook: enable (1) or disable (0) the int16 (AVX-512 VNNI) path of the avx512 variant
+ * for later calls, or only ask (-1); returns the previous setting. */
+int pyamx_engine_fp8_int_path(int enable);
 /* Test hook: pyamx_engine_fp8() under the given MXCSR, as pyamx_engine_dot_under_mxcsr(). */
 int pyamx_engine_fp8_under_mxcsr(uint32_t mxcsr, uint32_t *mxcsr_after, int kind, int op, const void *a,
                                  int64_t lda_bytes, const void *b, int64_t ldb_bytes, int b_rowmajor,

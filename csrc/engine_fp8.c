@@ -50,6 +50,7 @@ struct f8_table {
     double value[256];
     uint32_t image[256];
     uint8_t negative[256];
+    uint8_t special[256]; /* NaN or infinity */
     int scale;
 };
 
@@ -64,6 +65,7 @@ static void build_table(struct f8_table *t, int fmt)
         t->negative[code] = (uint8_t)neg;
         t->image[code] = 0; /* zeros and specials: no bits in the span */
         int special = bf8 ? e == emax : (e == emax && f == (1 << mbits) - 1);
+        t->special[code] = (uint8_t)special;
         if (special) {
             t->value[code] = (bf8 && f == 0) ? (neg ? -INFINITY : INFINITY) : NAN;
             continue;
@@ -104,6 +106,9 @@ struct f8_variant {
     int mr, nr;
     void (*run)(int64_t nb, const double *ap, const double *bp, float *c, int64_t ldc);
     void (*block_t)(const double *ap, const double *bp, float *t);
+    /* Optional (NULL: none): one block on int16 pairs (see F8_PAIRS) with exact int32 sums,
+     * c += float(sum) * a_scale[r] * b_scale[j]. Only for an MR x NR of 8 x 24. */
+    void (*run_int)(const uint32_t *ap, const uint32_t *bp, const float *as, const float *bs, float *c, int64_t ldc);
 };
 
 #define P_MR 4
@@ -136,7 +141,7 @@ static void portable_run(int64_t nb, const double *ap, const double *bp, float *
                 c[r * ldc + j] = c[r * ldc + j] + (float)acc[r][j];
     }
 }
-static const struct f8_variant portable_variant = {P_MR, P_NR, portable_run, portable_block_t};
+static const struct f8_variant portable_variant = {P_MR, P_NR, portable_run, portable_block_t, 0};
 
 #if ENG_X86
 #define T512 __attribute__((target("avx512f,avx2,fma")))
@@ -182,7 +187,44 @@ T512 static void z_run(int64_t nb, const double *ap, const double *bp, float *c,
             }
     }
 }
-static const struct f8_variant avx512_variant = {Z_MR, Z_NR, z_run, z_block_t};
+static const struct f8_variant avx512_variant = {Z_MR, Z_NR, z_run, z_block_t, 0};
+
+/* AVX-512 VNNI: the same tile on int16 pairs, 8 zmm + 8 ymm int32 accumulators (vpdpwssd
+ * wraps, so only the final sum must fit int32: the driver's bound sees to it). The
+ * conversion to float is the one rounding; the scales are powers of two, exact on
+ * results between 2^-32 and 2^39. */
+#define T512V __attribute__((target("avx512f,avx512vl,avx512vnni,avx2,fma")))
+#define V_ROW(r)                                                                        \
+    do {                                                                                \
+        __m512i a_ = _mm512_set1_epi32((int)ap[r]);                                     \
+        accz[r] = _mm512_dpwssd_epi32(accz[r], a_, bz);                                 \
+        accy[r] = _mm256_dpwssd_epi32(accy[r], _mm512_castsi512_si256(a_), by);         \
+    } while (0)
+T512V static void z_int_block(const uint32_t *ap, const uint32_t *bp, const float *as, const float *bs, float *c,
+                              int64_t ldc)
+{
+    __m512i accz[Z_MR];
+    __m256i accy[Z_MR];
+    for (int r = 0; r < Z_MR; r++) {
+        accz[r] = _mm512_setzero_si512();
+        accy[r] = _mm256_setzero_si256();
+    }
+    for (int s = 0; s < F8_BLOCK / 2; s++, ap += Z_MR, bp += Z_NR) {
+        __m512i bz = _mm512_loadu_si512(bp);
+        __m256i by = _mm256_loadu_si256((const __m256i *)(bp + 16));
+        V_ROW(0); V_ROW(1); V_ROW(2); V_ROW(3); V_ROW(4); V_ROW(5); V_ROW(6); V_ROW(7);
+    }
+    __m512 sz = _mm512_loadu_ps(bs);
+    __m256 sy = _mm256_loadu_ps(bs + 16);
+    for (int r = 0; r < Z_MR; r++) {
+        float *cp = c + r * ldc;
+        __m512 tz = _mm512_mul_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(accz[r]), _mm512_set1_ps(as[r])), sz);
+        __m256 ty = _mm256_mul_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(accy[r]), _mm256_set1_ps(as[r])), sy);
+        _mm512_storeu_ps(cp, _mm512_add_ps(_mm512_loadu_ps(cp), tz));
+        _mm256_storeu_ps(cp + 16, _mm256_add_ps(_mm256_loadu_ps(cp + 16), ty));
+    }
+}
+static const struct f8_variant avx512_vnni_variant = {Z_MR, Z_NR, z_run, z_block_t, z_int_block};
 
 /* AVX2: 4 rows x 12 columns, 12 ymm accumulators of 4 doubles. */
 #define Y_MR 4
@@ -224,8 +266,17 @@ T256 static void y_run(int64_t nb, const double *ap, const double *bp, float *c,
             }
     }
 }
-static const struct f8_variant avx2_variant = {Y_MR, Y_NR, y_run, y_block_t};
+static const struct f8_variant avx2_variant = {Y_MR, Y_NR, y_run, y_block_t, 0};
 #endif
+
+static int int_path_on = 1;
+int pyamx_engine_fp8_int_path(int enable)
+{
+    int was = int_path_on;
+    if (enable >= 0)
+        __atomic_store_n(&int_path_on, enable != 0, __ATOMIC_RELAXED);
+    return was;
+}
 
 static const struct f8_variant *f8_variant(int kind)
 {
@@ -235,7 +286,9 @@ static const struct f8_variant *f8_variant(int kind)
         return &portable_variant;
 #if ENG_X86
     if (kind == PYAMX_ENGINE_AVX512)
-        return &avx512_variant;
+        return __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512vl") && int_path_on
+                   ? &avx512_vnni_variant
+                   : &avx512_variant;
     if (kind == PYAMX_ENGINE_AVX2)
         return &avx2_variant;
 #endif
@@ -309,6 +362,13 @@ struct f8_job {
     int64_t ldc;
     const int *cancel;
     int cancelled;
+    /* the int16 path (v->run_int): pairs [panel][block][pair][MR or NR], scales [panel][block][MR or NR],
+     * per panel and block: usable (spans <= 15 bits, no specials) and the sum bound's factors */
+    uint32_t *a16, *b16;
+    float *a_scale, *b_scale;
+    uint8_t *a_int_ok, *b_int_ok;
+    uint32_t *a_abs_sum, *b_abs_max;
+    uint8_t *a_odd;
 };
 
 static inline uint8_t b_code(const struct f8_job *J, int64_t kidx, int64_t col)
@@ -338,43 +398,131 @@ static void panel_spans(const int8_t *hi, const int8_t *lo, int64_t stride, int6
         }
 }
 
+/* The int16 image of a block's value: image >> shift, signed (exact: shift is the block's lowest set bit). */
+static inline uint32_t int_half(const struct f8_table *t, uint8_t code, int shift)
+{
+    int32_t x = (int32_t)(t->image[code] >> shift);
+    return (uint16_t)(int16_t)(t->negative[code] ? -x : x);
+}
+
+/* A's int16 pairs of one panel and block, from its packed doubles (see pack_b_int);
+ * special[r] says row r's block holds a NaN or infinity. */
+static void pack_a_int(struct f8_job *J, int64_t p, int64_t blk, const uint8_t *special)
+{
+    int mr = J->v->mr;
+    int64_t pb = p * J->nblk + blk, kpad = J->nblk * F8_BLOCK;
+    int all_ok = 1;
+    double inverse[ENG_MAX_MR];
+    for (int r = 0; r < mr; r++) {
+        int64_t at = (p * mr + r) * J->nblk + blk;
+        int hi = J->a_hi[at], lo = J->a_lo[at];
+        int shift = hi == F8_NONE_HI ? 0 : lo + J->ta->scale;
+        all_ok &= !special[r] && (hi == F8_NONE_HI || hi - lo <= 15);
+        J->a_scale[pb * mr + r] = (float)ldexp(1.0, shift - J->ta->scale);
+        inverse[r] = ldexp(1.0, J->ta->scale - shift);
+    }
+    J->a_int_ok[pb] = (uint8_t)all_ok;
+    J->a_abs_sum[pb] = 0;
+    if (!all_ok) /* never read: the tile takes the double path */
+        return;
+    uint32_t sums[ENG_MAX_MR] = {0};
+    uint32_t *dst = J->a16 + pb * (F8_BLOCK / 2) * mr;
+    const double *col = J->ap + (p * kpad + blk * F8_BLOCK) * mr;
+    for (int s = 0; s < F8_BLOCK / 2; s++, col += 2 * mr, dst += mr)
+        for (int r = 0; r < mr; r++) {
+            int32_t x = (int32_t)(col[r] * inverse[r]), y = (int32_t)(col[mr + r] * inverse[r]);
+            sums[r] += (uint32_t)(x < 0 ? -x : x) + (uint32_t)(y < 0 ? -y : y); /* 64 x 2^15: no overflow */
+            dst[r] = (uint16_t)(int16_t)x | (uint32_t)(uint16_t)(int16_t)y << 16;
+        }
+    for (int r = 0; r < mr; r++)
+        J->a_abs_sum[pb] = sums[r] > J->a_abs_sum[pb] ? sums[r] : J->a_abs_sum[pb];
+}
+
 static void pack_a(struct f8_job *J)
 {
     int mr = J->v->mr, scale = J->ta->scale;
     int64_t kpad = J->nblk * F8_BLOCK;
     const double *value = J->ta->value;
     const uint32_t *image = J->ta->image;
+    uint8_t *odd = J->a_odd; /* the current panel's [row][block] NaN-or-infinity flags */
     for (int64_t row = 0; row < J->mp * mr; row++) {
         double *dst = J->ap + (row / mr) * kpad * mr + row % mr;
         int64_t filled = row < J->m ? J->k : 0;
         const uint8_t *src = J->a + (row < J->m ? row : 0) * J->lda;
         for (int64_t blk = 0; blk < J->nblk; blk++) {
             uint32_t bits = 0;
+            uint8_t oddity = 0;
             int64_t k0 = blk * F8_BLOCK, k1 = k0 + F8_BLOCK < filled ? k0 + F8_BLOCK : filled;
             int64_t kidx = k0;
             for (; kidx < k1; kidx++) {
                 uint8_t code = src[kidx];
                 dst[kidx * mr] = value[code];
                 bits |= image[code];
+                oddity |= J->ta->special[code];
             }
             for (; kidx < k0 + F8_BLOCK; kidx++)
                 dst[kidx * mr] = 0.0;
             J->a_hi[row * J->nblk + blk] = or_hi(bits, scale);
             J->a_lo[row * J->nblk + blk] = or_lo(bits, scale);
+            if (odd)
+                odd[(row % mr) * J->nblk + blk] = oddity;
         }
+        if (J->a16 && row % mr == mr - 1)
+            for (int64_t blk = 0; blk < J->nblk; blk++) {
+                uint8_t flags[ENG_MAX_MR];
+                for (int r = 0; r < mr; r++)
+                    flags[r] = odd[r * J->nblk + blk];
+                pack_a_int(J, row / mr, blk, flags);
+            }
     }
     panel_spans(J->a_hi, J->a_lo, J->nblk, 1, J->mp, mr, J->nblk, J->sa);
 }
 
-static void pack_b(struct f8_job *J, uint32_t *ors)
+/* B's int16 pairs, from the packed doubles of usable columns: value x 2^(scale - shift) is
+ * the integer image >> shift, exact (so no rounding mode or exception flag can act). */
+static void pack_b_int(struct f8_job *J, const uint32_t *ors, const uint8_t *special)
+{
+    int nr = J->v->nr;
+    int64_t npad = J->nq * nr, kpad = J->nblk * F8_BLOCK;
+    for (int64_t q = 0; q < J->nq; q++)
+        for (int64_t blk = 0; blk < J->nblk; blk++) {
+            int64_t pb = q * J->nblk + blk;
+            int all_ok = 1;
+            uint32_t largest = 0;
+            double inverse[ENG_MAX_NR];
+            for (int j = 0; j < nr; j++) {
+                int64_t at = blk * npad + q * nr + j;
+                uint32_t bits = ors[at];
+                int shift = bits ? __builtin_ctz(bits) : 0;
+                all_ok &= !special[at] && (bits >> shift) < (1u << 15);
+                largest = (bits >> shift) > largest ? bits >> shift : largest; /* >= every |value| */
+                J->b_scale[pb * nr + j] = (float)ldexp(1.0, shift - J->tb->scale);
+                inverse[j] = ldexp(1.0, J->tb->scale - shift);
+            }
+            J->b_int_ok[pb] = (uint8_t)all_ok;
+            J->b_abs_max[pb] = largest;
+            uint32_t *dst = J->b16 + pb * (F8_BLOCK / 2) * nr;
+            const double *row = J->bp + (q * kpad + blk * F8_BLOCK) * nr;
+            if (!all_ok) /* never read: the tile takes the double path */
+                continue;
+            for (int s = 0; s < F8_BLOCK / 2; s++, row += 2 * nr, dst += nr)
+                for (int j = 0; j < nr; j++)
+                    dst[j] = (uint16_t)(int16_t)(int32_t)(row[j] * inverse[j]) |
+                             (uint32_t)(uint16_t)(int16_t)(int32_t)(row[nr + j] * inverse[j]) << 16;
+        }
+}
+
+static void pack_b(struct f8_job *J, uint32_t *ors, uint8_t *special)
 {
     int nr = J->v->nr, scale = J->tb->scale;
     int64_t kpad = J->nblk * F8_BLOCK, npad = J->nq * nr;
     const double *value = J->tb->value;
     const uint32_t *image = J->tb->image;
     memset(ors, 0, (size_t)(J->nblk * npad) * 4);
+    memset(special, 0, (size_t)(J->nblk * npad));
     for (int64_t kidx = 0; kidx < kpad; kidx++) {
         uint32_t *bits = ors + (kidx / F8_BLOCK) * npad;
+        uint8_t *odd = special + (kidx / F8_BLOCK) * npad;
         const uint8_t *src = 0;
         int64_t step = 1;
         if (kidx < J->k) {
@@ -391,12 +539,14 @@ static void pack_b(struct f8_job *J, uint32_t *ors)
                     uint8_t code = src[c0 + j];
                     dst[j] = value[code];
                     bits[c0 + j] |= image[code];
+                    odd[c0 + j] |= J->tb->special[code];
                 }
             else
                 for (; j < lim; j++) {
                     uint8_t code = src[(c0 + j) * 4];
                     dst[j] = value[code];
                     bits[c0 + j] |= image[code];
+                    odd[c0 + j] |= J->tb->special[code];
                 }
             for (; j < nr; j++)
                 dst[j] = 0.0;
@@ -407,6 +557,8 @@ static void pack_b(struct f8_job *J, uint32_t *ors)
         J->b_lo[i] = or_lo(ors[i], scale);
     }
     panel_spans(J->b_hi, J->b_lo, 1, npad, J->nq, nr, J->nblk, J->sb);
+    if (J->b16)
+        pack_b_int(J, ors, special);
 }
 
 /* ---- the schedule over tiles ---- */
@@ -414,6 +566,16 @@ static void pack_b(struct f8_job *J, uint32_t *ors)
 static inline int tile_exact(const struct f8_job *J, int64_t p, int64_t q, int64_t blk)
 {
     return J->sa[p * J->nblk + blk] + J->sb[q * J->nblk + blk] <= F8_SPAN_MAX;
+}
+
+/* The int16 path is exact for a tile and block when every value fits 15 bits above its
+ * row's / column's lowest set bit, nothing is special, and |sum| <= max row sum of |a| x
+ * max |b| stays below 2^31. */
+static inline int int_exact(const struct f8_job *J, int64_t p, int64_t q, int64_t blk)
+{
+    int64_t pa = p * J->nblk + blk, qb = q * J->nblk + blk;
+    return J->a16 && J->a_int_ok[pa] && J->b_int_ok[qb] &&
+           (uint64_t)J->a_abs_sum[pa] * J->b_abs_max[qb] < ((uint64_t)1 << 31);
 }
 
 static void run_tile(const struct f8_job *J, int64_t p, int64_t q, int64_t kb0, int64_t kb1)
@@ -435,9 +597,18 @@ static void run_tile(const struct f8_job *J, int64_t p, int64_t q, int64_t kb0, 
     const double *ap = J->ap + p * kpad * mr + kb0 * F8_BLOCK * mr;
     const double *bp = J->bp + q * kpad * nr + kb0 * F8_BLOCK * nr;
     for (int64_t kb = kb0; kb < kb1;) {
+        if (int_exact(J, p, q, kb)) {
+            int64_t pa = p * J->nblk + kb, qb = q * J->nblk + kb;
+            v->run_int(J->a16 + pa * (F8_BLOCK / 2) * mr, J->b16 + qb * (F8_BLOCK / 2) * nr, J->a_scale + pa * mr,
+                       J->b_scale + qb * nr, c, ldc);
+            ap += F8_BLOCK * mr;
+            bp += F8_BLOCK * nr;
+            kb++;
+            continue;
+        }
         if (tile_exact(J, p, q, kb)) {
             int64_t ke = kb + 1;
-            while (ke < kb1 && tile_exact(J, p, q, ke))
+            while (ke < kb1 && tile_exact(J, p, q, ke) && !int_exact(J, p, q, ke))
                 ke++;
             v->run(ke - kb, ap, bp, c, ldc);
             ap += (ke - kb) * F8_BLOCK * mr;
@@ -568,7 +739,12 @@ int pyamx_engine_fp8(int kind, int op, const void *a, int64_t lda_bytes, const v
     int64_t kpad = J.nblk * F8_BLOCK;
     size_t a_doubles = (size_t)(J.mp * v->mr * kpad), b_doubles = (size_t)(J.nq * v->nr * kpad);
     size_t a_ex = (size_t)(J.mp * v->mr * J.nblk), b_ex = (size_t)(J.nq * v->nr * J.nblk);
-    size_t bytes = (a_doubles + b_doubles) * 8 + 4 * b_ex + 2 * (a_ex + b_ex) + 2 * (size_t)(J.mp + J.nq) * (size_t)J.nblk + 64;
+    int use_int = v->run_int != 0;
+    size_t a_pb = (size_t)(J.mp * J.nblk), b_pb = (size_t)(J.nq * J.nblk);
+    size_t int_bytes = use_int ? (a_doubles + b_doubles) * 2 + (a_ex + b_ex) * 4 + (a_pb + b_pb) * 5 +
+                                     (size_t)(v->mr * J.nblk) : 0;
+    size_t bytes = (a_doubles + b_doubles) * 8 + 5 * b_ex + 2 * (a_ex + b_ex) + 2 * (size_t)(J.mp + J.nq) * (size_t)J.nblk +
+                   int_bytes + 64;
     char *buf = 0;
 #if defined(_WIN32)
     buf = _aligned_malloc(bytes, 64);
@@ -587,9 +763,22 @@ int pyamx_engine_fp8(int kind, int op, const void *a, int64_t lda_bytes, const v
     J.a_hi = (int8_t *)at; at += a_ex;
     J.a_lo = (int8_t *)at; at += a_ex;
     J.b_hi = (int8_t *)at; at += b_ex;
-    J.b_lo = (int8_t *)at;
+    J.b_lo = (int8_t *)at; at += b_ex;
+    uint8_t *special = (uint8_t *)at; at += b_ex;
+    if (use_int) { /* 4-byte items first: at is 4-aligned here (every size above is a multiple of 4) */
+        at = (char *)(((uintptr_t)at + 3) & ~(uintptr_t)3);
+        J.a16 = (uint32_t *)at; at += a_doubles * 2;
+        J.b16 = (uint32_t *)at; at += b_doubles * 2;
+        J.a_scale = (float *)at; at += a_ex * 4;
+        J.b_scale = (float *)at; at += b_ex * 4;
+        J.a_abs_sum = (uint32_t *)at; at += a_pb * 4;
+        J.b_abs_max = (uint32_t *)at; at += b_pb * 4;
+        J.a_int_ok = (uint8_t *)at; at += a_pb;
+        J.b_int_ok = (uint8_t *)at; at += b_pb;
+        J.a_odd = (uint8_t *)at;
+    }
     pack_a(&J);
-    pack_b(&J, ors);
+    pack_b(&J, ors, special);
 
     if (max_exact >= 0) { /* a bound on the integer path's work, before any is done */
         int64_t slow = 0;
