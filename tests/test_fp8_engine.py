@@ -26,6 +26,30 @@ COMPILED = list(_engine._KINDS)
 SEED = 20261204
 
 
+@pytest.fixture(params=[*COMPILED, "avx512-double"])
+def engine(request):
+    """Each compiled engine; "avx512-double" is avx512 with its int16 (VNNI) path switched off, so
+    that both of its paths meet every case."""
+    if request.param != "avx512-double":
+        yield request.param
+        return
+    lib = _compiled("avx512")._lib
+    was = lib.pyamx_engine_fp8_int_path(0)
+    try:
+        yield "avx512"
+    finally:
+        lib.pyamx_engine_fp8_int_path(was)
+
+
+def _code_of(fmt, value):
+    """The fp8 code of an exactly representable value, found with the reference's decoder."""
+    for code in range(128):
+        decoded = ref.decode_fp8(code, fmt)
+        if decoded[0] == "num" and decoded[1] == Fraction(value):
+            return code
+    raise ValueError(f"{value} is not a {fmt} value")
+
+
 def _compiled(name):
     ok, reason = _engine._compiled_status(name)
     if not ok:
@@ -105,7 +129,6 @@ def _special_sprinkle(rng, a, b, op):
 KINDS = ["all_codes", "finite", "wide_span", "cancel", "zeros", "specials"]
 
 
-@pytest.mark.parametrize("engine", COMPILED)
 @pytest.mark.parametrize("op", NAMES)
 @pytest.mark.parametrize("kind", KINDS)
 def test_compiled_equals_numpy_and_the_reference(engine, op, kind):
@@ -128,7 +151,6 @@ def _power_of_two(fmt, e):
     return (e + bias) << mbits
 
 
-@pytest.mark.parametrize("engine", COMPILED)
 @pytest.mark.parametrize("op", NAMES)
 def test_ties_and_exact_zero_signs(engine, op):
     """Hand-built sums: 2**16 + 2**-8 lies halfway between fp32 neighbours with an even lower one (rounds
@@ -151,7 +173,6 @@ def test_ties_and_exact_zero_signs(engine, op):
     np.testing.assert_array_equal(_numpy_dot(op, c, a, _vnni(b), 16), want)
 
 
-@pytest.mark.parametrize("engine", COMPILED)
 @pytest.mark.parametrize("op", NAMES)
 def test_cancellation_beyond_the_double_span_keeps_the_remainder(engine, op):
     """huge * huge + tiny * tiny - huge * huge: a double accumulator would lose the tiny product (the
@@ -170,7 +191,6 @@ def test_cancellation_beyond_the_double_span_keeps_the_remainder(engine, op):
     np.testing.assert_array_equal(np.asarray(eng.dot(op, c, a, _vnni(b), 16)).view(np.uint32), want)
 
 
-@pytest.mark.parametrize("engine", COMPILED)
 @pytest.mark.parametrize("op", NAMES)
 def test_a_tie_decided_by_a_product_53_bits_below(engine, op):
     """61 largest products sum to S; a product of half S's fp32 ulp makes a tie, and the smallest
@@ -199,7 +219,6 @@ def test_a_tie_decided_by_a_product_53_bits_below(engine, op):
     np.testing.assert_array_equal(_numpy_dot(op, c, a, _vnni(b), 16), want)
 
 
-@pytest.mark.parametrize("engine", COMPILED)
 @pytest.mark.parametrize("shape", [(1, 1, 1), (7, 29, 3), (9, 25, 65), (17, 49, 200), (33, 3, 257)])
 def test_matmul_odd_shapes_match_the_numpy_engine(engine, shape):
     """pyamx.matmul's row-major route (K padded inside C) on shapes off every panel and block size."""
@@ -221,7 +240,6 @@ def test_matmul_odd_shapes_match_the_numpy_engine(engine, shape):
         np.testing.assert_array_equal(np.asarray(got).view(np.uint32), ref_bits)
 
 
-@pytest.mark.parametrize("engine", COMPILED)
 def test_thread_counts_agree(engine):
     eng = _compiled(engine)
     rng = np.random.default_rng(SEED + 1)
@@ -238,7 +256,6 @@ def test_thread_counts_agree(engine):
         np.testing.assert_array_equal(got, want, err_msg=f"threads={threads}")
 
 
-@pytest.mark.parametrize("engine", COMPILED)
 @pytest.mark.parametrize("mxcsr", [0x1F80, 0x9FC0, 0x3F80, 0x5F80, 0x1F80 | 0x3F])
 def test_the_callers_mxcsr_changes_nothing_and_is_restored(engine, mxcsr):
     """FTZ|DAZ, round toward zero / down, sticky flags set: the same bits, and MXCSR as it was."""
@@ -276,7 +293,6 @@ def test_auto_picks_a_compiled_engine_for_the_default_numerics_only(op):
         _engine.resolve(best, wide, op=op)
 
 
-@pytest.mark.parametrize("engine", COMPILED)
 def test_entry_refuses_bad_arguments(engine):
     eng = _compiled(engine)
     ffi, lib = eng._ffi, eng._lib
@@ -290,3 +306,34 @@ def test_entry_refuses_bad_arguments(engine):
     assert lib.pyamx_engine_fp8(eng._kind, fp8_op, *args, 1, 1, 0, 1, ffi.NULL, -1) == lib.PYAMX_ENGINE_E_ARG
     assert lib.pyamx_engine_fp8(eng._kind, fp8_op, *args, 1, 1, 4, 0, ffi.NULL, -1) == lib.PYAMX_ENGINE_E_ARG
     assert out[0] == 0xDEADBEEF
+
+
+@pytest.mark.parametrize("op", NAMES)
+@pytest.mark.parametrize("over", [False, True])
+def test_int32_sum_bound(engine, op, over):
+    """Blocks whose integer sums come near 2^31: 63 values 112 and one 2^-8 in A (images 28672 and 1
+    above A's lowest bit), B's column 56 or 128 with one 2^-4 (images 896 or 2048). The first bound
+    is under 2^31 (the int16 path may run), the second over it, where an int32 sum would wrap."""
+    eng = _compiled(engine)
+    a_fmt, b_fmt = ref.formats(op)
+    a = np.zeros((8, 64), np.uint8)
+    a[:, :63] = _code_of(a_fmt, 112)
+    a[:, 63] = _code_of(a_fmt, Fraction(1, 256))
+    a[1::2, :63] |= 0x80  # negative rows too
+    b = np.zeros((64, 24), np.uint8)
+    b[:63, :] = _code_of(b_fmt, 128 if over else 56)
+    b[63, :] = _code_of(b_fmt, Fraction(1, 16))
+    c = np.zeros((8, 24), np.uint32)
+    want = _reference_dot(op, c[:2, :2], a[:2], b[:, :2])
+    got = np.asarray(eng.dot(op, c, a, _vnni(b), 16)).view(np.uint32)
+    np.testing.assert_array_equal(got[:2, :2], want)
+    np.testing.assert_array_equal(got, _numpy_dot(op, c, a, _vnni(b), 16))
+
+
+def test_int_path_hook_reports_and_restores():
+    lib = _compiled("avx512")._lib
+    was = lib.pyamx_engine_fp8_int_path(-1)
+    assert lib.pyamx_engine_fp8_int_path(0) == was
+    assert lib.pyamx_engine_fp8_int_path(-1) == 0
+    assert lib.pyamx_engine_fp8_int_path(was) == 0
+    assert lib.pyamx_engine_fp8_int_path(-1) == was
