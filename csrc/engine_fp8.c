@@ -109,6 +109,9 @@ struct f8_variant {
     /* Optional (NULL: none): one block on int16 pairs (see F8_PAIRS) with exact int32 sums,
      * c += float(sum) * a_scale[r] * b_scale[j]. Only for an MR x NR of 8 x 24. */
     void (*run_int)(const uint32_t *ap, const uint32_t *bp, const float *as, const float *bs, float *c, int64_t ldc);
+    /* With run_int: one row r of a block's t in doubles (t[j] = float of row r's sum for column j),
+     * for the rows the int16 path leaves out. */
+    void (*row_t)(const double *ap, int r, const double *bp, float *t);
 };
 
 #define P_MR 4
@@ -141,7 +144,7 @@ static void portable_run(int64_t nb, const double *ap, const double *bp, float *
                 c[r * ldc + j] = c[r * ldc + j] + (float)acc[r][j];
     }
 }
-static const struct f8_variant portable_variant = {P_MR, P_NR, portable_run, portable_block_t, 0};
+static const struct f8_variant portable_variant = {P_MR, P_NR, portable_run, portable_block_t, 0, 0};
 
 #if ENG_X86
 #define T512 __attribute__((target("avx512f,avx2,fma")))
@@ -187,7 +190,7 @@ T512 static void z_run(int64_t nb, const double *ap, const double *bp, float *c,
             }
     }
 }
-static const struct f8_variant avx512_variant = {Z_MR, Z_NR, z_run, z_block_t, 0};
+static const struct f8_variant avx512_variant = {Z_MR, Z_NR, z_run, z_block_t, 0, 0};
 
 /* AVX-512 VNNI: the same tile on int16 pairs, 8 zmm + 8 ymm int32 accumulators (vpdpwssd
  * wraps, so only the final sum must fit int32: the driver's bound sees to it). The
@@ -224,7 +227,24 @@ T512V static void z_int_block(const uint32_t *ap, const uint32_t *bp, const floa
         _mm256_storeu_ps(cp + 16, _mm256_add_ps(_mm256_loadu_ps(cp + 16), ty));
     }
 }
-static const struct f8_variant avx512_vnni_variant = {Z_MR, Z_NR, z_run, z_block_t, z_int_block};
+/* Two accumulators per 8 columns (even and odd k): any order of an exact sum is the same sum,
+ * and NaNs and infinities combine as in one. */
+T512 static void z_row_t(const double *ap, int r, const double *bp, float *t)
+{
+    __m512d even[3], odd[3];
+    for (int x = 0; x < 3; x++)
+        even[x] = odd[x] = _mm512_setzero_pd();
+    for (int k = 0; k < F8_BLOCK; k += 2, bp += 2 * Z_NR) {
+        __m512d a0 = _mm512_set1_pd(ap[k * Z_MR + r]), a1 = _mm512_set1_pd(ap[(k + 1) * Z_MR + r]);
+        for (int x = 0; x < 3; x++) {
+            even[x] = _mm512_fmadd_pd(a0, _mm512_load_pd(bp + 8 * x), even[x]);
+            odd[x] = _mm512_fmadd_pd(a1, _mm512_load_pd(bp + Z_NR + 8 * x), odd[x]);
+        }
+    }
+    for (int x = 0; x < 3; x++)
+        _mm256_storeu_ps(t + 8 * x, _mm512_cvtpd_ps(_mm512_add_pd(even[x], odd[x])));
+}
+static const struct f8_variant avx512_vnni_variant = {Z_MR, Z_NR, z_run, z_block_t, z_int_block, z_row_t};
 
 /* AVX2: 4 rows x 12 columns, 12 ymm accumulators of 4 doubles. */
 #define Y_MR 4
@@ -266,7 +286,7 @@ T256 static void y_run(int64_t nb, const double *ap, const double *bp, float *c,
             }
     }
 }
-static const struct f8_variant avx2_variant = {Y_MR, Y_NR, y_run, y_block_t, 0};
+static const struct f8_variant avx2_variant = {Y_MR, Y_NR, y_run, y_block_t, 0, 0};
 #endif
 
 static int int_path_on = 1;
@@ -366,7 +386,7 @@ struct f8_job {
      * per panel and block: usable (spans <= 15 bits, no specials) and the sum bound's factors */
     uint32_t *a16, *b16;
     float *a_scale, *b_scale;
-    uint8_t *a_int_ok, *b_int_ok;
+    uint8_t *a_bad_rows, *b_int_ok; /* a_bad_rows: bit r set: row r of the panel is left to row_t */
     uint32_t *a_abs_sum, *b_abs_max;
     uint8_t *a_odd;
 };
@@ -411,31 +431,34 @@ static void pack_a_int(struct f8_job *J, int64_t p, int64_t blk, const uint8_t *
 {
     int mr = J->v->mr;
     int64_t pb = p * J->nblk + blk, kpad = J->nblk * F8_BLOCK;
-    int all_ok = 1;
+    unsigned bad = 0;
     double inverse[ENG_MAX_MR];
     for (int r = 0; r < mr; r++) {
         int64_t at = (p * mr + r) * J->nblk + blk;
         int hi = J->a_hi[at], lo = J->a_lo[at];
         int shift = hi == F8_NONE_HI ? 0 : lo + J->ta->scale;
-        all_ok &= !special[r] && (hi == F8_NONE_HI || hi - lo <= 15);
-        J->a_scale[pb * mr + r] = (float)ldexp(1.0, shift - J->ta->scale);
+        int ok = !special[r] && (hi == F8_NONE_HI || hi - lo <= 15);
+        bad |= (unsigned)!ok << r;
+        J->a_scale[pb * mr + r] = ok ? (float)ldexp(1.0, shift - J->ta->scale) : 1.0f;
         inverse[r] = ldexp(1.0, J->ta->scale - shift);
     }
-    J->a_int_ok[pb] = (uint8_t)all_ok;
-    J->a_abs_sum[pb] = 0;
-    if (!all_ok) /* never read: the tile takes the double path */
-        return;
-    uint32_t sums[ENG_MAX_MR] = {0};
+    J->a_bad_rows[pb] = (uint8_t)bad;
+    uint32_t sums[ENG_MAX_MR] = {0}, largest = 0;
     uint32_t *dst = J->a16 + pb * (F8_BLOCK / 2) * mr;
     const double *col = J->ap + (p * kpad + blk * F8_BLOCK) * mr;
     for (int s = 0; s < F8_BLOCK / 2; s++, col += 2 * mr, dst += mr)
         for (int r = 0; r < mr; r++) {
-            int32_t x = (int32_t)(col[r] * inverse[r]), y = (int32_t)(col[mr + r] * inverse[r]);
+            int32_t x = 0, y = 0;
+            if (!(bad >> r & 1)) { /* a left-out row adds +0, harmless (C + +0 + t == C + t: t is never -0) */
+                x = (int32_t)(col[r] * inverse[r]);
+                y = (int32_t)(col[mr + r] * inverse[r]);
+            }
             sums[r] += (uint32_t)(x < 0 ? -x : x) + (uint32_t)(y < 0 ? -y : y); /* 64 x 2^15: no overflow */
             dst[r] = (uint16_t)(int16_t)x | (uint32_t)(uint16_t)(int16_t)y << 16;
         }
     for (int r = 0; r < mr; r++)
-        J->a_abs_sum[pb] = sums[r] > J->a_abs_sum[pb] ? sums[r] : J->a_abs_sum[pb];
+        largest = sums[r] > largest ? sums[r] : largest;
+    J->a_abs_sum[pb] = largest;
 }
 
 static void pack_a(struct f8_job *J)
@@ -574,15 +597,43 @@ static inline int tile_exact(const struct f8_job *J, int64_t p, int64_t q, int64
 static inline int int_exact(const struct f8_job *J, int64_t p, int64_t q, int64_t blk)
 {
     int64_t pa = p * J->nblk + blk, qb = q * J->nblk + blk;
-    return J->a16 && J->a_int_ok[pa] && J->b_int_ok[qb] &&
+    return J->a16 && J->a_bad_rows[pa] != (1u << J->v->mr) - 1 && J->b_int_ok[qb] &&
            (uint64_t)J->a_abs_sum[pa] * J->b_abs_max[qb] < ((uint64_t)1 << 31);
+}
+
+/* c += t for rows [r_begin, r_end) of a tile and block, each element's t replaced by the exact
+ * integer sum where the double sum may have rounded. */
+static void finish_rows(const struct f8_job *J, int64_t kb, int64_t r0, int64_t c0, int r_begin, int r_end, int cols,
+                        const float *t, int nr, float *c, int64_t ldc)
+{
+    int64_t npad = J->nq * nr;
+    int count = (int)(J->k - kb * F8_BLOCK < F8_BLOCK ? J->k - kb * F8_BLOCK : F8_BLOCK);
+    for (int j = 0; j < cols; j++) {
+        int64_t col = c0 + j;
+        int bh = J->b_hi[kb * npad + col], bl = J->b_lo[kb * npad + col];
+        uint8_t bcodes[F8_BLOCK];
+        int gathered = 0;
+        for (int r = r_begin; r < r_end; r++) {
+            int64_t row = r0 + r;
+            float tv = t[r * nr + j];
+            if (J->a_hi[row * J->nblk + kb] + bh - J->a_lo[row * J->nblk + kb] - bl > F8_SPAN_MAX) {
+                if (!gathered) {
+                    for (int i = 0; i < count; i++)
+                        bcodes[i] = b_code(J, kb * F8_BLOCK + i, col);
+                    gathered = 1;
+                }
+                tv = exact_block(J->ta, J->tb, J->a + row * J->lda + kb * F8_BLOCK, bcodes, count);
+            }
+            c[r * ldc + j] = c[r * ldc + j] + tv;
+        }
+    }
 }
 
 static void run_tile(const struct f8_job *J, int64_t p, int64_t q, int64_t kb0, int64_t kb1)
 {
     const struct f8_variant *v = J->v;
     int mr = v->mr, nr = v->nr;
-    int64_t r0 = p * mr, c0 = q * nr, kpad = J->nblk * F8_BLOCK, npad = J->nq * nr;
+    int64_t r0 = p * mr, c0 = q * nr, kpad = J->nblk * F8_BLOCK;
     int rows = (int)(J->m - r0 < mr ? J->m - r0 : mr), cols = (int)(J->n - c0 < nr ? J->n - c0 : nr);
     float local[ENG_MAX_MR * ENG_MAX_NR], t[ENG_MAX_MR * ENG_MAX_NR];
     float *c = J->c + r0 * J->ldc + c0;
@@ -601,6 +652,11 @@ static void run_tile(const struct f8_job *J, int64_t p, int64_t q, int64_t kb0, 
             int64_t pa = p * J->nblk + kb, qb = q * J->nblk + kb;
             v->run_int(J->a16 + pa * (F8_BLOCK / 2) * mr, J->b16 + qb * (F8_BLOCK / 2) * nr, J->a_scale + pa * mr,
                        J->b_scale + qb * nr, c, ldc);
+            for (int r = 0; r < rows; r++)
+                if (J->a_bad_rows[pa] >> r & 1) {
+                    v->row_t(ap, r, bp, t + r * nr);
+                    finish_rows(J, kb, r0, c0, r, r + 1, cols, t, nr, c, ldc);
+                }
             ap += F8_BLOCK * mr;
             bp += F8_BLOCK * nr;
             kb++;
@@ -617,26 +673,7 @@ static void run_tile(const struct f8_job *J, int64_t p, int64_t q, int64_t kb0, 
             continue;
         }
         v->block_t(ap, bp, t);
-        int count = (int)(J->k - kb * F8_BLOCK < F8_BLOCK ? J->k - kb * F8_BLOCK : F8_BLOCK);
-        for (int j = 0; j < cols; j++) {
-            int64_t col = c0 + j;
-            int bh = J->b_hi[kb * npad + col], bl = J->b_lo[kb * npad + col];
-            uint8_t bcodes[F8_BLOCK];
-            int gathered = 0;
-            for (int r = 0; r < rows; r++) {
-                int64_t row = r0 + r;
-                float tv = t[r * nr + j];
-                if (J->a_hi[row * J->nblk + kb] + bh - J->a_lo[row * J->nblk + kb] - bl > F8_SPAN_MAX) {
-                    if (!gathered) {
-                        for (int i = 0; i < count; i++)
-                            bcodes[i] = b_code(J, kb * F8_BLOCK + i, col);
-                        gathered = 1;
-                    }
-                    tv = exact_block(J->ta, J->tb, J->a + row * J->lda + kb * F8_BLOCK, bcodes, count);
-                }
-                c[r * ldc + j] = c[r * ldc + j] + tv;
-            }
-        }
+        finish_rows(J, kb, r0, c0, 0, rows, cols, t, nr, c, ldc);
         ap += F8_BLOCK * mr;
         bp += F8_BLOCK * nr;
         kb++;
@@ -773,7 +810,7 @@ int pyamx_engine_fp8(int kind, int op, const void *a, int64_t lda_bytes, const v
         J.b_scale = (float *)at; at += b_ex * 4;
         J.a_abs_sum = (uint32_t *)at; at += a_pb * 4;
         J.b_abs_max = (uint32_t *)at; at += b_pb * 4;
-        J.a_int_ok = (uint8_t *)at; at += a_pb;
+        J.a_bad_rows = (uint8_t *)at; at += a_pb;
         J.b_int_ok = (uint8_t *)at; at += b_pb;
         J.a_odd = (uint8_t *)at;
     }
