@@ -337,3 +337,32 @@ def test_int_path_hook_reports_and_restores():
     assert lib.pyamx_engine_fp8_int_path(-1) == 0
     assert lib.pyamx_engine_fp8_int_path(was) == 0
     assert lib.pyamx_engine_fp8_int_path(-1) == was
+
+
+def _narrow(rng, shape, fmt):
+    """Random normal numbers of fmt with biased exponents 5..8 and both signs: spans of a few bits."""
+    mbits = 2 if fmt == "bf8" else 3
+    codes = (rng.integers(5, 9, shape) << mbits) | rng.integers(0, 1 << mbits, shape) | (rng.integers(0, 2, shape) << 7)
+    return codes.astype(np.uint8)
+
+
+@pytest.mark.parametrize("op", NAMES)
+def test_rows_left_out_of_the_int16_tile(engine, op):
+    """One 8 x 24 tile whose rows mostly suit the int16 path and a few do not (a NaN, an infinity
+    against a zero, a 30-bit span), with -0 and NaN accumulators on them: the left-out rows keep
+    the exact answer and the sign of zero."""
+    eng = _compiled(engine)
+    a_fmt, b_fmt = ref.formats(op)
+    rng = np.random.default_rng([SEED, 9, NAMES.index(op)])
+    a, b = _narrow(rng, (8, 64), a_fmt), _narrow(rng, (64, 24), b_fmt)
+    a[2, 7] = 0x7F  # NaN in either format
+    a[4, 1] = 0x7C if a_fmt == "bf8" else 0x7F
+    b[1, 3] = 0
+    a[6, 0], a[6, 1] = _code_of(a_fmt, 2 ** (7 if a_fmt == "bf8" else 6)), 0x01  # a wide span
+    a[6, 2] = a[6, 0] | 0x80
+    c = _c_bits(rng, (8, 24))
+    c[[2, 4, 6], :4] = 0x80000000
+    c[6, 4] = 0x7FC00001
+    want = _reference_dot(op, c, a, b)
+    np.testing.assert_array_equal(np.asarray(eng.dot(op, c, a, _vnni(b), 16)).view(np.uint32), want)
+    np.testing.assert_array_equal(_numpy_dot(op, c, a, _vnni(b), 16), want)
