@@ -16,6 +16,12 @@
  * double sum is already the IEEE answer (NaN for any NaN operand, Inf x 0 or
  * opposite infinities; the infinity otherwise), so specials need no path.
  * Converting the exact double to float is then the one RNE rounding.
+ *
+ * Faster where it applies (avx512 with VNNI, see int_exact): a row's or
+ * column's block divided by its lowest set bit is an integer; when those fit
+ * int16 and the sum's bound fits int32, vpdpwssd sums them exactly and the
+ * int32 -> float conversion is the one rounding. Rows that do not fit are
+ * left out of the int16 tile and summed alone in doubles (row_t).
  */
 #include "pyamx.h"
 #include "engine.h"
