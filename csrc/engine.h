@@ -128,4 +128,27 @@ int pyamx_engine_matmul_under_mxcsr(uint32_t mxcsr, uint32_t *mxcsr_after, int k
 /* The calling thread's MXCSR, or 0 off x86-64. */
 uint32_t pyamx_engine_getcsr(void);
 
+/* The AMX-FP8 rows (engine_fp8.c), default numerics: per output element and
+ * K block of 64 values, t = the exact sum of the products rounded once to
+ * fp32 (RNE), then C = C + t in IEEE fp32 (RNE, denormals kept, whatever the
+ * caller's MXCSR); any NaN result is 0xFFC00000.
+ *   a: M rows of k fp8 codes, row r at a + r*lda_bytes
+ *   b: b_rowmajor = 1: k rows of N codes; 0: ceil(k/4) rows of N dwords of
+ *      4 codes (as the instructions take it), row d at b + d*ldb_bytes
+ *   c_in: NULL for C = +0, else M x N fp32 bits, rows ldc_in apart.
+ * K past k counts as zeros (padding adds nothing). cancel and max_exact as
+ * for pyamx_engine_dot_cancellable() (max_exact bounds the integer path's
+ * multiply-adds, estimated from the packed exponents). */
+int pyamx_engine_fp8(int kind, int op, const void *a, int64_t lda_bytes, const void *b, int64_t ldb_bytes,
+                     int b_rowmajor, const uint32_t *c_in, int64_t ldc_in, uint32_t *c_out, int64_t ldc_out,
+                     int64_t m, int64_t n, int64_t k, int threads, const int *cancel, int64_t max_exact);
+/* Test hook: enable (1) or disable (0) the int16 (AVX-512 VNNI) path of the avx512 variant
+ * for later calls, or only ask (-1); returns the previous setting. */
+int pyamx_engine_fp8_int_path(int enable);
+/* Test hook: pyamx_engine_fp8() under the given MXCSR, as pyamx_engine_dot_under_mxcsr(). */
+int pyamx_engine_fp8_under_mxcsr(uint32_t mxcsr, uint32_t *mxcsr_after, int kind, int op, const void *a,
+                                 int64_t lda_bytes, const void *b, int64_t ldb_bytes, int b_rowmajor,
+                                 const uint32_t *c_in, int64_t ldc_in, uint32_t *c_out, int64_t ldc_out,
+                                 int64_t m, int64_t n, int64_t k, int threads);
+
 #endif

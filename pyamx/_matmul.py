@@ -310,7 +310,7 @@ def matmul(a: ArrayInput, b: ArrayInput, c: ArrayInput | None = None, *, kind: s
       real part through TCMMRLFP16PS, the imaginary part through TCMMIMFP16PS (2-D only;
       ``c`` complex64; complex values are rounded to fp16 by numpy, to nearest even);
     - fp8 (``ml_dtypes.float8_e5m2`` as BF8, ``ml_dtypes.float8_e4m3fn`` as HF8, either on
-      either side) -> float32 via TDPBF8PS/TDPBHF8PS/TDPHBF8PS/TDPHF8PS on the numpy engine
+      either side) -> float32 via TDPBF8PS/TDPBHF8PS/TDPHBF8PS/TDPHF8PS on any emulator engine
       (``kind="fp8"`` reads uint8 operands as BF8 bits);
     - float32 or float64 (Python floats) with ``kind="bf16"`` or ``kind="fp16"``: each such
       operand is rounded once, directly, to that format (nearest even, as

@@ -62,15 +62,16 @@ def _threadpoolctl():
 
 
 def blas_info() -> dict:
-    """The BLAS numpy uses (name, version, threads) and how the thread count is controlled."""
+    """The BLAS numpy uses (name, version, threads, the kernel it picked for this CPU where threadpoolctl
+    says) and how the thread count is controlled."""
     tpc = _threadpoolctl()
     if tpc is not None:
         pools = [p for p in tpc.threadpool_info() if p.get("user_api") == "blas"]
         if pools:
             p = pools[0]
             return {"name": p.get("internal_api"), "version": p.get("version"), "threads": p.get("num_threads"),
-                    "thread_control": "threadpoolctl"}
-    info = {"name": None, "version": None, "threads": None,
+                    "kernel": p.get("architecture"), "thread_control": "threadpoolctl"}
+    info = {"name": None, "version": None, "threads": None, "kernel": None,
             "thread_control": None if tpc is None else "threadpoolctl (found no BLAS pool)"}
     try:
         blas = np.show_config(mode="dicts")["Build Dependencies"]["blas"]
@@ -276,7 +277,8 @@ def format_report(report: dict) -> str:
     env = report["environment"]
     blas = env["blas"]
     lines = [
-        f"pyamx {env['pyamx']}, numpy {env['numpy']}, BLAS {blas['name']} {blas['version'] or ''}".rstrip(),
+        f"pyamx {env['pyamx']}, numpy {env['numpy']}, BLAS {blas['name']} {blas['version'] or ''}".rstrip()
+        + (f" (kernel {blas['kernel']})" if blas.get("kernel") else ""),
         f"threads: {env['threads'] or 'default'} (numpy BLAS thread control: {blas['thread_control']}); cpus: {env['cpus']}",
         f"native: {env['native']}",
         "",

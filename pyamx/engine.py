@@ -14,6 +14,10 @@ Engines (``engine=`` argument, ``PYAMX_ENGINE`` environment variable):
     worker thread), an exact scalar path for outputs with NaN operands.
 ``portable``
     compiled plain C for any platform (software DAZ, an exact FTZ decision).
+
+The AMX-FP8 rows run on the compiled engines through their own C entry
+(csrc/engine_fp8.c: exact double sums, an integer path where a block's
+exponent span is too wide; docs/engine.md, "AMX-FP8").
 ``numpy``
     the numpy implementation in :mod:`pyamx.emulator`; the only engine of
     the non-default numerics options.
@@ -53,9 +57,12 @@ _KINDS = {"avx512": "PYAMX_ENGINE_AVX512", "avx2": "PYAMX_ENGINE_AVX2", "portabl
 _SIMD = {"avx512": "AVX-512", "avx2": "AVX2+FMA", "portable": "none (plain C)", "numpy": "numpy"}
 #: op name -> (values per dword, float op), from the instruction table
 OPS = {insn.name: (insn.lanes, insn.is_float) for insn in isa.DOTS}
-#: kernel groups the compiled engines implement (csrc/engine.c refuses any other row); the
-#: rest (AMX-FP8) run on the numpy engine only
-COMPILED_GROUPS = frozenset({"bf16", "fp16", "int8", "complex"})
+#: kernel groups the compiled engines implement (csrc/engine.c, and csrc/engine_fp8.c for
+#: "fp8"); a row of any other group runs on the numpy engine only
+COMPILED_GROUPS = frozenset({"bf16", "fp16", "int8", "complex", "fp8"})
+#: groups with their own C entry (pyamx_engine_fp8: fp8 codes, k values, exact sums)
+_FP8_GROUPS = frozenset({"fp8"})
+FP8_OPS = frozenset(insn.name for insn in isa.DOTS if insn.group in _FP8_GROUPS)
 NUMPY_ONLY = frozenset(insn.name for insn in isa.DOTS if insn.group not in COMPILED_GROUPS)
 BLOCK_DWORDS = 16  # K dwords per tile instruction (tmul_maxk)
 
@@ -257,6 +264,15 @@ class Engine:
         out = np.empty((m, n), dtype=np.uint32)
         if threads is None:
             threads = _threads_default()
+        if op_name in FP8_OPS:
+            rc = self._call(lib.pyamx_engine_fp8, m * n * a.shape[1], threads, (
+                self._kind, self._op_ids[op_name], ffi.from_buffer(a), a.shape[1], ffi.from_buffer(b), b.shape[1],
+                0, ffi.from_buffer("uint32_t[]", c), n, ffi.from_buffer("uint32_t[]", out), n,
+                m, n, a.shape[1], threads,
+            ))
+            if rc:
+                raise _error(lib, rc, self.name)
+            return out
         rc = self._call(lib.pyamx_engine_dot_cancellable, m * n * a.shape[1], threads, (
             self._kind, self._op_ids[op_name],
             # Row pitch from the shape, not strides[0]: numpy reports any stride for a size-1 axis.
@@ -301,6 +317,14 @@ class Engine:
             c_ptr, ldc = ffi.from_buffer("uint32_t[]", c_bits), n
         out = np.empty((m, n), dtype=np.uint32)
         threads = min(int(threads), MAX_THREADS)
+        if op_name in FP8_OPS:  # K need not be whole dwords: the C side reads k values and pads with zeros
+            rc = self._call(lib.pyamx_engine_fp8, m * n * k, threads, (
+                self._kind, self._op_ids[op_name], ffi.from_buffer(a), a.shape[1], ffi.from_buffer(b), b.shape[1],
+                1, c_ptr, ldc, ffi.from_buffer("uint32_t[]", out), n, m, n, k, threads,
+            ))
+            if rc:
+                raise _error(lib, rc, self.name)
+            return out
         rc = self._call(lib.pyamx_engine_matmul_cancellable, m * n * k, threads, (
             self._kind, self._op_ids[op_name],
             ffi.from_buffer(a), a.shape[1] * a.itemsize, ffi.from_buffer(b), b.shape[1] * b.itemsize,
@@ -339,6 +363,16 @@ class Engine:
             return None
         ffi, lib, kind, op, name = self._ffi, self._lib, self._kind, self._op_ids[op_name], self.name
         call, buf = lib.pyamx_engine_dot, ffi.from_buffer
+        if op_name in FP8_OPS:
+            fp8 = lib.pyamx_engine_fp8
+
+            def run_fp8(a, lda, b, ldb, c, ldc, out, ldout, m, n, kd):
+                rc = fp8(kind, op, buf(a), lda, buf(b), ldb, 0, buf("uint32_t[]", c), ldc,
+                         buf("uint32_t[]", out), ldout, m, n, 4 * kd, 1, ffi.NULL, -1)
+                if rc:
+                    raise _error(lib, rc, name)
+
+            return run_fp8
 
         def run(a, lda, b, ldb, c, ldc, out, ldout, m, n, kd):
             rc = call(kind, op, buf(a), lda, buf(b), ldb, buf("uint32_t[]", c), ldc,
@@ -456,7 +490,7 @@ def resolve(name=None, numerics="sdm", op=None) -> Engine:
     ``auto`` and ``PYAMX_ENGINE`` give ``numpy``, a compiled engine named
     by the ``name`` argument raises ValueError. ``op``: the dot product the
     engine is for, where known; one no compiled engine implements
-    (:data:`NUMPY_ONLY`, the AMX-FP8 rows) gets ``numpy`` in the same way.
+    (:data:`NUMPY_ONLY`; empty while every group is compiled) gets ``numpy`` in the same way.
     """
     if op in NUMPY_ONLY:
         return numpy_for(op, name, numerics)

@@ -630,10 +630,11 @@ _FP8_DOCS = {
 
     ``backend``: None for the process default (``PYAMX_BACKEND``), or
     ``"auto"``, ``"native"`` (needs AMX-FP8), ``"emulator"``; the result's
-    ``.backend`` says which ran. ``engine``: the emulator's engine; only
-    ``"numpy"`` computes AMX-FP8, so None/``"auto"`` take it and a named
-    compiled engine raises ValueError. Other numerics (the ``fp8_*`` options
-    of :class:`pyamx.Numerics`): :func:`pyamx.emulator.{n}`.
+    ``.backend`` says which ran. ``engine``: the emulator's engine (None:
+    ``PYAMX_ENGINE``, else ``"auto"``, the best compiled engine); every
+    engine computes AMX-FP8 with the same bits. Other numerics (the ``fp8_*``
+    options of :class:`pyamx.Numerics`, numpy engine only):
+    :func:`pyamx.emulator.{n}`.
     """,
     "emulator": """One {m} on arrays: returns a new (M, N) float32 array ``c + a . b`` over fp8 values.
 

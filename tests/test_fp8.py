@@ -280,10 +280,13 @@ def test_matmul_runs_the_schedule_with_padding(name):
         b = _finite_codes(rng, (kk, n), b_fmt)
         a[0, :3] = _special_codes(a_fmt)[:min(3, kk)]  # zeros and denormals too
         c = _c_bits(rng, (m, n), specials=False)
-        result = pyamx.matmul(a.view(as_dtype[a_fmt]), b.view(as_dtype[b_fmt]), c.view(np.float32), backend="emulator")
-        assert result.dtype == np.float32 and (result.backend, result.engine) == ("emulator", "numpy")
         want = np.array(ref.matmul(c.tolist(), a.tolist(), b.tolist(), *ref.formats(name)), np.uint32)
-        np.testing.assert_array_equal(_bits(result), want, err_msg=f"{insn.mnemonic} {m}x{kk}x{n}")
+        for engine in (None, "numpy"):  # the default (auto: a compiled engine where one runs) and numpy
+            result = pyamx.matmul(a.view(as_dtype[a_fmt]), b.view(as_dtype[b_fmt]), c.view(np.float32),
+                                  backend="emulator", engine=engine)
+            expected_engine = engine or _engine.resolve(None, op=name).name
+            assert result.dtype == np.float32 and (result.backend, result.engine) == ("emulator", expected_engine)
+            np.testing.assert_array_equal(_bits(result), want, err_msg=f"{insn.mnemonic} {m}x{kk}x{n} {engine}")
 
 
 def test_matmul_kind_fp8_reads_uint8_as_bf8_and_refuses_floats():
@@ -297,15 +300,20 @@ def test_matmul_kind_fp8_reads_uint8_as_bf8_and_refuses_floats():
 
 
 @pytest.mark.parametrize("name", NAMES)
-def test_auto_engine_is_numpy_and_a_named_compiled_engine_is_refused(name):
+def test_auto_engine_is_the_best_compiled_one_and_named_engines_run(name):
     c, a, b = np.zeros((1, 1), np.float32), np.zeros((1, 4), np.uint8), np.zeros((1, 4), np.uint8)
-    assert getattr(pyamx, name)(c, a, b, backend="emulator", engine="auto").engine == "numpy"
-    assert getattr(emulator, name)(c, a, b, engine="auto").engine == "numpy"
-    for engine in [e for e, ok, _ in _engine.available_engines() if ok and e != "numpy"]:
-        with pytest.raises(ValueError, match=f"does not implement {name.upper()}"):
-            getattr(pyamx, name)(c, a, b, backend="emulator", engine=engine)
-        with pytest.raises(ValueError, match="only the numpy engine"):
-            pyamx.matmul(a, b.T, kind="fp8", backend="emulator", engine=engine)
+    compiled = [e for e, ok, _ in _engine.available_engines() if ok and e != "numpy"]
+    best = compiled[0] if compiled else "numpy"
+    assert getattr(pyamx, name)(c, a, b, backend="emulator", engine="auto").engine == best
+    assert getattr(emulator, name)(c, a, b, engine="auto").engine == best
+    for engine in [*compiled, "numpy"]:
+        assert getattr(pyamx, name)(c, a, b, backend="emulator", engine=engine).engine == engine
+        assert pyamx.matmul(a, b.T, kind="fp8", backend="emulator", engine=engine).engine == engine
+    bochs = Numerics(fp8_accum="bochs_pairwise")  # non-default fp8 numerics: numpy only
+    assert getattr(emulator, name)(c, a, b, engine="auto", numerics=bochs).engine == "numpy"
+    for engine in compiled:
+        with pytest.raises(ValueError, match="implements only the default"):
+            getattr(emulator, name)(c, a, b, engine=engine, numerics=bochs)
 
 
 def test_the_compiled_engine_entry_refuses_fp8_rows():
