@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from fractions import Fraction
 
+from reference import _floor_log2  # floor(log2(x)) in integer arithmetic, shared by the references
+
 DEFAULT_NAN = 0xFFC00000
 FP32_MAX = Fraction(2**24 - 1) * Fraction(2) ** 104
 
@@ -77,15 +79,6 @@ def round_fp32(x: Fraction, zero_negative: bool = False, ftz: bool = False) -> i
     significand = value / Fraction(2) ** (e - 23)
     return sign | ((e + 127) << 23) | (int(significand) - 2**23)
 
-
-def _floor_log2(x: Fraction) -> int:
-    """e with 2**e <= x < 2**(e + 1), for x > 0."""
-    e = x.numerator.bit_length() - x.denominator.bit_length()
-    while Fraction(2) ** e > x:
-        e -= 1
-    while Fraction(2) ** (e + 1) <= x:
-        e += 1
-    return e
 
 
 def _ieee_add(x, y):

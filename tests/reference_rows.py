@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from fractions import Fraction
 
+from reference import _floor_log2  # floor(log2(x)) in integer arithmetic, shared by the references
+
 # (exponent bits, mantissa bits) of each target format
 FP32, BF16, FP16 = (8, 23), (8, 7), (5, 10)
 
@@ -25,14 +27,6 @@ def fp32_value(bits: int, daz: bool = False):
         return (Fraction(0) if daz else Fraction(mantissa, 2**149)), 0, sign
     return Fraction(mantissa + 2**23) * Fraction(2) ** (exponent - 150), 0, sign
 
-
-def _floor_log2(x: Fraction) -> int:
-    e = x.numerator.bit_length() - x.denominator.bit_length()
-    while Fraction(2) ** e > x:
-        e -= 1
-    while Fraction(2) ** (e + 1) <= x:
-        e += 1
-    return e
 
 
 def _nearest_even(x: Fraction) -> int:
