@@ -306,8 +306,10 @@ def record_command(args: argparse.Namespace) -> int:
     if to_stdout:
         sys.stdout.flush()  # a closed pipe is reported (quietly, by main) before claiming success
     # With the vectors on stdout, the summary goes to stderr so the JSON stays parseable.
-    print(f"wrote {'stdout' if to_stdout else args.file}: {vectors.describe_provenance(prov)}",
-          file=sys.stderr if to_stdout else sys.stdout)
+    out = sys.stderr if to_stdout else sys.stdout
+    print(f"wrote {'stdout' if to_stdout else args.file}: {vectors.describe_provenance(prov)}", file=out)
+    for mnemonic, why in prov.get("skipped", {}).items():
+        print(f"  skipped {mnemonic}: {why}", file=out)
     return 0
 
 

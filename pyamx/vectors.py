@@ -2,10 +2,15 @@
 
 A vector file is one JSON document: a format tag, the provenance of the
 recording (backend, whether that was silicon, CPU, microcode, kernel, pyamx
-version, date) and the cases, each with its instruction, operands and
-output as little-endian hex. Recordings made on the emulator or the trap
-mode say so in ``provenance.silicon = false`` and every replay prints it,
-so they are never mistaken for silicon.
+version, date, the instructions the backend could not run and why) and the
+cases, each with its instruction, operands and output as little-endian hex.
+A case's shape follows its instruction's kind in :mod:`pyamx.isa`: a dot
+product (C, A, B -> C), a row instruction (tile bytes and a row selector ->
+the 64-byte zmm result) or a load (memory, stride, offset -> the tile); the
+last two are :mod:`pyamx._vector_tiles`'. Format version 1 held dot products
+only and still loads. Recordings made on the emulator or the trap mode say
+so in ``provenance.silicon = false`` and every replay prints it, so they
+are never mistaken for silicon.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import _backend, _ops, isa
+from . import _backend, _ops, _vector_tiles, isa
 from ._files import atomic_writer
 from ._version import __version__
 from .errors import AMXError
@@ -26,12 +31,17 @@ from .probe import EXPERIMENTS
 from .testing import CLASSES, operands, shapes
 
 FORMAT = "pyamx-vectors"
-VERSION = 1
+#: the version record writes: 2 added the row and load cases
+VERSION = 2
+#: the versions load reads (a version 1 file holds dot products only)
+READS = (1, 2)
 
 # instruction -> (dtype of c, dtype of a and b, lanes per dword) as the file stores them, from pyamx.isa
 INSTRUCTIONS = {insn.name: (insn.c_dtype, insn.ab_dtype, insn.lanes) for insn in isa.DOTS}
 # instruction -> (dtype of c, dtype of a and b) the public function is called with
 _CALL_DTYPES = {insn.name: (np.dtype(insn.c_dtype), np.dtype(insn.call_dtype)) for insn in isa.DOTS}
+#: every instruction a vector file records -> its case kind ("dot", "row", "load"), in table order
+KINDS = {insn.name: kind for insn in isa.TABLE if (kind := _vector_tiles.case_kind(insn)) is not None}
 
 
 class VectorFileError(AMXError, ValueError):
@@ -85,8 +95,9 @@ def provenance(backend: str, seed: int) -> dict:
     }
 
 
-def generate(seed: int, per_class: int = 4, instructions=tuple(INSTRUCTIONS)) -> list:
-    """The seeded cases: every adversarial class at the shape edges and random shapes, plus the probes."""
+def generate(seed: int, per_class: int = 4, instructions=tuple(KINDS)) -> list:
+    """The seeded cases of ``instructions``: for the dot products every adversarial class at the shape
+    edges and random shapes, plus the probes; then the row and load cases."""
     rng = np.random.default_rng(seed)
     cases = []
     if "tdpbf16ps" in instructions:
@@ -121,7 +132,7 @@ def generate(seed: int, per_class: int = 4, instructions=tuple(INSTRUCTIONS)) ->
             if insn.is_float and insn.a_format.width == 8 and insn.name in instructions:
                 cases.append(_fp8_case(fp8_rng, insn, m, k, n))
     cases += _complex_cases(np.random.default_rng([seed, 1]), instructions, fp16_specials)
-    return cases
+    return cases + _vector_tiles.generate(seed, instructions)
 
 
 def _complex_cases(rng, instructions, specials) -> list:
@@ -154,44 +165,59 @@ def _fp8_case(rng, insn, m: int, k: int, n: int) -> Case:
     return Case(insn.name, f"random fp8 codes {m}x{k}x{n}", c, a, b)
 
 
-def run_case(case: Case, backend: str) -> np.ndarray:
-    """The backend's output bits for one case (uint32 for fp32 results, int32 for int8 ones)."""
+def run_case(case, backend: str) -> np.ndarray:
+    """The backend's output bits for one case: uint32 for fp32 results, int32 for int8 ones; the 16
+    result dwords of a row case; the 16 x 64 tile bytes of a load case."""
+    if not isinstance(case, Case):
+        return _vector_tiles.run(case, backend)
     c_dtype, ab_dtype = _CALL_DTYPES[case.instruction]
     fn = getattr(_ops, case.instruction)
     result = fn(case.c.view(c_dtype), case.a.view(ab_dtype), case.b.view(ab_dtype), backend=backend)
     return np.asarray(result).view(np.dtype(INSTRUCTIONS[case.instruction][0]))
 
 
+def unsupported(backend: str) -> dict:
+    """``{name: why}`` of the recordable instructions ``backend`` cannot run: none on the emulator; on
+    native those whose kernels or CPUID feature this build and CPU lack, asked before anything runs
+    (executing one would be SIGILL)."""
+    if backend == "emulator":
+        return {}
+    from . import detect, native
+
+    why = {}
+    report = detect.report()
+    for name, kind in KINDS.items():
+        insn = isa.get(name)
+        if kind == "dot":
+            usable, reason = native.available(insn.group)
+            if not usable:
+                why[name] = reason
+        else:
+            usable, reason = native.available()
+            reason = reason if not usable else native.feature_missing(report, insn)
+            if reason is not None:
+                why[name] = reason
+    return why
+
+
 def _supported(backend: str) -> tuple:
     """Instructions the backend can run: the emulator all; native those its build and CPU have."""
-    if backend == "emulator":
-        return tuple(INSTRUCTIONS)
-    from . import native
-
-    return tuple(i for i in INSTRUCTIONS if native.available(isa.get(i).group)[0])
+    missing = unsupported(backend)
+    return tuple(name for name in KINDS if name not in missing)
 
 
 def record(path, backend: str = "emulator", seed: int = 2026, per_class: int = 4) -> dict:
     """Run the seeded cases on ``backend`` and write the vector file; returns its provenance."""
     chosen = _backend.resolve(backend)
-    cases = generate(seed, per_class, _supported(chosen))
+    skipped = {isa.get(name).mnemonic: why for name, why in unsupported(chosen).items()}
+    cases = generate(seed, per_class, tuple(n for n in KINDS if isa.get(n).mnemonic not in skipped))
     for case in cases:
         case.out = run_case(case, chosen)
     document = {
         "format": FORMAT,
         "version": VERSION,
-        "provenance": provenance(chosen, seed),
-        "cases": [
-            {
-                "instruction": case.instruction,
-                "label": case.label,
-                "shape": [int(case.c.shape[0]), int(case.a.shape[1] // INSTRUCTIONS[case.instruction][2]),
-                          int(case.c.shape[1])],
-                **{name: _hex(getattr(case, name), dtype) for name, dtype in
-                   zip(("c", "a", "b", "out"), _dtypes(case.instruction))},
-            }
-            for case in cases
-        ],
+        "provenance": {**provenance(chosen, seed), "skipped": skipped},
+        "cases": [_case_json(case) for case in cases],
     }
     if hasattr(path, "write"):  # an open text stream (the CLI's `record -`)
         json.dump(document, path, indent=1)
@@ -201,6 +227,19 @@ def record(path, backend: str = "emulator", seed: int = 2026, per_class: int = 4
             json.dump(document, f, indent=1)
             f.write("\n")
     return document["provenance"]
+
+
+def _case_json(case) -> dict:
+    if not isinstance(case, Case):
+        return case.to_json()
+    lanes = INSTRUCTIONS[case.instruction][2]
+    return {
+        "instruction": case.instruction,
+        "label": case.label,
+        "shape": [int(case.c.shape[0]), int(case.a.shape[1] // lanes), int(case.c.shape[1])],
+        **{name: _hex(getattr(case, name), dtype) for name, dtype in
+           zip(("c", "a", "b", "out"), _dtypes(case.instruction))},
+    }
 
 
 def _dtypes(instruction):
@@ -225,14 +264,16 @@ def load(path) -> tuple:
         raise VectorFileError(path, "nests arrays or objects too deeply to be a pyamx vector file") from None
     if not isinstance(document, dict) or document.get("format") != FORMAT:
         raise VectorFileError(path, f"is not a pyamx vector file (no \"format\": \"{FORMAT}\")")
-    if document.get("version") != VERSION:
-        raise VectorFileError(path, f"has format version {document.get('version')!r}; this pyamx reads {VERSION}")
+    version = document.get("version")
+    if type(version) is not int or version not in READS:
+        raise VectorFileError(path, f"has format version {version!r}; this pyamx reads "
+                              f"{', '.join(map(str, READS))}")
     if not isinstance(document.get("provenance"), dict) or not isinstance(document.get("cases"), list):
         raise VectorFileError(path, "lacks its \"provenance\" object or its \"cases\" list")
     if not document["cases"]:
         raise VectorFileError(path, "holds no cases: there is nothing to check")
     _check_provenance(path, document["provenance"])
-    cases = [_parse_case(path, i, raw) for i, raw in enumerate(document["cases"])]
+    cases = [_parse_case(path, i, raw, version) for i, raw in enumerate(document["cases"])]
     return document["provenance"], cases
 
 
@@ -240,7 +281,7 @@ def load(path) -> tuple:
 _PROVENANCE_TYPES = {
     "backend": (str,), "native_mode": (str, type(None)), "silicon": (bool,), "numerics": (str, type(None)),
     "cpu": (dict,), "kernel": (str,), "os": (str,), "pyamx": (str,), "python": (str,), "numpy": (str,),
-    "date": (str,), "seed": (int,),
+    "date": (str,), "seed": (int,), "skipped": (dict,),
 }
 _JSON_NAMES = {str: "a string", bool: "true/false", int: "an integer", dict: "an object", type(None): "null"}
 
@@ -257,19 +298,30 @@ def _check_provenance(path, prov: dict) -> None:
         if key in prov and (not isinstance(value, types) or (bool not in types and isinstance(value, bool))):
             expected = " or ".join(_JSON_NAMES[t] for t in types)
             raise VectorFileError(path, f"provenance field {key!r} is {_json_type(value)}; it must be {expected}")
-    bad = [k for k, v in prov.get("cpu", {}).items() if not isinstance(v, str)]
-    if bad:
-        raise VectorFileError(path, f"provenance field 'cpu' holds {bad[0]!r} as {_json_type(prov['cpu'][bad[0]])}; "
-                              "its values must be strings")
+    for key in ("cpu", "skipped"):
+        bad = [k for k, v in prov.get(key, {}).items() if not isinstance(v, str)]
+        if bad:
+            raise VectorFileError(path, f"provenance field {key!r} holds {bad[0]!r} as "
+                                  f"{_json_type(prov[key][bad[0]])}; its values must be strings")
 
 
-def _parse_case(path, index: int, raw) -> Case:
+def _parse_case(path, index: int, raw, version: int = VERSION):
     where = f"case {index}"
     if not isinstance(raw, dict):
         raise VectorFileError(path, f"{where} is not an object")
     instruction = raw.get("instruction")
-    if not isinstance(instruction, str) or instruction not in INSTRUCTIONS:
+    if not isinstance(instruction, str) or instruction not in KINDS:
         raise VectorFileError(path, f"{where} names an unknown instruction {instruction!r}")
+    kind = KINDS[instruction]
+    if kind != "dot":
+        if version < 2:
+            raise VectorFileError(path, f"{where} is a {kind} case ({instruction}); format version {version} "
+                                  "holds dot products only")
+
+        def fail(problem: str):
+            raise VectorFileError(path, f"{where} ({instruction}) {problem}")
+
+        return _vector_tiles.parse(raw, kind, fail)
     shape = raw.get("shape")
     # type() and not isinstance(): JSON's true is a Python bool, which isinstance counts as an int.
     if not (isinstance(shape, list) and len(shape) == 3 and all(type(x) is int and 1 <= x <= 16 for x in shape)):
@@ -299,22 +351,27 @@ class ReplayResult:
     total: int
     mismatches: list  # (index, case, got)
     skipped: dict  # instruction -> count the backend cannot run
+    why: dict | None = None  # instruction -> why the backend cannot run it
+    tally: dict | None = None  # instruction -> [cases run, cases that differ], in file order
 
 
 def replay(path, backend: str = "emulator") -> ReplayResult:
     """Run every case of a vector file on ``backend`` and compare the output bits."""
     chosen = _backend.resolve(backend)
     prov, cases = load(path)
-    supported = _supported(chosen)
-    mismatches, skipped = [], {}
+    why = unsupported(chosen)
+    mismatches, skipped, tally = [], {}, {}
     for index, case in enumerate(cases):
-        if case.instruction not in supported:
+        if case.instruction in why:
             skipped[case.instruction] = skipped.get(case.instruction, 0) + 1
             continue
         got = run_case(case, chosen)
+        counts = tally.setdefault(case.instruction, [0, 0])
+        counts[0] += 1
         if not np.array_equal(got.view(case.out.dtype), case.out):
             mismatches.append((index, case, got))
-    return ReplayResult(prov, len(cases), mismatches, skipped)
+            counts[1] += 1
+    return ReplayResult(prov, len(cases), mismatches, skipped, {n: why[n] for n in skipped}, tally)
 
 
 def describe_provenance(prov: dict) -> str:
@@ -334,9 +391,17 @@ def format_replay(path, result: ReplayResult, backend: str, show: int = 5) -> st
     ran = result.total - sum(result.skipped.values())
     lines = [f"{path}: {describe_provenance(result.provenance)}",
              f"replayed on {backend}: {ran} cases, {ran - len(result.mismatches)} match, {len(result.mismatches)} differ"]
+    tally = result.tally or {}
+    for instruction in sorted(tally, key=lambda name: list(KINDS).index(name) if name in KINDS else len(KINDS)):
+        ran_here, differ = tally[instruction]
+        lines.append(f"  {instruction}: {ran_here} cases, {ran_here - differ} match, {differ} differ")
     for instruction, count in result.skipped.items():
-        lines.append(f"  skipped {count} {instruction} cases: this backend cannot run {instruction}")
+        reason = (result.why or {}).get(instruction) or f"this backend cannot run {instruction}"
+        lines.append(f"  skipped {count} {instruction} cases: {reason}")
     for index, case, got in result.mismatches[:show]:
+        if not isinstance(case, Case):
+            lines += case.mismatch_lines(index, got)
+            continue
         bad = np.argwhere(got.view(case.out.dtype) != case.out)
         m, n = (int(x) for x in bad[0])
         lines.append(
