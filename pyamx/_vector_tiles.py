@@ -102,8 +102,12 @@ def _float_dwords(rng, source: isa.Format, target: isa.Format, n: int) -> np.nda
     """fp32 words that test a conversion to ``target``: the source's specials, then words whose
     exponents sit at the target's edges (overflow, denormals, flush) and whose dropped mantissa
     bits are exact ties, just above or just below one, or random."""
-    fixed = np.array(source.special_values, np.uint32)
     drop = source.mantissa - target.mantissa  # mantissa bits the conversion rounds away
+    # the target's largest finite value, then half a step above it (a tie that rounds up to infinity)
+    # and just below that, both signs
+    top = (source.bias + target.bias) << source.mantissa | ((1 << target.mantissa) - 1) << drop
+    near_top = [top, top + (1 << (drop - 1)), top + (1 << (drop - 1)) - 1] if drop > 0 else [top]
+    fixed = np.array(list(source.special_values) + near_top + [w | 1 << 31 for w in near_top], np.uint32)
     edges = (source.bias - target.bias - target.mantissa - 2, source.bias - target.bias - target.mantissa,
              source.bias + 1 - target.bias, source.bias, source.bias + target.bias, source.bias + target.bias + 1)
     exps = np.clip(rng.choice(edges, n) + rng.integers(-1, 2, n), 0, 2 * source.bias + 1).astype(np.uint32)
