@@ -21,3 +21,32 @@ def child_env(base=None, drop=(), **extra) -> dict:
     env["PYTHONPATH"] = PYAMX_HOME + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     env.update(extra)
     return env
+
+
+def compiler():
+    """The C compiler the tests build their programs with: $CC, else cc or gcc; None without one."""
+    import shutil
+
+    return os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
+
+
+def require_pyamx_run() -> str:
+    """The preload library of ``pyamx run``, or skip the test saying why run cannot work here."""
+    import pytest
+
+    import pyamx.run
+
+    try:
+        return pyamx.run.preload_file()
+    except pyamx.run.RunError as exc:
+        pytest.skip(f"pyamx run is unavailable here: {exc}")
+
+
+def pyamx_run(*args, timeout=240, **kwargs):
+    """``python -m pyamx run ARGS`` as a user types it, from :data:`PYAMX_HOME`; the CompletedProcess
+    (text, output captured). Keyword arguments go to subprocess.run (``input``, ``env``)."""
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, "-m", "pyamx", "run", *map(str, args)], capture_output=True,
+                          text=True, timeout=timeout, cwd=PYAMX_HOME, **kwargs)

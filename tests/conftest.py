@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import gc
+import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -115,3 +117,46 @@ def native_family():
     """A function ``(family) -> pyamx.native`` that skips/fails when that kernel family cannot run."""
     return _native_or_skip
 
+
+
+# ---- C programs the tests build: the built path, or skip saying why ---------
+
+PROGRAMS = Path(__file__).resolve().parent / "programs"
+
+
+@pytest.fixture(scope="session")
+def c_program(tmp_path_factory):
+    """``build(name, *flags, sources=(), libs=(), output=None, optional=False, needs_run=False) -> Path``.
+
+    Builds tests/programs/<name>.c (plus ``sources``, paths; ``libs`` last on the command line)
+    with :func:`childproc.compiler` and ``flags`` into ``output`` (a file name; default ``name``) once per session. Skips where there
+    is no compiler, or where ``needs_run`` and ``pyamx run`` cannot work here; a failed build skips
+    where ``optional`` (the compiler may lack AMX intrinsics) and fails the test otherwise, with
+    the compiler's message either way.
+    """
+    from childproc import compiler, require_pyamx_run
+
+    built: dict = {}
+
+    def build(name, *flags, sources=(), libs=(), output=None, optional=False, needs_run=False) -> Path:
+        source = PROGRAMS / f"{name}.c"
+        cc = compiler()
+        if not cc:
+            pytest.skip(f"no C compiler to build tests/programs/{source.name}")
+        if needs_run:
+            require_pyamx_run()
+        key = (name, flags, tuple(map(str, sources)), libs, output)
+        if key not in built:
+            out = tmp_path_factory.mktemp("programs") / (output or name)
+            proc = subprocess.run([cc, *flags, "-o", str(out), str(source), *map(str, sources), *libs],
+                                  capture_output=True, text=True, timeout=300)
+            built[key] = (out, proc)
+        out, proc = built[key]
+        if proc.returncode != 0:
+            why = f"{cc} cannot build tests/programs/{source.name}: {proc.stderr.strip()[:300]}"
+            if optional:
+                pytest.skip(why)
+            pytest.fail(why, pytrace=False)
+        return out
+
+    return build

@@ -9,27 +9,21 @@ results are compared bit for bit with pyamx's emulator as in test_run.py.
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 from importlib import metadata
 
 import pytest
 
-from test_run import PKG_PARENT, PROGRAM, _cpu_has_amx, check_blocks, pytestmark  # noqa: F401  (same platform skip)
+from childproc import PYAMX_HOME
+from test_run import _cpu_has_amx, check_blocks, pytestmark  # noqa: F401  (same platform skip)
 
 
 @pytest.fixture(scope="module")
-def amx_lib(tmp_path_factory):
-    cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
-    if not cc:
-        pytest.skip("no C compiler (cc) to build tests/programs/amx_prog.c")
-    out = tmp_path_factory.mktemp("amxlib") / "libamx_prog.so"
-    proc = subprocess.run([cc, "-O1", "-pthread", "-shared", "-fPIC", "-Dmain=amx_prog_main", "-o", str(out),
-                           str(PROGRAM), "-ldl"], capture_output=True, text=True)
-    if proc.returncode != 0:
-        pytest.skip(f"{cc} cannot build an AMX library (no AMX intrinsics?): {proc.stderr.strip()[:300]}")
-    return out
+def amx_lib(c_program):
+    # optional: a compiler without AMX intrinsics cannot build it
+    return c_program("amx_prog", "-O1", "-pthread", "-shared", "-fPIC", "-Dmain=amx_prog_main", libs=("-ldl",),
+                     output="libamx_prog.so", optional=True)
 
 
 CALL = """
@@ -44,7 +38,7 @@ def python(code, timeout=240):
     env = dict(os.environ)
     env.pop("PYAMX_TRAP_EMULATION", None)
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout,
-                          cwd=PKG_PARENT, env=env)
+                          cwd=PYAMX_HOME, env=env)
 
 
 def test_without_emulation_the_module_sees_no_amx(amx_lib):
@@ -141,7 +135,7 @@ def test_plugin_amx_require_accepts_pyamx_run(tmp_path, amx_lib):
         else ["-p", "pyamx.pytest_plugin"]
     proc = subprocess.run([sys.executable, "-m", "pyamx", "run", "--", sys.executable, "-m", "pytest", "-p",
                            "no:cacheprovider", *plugin, "-q", "--amx=require", str(tmp_path)],
-                          capture_output=True, text=True, cwd=PKG_PARENT, env=env, timeout=240)
+                          capture_output=True, text=True, cwd=PYAMX_HOME, env=env, timeout=240)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "1 passed" in proc.stdout
     check_blocks((tmp_path / "out.txt").read_text(), ["main0", "main1"])
@@ -164,6 +158,6 @@ def test_python_program_under_pyamx_run_keeps_emulating_through_faulthandler_and
     if through_shell:
         argv = ["sh", "-c", '"$0" "$@"; exit $?', *argv]  # sh forks, the child execs python
     proc = subprocess.run([sys.executable, "-m", "pyamx", "run", "--stats", "--", *argv],
-                          capture_output=True, text=True, cwd=PKG_PARENT, env=env, timeout=240)
+                          capture_output=True, text=True, cwd=PYAMX_HOME, env=env, timeout=240)
     assert proc.returncode == 0, proc.stderr
     check_blocks(proc.stdout, [f"t{i}.{j}" for i in range(4) for j in range(3)])

@@ -12,48 +12,25 @@ operands.
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 
 import pyamx
-import pyamx.run
+from childproc import pyamx_run
 from pyamx import isa
 
-HERE = Path(__file__).resolve().parent
-PROGRAM = HERE / "programs" / "new_extensions.c"
-# -m runs from the installed package's parent: a checkout's root holds an unbuilt pyamx/
-PKG_PARENT = str(Path(pyamx.__file__).resolve().parent.parent)
 DOTS = ("tdpbf8ps", "tdpbhf8ps", "tdphbf8ps", "tdphf8ps", "tcmmimfp16ps", "tcmmrlfp16ps", "tdpfp16ps")
 LOADS = ("tileloaddrs", "tileloaddrst1")
 ROWS = tuple(insn.name for insn in isa.TABLE if insn.is_row)
 
 
 @pytest.fixture(scope="module")
-def program(tmp_path_factory):
-    cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
-    if not cc:
-        pytest.skip("no C compiler to build tests/programs/new_extensions.c")
-    try:
-        pyamx.run.preload_file()
-    except pyamx.run.RunError as exc:
-        pytest.skip(f"pyamx run is unavailable here: {exc}")
-    out = tmp_path_factory.mktemp("programs") / "new_extensions"
-    proc = subprocess.run([cc, "-O1", "-o", str(out), str(PROGRAM)], capture_output=True, text=True)
-    if proc.returncode != 0:
-        pytest.skip(f"{cc} cannot build tests/programs/new_extensions.c: {proc.stderr.strip()[:300]}")
-    return out
+def program(c_program):
+    return c_program("new_extensions", "-O1", optional=True, needs_run=True)
 
 
 def run_cases(program, lines, *args):
-    proc = subprocess.run([sys.executable, "-m", "pyamx", "run", "--", str(program), *args],
-                          input="".join(line + "\n" for line in lines), capture_output=True, text=True,
-                          timeout=300, cwd=PKG_PARENT)
+    proc = pyamx_run("--", program, *args, input="".join(line + "\n" for line in lines), timeout=300)
     assert proc.returncode == 0, proc.stderr
     answers = proc.stdout.split()
     assert len(answers) == len(lines), proc.stderr

@@ -28,12 +28,8 @@ import numpy as np
 import pytest
 
 import pyamx
+from childproc import PYAMX_HOME, pyamx_run, require_pyamx_run
 
-HERE = Path(__file__).resolve().parent
-PROGRAM = HERE / "programs" / "amx_prog.c"
-# Child Pythons run from the directory holding the pyamx this process imported (a checkout or
-# site-packages), so that `python -m pyamx` there is the same, built package.
-PKG_PARENT = str(Path(pyamx.__file__).resolve().parent.parent)
 PATHS = ["syscall", "symbol", "raw"]
 DOTS = {"tdpbf16ps", "tdpfp16ps", "tdpbssd", "tdpbsud", "tdpbusd", "tdpbuud"}
 
@@ -51,31 +47,13 @@ def _cpu_has_amx() -> bool:
 
 @pytest.fixture(scope="module")
 def preload():
-    from pyamx import run
-
-    try:
-        return run.preload_path()
-    except run.RunError as exc:
-        pytest.skip(str(exc))
+    return Path(require_pyamx_run())
 
 
 @pytest.fixture(scope="module")
-def program(tmp_path_factory, preload):
-    cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
-    if not cc:
-        pytest.skip("no C compiler (cc) to build tests/programs/amx_prog.c")
-    out = tmp_path_factory.mktemp("programs") / "amx_prog"
-    proc = subprocess.run([cc, "-O1", "-pthread", "-o", str(out), str(PROGRAM), "-ldl"],
-                          capture_output=True, text=True)
-    if proc.returncode != 0:
-        pytest.skip(f"{cc} cannot build an AMX program (no AMX intrinsics?): {proc.stderr.strip()[:300]}")
-    return out
-
-
-def pyamx_run(*args, timeout=240):
-    """``python -m pyamx run ARGS`` as a user types it; the CompletedProcess."""
-    return subprocess.run([sys.executable, "-m", "pyamx", "run", *map(str, args)], capture_output=True,
-                          text=True, timeout=timeout, cwd=PKG_PARENT)
+def program(c_program, preload):
+    # optional: a compiler without AMX intrinsics cannot build it
+    return c_program("amx_prog", "-O1", "-pthread", libs=("-ldl",), optional=True)
 
 
 def blocks(stdout: str):
@@ -303,7 +281,7 @@ def test_run_starts_without_the_heavy_imports():
             "status = cli.main(['run', '--', 'true'])\n"
             f"print(sorted(m for m in set(sys.modules) - before if m.split('.')[0] in {heavy!r} or m in {heavy!r}))\n"
             "sys.exit(status)\n")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=PKG_PARENT)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=PYAMX_HOME)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "[]"
 
@@ -316,7 +294,7 @@ def test_output_environment_and_descriptors_are_the_programs(tmp_path):
     # A shell opens descriptor 3 and execs pyamx run, as `pyamx run -- prog 3>file` would.
     outer = (f"exec 3>{shlex.quote(str(extra))}; exec {shlex.quote(sys.executable)} -m pyamx run -- "
              f"sh -c {shlex.quote(inner)}")
-    proc = subprocess.run(["sh", "-c", outer], capture_output=True, text=True, timeout=120, cwd=PKG_PARENT,
+    proc = subprocess.run(["sh", "-c", outer], capture_output=True, text=True, timeout=120, cwd=PYAMX_HOME,
                           env={**os.environ, "PYAMX_TEST_VALUE": "kept value"})
     lines = proc.stdout.splitlines()
     assert proc.returncode == 0, proc.stderr

@@ -10,34 +10,18 @@ from __future__ import annotations
 
 import os
 import select
-import shutil
 import signal
-import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
-import pyamx.run
-
-PROGRAM = Path(__file__).resolve().parent / "programs" / "signal_count.c"
-# -m runs from the installed package's parent: a checkout's root holds an unbuilt pyamx/
-PKG_PARENT = str(Path(pyamx.run.__file__).resolve().parent.parent)
+from childproc import PYAMX_HOME, pyamx_run, require_pyamx_run
 
 
 @pytest.fixture(scope="module")
-def program(tmp_path_factory):
-    cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
-    if not cc:
-        pytest.skip("no C compiler to build tests/programs/signal_count.c")
-    try:
-        pyamx.run.preload_file()
-    except pyamx.run.RunError as exc:
-        pytest.skip(f"pyamx run is unavailable here: {exc}")
-    out = tmp_path_factory.mktemp("programs") / "signal_count"
-    subprocess.run([cc, "-O1", "-o", str(out), str(PROGRAM)], check=True, capture_output=True)
-    return out
+def program(c_program):
+    return c_program("signal_count", "-O1", needs_run=True)
 
 
 def _read_until(fd, buf: bytearray, token: bytes, timeout: float) -> bool:
@@ -61,7 +45,7 @@ def test_a_terminal_ctrl_c_arrives_once_and_a_sent_sigterm_is_forwarded_once(pro
     pid, fd = pty.fork()
     if pid == 0:  # the child: session leader of the pty, so pyamx run and the program are its foreground group
         try:
-            os.chdir(PKG_PARENT)
+            os.chdir(PYAMX_HOME)
             os.execv(sys.executable, [sys.executable, "-m", "pyamx", "run", "--", str(program)])
         finally:
             os._exit(127)
@@ -83,12 +67,8 @@ def test_a_terminal_ctrl_c_arrives_once_and_a_sent_sigterm_is_forwarded_once(pro
 
 @pytest.mark.parametrize("path", ["/nonexistent-dir/report.txt", "/proc/version"])
 def test_an_unwritable_stats_file_keeps_the_programs_exit_status(path):
-    try:
-        pyamx.run.preload_file()
-    except pyamx.run.RunError as exc:
-        pytest.skip(f"pyamx run is unavailable here: {exc}")
-    proc = subprocess.run([sys.executable, "-m", "pyamx", "run", "--stats-file", path, "--", "sh", "-c", "exit 7"],
-                          capture_output=True, text=True, timeout=120, cwd=PKG_PARENT)
+    require_pyamx_run()
+    proc = pyamx_run("--stats-file", path, "--", "sh", "-c", "exit 7", timeout=120)
     assert proc.returncode == 7, proc.stderr
     assert "could not be written" in proc.stderr and "emulated in" in proc.stderr
 
@@ -96,16 +76,12 @@ def test_an_unwritable_stats_file_keeps_the_programs_exit_status(path):
 def test_the_counters_file_has_no_name_and_a_reused_descriptor_keeps_its_own_file(tmp_path):
     # issue 18: descendants used to reopen the counters by name, which another user could swap
     # for a symlink; now the file is unlinked at once and travels as a descriptor (docs/run.md).
-    try:
-        pyamx.run.preload_file()
-    except pyamx.run.RunError as exc:
-        pytest.skip(f"pyamx run is unavailable here: {exc}")
+    require_pyamx_run()
     other = tmp_path / "other"
     script = (f'fd=${{PYAMX_RUN_STATS%%:*}}; eval "exec $fd>{other}"; echo "names: $(ls -A "$TMPDIR")"; '
               'sh -c "exit 0"; echo "variable: $PYAMX_RUN_STATS"')
     env = dict(os.environ, TMPDIR=str(tmp_path))
-    proc = subprocess.run([sys.executable, "-m", "pyamx", "run", "--stats", "--", "sh", "-c", script],
-                          capture_output=True, text=True, timeout=120, cwd=PKG_PARENT, env=env)
+    proc = pyamx_run("--stats", "--", "sh", "-c", script, timeout=120, env=env)
     assert proc.returncode == 0, proc.stderr
     lines = dict(line.split(": ", 1) for line in proc.stdout.splitlines())
     assert lines["names"] == "other", proc.stdout  # while the program runs, no counters file under any name

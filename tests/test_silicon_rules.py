@@ -16,10 +16,7 @@ that promises silicon).
 
 from __future__ import annotations
 
-import os
-import shutil
 import subprocess
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -30,13 +27,12 @@ from pyamx.emulator import TileMachine
 from pyamx.errors import GeneralProtectionFault, InvalidOpcodeFault
 from pyamx.tilecfg import TileConfig
 
-PROGRAM = Path(__file__).parent / "programs" / "fault_rules.c"
 BUFFER = np.zeros(16 * 64 + 64, np.uint8)  # the program's buffer: any tile at stride 64 fits
 OPS = ["ldtilecfg", "tilezero", "tileloadd", "tileloaddt1", "tilestored", "tdpbf16ps", "tdpbssd"]
 
 
 @pytest.fixture(scope="module")
-def silicon_program(tmp_path_factory):
+def silicon_program(c_program):
     from pyamx import detect
 
     report = detect.report()
@@ -46,14 +42,8 @@ def silicon_program(tmp_path_factory):
             pytest.fail(f"PYAMX_REQUIRE_NATIVE=1 without the trap mode promises silicon, but this test {reason}",
                         pytrace=False)
         pytest.skip(reason)
-    cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
-    if not cc:
-        pytest.skip("no C compiler to build tests/programs/fault_rules.c")
-    out = tmp_path_factory.mktemp("fault_rules") / "fault_rules"
-    proc = subprocess.run([cc, "-O1", "-o", str(out), str(PROGRAM)], capture_output=True, text=True)
-    if proc.returncode:
-        pytest.skip(f"{cc} cannot build an AMX program: {proc.stderr.strip()[:300]}")
-    return out
+    # optional: a compiler without AMX intrinsics cannot build it
+    return c_program("fault_rules", "-O1", optional=True)
 
 
 def _line(op: str, tiles, cfg: bytes) -> str:

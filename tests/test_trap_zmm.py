@@ -9,30 +9,21 @@ refused with an error. Needs x86-64 Linux with AVX-512 (this test skips elsewher
 from __future__ import annotations
 
 import platform
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-PROGRAM = ROOT / "tests" / "programs" / "zmm_frame.c"
 SKIPPED = 77  # the program's exit code where the CPU or OS has no AVX-512
 
 
 @pytest.fixture(scope="module")
-def program(tmp_path_factory):
+def program(c_program):
     if platform.machine().lower() not in ("x86_64", "amd64") or platform.system() != "Linux":
         pytest.skip("signal frames of x86-64 Linux only")
-    cc = shutil.which("cc") or shutil.which("gcc")
-    if cc is None:
-        pytest.skip("no C compiler (cc) to build tests/programs/zmm_frame.c")
-    exe = tmp_path_factory.mktemp("zmm") / "zmm_frame"
-    built = subprocess.run([cc, "-O2", "-mavx512f", "-Wall", "-Wextra", "-Werror", f"-I{ROOT / 'csrc' / 'trap'}",
-                            str(PROGRAM), str(ROOT / "csrc" / "trap" / "zmm.c"), "-o", str(exe)],
-                           capture_output=True, text=True, timeout=120)
-    assert built.returncode == 0, built.stderr
-    return exe
+    return c_program("zmm_frame", "-O2", "-mavx512f", "-Wall", "-Wextra", "-Werror", f"-I{ROOT / 'csrc' / 'trap'}",
+                     sources=(ROOT / "csrc" / "trap" / "zmm.c",))
 
 
 def test_set_zmm_reaches_the_registers_after_sigreturn(program):
