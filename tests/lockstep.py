@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from pyamx import isa
 from pyamx.emulator import TileMachine
 from pyamx.errors import AMXError, AMXFault, ReentrantUseError
 from pyamx.tilecfg import TileConfig
@@ -38,13 +39,15 @@ MAX_OFFSET = 2048
 MAX_STRIDE = 300
 BUFFER_SIZES = (4, 64, 200, 1024, 2048)
 
-DOT_NAMES = ("tdpbf16ps", "tdpfp16ps", "tdpbssd", "tdpbsud", "tdpbusd", "tdpbuud")
+#: every dot product of the table, the AMX-FP8 and AMX-COMPLEX rows included
+DOT_NAMES = isa.DOT_NAMES
 
 
 def native_dot_names() -> tuple:
     """The dot products the native side runs here: on silicon only those whose extension the CPU has
-    (a Sapphire Rapids has no AMX-FP16), everywhere else (trap mode, or no native) all of them."""
-    from pyamx import detect, isa
+    (a Sapphire Rapids has no AMX-FP16, AMX-COMPLEX nor AMX-FP8), everywhere else (trap mode, or no
+    native) all of them."""
+    from pyamx import detect
 
     rep = detect.report()
     if not rep.native_usable:

@@ -27,3 +27,20 @@ def test_pyamx_run_runs_from_the_package_parent():
     require_pyamx_run()
     proc = pyamx_run("--", "sh", "-c", "pwd -P; exit 3", timeout=60)
     assert proc.returncode == 3 and proc.stdout.strip() == os.path.realpath(PYAMX_HOME), proc.stderr
+
+
+@pytest.mark.parametrize("usable, kernels", [(False, ()), (True, ("bf16", "int8")), (True, ("bf16", "int8", "fp8"))])
+def test_the_lockstep_fuzz_draws_the_tables_dot_products_the_native_side_runs(monkeypatch, usable, kernels):
+    """Without native every dot product of the table (the trap mode emulates them all); on silicon
+    those whose kernel group the CPU and build have, so the fuzz never asks for a refused one."""
+    from types import SimpleNamespace
+
+    import lockstep
+    from pyamx import detect, isa
+
+    monkeypatch.setattr(detect, "report", lambda: SimpleNamespace(native_usable=usable, kernels=kernels))
+    names = lockstep.native_dot_names()
+    if not usable:
+        assert set(names) == {i.name for i in isa.DOTS} and {"tdpbf8ps", "tcmmimfp16ps"} <= set(names)
+    else:
+        assert set(names) == {i.name for i in isa.DOTS if i.group in kernels}
