@@ -272,18 +272,23 @@ def _probe_arguments(parser: argparse.ArgumentParser) -> None:
 def probe_command(args: argparse.Namespace) -> int:
     from . import probe
 
+    from . import _backend
+
     try:
         report = probe.probe(args.backend, args.numerics)
     except ValueError as exc:  # --numerics with the native backend
         print(f"pyamx probe: {exc}", file=sys.stderr)
         return 2
+    # the row instructions on the backend the dot products ran on
+    rows = probe.rows_report(_backend.resolve(args.backend, numerics=args.numerics), args.numerics)
     if args.json:
         import json
 
-        json.dump(report, sys.stdout, indent=2)
+        json.dump({**report, "rows": rows}, sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
         print(probe.format_report(report))
+        print(probe.format_rows(rows))
     return 0
 
 

@@ -468,3 +468,41 @@ def probe_rows(backend: str = "emulator", numerics=None) -> dict:
         out[point] = {"verdict": matches[0] if len(matches) == 1 else None, "candidates": matches,
                       "observed": observed}
     return out
+
+
+def rows_report(backend: str = "emulator", numerics=None) -> dict:
+    """:func:`probe_rows` for the CLI: ``{"probed": True, "points": ...}``, or ``{"probed": False,
+    "reason": why}`` where ``backend`` cannot run the row instructions (native without AMX-AVX512:
+    the native machine refuses before anything runs)."""
+    from .errors import NativeUnavailableError
+
+    try:
+        return {"probed": True, "points": probe_rows(str(backend), numerics)}
+    except NativeUnavailableError as exc:
+        return {"probed": False, "reason": str(exc)}
+
+
+def _lanes(observed) -> str:
+    lanes, start_row = observed
+    if isinstance(lanes, str):  # "#UD"
+        text = lanes
+    else:
+        shown = len(lanes) - next((i for i, x in enumerate(reversed(lanes)) if x), len(lanes))
+        text = " ".join(f"{x:08x}" for x in lanes[:shown])
+        text = f"{text} (lanes {shown}-15 zero)" if 0 < shown < len(lanes) else text or "every lane zero"
+    return f"{text}; start_row after {start_row}"
+
+
+def format_rows(report: dict) -> str:
+    """The row instructions' points (AMX-AVX512, docs/semantics.md section 9) as text."""
+    if not report["probed"]:
+        return f"  row instructions: not probed: {report['reason']}"
+    lines = ["  row instructions (AMX-AVX512):"]
+    for point, result in report["points"].items():
+        verdict, matches = result["verdict"], result["candidates"]
+        text = repr(verdict) if verdict is not None else (
+            f"ambiguous, any of {matches}" if matches else "no emulator option reproduces it")
+        lines.append(f"  {point:11s}: {text}")
+        for e, observed in zip(ROW_EXPERIMENTS[point], result["observed"]):
+            lines.append(f"      {e.name}: observed {_lanes(observed)}")
+    return "\n".join(lines)

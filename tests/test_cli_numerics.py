@@ -71,3 +71,31 @@ def test_native_recording_says_what_it_was(native, tmp_path):
     assert prov["native_mode"] == mode and prov["silicon"] == (mode == "silicon")
     if mode == "trap":
         assert "native (trap mode) (NOT silicon)" in vectors.describe_provenance(prov)
+
+
+def test_probe_cli_prints_the_row_instructions_points_too():
+    """Every point of probe.ROW_EXPERIMENTS, with probe_rows' verdict, in the text and the JSON."""
+    rows = probe.probe_rows("emulator")
+    text = _pyamx("probe", "--backend", "emulator", check_rc=0).stdout
+    assert "row instructions (AMX-AVX512):" in text
+    for point, experiments in probe.ROW_EXPERIMENTS.items():
+        assert f"  {point:11s}: {rows[point]['verdict']!r}" in text, point
+        for e in experiments:
+            assert f"      {e.name}: observed " in text, e.name
+    report = json.loads(_pyamx("probe", "--backend", "emulator", "--json", check_rc=0).stdout)
+    assert report["rows"]["probed"] is True
+    assert {p: r["verdict"] for p, r in report["rows"]["points"].items()} == {p: r["verdict"] for p, r in rows.items()}
+    assert report["rows"]["points"]["row_index"]["verdict"] == "storage"  # the sdm model's rule
+
+
+def test_native_probe_cli_names_why_the_row_points_were_not_probed(native):
+    """In a child: where the CPU lacks AMX-AVX512 the native machine refuses, and probe says so (no SIGILL)."""
+    from pyamx import detect
+
+    proc = _pyamx("probe", "--backend", "native", check_rc=0)
+    report = detect.report()
+    if report.mode == "silicon" and not report.cpu.get("amx_avx512"):
+        line = next(x for x in proc.stdout.splitlines() if "row instructions: not probed:" in x)
+        assert "AMX-AVX512" in line and "nothing ran" in line, line
+    else:
+        assert "row instructions (AMX-AVX512):" in proc.stdout
