@@ -112,12 +112,16 @@ struct f8_variant {
     int mr, nr;
     void (*run)(int64_t nb, const double *ap, const double *bp, float *c, int64_t ldc);
     void (*block_t)(const double *ap, const double *bp, float *t);
-    /* Optional (NULL: none): one block on int16 pairs (see F8_PAIRS) with exact int32 sums,
+    /* Optional (NULL: none): one block on int16 pairs (B's ldb words apart per step) with exact int32 sums,
      * c += float(sum) * a_scale[r] * b_scale[j]. Only for an MR x NR of 8 x 24. */
-    void (*run_int)(const uint32_t *ap, const uint32_t *bp, const float *as, const float *bs, float *c, int64_t ldc);
+    void (*run_int)(const uint32_t *ap, const uint32_t *bp, int64_t ldb, const float *as, const float *bs, float *c,
+                    int64_t ldc);
     /* With run_int: one row r of a block's t in doubles (t[j] = float of row r's sum for column j),
      * for the rows the int16 path leaves out. */
     void (*row_t)(const double *ap, int r, const double *bp, float *t);
+    /* With run_int: the same on a pair of adjacent column panels (MR x 2 NR) in one register tile,
+     * B's int16 pairs then laid out [pair][2 NR] (see b16_group). */
+    void (*run_int2)(const uint32_t *ap, const uint32_t *bp, const float *as, const float *bs, float *c, int64_t ldc);
 };
 
 #define P_MR 4
@@ -150,7 +154,7 @@ static void portable_run(int64_t nb, const double *ap, const double *bp, float *
                 c[r * ldc + j] = c[r * ldc + j] + (float)acc[r][j];
     }
 }
-static const struct f8_variant portable_variant = {P_MR, P_NR, portable_run, portable_block_t, 0, 0};
+static const struct f8_variant portable_variant = {P_MR, P_NR, portable_run, portable_block_t, 0, 0, 0};
 
 #if ENG_X86
 #define T512 __attribute__((target("avx512f,avx2,fma")))
@@ -196,21 +200,26 @@ T512 static void z_run(int64_t nb, const double *ap, const double *bp, float *c,
             }
     }
 }
-static const struct f8_variant avx512_variant = {Z_MR, Z_NR, z_run, z_block_t, 0, 0};
+static const struct f8_variant avx512_variant = {Z_MR, Z_NR, z_run, z_block_t, 0, 0, 0};
 
 /* AVX-512 VNNI: the same tile on int16 pairs, 8 zmm + 8 ymm int32 accumulators (vpdpwssd
  * wraps, so only the final sum must fit int32: the driver's bound sees to it). The
  * conversion to float is the one rounding; the scales are powers of two, exact on
  * results between 2^-32 and 2^39. */
 #define T512V __attribute__((target("avx512f,avx512vl,avx512vnni,avx2,fma")))
+/* acc += pairwise int16 products of x and y. Inline asm because GCC 12 copies the accumulator
+ * around _mm512_dpwssd_epi32 (and spills, with 24 of them live): perf showed 67 moves for 24
+ * vpdpwssd in the 8 x 48 loop. */
+#define DPW512(acc, x, y) __asm__("vpdpwssd %2, %1, %0" : "+v"(acc) : "v"(x), "v"(y))
+#define DPW256(acc, x, y) __asm__("vpdpwssd %2, %1, %0" : "+v"(acc) : "v"(x), "v"(y))
 #define V_ROW(r)                                                                        \
     do {                                                                                \
         __m512i a_ = _mm512_set1_epi32((int)ap[r]);                                     \
-        accz[r] = _mm512_dpwssd_epi32(accz[r], a_, bz);                                 \
-        accy[r] = _mm256_dpwssd_epi32(accy[r], _mm512_castsi512_si256(a_), by);         \
+        DPW512(accz[r], a_, bz);                                                        \
+        DPW256(accy[r], _mm512_castsi512_si256(a_), by);                                \
     } while (0)
-T512V static void z_int_block(const uint32_t *ap, const uint32_t *bp, const float *as, const float *bs, float *c,
-                              int64_t ldc)
+T512V static void z_int_block(const uint32_t *ap, const uint32_t *bp, int64_t ldb, const float *as, const float *bs,
+                              float *c, int64_t ldc)
 {
     __m512i accz[Z_MR];
     __m256i accy[Z_MR];
@@ -218,7 +227,7 @@ T512V static void z_int_block(const uint32_t *ap, const uint32_t *bp, const floa
         accz[r] = _mm512_setzero_si512();
         accy[r] = _mm256_setzero_si256();
     }
-    for (int s = 0; s < F8_BLOCK / 2; s++, ap += Z_MR, bp += Z_NR) {
+    for (int s = 0; s < F8_BLOCK / 2; s++, ap += Z_MR, bp += ldb) {
         __m512i bz = _mm512_loadu_si512(bp);
         __m256i by = _mm256_loadu_si256((const __m256i *)(bp + 16));
         V_ROW(0); V_ROW(1); V_ROW(2); V_ROW(3); V_ROW(4); V_ROW(5); V_ROW(6); V_ROW(7);
@@ -232,6 +241,42 @@ T512V static void z_int_block(const uint32_t *ap, const uint32_t *bp, const floa
         _mm512_storeu_ps(cp, _mm512_add_ps(_mm512_loadu_ps(cp), tz));
         _mm256_storeu_ps(cp + 16, _mm256_add_ps(_mm256_loadu_ps(cp + 16), ty));
     }
+}
+/* 8 x 48 (two column panels): 24 zmm int32 accumulators, all full width, and per step of
+ * two k 3 B loads and 8 broadcasts for 24 vpdpwssd, where the 8 x 24 tile spends 10 loads
+ * on 8 zmm + 8 half-width ymm ones. Same exactness argument as z_int_block, per column. */
+#define V2_ROW(r)                                                                       \
+    do {                                                                                \
+        __m512i a_ = _mm512_set1_epi32((int)ap[r]);                                     \
+        DPW512(x##r##0, a_, b0);                                                        \
+        DPW512(x##r##1, a_, b1);                                                        \
+        DPW512(x##r##2, a_, b2);                                                        \
+    } while (0)
+#define V2_OUT(r)                                                                       \
+    do {                                                                                \
+        float *cp = c + r * ldc;                                                        \
+        __m512 ar = _mm512_set1_ps(as[r]);                                              \
+        __m512 t0 = _mm512_mul_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(x##r##0), ar), s0);  \
+        __m512 t1 = _mm512_mul_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(x##r##1), ar), s1);  \
+        __m512 t2 = _mm512_mul_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(x##r##2), ar), s2);  \
+        _mm512_storeu_ps(cp, _mm512_add_ps(_mm512_loadu_ps(cp), t0));                   \
+        _mm512_storeu_ps(cp + 16, _mm512_add_ps(_mm512_loadu_ps(cp + 16), t1));         \
+        _mm512_storeu_ps(cp + 32, _mm512_add_ps(_mm512_loadu_ps(cp + 32), t2));         \
+    } while (0)
+/* Named accumulators, not an array: GCC 12 keeps an array of 24 in memory and stores it every step. */
+T512V static void z_int_block2(const uint32_t *ap, const uint32_t *bp, const float *as, const float *bs, float *c,
+                               int64_t ldc)
+{
+    __m512i x00, x01, x02, x10, x11, x12, x20, x21, x22, x30, x31, x32;
+    __m512i x40, x41, x42, x50, x51, x52, x60, x61, x62, x70, x71, x72;
+    x00 = x01 = x02 = x10 = x11 = x12 = x20 = x21 = x22 = x30 = x31 = x32 = _mm512_setzero_si512();
+    x40 = x41 = x42 = x50 = x51 = x52 = x60 = x61 = x62 = x70 = x71 = x72 = _mm512_setzero_si512();
+    for (int s = 0; s < F8_BLOCK / 2; s++, ap += Z_MR, bp += 2 * Z_NR) {
+        __m512i b0 = _mm512_loadu_si512(bp), b1 = _mm512_loadu_si512(bp + 16), b2 = _mm512_loadu_si512(bp + 32);
+        V2_ROW(0); V2_ROW(1); V2_ROW(2); V2_ROW(3); V2_ROW(4); V2_ROW(5); V2_ROW(6); V2_ROW(7);
+    }
+    __m512 s0 = _mm512_loadu_ps(bs), s1 = _mm512_loadu_ps(bs + 16), s2 = _mm512_loadu_ps(bs + 32);
+    V2_OUT(0); V2_OUT(1); V2_OUT(2); V2_OUT(3); V2_OUT(4); V2_OUT(5); V2_OUT(6); V2_OUT(7);
 }
 /* Two accumulators per 8 columns (even and odd k): any order of an exact sum is the same sum,
  * and NaNs and infinities combine as in one. */
@@ -250,7 +295,8 @@ T512 static void z_row_t(const double *ap, int r, const double *bp, float *t)
     for (int x = 0; x < 3; x++)
         _mm256_storeu_ps(t + 8 * x, _mm512_cvtpd_ps(_mm512_add_pd(even[x], odd[x])));
 }
-static const struct f8_variant avx512_vnni_variant = {Z_MR, Z_NR, z_run, z_block_t, z_int_block, z_row_t};
+static const struct f8_variant avx512_vnni_variant = {Z_MR, Z_NR, z_run, z_block_t, z_int_block, z_row_t,
+                                                      z_int_block2};
 
 /* AVX2: 4 rows x 12 columns, 12 ymm accumulators of 4 doubles. */
 #define Y_MR 4
@@ -292,7 +338,7 @@ T256 static void y_run(int64_t nb, const double *ap, const double *bp, float *c,
             }
     }
 }
-static const struct f8_variant avx2_variant = {Y_MR, Y_NR, y_run, y_block_t, 0, 0};
+static const struct f8_variant avx2_variant = {Y_MR, Y_NR, y_run, y_block_t, 0, 0, 0};
 #endif
 
 static int int_path_on = 1;
@@ -507,6 +553,30 @@ static void pack_a(struct f8_job *J)
     panel_spans(J->a_hi, J->a_lo, J->nblk, 1, J->mp, mr, J->nblk, J->sa);
 }
 
+/* B's int16 pairs are stored by groups of column panels: pairs (0, 1), (2, 3), ... where the
+ * variant has run_int2 (one register tile spans both), a last odd panel alone. A group of g
+ * panels holds, per block and step of two k, g x NR words: [group][block][step][g x NR], and
+ * its scales [group][block][g x NR]; either way a group takes g panels' room. Returns the
+ * group's first panel; *width: its g x NR. */
+static inline int64_t b16_group(const struct f8_job *J, int64_t q, int *width)
+{
+    int nr = J->v->nr;
+    int64_t q0 = J->v->run_int2 ? q & ~(int64_t)1 : q;
+    *width = (q0 + 1 < J->nq && J->v->run_int2) ? 2 * nr : nr;
+    return q0;
+}
+static inline int64_t b16_offset(const struct f8_job *J, int64_t q, int64_t blk, int *width)
+{
+    int64_t q0 = b16_group(J, q, width);
+    return q0 * J->nblk * (F8_BLOCK / 2) * J->v->nr + blk * (F8_BLOCK / 2) * *width + (q - q0) * J->v->nr;
+}
+static inline int64_t b_scale_offset(const struct f8_job *J, int64_t q, int64_t blk)
+{
+    int width;
+    int64_t q0 = b16_group(J, q, &width);
+    return q0 * J->nblk * J->v->nr + blk * width + (q - q0) * J->v->nr;
+}
+
 /* B's int16 pairs, from the packed doubles of usable columns: value x 2^(scale - shift) is
  * the integer image >> shift, exact (so no rounding mode or exception flag can act). */
 static void pack_b_int(struct f8_job *J, const uint32_t *ors, const uint8_t *special)
@@ -515,8 +585,8 @@ static void pack_b_int(struct f8_job *J, const uint32_t *ors, const uint8_t *spe
     int64_t npad = J->nq * nr, kpad = J->nblk * F8_BLOCK;
     for (int64_t q = 0; q < J->nq; q++)
         for (int64_t blk = 0; blk < J->nblk; blk++) {
-            int64_t pb = q * J->nblk + blk;
-            int all_ok = 1;
+            int64_t pb = q * J->nblk + blk, so = b_scale_offset(J, q, blk);
+            int all_ok = 1, width;
             uint32_t largest = 0;
             double inverse[ENG_MAX_NR];
             for (int j = 0; j < nr; j++) {
@@ -525,16 +595,16 @@ static void pack_b_int(struct f8_job *J, const uint32_t *ors, const uint8_t *spe
                 int shift = bits ? __builtin_ctz(bits) : 0;
                 all_ok &= !special[at] && (bits >> shift) < (1u << 15);
                 largest = (bits >> shift) > largest ? bits >> shift : largest; /* >= every |value| */
-                J->b_scale[pb * nr + j] = (float)ldexp(1.0, shift - J->tb->scale);
+                J->b_scale[so + j] = (float)ldexp(1.0, shift - J->tb->scale);
                 inverse[j] = ldexp(1.0, J->tb->scale - shift);
             }
             J->b_int_ok[pb] = (uint8_t)all_ok;
             J->b_abs_max[pb] = largest;
-            uint32_t *dst = J->b16 + pb * (F8_BLOCK / 2) * nr;
+            uint32_t *dst = J->b16 + b16_offset(J, q, blk, &width);
             const double *row = J->bp + (q * kpad + blk * F8_BLOCK) * nr;
             if (!all_ok) /* never read: the tile takes the double path */
                 continue;
-            for (int s = 0; s < F8_BLOCK / 2; s++, row += 2 * nr, dst += nr)
+            for (int s = 0; s < F8_BLOCK / 2; s++, row += 2 * nr, dst += width)
                 for (int j = 0; j < nr; j++)
                     dst[j] = (uint16_t)(int16_t)(int32_t)(row[j] * inverse[j]) |
                              (uint32_t)(uint16_t)(int16_t)(int32_t)(row[nr + j] * inverse[j]) << 16;
@@ -635,58 +705,99 @@ static void finish_rows(const struct f8_job *J, int64_t kb, int64_t r0, int64_t 
     }
 }
 
-static void run_tile(const struct f8_job *J, int64_t p, int64_t q, int64_t kb0, int64_t kb1)
+/* The rows of a tile's block that the int16 path left out: a double sum each, with finish_rows's
+ * exact fallback. */
+static void left_out_rows(const struct f8_job *J, int64_t p, int64_t q, int64_t kb, const double *ap,
+                          const double *bp, int rows, int cols, float *c, int64_t ldc)
+{
+    float t[ENG_MAX_MR * ENG_MAX_NR];
+    unsigned bad = J->a_bad_rows[p * J->nblk + kb];
+    for (int r = 0; r < rows; r++)
+        if (bad >> r & 1) {
+            J->v->row_t(ap, r, bp, t + r * J->v->nr);
+            finish_rows(J, kb, p * J->v->mr, q * J->v->nr, r, r + 1, cols, t, J->v->nr, c, ldc);
+        }
+}
+
+/* Blocks [kb, kb1) of one MR x NR tile, c at the tile; returns the next block to run: the
+ * double kernel takes a run of blocks in one call. */
+static int64_t panel_blocks(const struct f8_job *J, int64_t p, int64_t q, int64_t kb, int64_t kb1, int rows, int cols,
+                            float *c, int64_t ldc)
 {
     const struct f8_variant *v = J->v;
     int mr = v->mr, nr = v->nr;
+    int64_t kpad = J->nblk * F8_BLOCK;
+    const double *ap = J->ap + p * kpad * mr + kb * F8_BLOCK * mr;
+    const double *bp = J->bp + q * kpad * nr + kb * F8_BLOCK * nr;
+    if (int_exact(J, p, q, kb)) {
+        int64_t pa = p * J->nblk + kb;
+        int width;
+        int64_t bo = b16_offset(J, q, kb, &width);
+        v->run_int(J->a16 + pa * (F8_BLOCK / 2) * mr, J->b16 + bo, width, J->a_scale + pa * mr,
+                   J->b_scale + b_scale_offset(J, q, kb), c, ldc);
+        left_out_rows(J, p, q, kb, ap, bp, rows, cols, c, ldc);
+        return kb + 1;
+    }
+    if (tile_exact(J, p, q, kb)) {
+        int64_t ke = kb + 1;
+        while (ke < kb1 && tile_exact(J, p, q, ke) && !int_exact(J, p, q, ke))
+            ke++;
+        v->run(ke - kb, ap, bp, c, ldc);
+        return ke;
+    }
+    float t[ENG_MAX_MR * ENG_MAX_NR];
+    v->block_t(ap, bp, t);
+    finish_rows(J, kb, p * mr, q * nr, 0, rows, cols, t, nr, c, ldc);
+    return kb + 1;
+}
+
+/* Blocks [kb0, kb1) of row panel p and the w (1 or 2) column panels from q: a pair's blocks
+ * where both panels are int16-exact run as one MR x 2 NR register tile (run_int2), the others
+ * panel by panel. An edge tile runs on a full-size copy of C. */
+static void run_tile(const struct f8_job *J, int64_t p, int64_t q, int w, int64_t kb0, int64_t kb1)
+{
+    const struct f8_variant *v = J->v;
+    int mr = v->mr, nr = v->nr, wide = w * nr;
     int64_t r0 = p * mr, c0 = q * nr, kpad = J->nblk * F8_BLOCK;
-    int rows = (int)(J->m - r0 < mr ? J->m - r0 : mr), cols = (int)(J->n - c0 < nr ? J->n - c0 : nr);
-    float local[ENG_MAX_MR * ENG_MAX_NR], t[ENG_MAX_MR * ENG_MAX_NR];
+    int rows = (int)(J->m - r0 < mr ? J->m - r0 : mr), cols = (int)(J->n - c0 < wide ? J->n - c0 : wide);
+    float local[ENG_MAX_MR * 2 * ENG_MAX_NR];
     float *c = J->c + r0 * J->ldc + c0;
     int64_t ldc = J->ldc;
-    if (rows < mr || cols < nr) { /* an edge tile runs on a full-size copy */
+    if (rows < mr || cols < wide) {
         memset(local, 0, sizeof local);
         for (int r = 0; r < rows; r++)
-            memcpy(local + r * nr, c + r * ldc, (size_t)cols * 4);
+            memcpy(local + r * wide, c + r * ldc, (size_t)cols * 4);
         c = local;
-        ldc = nr;
+        ldc = wide;
     }
-    const double *ap = J->ap + p * kpad * mr + kb0 * F8_BLOCK * mr;
-    const double *bp = J->bp + q * kpad * nr + kb0 * F8_BLOCK * nr;
+    int cols0 = cols < nr ? cols : nr, cols1 = cols - cols0;
     for (int64_t kb = kb0; kb < kb1;) {
-        if (int_exact(J, p, q, kb)) {
-            int64_t pa = p * J->nblk + kb, qb = q * J->nblk + kb;
-            v->run_int(J->a16 + pa * (F8_BLOCK / 2) * mr, J->b16 + qb * (F8_BLOCK / 2) * nr, J->a_scale + pa * mr,
-                       J->b_scale + qb * nr, c, ldc);
-            for (int r = 0; r < rows; r++)
-                if (J->a_bad_rows[pa] >> r & 1) {
-                    v->row_t(ap, r, bp, t + r * nr);
-                    finish_rows(J, kb, r0, c0, r, r + 1, cols, t, nr, c, ldc);
-                }
-            ap += F8_BLOCK * mr;
-            bp += F8_BLOCK * nr;
+        if (w == 2 && int_exact(J, p, q, kb) && int_exact(J, p, q + 1, kb)) {
+            int64_t pa = p * J->nblk + kb;
+            int width;
+            v->run_int2(J->a16 + pa * (F8_BLOCK / 2) * mr, J->b16 + b16_offset(J, q, kb, &width),
+                        J->a_scale + pa * mr, J->b_scale + b_scale_offset(J, q, kb), c, ldc);
+            const double *ap = J->ap + p * kpad * mr + kb * F8_BLOCK * mr;
+            left_out_rows(J, p, q, kb, ap, J->bp + q * kpad * nr + kb * F8_BLOCK * nr, rows, cols0, c, ldc);
+            left_out_rows(J, p, q + 1, kb, ap, J->bp + (q + 1) * kpad * nr + kb * F8_BLOCK * nr, rows, cols1,
+                          c + nr, ldc);
             kb++;
             continue;
         }
-        if (tile_exact(J, p, q, kb)) {
-            int64_t ke = kb + 1;
-            while (ke < kb1 && tile_exact(J, p, q, ke) && !int_exact(J, p, q, ke))
-                ke++;
-            v->run(ke - kb, ap, bp, c, ldc);
-            ap += (ke - kb) * F8_BLOCK * mr;
-            bp += (ke - kb) * F8_BLOCK * nr;
-            kb = ke;
-            continue;
-        }
-        v->block_t(ap, bp, t);
-        finish_rows(J, kb, r0, c0, 0, rows, cols, t, nr, c, ldc);
-        ap += F8_BLOCK * mr;
-        bp += F8_BLOCK * nr;
-        kb++;
+        /* a block the pair cannot share: each panel alone, as far as the next block the pair can */
+        int64_t ke = kb + 1;
+        while (w == 2 && ke < kb1 && !(int_exact(J, p, q, ke) && int_exact(J, p, q + 1, ke)))
+            ke++;
+        if (w == 1)
+            ke = kb1;
+        for (int h = 0; h < w; h++)
+            for (int64_t k = kb; k < ke;)
+                k = panel_blocks(J, p, q + h, k, ke, rows, h ? cols1 : cols0, c + h * nr, ldc);
+        kb = ke;
     }
     if (c == local)
         for (int r = 0; r < rows; r++)
-            memcpy(J->c + (r0 + r) * J->ldc + c0, local + r * nr, (size_t)cols * 4);
+            memcpy(J->c + (r0 + r) * J->ldc + c0, local + r * wide, (size_t)cols * 4);
 }
 
 static inline int is_cancelled(const int *flag)
@@ -713,13 +824,16 @@ static void *run_part(void *arg)
         int64_t kb1 = kb0 + F8_KC_BLOCKS < J->nblk ? kb0 + F8_KC_BLOCKS : J->nblk;
         for (int64_t p0 = 0; p0 < J->mp && !part->stopped; p0 += F8_MC_PANELS) {
             int64_t p1 = p0 + F8_MC_PANELS < J->mp ? p0 + F8_MC_PANELS : J->mp;
-            for (int64_t q = part->q0; q < part->q1; q++) {
+            for (int64_t q = part->q0; q < part->q1;) {
                 if (is_cancelled(J->cancel)) {
                     part->stopped = 1;
                     break;
                 }
+                int width;
+                int w = (b16_group(J, q, &width), width / J->v->nr);
                 for (int64_t p = p0; p < p1; p++)
-                    run_tile(J, p, q, kb0, kb1);
+                    run_tile(J, p, q, w, kb0, kb1);
+                q += w;
             }
         }
     }
@@ -850,8 +964,10 @@ int pyamx_engine_fp8(int kind, int op, const void *a, int64_t lda_bytes, const v
 
     int64_t work = m * n * kpad;
     int64_t parts = threads;
-    if (parts > J.nq)
-        parts = J.nq;
+    int group = v->run_int2 ? 2 : 1; /* parts split on group boundaries (b16_group) */
+    int64_t groups = (J.nq + group - 1) / group;
+    if (parts > groups)
+        parts = groups;
     if (parts > work / F8_MIN_WORK_PER_THREAD)
         parts = work / F8_MIN_WORK_PER_THREAD;
     if (parts < 1 || !F8_THREADS)
@@ -861,8 +977,9 @@ int pyamx_engine_fp8(int kind, int op, const void *a, int64_t lda_bytes, const v
         parts = 256;
     for (int64_t i = 0; i < parts; i++) {
         part_list[i].J = &J;
-        part_list[i].q0 = J.nq * i / parts;
-        part_list[i].q1 = J.nq * (i + 1) / parts;
+        int64_t q0 = groups * i / parts * group, q1 = groups * (i + 1) / parts * group;
+        part_list[i].q0 = q0 < J.nq ? q0 : J.nq;
+        part_list[i].q1 = q1 < J.nq ? q1 : J.nq;
         part_list[i].stopped = 0;
     }
 #if F8_THREADS
