@@ -122,6 +122,9 @@ struct f8_variant {
     /* With run_int: the same on a pair of adjacent column panels (MR x 2 NR) in one register tile,
      * B's int16 pairs then laid out [pair][2 NR] (see b16_group). */
     void (*run_int2)(const uint32_t *ap, const uint32_t *bp, const float *as, const float *bs, float *c, int64_t ldc);
+    /* Optional, with run_int2: one left-out row on a pair, split in two int16 rows (z_split_row2). */
+    void (*split_row2)(const uint32_t *hp, const uint32_t *lp, const uint32_t *bp, int d, float as, const float *bs,
+                       float *c);
 };
 
 #define P_MR 4
@@ -154,7 +157,7 @@ static void portable_run(int64_t nb, const double *ap, const double *bp, float *
                 c[r * ldc + j] = c[r * ldc + j] + (float)acc[r][j];
     }
 }
-static const struct f8_variant portable_variant = {P_MR, P_NR, portable_run, portable_block_t, 0, 0, 0};
+static const struct f8_variant portable_variant = {P_MR, P_NR, portable_run, portable_block_t, 0, 0, 0, 0};
 
 #if ENG_X86
 #define T512 __attribute__((target("avx512f,avx2,fma")))
@@ -200,7 +203,7 @@ T512 static void z_run(int64_t nb, const double *ap, const double *bp, float *c,
             }
     }
 }
-static const struct f8_variant avx512_variant = {Z_MR, Z_NR, z_run, z_block_t, 0, 0, 0};
+static const struct f8_variant avx512_variant = {Z_MR, Z_NR, z_run, z_block_t, 0, 0, 0, 0};
 
 /* AVX-512 VNNI: the same tile on int16 pairs, 8 zmm + 8 ymm int32 accumulators (vpdpwssd
  * wraps, so only the final sum must fit int32: the driver's bound sees to it). The
@@ -278,6 +281,41 @@ T512V static void z_int_block2(const uint32_t *ap, const uint32_t *bp, const flo
     __m512 s0 = _mm512_loadu_ps(bs), s1 = _mm512_loadu_ps(bs + 16), s2 = _mm512_loadu_ps(bs + 32);
     V2_OUT(0); V2_OUT(1); V2_OUT(2); V2_OUT(3); V2_OUT(4); V2_OUT(5); V2_OUT(6); V2_OUT(7);
 }
+/* One left-out row against a pair of panels (48 columns), its block split in two int16 rows:
+ * hp holds the values at or above 2^d times the lowest set bit, in units of their own lowest
+ * set bit (2^d units of lp's), lp the others (see split_row). Each part's int32 sum is exact
+ * (the driver bounds both below 2^31), so hi x 2^d + lo is the exact block sum in int64 (d <= 32:
+ * |hi| x 2^d + |lo| < 2^63), and vcvtqq2ps is its one rounding; the scales are exact as in
+ * z_int_block. */
+#define T512VD __attribute__((target("avx512f,avx512vl,avx512dq,avx512vnni,avx2,fma")))
+T512VD static __m256 split_half(__m256i hi, __m256i lo, __m128i d)
+{
+    __m512i sum = _mm512_add_epi64(_mm512_sll_epi64(_mm512_cvtepi32_epi64(hi), d), _mm512_cvtepi32_epi64(lo));
+    return _mm512_cvtepi64_ps(sum);
+}
+T512VD static void z_split_row2(const uint32_t *hp, const uint32_t *lp, const uint32_t *bp, int d, float as,
+                                const float *bs, float *c)
+{
+    __m512i h0 = _mm512_setzero_si512(), h1 = h0, h2 = h0, l0 = h0, l1 = h0, l2 = h0;
+    for (int s = 0; s < F8_BLOCK / 2; s++, bp += 2 * Z_NR) {
+        __m512i b0 = _mm512_loadu_si512(bp), b1 = _mm512_loadu_si512(bp + 16), b2 = _mm512_loadu_si512(bp + 32);
+        __m512i x = _mm512_set1_epi32((int)hp[s]), y = _mm512_set1_epi32((int)lp[s]);
+        DPW512(h0, x, b0); DPW512(h1, x, b1); DPW512(h2, x, b2);
+        DPW512(l0, y, b0); DPW512(l1, y, b1); DPW512(l2, y, b2);
+    }
+    __m128i dv = _mm_cvtsi32_si128(d);
+    __m512i hs[3] = {h0, h1, h2}, ls[3] = {l0, l1, l2};
+    __m256 a8 = _mm256_set1_ps(as);
+    for (int x = 0; x < 3; x++)
+        for (int half = 0; half < 2; half++) {
+            __m256i hh = half ? _mm512_extracti64x4_epi64(hs[x], 1) : _mm512_castsi512_si256(hs[x]);
+            __m256i ll = half ? _mm512_extracti64x4_epi64(ls[x], 1) : _mm512_castsi512_si256(ls[x]);
+            float *cp = c + 16 * x + 8 * half;
+            __m256 t = _mm256_mul_ps(_mm256_mul_ps(split_half(hh, ll, dv), a8), _mm256_loadu_ps(bs + 16 * x + 8 * half));
+            _mm256_storeu_ps(cp, _mm256_add_ps(_mm256_loadu_ps(cp), t));
+        }
+}
+
 /* Two accumulators per 8 columns (even and odd k): any order of an exact sum is the same sum,
  * and NaNs and infinities combine as in one. */
 T512 static void z_row_t(const double *ap, int r, const double *bp, float *t)
@@ -296,7 +334,9 @@ T512 static void z_row_t(const double *ap, int r, const double *bp, float *t)
         _mm256_storeu_ps(t + 8 * x, _mm512_cvtpd_ps(_mm512_add_pd(even[x], odd[x])));
 }
 static const struct f8_variant avx512_vnni_variant = {Z_MR, Z_NR, z_run, z_block_t, z_int_block, z_row_t,
-                                                      z_int_block2};
+                                                      z_int_block2, 0};
+static const struct f8_variant avx512_vnni_dq_variant = {Z_MR, Z_NR, z_run, z_block_t, z_int_block, z_row_t,
+                                                         z_int_block2, z_split_row2};
 
 /* AVX2: 4 rows x 12 columns, 12 ymm accumulators of 4 doubles. */
 #define Y_MR 4
@@ -338,7 +378,7 @@ T256 static void y_run(int64_t nb, const double *ap, const double *bp, float *c,
             }
     }
 }
-static const struct f8_variant avx2_variant = {Y_MR, Y_NR, y_run, y_block_t, 0, 0, 0};
+static const struct f8_variant avx2_variant = {Y_MR, Y_NR, y_run, y_block_t, 0, 0, 0, 0};
 #endif
 
 static int int_path_on = 1;
@@ -350,6 +390,16 @@ int pyamx_engine_fp8_int_path(int enable)
     return was;
 }
 
+/* Test hook like pyamx_engine_fp8_int_path: the split rows of z_split_row2 on (1) or off (0). */
+static int split_path_on = 1;
+int pyamx_engine_fp8_split_path(int enable)
+{
+    int was = split_path_on;
+    if (enable >= 0)
+        __atomic_store_n(&split_path_on, enable != 0, __ATOMIC_RELAXED);
+    return was;
+}
+
 static const struct f8_variant *f8_variant(int kind)
 {
     if (!pyamx_engine_available(kind))
@@ -358,9 +408,11 @@ static const struct f8_variant *f8_variant(int kind)
         return &portable_variant;
 #if ENG_X86
     if (kind == PYAMX_ENGINE_AVX512)
-        return __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512vl") && int_path_on
-                   ? &avx512_vnni_variant
-                   : &avx512_variant;
+    {
+        if (!(__builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512vl") && int_path_on))
+            return &avx512_variant;
+        return __builtin_cpu_supports("avx512dq") && split_path_on ? &avx512_vnni_dq_variant : &avx512_vnni_variant;
+    }
     if (kind == PYAMX_ENGINE_AVX2)
         return &avx2_variant;
 #endif
@@ -705,18 +757,77 @@ static void finish_rows(const struct f8_job *J, int64_t kb, int64_t r0, int64_t 
     }
 }
 
+/* A left-out row's block as two int16 rows for split_row2: values of at least 15 bits above the
+ * block's lowest set bit lo go to hp, in units of their own lowest set bit lh, the others to lp in
+ * units of 2^lo. 0 where that does not work (a NaN or infinity, hp's values spanning more than 15
+ * bits, lh - lo over 32, or an int32 sum bound of 2^31 missed against the columns' bmax); else 1,
+ * *d = lh - lo and *unit = lp's unit as a value. */
+static int split_row(const struct f8_job *J, int64_t row, int64_t kb, uint32_t bmax, uint32_t *hp, uint32_t *lp,
+                     int *d, float *unit)
+{
+    const struct f8_table *ta = J->ta;
+    int count = (int)(J->k - kb * F8_BLOCK < F8_BLOCK ? J->k - kb * F8_BLOCK : F8_BLOCK);
+    const uint8_t *src = J->a + row * J->lda + kb * F8_BLOCK;
+    uint32_t all = 0, high = 0;
+    for (int i = 0; i < count; i++) {
+        if (ta->special[src[i]])
+            return 0;
+        all |= ta->image[src[i]];
+    }
+    if (!all)
+        return 0;
+    int lo = __builtin_ctz(all);
+    for (int i = 0; i < count; i++)
+        if (ta->image[src[i]] >> lo >= 1u << 15)
+            high |= ta->image[src[i]];
+    int lh = high ? __builtin_ctz(high) : lo;
+    if ((high >> lh) >= 1u << 15 || lh - lo > 32)
+        return 0;
+    uint64_t hsum = 0, lsum = 0;
+    int16_t hv[F8_BLOCK] = {0}, lv[F8_BLOCK] = {0};
+    for (int i = 0; i < count; i++) {
+        uint32_t img = ta->image[src[i]];
+        int big = img >> lo >= 1u << 15;
+        int32_t x = (int32_t)(big ? img >> lh : img >> lo);
+        x = ta->negative[src[i]] ? -x : x;
+        if (big) {
+            hv[i] = (int16_t)x;
+            hsum += (uint32_t)(x < 0 ? -x : x);
+        } else {
+            lv[i] = (int16_t)x;
+            lsum += (uint32_t)(x < 0 ? -x : x);
+        }
+    }
+    if (hsum * bmax >= (uint64_t)1 << 31 || lsum * bmax >= (uint64_t)1 << 31)
+        return 0;
+    for (int s = 0; s < F8_BLOCK / 2; s++) {
+        hp[s] = (uint16_t)hv[2 * s] | (uint32_t)(uint16_t)hv[2 * s + 1] << 16;
+        lp[s] = (uint16_t)lv[2 * s] | (uint32_t)(uint16_t)lv[2 * s + 1] << 16;
+    }
+    *d = lh - lo;
+    *unit = (float)ldexp(1.0, lo - ta->scale);
+    return 1;
+}
+
 /* The rows of a tile's block that the int16 path left out: a double sum each, with finish_rows's
  * exact fallback. */
-static void left_out_rows(const struct f8_job *J, int64_t p, int64_t q, int64_t kb, const double *ap,
-                          const double *bp, int rows, int cols, float *c, int64_t ldc)
+static void left_out_row(const struct f8_job *J, int64_t p, int64_t q, int64_t kb, int r, int cols, float *c,
+                         int64_t ldc)
 {
     float t[ENG_MAX_MR * ENG_MAX_NR];
+    int64_t kpad = J->nblk * F8_BLOCK;
+    const double *ap = J->ap + p * kpad * J->v->mr + kb * F8_BLOCK * J->v->mr;
+    const double *bp = J->bp + q * kpad * J->v->nr + kb * F8_BLOCK * J->v->nr;
+    J->v->row_t(ap, r, bp, t + r * J->v->nr);
+    finish_rows(J, kb, p * J->v->mr, q * J->v->nr, r, r + 1, cols, t, J->v->nr, c, ldc);
+}
+static void left_out_rows(const struct f8_job *J, int64_t p, int64_t q, int64_t kb, int rows, int cols, float *c,
+                          int64_t ldc)
+{
     unsigned bad = J->a_bad_rows[p * J->nblk + kb];
     for (int r = 0; r < rows; r++)
-        if (bad >> r & 1) {
-            J->v->row_t(ap, r, bp, t + r * J->v->nr);
-            finish_rows(J, kb, p * J->v->mr, q * J->v->nr, r, r + 1, cols, t, J->v->nr, c, ldc);
-        }
+        if (bad >> r & 1)
+            left_out_row(J, p, q, kb, r, cols, c, ldc);
 }
 
 /* Blocks [kb, kb1) of one MR x NR tile, c at the tile; returns the next block to run: the
@@ -735,7 +846,7 @@ static int64_t panel_blocks(const struct f8_job *J, int64_t p, int64_t q, int64_
         int64_t bo = b16_offset(J, q, kb, &width);
         v->run_int(J->a16 + pa * (F8_BLOCK / 2) * mr, J->b16 + bo, width, J->a_scale + pa * mr,
                    J->b_scale + b_scale_offset(J, q, kb), c, ldc);
-        left_out_rows(J, p, q, kb, ap, bp, rows, cols, c, ldc);
+        left_out_rows(J, p, q, kb, rows, cols, c, ldc);
         return kb + 1;
     }
     if (tile_exact(J, p, q, kb)) {
@@ -758,7 +869,7 @@ static void run_tile(const struct f8_job *J, int64_t p, int64_t q, int w, int64_
 {
     const struct f8_variant *v = J->v;
     int mr = v->mr, nr = v->nr, wide = w * nr;
-    int64_t r0 = p * mr, c0 = q * nr, kpad = J->nblk * F8_BLOCK;
+    int64_t r0 = p * mr, c0 = q * nr;
     int rows = (int)(J->m - r0 < mr ? J->m - r0 : mr), cols = (int)(J->n - c0 < wide ? J->n - c0 : wide);
     float local[ENG_MAX_MR * 2 * ENG_MAX_NR];
     float *c = J->c + r0 * J->ldc + c0;
@@ -777,10 +888,22 @@ static void run_tile(const struct f8_job *J, int64_t p, int64_t q, int w, int64_
             int width;
             v->run_int2(J->a16 + pa * (F8_BLOCK / 2) * mr, J->b16 + b16_offset(J, q, kb, &width),
                         J->a_scale + pa * mr, J->b_scale + b_scale_offset(J, q, kb), c, ldc);
-            const double *ap = J->ap + p * kpad * mr + kb * F8_BLOCK * mr;
-            left_out_rows(J, p, q, kb, ap, J->bp + q * kpad * nr + kb * F8_BLOCK * nr, rows, cols0, c, ldc);
-            left_out_rows(J, p, q + 1, kb, ap, J->bp + (q + 1) * kpad * nr + kb * F8_BLOCK * nr, rows, cols1,
-                          c + nr, ldc);
+            unsigned bad = J->a_bad_rows[pa];
+            for (int r = 0; bad && r < rows; r++) {
+                if (!(bad >> r & 1))
+                    continue;
+                uint32_t hp[F8_BLOCK / 2], lp[F8_BLOCK / 2], b0 = J->b_abs_max[q * J->nblk + kb],
+                                                            b1 = J->b_abs_max[(q + 1) * J->nblk + kb];
+                int d;
+                float unit;
+                if (v->split_row2 && split_row(J, r0 + r, kb, b0 > b1 ? b0 : b1, hp, lp, &d, &unit)) {
+                    v->split_row2(hp, lp, J->b16 + b16_offset(J, q, kb, &width), d, unit,
+                                  J->b_scale + b_scale_offset(J, q, kb), c + r * ldc);
+                } else {
+                    left_out_row(J, p, q, kb, r, cols0, c, ldc);
+                    left_out_row(J, p, q + 1, kb, r, cols1, c + nr, ldc);
+                }
+            }
             kb++;
             continue;
         }
