@@ -57,6 +57,7 @@ struct f8_table {
     uint32_t image[256];
     uint8_t negative[256];
     uint8_t special[256]; /* NaN or infinity */
+    int32_t signed_image[256]; /* image with its sign (0 for specials): >> a block's lowest set bit is its int16 */
     int scale;
 };
 
@@ -70,6 +71,7 @@ static void build_table(struct f8_table *t, int fmt)
         int neg = code >> 7, e = (code >> mbits) & emax, f = code & ((1 << mbits) - 1);
         t->negative[code] = (uint8_t)neg;
         t->image[code] = 0; /* zeros and specials: no bits in the span */
+        t->signed_image[code] = 0;
         int special = bf8 ? e == emax : (e == emax && f == (1 << mbits) - 1);
         t->special[code] = (uint8_t)special;
         if (special) {
@@ -78,6 +80,7 @@ static void build_table(struct f8_table *t, int fmt)
         }
         uint32_t mag = e == 0 ? (uint32_t)f : (uint32_t)(f | (1 << mbits)) << (e - 1);
         t->image[code] = mag;
+        t->signed_image[code] = neg ? -(int32_t)mag : (int32_t)mag;
         t->value[code] = ldexp(neg ? -(double)mag : (double)mag, -t->scale);
     }
 }
@@ -116,9 +119,9 @@ struct f8_variant {
      * c += float(sum) * a_scale[r] * b_scale[j]. Only for an MR x NR of 8 x 24. */
     void (*run_int)(const uint32_t *ap, const uint32_t *bp, int64_t ldb, const float *as, const float *bs, float *c,
                     int64_t ldc);
-    /* With run_int: one row r of a block's t in doubles (t[j] = float of row r's sum for column j),
+    /* With run_int: one row's block (arow: its 64 values) of t in doubles (t[j] = float of its sum for column j),
      * for the rows the int16 path leaves out. */
-    void (*row_t)(const double *ap, int r, const double *bp, float *t);
+    void (*row_t)(const double *arow, const double *bp, float *t);
     /* With run_int: the same on a pair of adjacent column panels (MR x 2 NR) in one register tile,
      * B's int16 pairs then laid out [pair][2 NR] (see b16_group). */
     void (*run_int2)(const uint32_t *ap, const uint32_t *bp, const float *as, const float *bs, float *c, int64_t ldc);
@@ -318,13 +321,13 @@ T512VD static void z_split_row2(const uint32_t *hp, const uint32_t *lp, const ui
 
 /* Two accumulators per 8 columns (even and odd k): any order of an exact sum is the same sum,
  * and NaNs and infinities combine as in one. */
-T512 static void z_row_t(const double *ap, int r, const double *bp, float *t)
+T512 static void z_row_t(const double *arow, const double *bp, float *t)
 {
     __m512d even[3], odd[3];
     for (int x = 0; x < 3; x++)
         even[x] = odd[x] = _mm512_setzero_pd();
     for (int k = 0; k < F8_BLOCK; k += 2, bp += 2 * Z_NR) {
-        __m512d a0 = _mm512_set1_pd(ap[k * Z_MR + r]), a1 = _mm512_set1_pd(ap[(k + 1) * Z_MR + r]);
+        __m512d a0 = _mm512_set1_pd(arow[k]), a1 = _mm512_set1_pd(arow[k + 1]);
         for (int x = 0; x < 3; x++) {
             even[x] = _mm512_fmadd_pd(a0, _mm512_load_pd(bp + 8 * x), even[x]);
             odd[x] = _mm512_fmadd_pd(a1, _mm512_load_pd(bp + Z_NR + 8 * x), odd[x]);
@@ -534,9 +537,10 @@ static inline uint32_t int_half(const struct f8_table *t, uint8_t code, int shif
 static void pack_a_int(struct f8_job *J, int64_t p, int64_t blk, const uint8_t *special)
 {
     int mr = J->v->mr;
-    int64_t pb = p * J->nblk + blk, kpad = J->nblk * F8_BLOCK;
+    int64_t pb = p * J->nblk + blk;
     unsigned bad = 0;
-    double inverse[ENG_MAX_MR];
+    int shifts[ENG_MAX_MR];
+    const uint8_t *src[ENG_MAX_MR];
     for (int r = 0; r < mr; r++) {
         int64_t at = (p * mr + r) * J->nblk + blk;
         int hi = J->a_hi[at], lo = J->a_lo[at];
@@ -544,51 +548,49 @@ static void pack_a_int(struct f8_job *J, int64_t p, int64_t blk, const uint8_t *
         int ok = !special[r] && (hi == F8_NONE_HI || hi - lo <= 15);
         bad |= (unsigned)!ok << r;
         J->a_scale[pb * mr + r] = ok ? (float)ldexp(1.0, shift - J->ta->scale) : 1.0f;
-        inverse[r] = ldexp(1.0, J->ta->scale - shift);
+        shifts[r] = shift;
+        src[r] = p * mr + r < J->m ? J->a + (p * mr + r) * J->lda : 0;
     }
     J->a_bad_rows[pb] = (uint8_t)bad;
     uint32_t sums[ENG_MAX_MR] = {0}, largest = 0;
     uint32_t *dst = J->a16 + pb * (F8_BLOCK / 2) * mr;
-    const double *col = J->ap + (p * kpad + blk * F8_BLOCK) * mr;
-    for (int s = 0; s < F8_BLOCK / 2; s++, col += 2 * mr, dst += mr)
+    const int32_t *simage = J->ta->signed_image;
+    for (int s = 0; s < F8_BLOCK / 2; s++, dst += mr) {
+        int64_t k0 = blk * F8_BLOCK + 2 * s;
         for (int r = 0; r < mr; r++) {
             int32_t x = 0, y = 0;
-            if (!(bad >> r & 1)) { /* a left-out row adds +0, harmless (C + +0 + t == C + t: t is never -0) */
-                x = (int32_t)(col[r] * inverse[r]);
-                y = (int32_t)(col[mr + r] * inverse[r]);
+            /* a left-out row adds +0, harmless (C + +0 + t == C + t: t is never -0); the shift is
+             * exact (no bit below the block's lowest set bit), also for negative images */
+            if (!(bad >> r & 1) && src[r]) {
+                x = k0 < J->k ? simage[src[r][k0]] >> shifts[r] : 0;
+                y = k0 + 1 < J->k ? simage[src[r][k0 + 1]] >> shifts[r] : 0;
             }
             sums[r] += (uint32_t)(x < 0 ? -x : x) + (uint32_t)(y < 0 ? -y : y); /* 64 x 2^15: no overflow */
             dst[r] = (uint16_t)(int16_t)x | (uint32_t)(uint16_t)(int16_t)y << 16;
         }
+    }
     for (int r = 0; r < mr; r++)
         largest = sums[r] > largest ? sums[r] : largest;
     J->a_abs_sum[pb] = largest;
 }
 
+/* A's block exponents, specials and int16 pairs (every path needs these). */
 static void pack_a(struct f8_job *J)
 {
     int mr = J->v->mr, scale = J->ta->scale;
-    int64_t kpad = J->nblk * F8_BLOCK;
-    const double *value = J->ta->value;
     const uint32_t *image = J->ta->image;
     uint8_t *odd = J->a_odd; /* the current panel's [row][block] NaN-or-infinity flags */
     for (int64_t row = 0; row < J->mp * mr; row++) {
-        double *dst = J->ap + (row / mr) * kpad * mr + row % mr;
         int64_t filled = row < J->m ? J->k : 0;
         const uint8_t *src = J->a + (row < J->m ? row : 0) * J->lda;
         for (int64_t blk = 0; blk < J->nblk; blk++) {
             uint32_t bits = 0;
             uint8_t oddity = 0;
             int64_t k0 = blk * F8_BLOCK, k1 = k0 + F8_BLOCK < filled ? k0 + F8_BLOCK : filled;
-            int64_t kidx = k0;
-            for (; kidx < k1; kidx++) {
-                uint8_t code = src[kidx];
-                dst[kidx * mr] = value[code];
-                bits |= image[code];
-                oddity |= J->ta->special[code];
+            for (int64_t kidx = k0; kidx < k1; kidx++) {
+                bits |= image[src[kidx]];
+                oddity |= J->ta->special[src[kidx]];
             }
-            for (; kidx < k0 + F8_BLOCK; kidx++)
-                dst[kidx * mr] = 0.0;
             J->a_hi[row * J->nblk + blk] = or_hi(bits, scale);
             J->a_lo[row * J->nblk + blk] = or_lo(bits, scale);
             if (odd)
@@ -629,18 +631,19 @@ static inline int64_t b_scale_offset(const struct f8_job *J, int64_t q, int64_t 
     return q0 * J->nblk * J->v->nr + blk * width + (q - q0) * J->v->nr;
 }
 
-/* B's int16 pairs, from the packed doubles of usable columns: value x 2^(scale - shift) is
- * the integer image >> shift, exact (so no rounding mode or exception flag can act). */
+/* B's int16 pairs of usable columns, from the codes: the signed image >> shift (exact, shift
+ * being the column block's lowest set bit). */
 static void pack_b_int(struct f8_job *J, const uint32_t *ors, const uint8_t *special)
 {
     int nr = J->v->nr;
-    int64_t npad = J->nq * nr, kpad = J->nblk * F8_BLOCK;
+    int64_t npad = J->nq * nr;
+    const int32_t *simage = J->tb->signed_image;
     for (int64_t q = 0; q < J->nq; q++)
         for (int64_t blk = 0; blk < J->nblk; blk++) {
             int64_t pb = q * J->nblk + blk, so = b_scale_offset(J, q, blk);
             int all_ok = 1, width;
             uint32_t largest = 0;
-            double inverse[ENG_MAX_NR];
+            int shifts[ENG_MAX_NR];
             for (int j = 0; j < nr; j++) {
                 int64_t at = blk * npad + q * nr + j;
                 uint32_t bits = ors[at];
@@ -648,18 +651,28 @@ static void pack_b_int(struct f8_job *J, const uint32_t *ors, const uint8_t *spe
                 all_ok &= !special[at] && (bits >> shift) < (1u << 15);
                 largest = (bits >> shift) > largest ? bits >> shift : largest; /* >= every |value| */
                 J->b_scale[so + j] = (float)ldexp(1.0, shift - J->tb->scale);
-                inverse[j] = ldexp(1.0, J->tb->scale - shift);
+                shifts[j] = shift;
             }
             J->b_int_ok[pb] = (uint8_t)all_ok;
             J->b_abs_max[pb] = largest;
             uint32_t *dst = J->b16 + b16_offset(J, q, blk, &width);
-            const double *row = J->bp + (q * kpad + blk * F8_BLOCK) * nr;
             if (!all_ok) /* never read: the tile takes the double path */
                 continue;
-            for (int s = 0; s < F8_BLOCK / 2; s++, row += 2 * nr, dst += width)
-                for (int j = 0; j < nr; j++)
-                    dst[j] = (uint16_t)(int16_t)(int32_t)(row[j] * inverse[j]) |
-                             (uint32_t)(uint16_t)(int16_t)(int32_t)(row[nr + j] * inverse[j]) << 16;
+            int64_t c0 = q * nr;
+            int cols = (int)(J->n - c0 < nr ? J->n - c0 : nr);
+            for (int s = 0; s < F8_BLOCK / 2; s++, dst += width) {
+                int64_t k0 = blk * F8_BLOCK + 2 * s;
+                int j = 0;
+                if (J->b_rowmajor && k0 + 1 < J->k) {
+                    const uint8_t *r0 = J->b + k0 * J->ldb + c0, *r1 = r0 + J->ldb;
+                    for (; j < cols; j++)
+                        dst[j] = (uint16_t)(int16_t)(simage[r0[j]] >> shifts[j]) |
+                                 (uint32_t)(uint16_t)(int16_t)(simage[r1[j]] >> shifts[j]) << 16;
+                }
+                for (; j < nr; j++)
+                    dst[j] = (uint16_t)(int16_t)(simage[b_code(J, k0, c0 + j)] >> shifts[j]) |
+                             (uint32_t)(uint16_t)(int16_t)(simage[b_code(J, k0 + 1, c0 + j)] >> shifts[j]) << 16;
+            }
         }
 }
 
@@ -815,10 +828,14 @@ static void left_out_row(const struct f8_job *J, int64_t p, int64_t q, int64_t k
                          int64_t ldc)
 {
     float t[ENG_MAX_MR * ENG_MAX_NR];
-    int64_t kpad = J->nblk * F8_BLOCK;
-    const double *ap = J->ap + p * kpad * J->v->mr + kb * F8_BLOCK * J->v->mr;
+    double arow[F8_BLOCK];
+    int64_t kpad = J->nblk * F8_BLOCK, row = p * J->v->mr + r;
+    int count = (int)(J->k - kb * F8_BLOCK < F8_BLOCK ? J->k - kb * F8_BLOCK : F8_BLOCK);
+    const uint8_t *src = J->a + row * J->lda + kb * F8_BLOCK;
+    for (int i = 0; i < F8_BLOCK; i++) /* from the codes: A's packed doubles exist only where tiles need them */
+        arow[i] = i < count ? J->ta->value[src[i]] : 0.0;
     const double *bp = J->bp + q * kpad * J->v->nr + kb * F8_BLOCK * J->v->nr;
-    J->v->row_t(ap, r, bp, t + r * J->v->nr);
+    J->v->row_t(arow, bp, t + r * J->v->nr);
     finish_rows(J, kb, p * J->v->mr, q * J->v->nr, r, r + 1, cols, t, J->v->nr, c, ldc);
 }
 static void left_out_rows(const struct f8_job *J, int64_t p, int64_t q, int64_t kb, int rows, int cols, float *c,
@@ -921,6 +938,39 @@ static void run_tile(const struct f8_job *J, int64_t p, int64_t q, int w, int64_
     if (c == local)
         for (int r = 0; r < rows; r++)
             memcpy(J->c + (r0 + r) * J->ldc + c0, local + r * wide, (size_t)cols * 4);
+}
+
+/* A's doubles of the (row panel, block)s where some tile may run a double kernel: all of them
+ * without the int16 path, else those int_exact can fail for with some column panel (a panel of
+ * left-out rows only, a column panel that cannot be int16, or the sum bound against the block's
+ * largest |b|). Left-out rows read their doubles from the codes, not from the panels. */
+static void pack_a_doubles(struct f8_job *J)
+{
+    int mr = J->v->mr;
+    unsigned full = (1u << mr) - 1;
+    int64_t kpad = J->nblk * F8_BLOCK;
+    const double *value = J->ta->value;
+    for (int64_t blk = 0; blk < J->nblk; blk++) {
+        uint64_t bmax = 0;
+        int b_ok = 1;
+        for (int64_t q = 0; J->a16 && q < J->nq; q++) {
+            b_ok &= J->b_int_ok[q * J->nblk + blk];
+            bmax = J->b_abs_max[q * J->nblk + blk] > bmax ? J->b_abs_max[q * J->nblk + blk] : bmax;
+        }
+        for (int64_t p = 0; p < J->mp; p++) {
+            int64_t pb = p * J->nblk + blk;
+            if (J->a16 && b_ok && J->a_bad_rows[pb] != full && J->a_abs_sum[pb] * bmax < (uint64_t)1 << 31)
+                continue;
+            for (int r = 0; r < mr; r++) {
+                int64_t row = p * mr + r, k0 = blk * F8_BLOCK;
+                double *dst = J->ap + (p * kpad + k0) * mr + r;
+                int count = row >= J->m ? 0 : (int)(J->k - k0 < F8_BLOCK ? J->k - k0 : F8_BLOCK);
+                const uint8_t *src = J->a + (row < J->m ? row : 0) * J->lda + k0;
+                for (int i = 0; i < F8_BLOCK; i++)
+                    dst[i * mr] = i < count ? value[src[i]] : 0.0;
+            }
+        }
+    }
 }
 
 static inline int is_cancelled(const int *flag)
@@ -1059,6 +1109,7 @@ int pyamx_engine_fp8(int kind, int op, const void *a, int64_t lda_bytes, const v
     }
     pack_a(&J);
     pack_b(&J, ors, special);
+    pack_a_doubles(&J);
 
     if (max_exact >= 0) { /* a bound on the integer path's work, before any is done */
         int64_t slow = 0;
