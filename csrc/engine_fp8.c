@@ -493,6 +493,7 @@ struct f8_job {
      * per panel and block: usable (spans <= 15 bits, no specials) and the sum bound's factors */
     uint32_t *a16, *b16;
     float *a_scale, *b_scale;
+    uint8_t *b_packed; /* [panel][block]: bp holds that block's doubles (b_panel_doubles) */
     uint8_t *a_bad_rows, *b_int_ok; /* a_bad_rows: bit r set: row r of the panel is left to row_t */
     uint32_t *a_abs_sum, *b_abs_max;
     uint8_t *a_odd;
@@ -676,44 +677,24 @@ static void pack_b_int(struct f8_job *J, const uint32_t *ors, const uint8_t *spe
         }
 }
 
+/* B's block exponents and specials; its doubles come later, per (column panel, block), where a
+ * kernel reads them (b_panel_doubles). */
 static void pack_b(struct f8_job *J, uint32_t *ors, uint8_t *special)
 {
     int nr = J->v->nr, scale = J->tb->scale;
-    int64_t kpad = J->nblk * F8_BLOCK, npad = J->nq * nr;
-    const double *value = J->tb->value;
+    int64_t npad = J->nq * nr;
     const uint32_t *image = J->tb->image;
     memset(ors, 0, (size_t)(J->nblk * npad) * 4);
     memset(special, 0, (size_t)(J->nblk * npad));
-    for (int64_t kidx = 0; kidx < kpad; kidx++) {
+    for (int64_t kidx = 0; kidx < J->k; kidx++) {
         uint32_t *bits = ors + (kidx / F8_BLOCK) * npad;
         uint8_t *odd = special + (kidx / F8_BLOCK) * npad;
-        const uint8_t *src = 0;
-        int64_t step = 1;
-        if (kidx < J->k) {
-            src = J->b_rowmajor ? J->b + kidx * J->ldb : J->b + (kidx >> 2) * J->ldb + (kidx & 3);
-            step = J->b_rowmajor ? 1 : 4;
-        }
-        for (int64_t q = 0; q < J->nq; q++) {
-            double *dst = J->bp + (q * kpad + kidx) * nr;
-            int64_t c0 = q * nr;
-            int lim = !src ? 0 : (int)(J->n - c0 < nr ? J->n - c0 : nr);
-            int j = 0;
-            if (step == 1)
-                for (; j < lim; j++) {
-                    uint8_t code = src[c0 + j];
-                    dst[j] = value[code];
-                    bits[c0 + j] |= image[code];
-                    odd[c0 + j] |= J->tb->special[code];
-                }
-            else
-                for (; j < lim; j++) {
-                    uint8_t code = src[(c0 + j) * 4];
-                    dst[j] = value[code];
-                    bits[c0 + j] |= image[code];
-                    odd[c0 + j] |= J->tb->special[code];
-                }
-            for (; j < nr; j++)
-                dst[j] = 0.0;
+        const uint8_t *src = J->b_rowmajor ? J->b + kidx * J->ldb : J->b + (kidx >> 2) * J->ldb + (kidx & 3);
+        int64_t step = J->b_rowmajor ? 1 : 4;
+        for (int64_t col = 0; col < J->n; col++) {
+            uint8_t code = src[col * step];
+            bits[col] |= image[code];
+            odd[col] |= J->tb->special[code];
         }
     }
     for (int64_t i = 0; i < J->nblk * npad; i++) {
@@ -723,6 +704,23 @@ static void pack_b(struct f8_job *J, uint32_t *ors, uint8_t *special)
     panel_spans(J->b_hi, J->b_lo, 1, npad, J->nq, nr, J->nblk, J->sb);
     if (J->b16)
         pack_b_int(J, ors, special);
+}
+
+/* The packed doubles of column panel q's block blk, packed at the first call: on ordinary data
+ * only left-out rows that cannot be split read them. No lock: a column panel belongs to one
+ * thread (the parts split the column panels). */
+static const double *b_panel_doubles(const struct f8_job *J, int64_t q, int64_t blk)
+{
+    int nr = J->v->nr;
+    double *dst = J->bp + (q * J->nblk + blk) * F8_BLOCK * nr;
+    if (J->b_packed[q * J->nblk + blk])
+        return dst;
+    const double *value = J->tb->value;
+    for (int i = 0; i < F8_BLOCK; i++)
+        for (int j = 0; j < nr; j++)
+            dst[i * nr + j] = value[b_code(J, blk * F8_BLOCK + i, q * nr + j)];
+    J->b_packed[q * J->nblk + blk] = 1;
+    return dst;
 }
 
 /* ---- the schedule over tiles ---- */
@@ -829,13 +827,12 @@ static void left_out_row(const struct f8_job *J, int64_t p, int64_t q, int64_t k
 {
     float t[ENG_MAX_MR * ENG_MAX_NR];
     double arow[F8_BLOCK];
-    int64_t kpad = J->nblk * F8_BLOCK, row = p * J->v->mr + r;
+    int64_t row = p * J->v->mr + r;
     int count = (int)(J->k - kb * F8_BLOCK < F8_BLOCK ? J->k - kb * F8_BLOCK : F8_BLOCK);
     const uint8_t *src = J->a + row * J->lda + kb * F8_BLOCK;
     for (int i = 0; i < F8_BLOCK; i++) /* from the codes: A's packed doubles exist only where tiles need them */
         arow[i] = i < count ? J->ta->value[src[i]] : 0.0;
-    const double *bp = J->bp + q * kpad * J->v->nr + kb * F8_BLOCK * J->v->nr;
-    J->v->row_t(arow, bp, t + r * J->v->nr);
+    J->v->row_t(arow, b_panel_doubles(J, q, kb), t + r * J->v->nr);
     finish_rows(J, kb, p * J->v->mr, q * J->v->nr, r, r + 1, cols, t, J->v->nr, c, ldc);
 }
 static void left_out_rows(const struct f8_job *J, int64_t p, int64_t q, int64_t kb, int rows, int cols, float *c,
@@ -856,7 +853,6 @@ static int64_t panel_blocks(const struct f8_job *J, int64_t p, int64_t q, int64_
     int mr = v->mr, nr = v->nr;
     int64_t kpad = J->nblk * F8_BLOCK;
     const double *ap = J->ap + p * kpad * mr + kb * F8_BLOCK * mr;
-    const double *bp = J->bp + q * kpad * nr + kb * F8_BLOCK * nr;
     if (int_exact(J, p, q, kb)) {
         int64_t pa = p * J->nblk + kb;
         int width;
@@ -870,11 +866,14 @@ static int64_t panel_blocks(const struct f8_job *J, int64_t p, int64_t q, int64_
         int64_t ke = kb + 1;
         while (ke < kb1 && tile_exact(J, p, q, ke) && !int_exact(J, p, q, ke))
             ke++;
+        const double *bp = b_panel_doubles(J, q, kb);
+        for (int64_t i = kb + 1; i < ke; i++) /* the blocks of panel q follow each other */
+            b_panel_doubles(J, q, i);
         v->run(ke - kb, ap, bp, c, ldc);
         return ke;
     }
     float t[ENG_MAX_MR * ENG_MAX_NR];
-    v->block_t(ap, bp, t);
+    v->block_t(ap, b_panel_doubles(J, q, kb), t);
     finish_rows(J, kb, p * mr, q * nr, 0, rows, cols, t, nr, c, ldc);
     return kb + 1;
 }
@@ -1074,7 +1073,7 @@ int pyamx_engine_fp8(int kind, int op, const void *a, int64_t lda_bytes, const v
     size_t int_bytes = use_int ? (a_doubles + b_doubles) * 2 + (a_ex + b_ex) * 4 + (a_pb + b_pb) * 5 +
                                      (size_t)(v->mr * J.nblk) : 0;
     size_t bytes = (a_doubles + b_doubles) * 8 + 5 * b_ex + 2 * (a_ex + b_ex) + 2 * (size_t)(J.mp + J.nq) * (size_t)J.nblk +
-                   int_bytes + 64;
+                   int_bytes + b_pb + 64;
     char *buf = 0;
 #if defined(_WIN32)
     buf = _aligned_malloc(bytes, 64);
@@ -1095,6 +1094,8 @@ int pyamx_engine_fp8(int kind, int op, const void *a, int64_t lda_bytes, const v
     J.b_hi = (int8_t *)at; at += b_ex;
     J.b_lo = (int8_t *)at; at += b_ex;
     uint8_t *special = (uint8_t *)at; at += b_ex;
+    J.b_packed = (uint8_t *)at; at += b_pb;
+    memset(J.b_packed, 0, b_pb);
     if (use_int) { /* 4-byte items first: at is 4-aligned here (every size above is a multiple of 4) */
         at = (char *)(((uintptr_t)at + 3) & ~(uintptr_t)3);
         J.a16 = (uint32_t *)at; at += a_doubles * 2;
