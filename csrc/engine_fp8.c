@@ -20,8 +20,10 @@
  * Faster where it applies (avx512 with VNNI, see int_exact): a row's or
  * column's block divided by its lowest set bit is an integer; when those fit
  * int16 and the sum's bound fits int32, vpdpwssd sums them exactly and the
- * int32 -> float conversion is the one rounding. Rows that do not fit are
- * left out of the int16 tile and summed alone in doubles (row_t).
+ * int32 -> float conversion is the one rounding. The register tile spans a
+ * pair of column panels (8 x 48). Rows that do not fit are left out of the
+ * int16 tile and summed as two int16 rows combined exactly in int64
+ * (split_row), or alone in doubles (row_t) where that cannot be done.
  */
 #include "pyamx.h"
 #include "engine.h"
@@ -314,6 +316,8 @@ T512VD static void z_split_row2(const uint32_t *hp, const uint32_t *lp, const ui
             __m256i hh = half ? _mm512_extracti64x4_epi64(hs[x], 1) : _mm512_castsi512_si256(hs[x]);
             __m256i ll = half ? _mm512_extracti64x4_epi64(ls[x], 1) : _mm512_castsi512_si256(ls[x]);
             float *cp = c + 16 * x + 8 * half;
+            /* GCC may contract the last multiply and the add into an FMA: the same result, the
+             * product being exact */
             __m256 t = _mm256_mul_ps(_mm256_mul_ps(split_half(hh, ll, dv), a8), _mm256_loadu_ps(bs + 16 * x + 8 * half));
             _mm256_storeu_ps(cp, _mm256_add_ps(_mm256_loadu_ps(cp), t));
         }
@@ -792,7 +796,7 @@ static int split_row(const struct f8_job *J, int64_t row, int64_t kb, uint32_t b
         if (ta->image[src[i]] >> lo >= 1u << 15)
             high |= ta->image[src[i]];
     int lh = high ? __builtin_ctz(high) : lo;
-    if ((high >> lh) >= 1u << 15 || lh - lo > 32)
+    if ((high >> lh) >= 1u << 15 || lh - lo > 32) /* lh - lo <= 31 for fp8 images (< 2^32); kept for the proof */
         return 0;
     uint64_t hsum = 0, lsum = 0;
     int16_t hv[F8_BLOCK] = {0}, lv[F8_BLOCK] = {0};
