@@ -59,7 +59,8 @@ struct f8_table {
     uint32_t image[256];
     uint8_t negative[256];
     uint8_t special[256]; /* NaN or infinity */
-    int32_t signed_image[256]; /* image with its sign (0 for specials): >> a block's lowest set bit is its int16 */
+    int64_t signed_image[256]; /* image with its sign (0 for specials; BF8 images reach 2^32, hence 64 bits):
+                                * >> a block's lowest set bit is its int16 */
     int scale;
 };
 
@@ -82,7 +83,7 @@ static void build_table(struct f8_table *t, int fmt)
         }
         uint32_t mag = e == 0 ? (uint32_t)f : (uint32_t)(f | (1 << mbits)) << (e - 1);
         t->image[code] = mag;
-        t->signed_image[code] = neg ? -(int32_t)mag : (int32_t)mag;
+        t->signed_image[code] = neg ? -(int64_t)mag : (int64_t)mag;
         t->value[code] = ldexp(neg ? -(double)mag : (double)mag, -t->scale);
     }
 }
@@ -559,7 +560,7 @@ static void pack_a_int(struct f8_job *J, int64_t p, int64_t blk, const uint8_t *
     J->a_bad_rows[pb] = (uint8_t)bad;
     uint32_t sums[ENG_MAX_MR] = {0}, largest = 0;
     uint32_t *dst = J->a16 + pb * (F8_BLOCK / 2) * mr;
-    const int32_t *simage = J->ta->signed_image;
+    const int64_t *simage = J->ta->signed_image;
     for (int s = 0; s < F8_BLOCK / 2; s++, dst += mr) {
         int64_t k0 = blk * F8_BLOCK + 2 * s;
         for (int r = 0; r < mr; r++) {
@@ -567,8 +568,8 @@ static void pack_a_int(struct f8_job *J, int64_t p, int64_t blk, const uint8_t *
             /* a left-out row adds +0, harmless (C + +0 + t == C + t: t is never -0); the shift is
              * exact (no bit below the block's lowest set bit), also for negative images */
             if (!(bad >> r & 1) && src[r]) {
-                x = k0 < J->k ? simage[src[r][k0]] >> shifts[r] : 0;
-                y = k0 + 1 < J->k ? simage[src[r][k0 + 1]] >> shifts[r] : 0;
+                x = k0 < J->k ? (int32_t)(simage[src[r][k0]] >> shifts[r]) : 0;
+                y = k0 + 1 < J->k ? (int32_t)(simage[src[r][k0 + 1]] >> shifts[r]) : 0;
             }
             sums[r] += (uint32_t)(x < 0 ? -x : x) + (uint32_t)(y < 0 ? -y : y); /* 64 x 2^15: no overflow */
             dst[r] = (uint16_t)(int16_t)x | (uint32_t)(uint16_t)(int16_t)y << 16;
@@ -642,7 +643,7 @@ static void pack_b_int(struct f8_job *J, const uint32_t *ors, const uint8_t *spe
 {
     int nr = J->v->nr;
     int64_t npad = J->nq * nr;
-    const int32_t *simage = J->tb->signed_image;
+    const int64_t *simage = J->tb->signed_image;
     for (int64_t q = 0; q < J->nq; q++)
         for (int64_t blk = 0; blk < J->nblk; blk++) {
             int64_t pb = q * J->nblk + blk, so = b_scale_offset(J, q, blk);

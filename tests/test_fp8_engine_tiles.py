@@ -160,3 +160,26 @@ def test_thread_counts_split_on_panel_pairs(engine, n):  # noqa: F811
     for threads in (1, 2, 3, 5):
         got = np.asarray(eng.dot(op, c, a, _vnni(b), k // 4, threads=threads)).view(np.uint32)
         np.testing.assert_array_equal(got, want, err_msg=f"threads={threads}")
+
+
+def _finite_codes(fmt):
+    return [code for code in range(256) if ref.decode_fp8(code, fmt)[0] == "num"]
+
+
+@pytest.mark.parametrize("op", NAMES)
+def test_every_code_pair_on_the_int16_tiles(engine, op):  # noqa: F811
+    """Row i holds 64 copies of the i-th finite code of A's format, column j 64 copies of B's j-th:
+    every block is int16 material (one value per row and column), the images reach 2^32 (BF8's
+    largest), and each result is round_fp32(64 x a x b), exact in float64 before that one rounding."""
+    eng = _compiled(engine)
+    a_fmt, b_fmt = ref.formats(op)
+    a_codes, b_codes = _finite_codes(a_fmt), _finite_codes(b_fmt)
+    a = np.repeat(np.array(a_codes, np.uint8)[:, None], 64, axis=1)
+    b = np.repeat(np.array(b_codes, np.uint8)[None, :], 64, axis=0)
+    a_val = np.array([float(ref.decode_fp8(x, a_fmt)[1]) for x in a_codes])
+    b_val = np.array([float(ref.decode_fp8(x, b_fmt)[1]) for x in b_codes])
+    want = (64.0 * np.outer(a_val, b_val)).astype(np.float32)  # 64ab: <= 14 bits, exact in float64
+    want = np.where(want == 0, np.float32(0), want).view(np.uint32)  # an exact zero sum is +0
+    c = np.zeros((len(a_codes), len(b_codes)), np.uint32)
+    got = np.asarray(eng.dot(op, c, a, _vnni(b), 16)).view(np.uint32)
+    np.testing.assert_array_equal(got, want)
