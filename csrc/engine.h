@@ -145,6 +145,9 @@ int pyamx_engine_fp8(int kind, int op, const void *a, int64_t lda_bytes, const v
 /* Test hook: enable (1) or disable (0) the int16 (AVX-512 VNNI) path of the avx512 variant
  * for later calls, or only ask (-1); returns the previous setting. */
 int pyamx_engine_fp8_int_path(int enable);
+/* Test hook, the same for the split rows (left-out rows summed as two int16 rows on avx512 with
+ * VNNI and DQ, engine_fp8.c z_split_row2). */
+int pyamx_engine_fp8_split_path(int enable);
 /* Test hook: pyamx_engine_fp8() under the given MXCSR, as pyamx_engine_dot_under_mxcsr(). */
 int pyamx_engine_fp8_under_mxcsr(uint32_t mxcsr, uint32_t *mxcsr_after, int kind, int op, const void *a,
                                  int64_t lda_bytes, const void *b, int64_t ldb_bytes, int b_rowmajor,

@@ -20,8 +20,10 @@
  * Faster where it applies (avx512 with VNNI, see int_exact): a row's or
  * column's block divided by its lowest set bit is an integer; when those fit
  * int16 and the sum's bound fits int32, vpdpwssd sums them exactly and the
- * int32 -> float conversion is the one rounding. Rows that do not fit are
- * left out of the int16 tile and summed alone in doubles (row_t).
+ * int32 -> float conversion is the one rounding. The register tile spans a
+ * pair of column panels (8 x 48). Rows that do not fit are left out of the
+ * int16 tile and summed as two int16 rows combined exactly in int64
+ * (split_row), or alone in doubles (row_t) where that cannot be done.
  */
 #include "pyamx.h"
 #include "engine.h"
@@ -57,6 +59,8 @@ struct f8_table {
     uint32_t image[256];
     uint8_t negative[256];
     uint8_t special[256]; /* NaN or infinity */
+    int64_t signed_image[256]; /* image with its sign (0 for specials; BF8 images reach 2^32, hence 64 bits):
+                                * >> a block's lowest set bit is its int16 */
     int scale;
 };
 
@@ -70,6 +74,7 @@ static void build_table(struct f8_table *t, int fmt)
         int neg = code >> 7, e = (code >> mbits) & emax, f = code & ((1 << mbits) - 1);
         t->negative[code] = (uint8_t)neg;
         t->image[code] = 0; /* zeros and specials: no bits in the span */
+        t->signed_image[code] = 0;
         int special = bf8 ? e == emax : (e == emax && f == (1 << mbits) - 1);
         t->special[code] = (uint8_t)special;
         if (special) {
@@ -78,6 +83,7 @@ static void build_table(struct f8_table *t, int fmt)
         }
         uint32_t mag = e == 0 ? (uint32_t)f : (uint32_t)(f | (1 << mbits)) << (e - 1);
         t->image[code] = mag;
+        t->signed_image[code] = neg ? -(int64_t)mag : (int64_t)mag;
         t->value[code] = ldexp(neg ? -(double)mag : (double)mag, -t->scale);
     }
 }
@@ -112,12 +118,19 @@ struct f8_variant {
     int mr, nr;
     void (*run)(int64_t nb, const double *ap, const double *bp, float *c, int64_t ldc);
     void (*block_t)(const double *ap, const double *bp, float *t);
-    /* Optional (NULL: none): one block on int16 pairs (see F8_PAIRS) with exact int32 sums,
+    /* Optional (NULL: none): one block on int16 pairs (B's ldb words apart per step) with exact int32 sums,
      * c += float(sum) * a_scale[r] * b_scale[j]. Only for an MR x NR of 8 x 24. */
-    void (*run_int)(const uint32_t *ap, const uint32_t *bp, const float *as, const float *bs, float *c, int64_t ldc);
-    /* With run_int: one row r of a block's t in doubles (t[j] = float of row r's sum for column j),
+    void (*run_int)(const uint32_t *ap, const uint32_t *bp, int64_t ldb, const float *as, const float *bs, float *c,
+                    int64_t ldc);
+    /* With run_int: one row's block (arow: its 64 values) of t in doubles (t[j] = float of its sum for column j),
      * for the rows the int16 path leaves out. */
-    void (*row_t)(const double *ap, int r, const double *bp, float *t);
+    void (*row_t)(const double *arow, const double *bp, float *t);
+    /* With run_int: the same on a pair of adjacent column panels (MR x 2 NR) in one register tile,
+     * B's int16 pairs then laid out [pair][2 NR] (see b16_group). */
+    void (*run_int2)(const uint32_t *ap, const uint32_t *bp, const float *as, const float *bs, float *c, int64_t ldc);
+    /* Optional, with run_int2: one left-out row on a pair, split in two int16 rows (z_split_row2). */
+    void (*split_row2)(const uint32_t *hp, const uint32_t *lp, const uint32_t *bp, int d, float as, const float *bs,
+                       float *c);
 };
 
 #define P_MR 4
@@ -150,7 +163,7 @@ static void portable_run(int64_t nb, const double *ap, const double *bp, float *
                 c[r * ldc + j] = c[r * ldc + j] + (float)acc[r][j];
     }
 }
-static const struct f8_variant portable_variant = {P_MR, P_NR, portable_run, portable_block_t, 0, 0};
+static const struct f8_variant portable_variant = {P_MR, P_NR, portable_run, portable_block_t, 0, 0, 0, 0};
 
 #if ENG_X86
 #define T512 __attribute__((target("avx512f,avx2,fma")))
@@ -196,21 +209,26 @@ T512 static void z_run(int64_t nb, const double *ap, const double *bp, float *c,
             }
     }
 }
-static const struct f8_variant avx512_variant = {Z_MR, Z_NR, z_run, z_block_t, 0, 0};
+static const struct f8_variant avx512_variant = {Z_MR, Z_NR, z_run, z_block_t, 0, 0, 0, 0};
 
 /* AVX-512 VNNI: the same tile on int16 pairs, 8 zmm + 8 ymm int32 accumulators (vpdpwssd
  * wraps, so only the final sum must fit int32: the driver's bound sees to it). The
  * conversion to float is the one rounding; the scales are powers of two, exact on
  * results between 2^-32 and 2^39. */
 #define T512V __attribute__((target("avx512f,avx512vl,avx512vnni,avx2,fma")))
+/* acc += pairwise int16 products of x and y. Inline asm because GCC 12 copies the accumulator
+ * around _mm512_dpwssd_epi32 (and spills, with 24 of them live): perf showed 67 moves for 24
+ * vpdpwssd in the 8 x 48 loop. */
+#define DPW512(acc, x, y) __asm__("vpdpwssd %2, %1, %0" : "+v"(acc) : "v"(x), "v"(y))
+#define DPW256(acc, x, y) __asm__("vpdpwssd %2, %1, %0" : "+v"(acc) : "v"(x), "v"(y))
 #define V_ROW(r)                                                                        \
     do {                                                                                \
         __m512i a_ = _mm512_set1_epi32((int)ap[r]);                                     \
-        accz[r] = _mm512_dpwssd_epi32(accz[r], a_, bz);                                 \
-        accy[r] = _mm256_dpwssd_epi32(accy[r], _mm512_castsi512_si256(a_), by);         \
+        DPW512(accz[r], a_, bz);                                                        \
+        DPW256(accy[r], _mm512_castsi512_si256(a_), by);                                \
     } while (0)
-T512V static void z_int_block(const uint32_t *ap, const uint32_t *bp, const float *as, const float *bs, float *c,
-                              int64_t ldc)
+T512V static void z_int_block(const uint32_t *ap, const uint32_t *bp, int64_t ldb, const float *as, const float *bs,
+                              float *c, int64_t ldc)
 {
     __m512i accz[Z_MR];
     __m256i accy[Z_MR];
@@ -218,7 +236,7 @@ T512V static void z_int_block(const uint32_t *ap, const uint32_t *bp, const floa
         accz[r] = _mm512_setzero_si512();
         accy[r] = _mm256_setzero_si256();
     }
-    for (int s = 0; s < F8_BLOCK / 2; s++, ap += Z_MR, bp += Z_NR) {
+    for (int s = 0; s < F8_BLOCK / 2; s++, ap += Z_MR, bp += ldb) {
         __m512i bz = _mm512_loadu_si512(bp);
         __m256i by = _mm256_loadu_si256((const __m256i *)(bp + 16));
         V_ROW(0); V_ROW(1); V_ROW(2); V_ROW(3); V_ROW(4); V_ROW(5); V_ROW(6); V_ROW(7);
@@ -233,15 +251,88 @@ T512V static void z_int_block(const uint32_t *ap, const uint32_t *bp, const floa
         _mm256_storeu_ps(cp + 16, _mm256_add_ps(_mm256_loadu_ps(cp + 16), ty));
     }
 }
+/* 8 x 48 (two column panels): 24 zmm int32 accumulators, all full width, and per step of
+ * two k 3 B loads and 8 broadcasts for 24 vpdpwssd, where the 8 x 24 tile spends 10 loads
+ * on 8 zmm + 8 half-width ymm ones. Same exactness argument as z_int_block, per column. */
+#define V2_ROW(r)                                                                       \
+    do {                                                                                \
+        __m512i a_ = _mm512_set1_epi32((int)ap[r]);                                     \
+        DPW512(x##r##0, a_, b0);                                                        \
+        DPW512(x##r##1, a_, b1);                                                        \
+        DPW512(x##r##2, a_, b2);                                                        \
+    } while (0)
+#define V2_OUT(r)                                                                       \
+    do {                                                                                \
+        float *cp = c + r * ldc;                                                        \
+        __m512 ar = _mm512_set1_ps(as[r]);                                              \
+        __m512 t0 = _mm512_mul_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(x##r##0), ar), s0);  \
+        __m512 t1 = _mm512_mul_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(x##r##1), ar), s1);  \
+        __m512 t2 = _mm512_mul_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(x##r##2), ar), s2);  \
+        _mm512_storeu_ps(cp, _mm512_add_ps(_mm512_loadu_ps(cp), t0));                   \
+        _mm512_storeu_ps(cp + 16, _mm512_add_ps(_mm512_loadu_ps(cp + 16), t1));         \
+        _mm512_storeu_ps(cp + 32, _mm512_add_ps(_mm512_loadu_ps(cp + 32), t2));         \
+    } while (0)
+/* Named accumulators, not an array: GCC 12 keeps an array of 24 in memory and stores it every step. */
+T512V static void z_int_block2(const uint32_t *ap, const uint32_t *bp, const float *as, const float *bs, float *c,
+                               int64_t ldc)
+{
+    __m512i x00, x01, x02, x10, x11, x12, x20, x21, x22, x30, x31, x32;
+    __m512i x40, x41, x42, x50, x51, x52, x60, x61, x62, x70, x71, x72;
+    x00 = x01 = x02 = x10 = x11 = x12 = x20 = x21 = x22 = x30 = x31 = x32 = _mm512_setzero_si512();
+    x40 = x41 = x42 = x50 = x51 = x52 = x60 = x61 = x62 = x70 = x71 = x72 = _mm512_setzero_si512();
+    for (int s = 0; s < F8_BLOCK / 2; s++, ap += Z_MR, bp += 2 * Z_NR) {
+        __m512i b0 = _mm512_loadu_si512(bp), b1 = _mm512_loadu_si512(bp + 16), b2 = _mm512_loadu_si512(bp + 32);
+        V2_ROW(0); V2_ROW(1); V2_ROW(2); V2_ROW(3); V2_ROW(4); V2_ROW(5); V2_ROW(6); V2_ROW(7);
+    }
+    __m512 s0 = _mm512_loadu_ps(bs), s1 = _mm512_loadu_ps(bs + 16), s2 = _mm512_loadu_ps(bs + 32);
+    V2_OUT(0); V2_OUT(1); V2_OUT(2); V2_OUT(3); V2_OUT(4); V2_OUT(5); V2_OUT(6); V2_OUT(7);
+}
+/* One left-out row against a pair of panels (48 columns), its block split in two int16 rows:
+ * hp holds the values at or above 2^d times the lowest set bit, in units of their own lowest
+ * set bit (2^d units of lp's), lp the others (see split_row). Each part's int32 sum is exact
+ * (the driver bounds both below 2^31), so hi x 2^d + lo is the exact block sum in int64 (d <= 32:
+ * |hi| x 2^d + |lo| < 2^63), and vcvtqq2ps is its one rounding; the scales are exact as in
+ * z_int_block. */
+#define T512VD __attribute__((target("avx512f,avx512vl,avx512dq,avx512vnni,avx2,fma")))
+T512VD static __m256 split_half(__m256i hi, __m256i lo, __m128i d)
+{
+    __m512i sum = _mm512_add_epi64(_mm512_sll_epi64(_mm512_cvtepi32_epi64(hi), d), _mm512_cvtepi32_epi64(lo));
+    return _mm512_cvtepi64_ps(sum);
+}
+T512VD static void z_split_row2(const uint32_t *hp, const uint32_t *lp, const uint32_t *bp, int d, float as,
+                                const float *bs, float *c)
+{
+    __m512i h0 = _mm512_setzero_si512(), h1 = h0, h2 = h0, l0 = h0, l1 = h0, l2 = h0;
+    for (int s = 0; s < F8_BLOCK / 2; s++, bp += 2 * Z_NR) {
+        __m512i b0 = _mm512_loadu_si512(bp), b1 = _mm512_loadu_si512(bp + 16), b2 = _mm512_loadu_si512(bp + 32);
+        __m512i x = _mm512_set1_epi32((int)hp[s]), y = _mm512_set1_epi32((int)lp[s]);
+        DPW512(h0, x, b0); DPW512(h1, x, b1); DPW512(h2, x, b2);
+        DPW512(l0, y, b0); DPW512(l1, y, b1); DPW512(l2, y, b2);
+    }
+    __m128i dv = _mm_cvtsi32_si128(d);
+    __m512i hs[3] = {h0, h1, h2}, ls[3] = {l0, l1, l2};
+    __m256 a8 = _mm256_set1_ps(as);
+    for (int x = 0; x < 3; x++)
+        for (int half = 0; half < 2; half++) {
+            __m256i hh = half ? _mm512_extracti64x4_epi64(hs[x], 1) : _mm512_castsi512_si256(hs[x]);
+            __m256i ll = half ? _mm512_extracti64x4_epi64(ls[x], 1) : _mm512_castsi512_si256(ls[x]);
+            float *cp = c + 16 * x + 8 * half;
+            /* GCC may contract the last multiply and the add into an FMA: the same result, the
+             * product being exact */
+            __m256 t = _mm256_mul_ps(_mm256_mul_ps(split_half(hh, ll, dv), a8), _mm256_loadu_ps(bs + 16 * x + 8 * half));
+            _mm256_storeu_ps(cp, _mm256_add_ps(_mm256_loadu_ps(cp), t));
+        }
+}
+
 /* Two accumulators per 8 columns (even and odd k): any order of an exact sum is the same sum,
  * and NaNs and infinities combine as in one. */
-T512 static void z_row_t(const double *ap, int r, const double *bp, float *t)
+T512 static void z_row_t(const double *arow, const double *bp, float *t)
 {
     __m512d even[3], odd[3];
     for (int x = 0; x < 3; x++)
         even[x] = odd[x] = _mm512_setzero_pd();
     for (int k = 0; k < F8_BLOCK; k += 2, bp += 2 * Z_NR) {
-        __m512d a0 = _mm512_set1_pd(ap[k * Z_MR + r]), a1 = _mm512_set1_pd(ap[(k + 1) * Z_MR + r]);
+        __m512d a0 = _mm512_set1_pd(arow[k]), a1 = _mm512_set1_pd(arow[k + 1]);
         for (int x = 0; x < 3; x++) {
             even[x] = _mm512_fmadd_pd(a0, _mm512_load_pd(bp + 8 * x), even[x]);
             odd[x] = _mm512_fmadd_pd(a1, _mm512_load_pd(bp + Z_NR + 8 * x), odd[x]);
@@ -250,7 +341,10 @@ T512 static void z_row_t(const double *ap, int r, const double *bp, float *t)
     for (int x = 0; x < 3; x++)
         _mm256_storeu_ps(t + 8 * x, _mm512_cvtpd_ps(_mm512_add_pd(even[x], odd[x])));
 }
-static const struct f8_variant avx512_vnni_variant = {Z_MR, Z_NR, z_run, z_block_t, z_int_block, z_row_t};
+static const struct f8_variant avx512_vnni_variant = {Z_MR, Z_NR, z_run, z_block_t, z_int_block, z_row_t,
+                                                      z_int_block2, 0};
+static const struct f8_variant avx512_vnni_dq_variant = {Z_MR, Z_NR, z_run, z_block_t, z_int_block, z_row_t,
+                                                         z_int_block2, z_split_row2};
 
 /* AVX2: 4 rows x 12 columns, 12 ymm accumulators of 4 doubles. */
 #define Y_MR 4
@@ -292,7 +386,7 @@ T256 static void y_run(int64_t nb, const double *ap, const double *bp, float *c,
             }
     }
 }
-static const struct f8_variant avx2_variant = {Y_MR, Y_NR, y_run, y_block_t, 0, 0};
+static const struct f8_variant avx2_variant = {Y_MR, Y_NR, y_run, y_block_t, 0, 0, 0, 0};
 #endif
 
 static int int_path_on = 1;
@@ -304,6 +398,16 @@ int pyamx_engine_fp8_int_path(int enable)
     return was;
 }
 
+/* Test hook like pyamx_engine_fp8_int_path: the split rows of z_split_row2 on (1) or off (0). */
+static int split_path_on = 1;
+int pyamx_engine_fp8_split_path(int enable)
+{
+    int was = split_path_on;
+    if (enable >= 0)
+        __atomic_store_n(&split_path_on, enable != 0, __ATOMIC_RELAXED);
+    return was;
+}
+
 static const struct f8_variant *f8_variant(int kind)
 {
     if (!pyamx_engine_available(kind))
@@ -312,9 +416,11 @@ static const struct f8_variant *f8_variant(int kind)
         return &portable_variant;
 #if ENG_X86
     if (kind == PYAMX_ENGINE_AVX512)
-        return __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512vl") && int_path_on
-                   ? &avx512_vnni_variant
-                   : &avx512_variant;
+    {
+        if (!(__builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512vl") && int_path_on))
+            return &avx512_variant;
+        return __builtin_cpu_supports("avx512dq") && split_path_on ? &avx512_vnni_dq_variant : &avx512_vnni_variant;
+    }
     if (kind == PYAMX_ENGINE_AVX2)
         return &avx2_variant;
 #endif
@@ -392,6 +498,7 @@ struct f8_job {
      * per panel and block: usable (spans <= 15 bits, no specials) and the sum bound's factors */
     uint32_t *a16, *b16;
     float *a_scale, *b_scale;
+    uint8_t *b_packed; /* [panel][block]: bp holds that block's doubles (b_panel_doubles) */
     uint8_t *a_bad_rows, *b_int_ok; /* a_bad_rows: bit r set: row r of the panel is left to row_t */
     uint32_t *a_abs_sum, *b_abs_max;
     uint8_t *a_odd;
@@ -436,9 +543,10 @@ static inline uint32_t int_half(const struct f8_table *t, uint8_t code, int shif
 static void pack_a_int(struct f8_job *J, int64_t p, int64_t blk, const uint8_t *special)
 {
     int mr = J->v->mr;
-    int64_t pb = p * J->nblk + blk, kpad = J->nblk * F8_BLOCK;
+    int64_t pb = p * J->nblk + blk;
     unsigned bad = 0;
-    double inverse[ENG_MAX_MR];
+    int shifts[ENG_MAX_MR];
+    const uint8_t *src[ENG_MAX_MR];
     for (int r = 0; r < mr; r++) {
         int64_t at = (p * mr + r) * J->nblk + blk;
         int hi = J->a_hi[at], lo = J->a_lo[at];
@@ -446,51 +554,49 @@ static void pack_a_int(struct f8_job *J, int64_t p, int64_t blk, const uint8_t *
         int ok = !special[r] && (hi == F8_NONE_HI || hi - lo <= 15);
         bad |= (unsigned)!ok << r;
         J->a_scale[pb * mr + r] = ok ? (float)ldexp(1.0, shift - J->ta->scale) : 1.0f;
-        inverse[r] = ldexp(1.0, J->ta->scale - shift);
+        shifts[r] = shift;
+        src[r] = p * mr + r < J->m ? J->a + (p * mr + r) * J->lda : 0;
     }
     J->a_bad_rows[pb] = (uint8_t)bad;
     uint32_t sums[ENG_MAX_MR] = {0}, largest = 0;
     uint32_t *dst = J->a16 + pb * (F8_BLOCK / 2) * mr;
-    const double *col = J->ap + (p * kpad + blk * F8_BLOCK) * mr;
-    for (int s = 0; s < F8_BLOCK / 2; s++, col += 2 * mr, dst += mr)
+    const int64_t *simage = J->ta->signed_image;
+    for (int s = 0; s < F8_BLOCK / 2; s++, dst += mr) {
+        int64_t k0 = blk * F8_BLOCK + 2 * s;
         for (int r = 0; r < mr; r++) {
             int32_t x = 0, y = 0;
-            if (!(bad >> r & 1)) { /* a left-out row adds +0, harmless (C + +0 + t == C + t: t is never -0) */
-                x = (int32_t)(col[r] * inverse[r]);
-                y = (int32_t)(col[mr + r] * inverse[r]);
+            /* a left-out row adds +0, harmless (C + +0 + t == C + t: t is never -0); the shift is
+             * exact (no bit below the block's lowest set bit), also for negative images */
+            if (!(bad >> r & 1) && src[r]) {
+                x = k0 < J->k ? (int32_t)(simage[src[r][k0]] >> shifts[r]) : 0;
+                y = k0 + 1 < J->k ? (int32_t)(simage[src[r][k0 + 1]] >> shifts[r]) : 0;
             }
             sums[r] += (uint32_t)(x < 0 ? -x : x) + (uint32_t)(y < 0 ? -y : y); /* 64 x 2^15: no overflow */
             dst[r] = (uint16_t)(int16_t)x | (uint32_t)(uint16_t)(int16_t)y << 16;
         }
+    }
     for (int r = 0; r < mr; r++)
         largest = sums[r] > largest ? sums[r] : largest;
     J->a_abs_sum[pb] = largest;
 }
 
+/* A's block exponents, specials and int16 pairs (every path needs these). */
 static void pack_a(struct f8_job *J)
 {
     int mr = J->v->mr, scale = J->ta->scale;
-    int64_t kpad = J->nblk * F8_BLOCK;
-    const double *value = J->ta->value;
     const uint32_t *image = J->ta->image;
     uint8_t *odd = J->a_odd; /* the current panel's [row][block] NaN-or-infinity flags */
     for (int64_t row = 0; row < J->mp * mr; row++) {
-        double *dst = J->ap + (row / mr) * kpad * mr + row % mr;
         int64_t filled = row < J->m ? J->k : 0;
         const uint8_t *src = J->a + (row < J->m ? row : 0) * J->lda;
         for (int64_t blk = 0; blk < J->nblk; blk++) {
             uint32_t bits = 0;
             uint8_t oddity = 0;
             int64_t k0 = blk * F8_BLOCK, k1 = k0 + F8_BLOCK < filled ? k0 + F8_BLOCK : filled;
-            int64_t kidx = k0;
-            for (; kidx < k1; kidx++) {
-                uint8_t code = src[kidx];
-                dst[kidx * mr] = value[code];
-                bits |= image[code];
-                oddity |= J->ta->special[code];
+            for (int64_t kidx = k0; kidx < k1; kidx++) {
+                bits |= image[src[kidx]];
+                oddity |= J->ta->special[src[kidx]];
             }
-            for (; kidx < k0 + F8_BLOCK; kidx++)
-                dst[kidx * mr] = 0.0;
             J->a_hi[row * J->nblk + blk] = or_hi(bits, scale);
             J->a_lo[row * J->nblk + blk] = or_lo(bits, scale);
             if (odd)
@@ -507,78 +613,93 @@ static void pack_a(struct f8_job *J)
     panel_spans(J->a_hi, J->a_lo, J->nblk, 1, J->mp, mr, J->nblk, J->sa);
 }
 
-/* B's int16 pairs, from the packed doubles of usable columns: value x 2^(scale - shift) is
- * the integer image >> shift, exact (so no rounding mode or exception flag can act). */
+/* B's int16 pairs are stored by groups of column panels: pairs (0, 1), (2, 3), ... where the
+ * variant has run_int2 (one register tile spans both), a last odd panel alone. A group of g
+ * panels holds, per block and step of two k, g x NR words: [group][block][step][g x NR], and
+ * its scales [group][block][g x NR]; either way a group takes g panels' room. Returns the
+ * group's first panel; *width: its g x NR. */
+static inline int64_t b16_group(const struct f8_job *J, int64_t q, int *width)
+{
+    int nr = J->v->nr;
+    int64_t q0 = J->v->run_int2 ? q & ~(int64_t)1 : q;
+    *width = (q0 + 1 < J->nq && J->v->run_int2) ? 2 * nr : nr;
+    return q0;
+}
+static inline int64_t b16_offset(const struct f8_job *J, int64_t q, int64_t blk, int *width)
+{
+    int64_t q0 = b16_group(J, q, width);
+    return q0 * J->nblk * (F8_BLOCK / 2) * J->v->nr + blk * (F8_BLOCK / 2) * *width + (q - q0) * J->v->nr;
+}
+static inline int64_t b_scale_offset(const struct f8_job *J, int64_t q, int64_t blk)
+{
+    int width;
+    int64_t q0 = b16_group(J, q, &width);
+    return q0 * J->nblk * J->v->nr + blk * width + (q - q0) * J->v->nr;
+}
+
+/* B's int16 pairs of usable columns, from the codes: the signed image >> shift (exact, shift
+ * being the column block's lowest set bit). */
 static void pack_b_int(struct f8_job *J, const uint32_t *ors, const uint8_t *special)
 {
     int nr = J->v->nr;
-    int64_t npad = J->nq * nr, kpad = J->nblk * F8_BLOCK;
+    int64_t npad = J->nq * nr;
+    const int64_t *simage = J->tb->signed_image;
     for (int64_t q = 0; q < J->nq; q++)
         for (int64_t blk = 0; blk < J->nblk; blk++) {
-            int64_t pb = q * J->nblk + blk;
-            int all_ok = 1;
+            int64_t pb = q * J->nblk + blk, so = b_scale_offset(J, q, blk);
+            int all_ok = 1, width;
             uint32_t largest = 0;
-            double inverse[ENG_MAX_NR];
+            int shifts[ENG_MAX_NR];
             for (int j = 0; j < nr; j++) {
                 int64_t at = blk * npad + q * nr + j;
                 uint32_t bits = ors[at];
                 int shift = bits ? __builtin_ctz(bits) : 0;
                 all_ok &= !special[at] && (bits >> shift) < (1u << 15);
                 largest = (bits >> shift) > largest ? bits >> shift : largest; /* >= every |value| */
-                J->b_scale[pb * nr + j] = (float)ldexp(1.0, shift - J->tb->scale);
-                inverse[j] = ldexp(1.0, J->tb->scale - shift);
+                J->b_scale[so + j] = (float)ldexp(1.0, shift - J->tb->scale);
+                shifts[j] = shift;
             }
             J->b_int_ok[pb] = (uint8_t)all_ok;
             J->b_abs_max[pb] = largest;
-            uint32_t *dst = J->b16 + pb * (F8_BLOCK / 2) * nr;
-            const double *row = J->bp + (q * kpad + blk * F8_BLOCK) * nr;
+            uint32_t *dst = J->b16 + b16_offset(J, q, blk, &width);
             if (!all_ok) /* never read: the tile takes the double path */
                 continue;
-            for (int s = 0; s < F8_BLOCK / 2; s++, row += 2 * nr, dst += nr)
-                for (int j = 0; j < nr; j++)
-                    dst[j] = (uint16_t)(int16_t)(int32_t)(row[j] * inverse[j]) |
-                             (uint32_t)(uint16_t)(int16_t)(int32_t)(row[nr + j] * inverse[j]) << 16;
+            int64_t c0 = q * nr;
+            int cols = (int)(J->n - c0 < nr ? J->n - c0 : nr);
+            for (int s = 0; s < F8_BLOCK / 2; s++, dst += width) {
+                int64_t k0 = blk * F8_BLOCK + 2 * s;
+                int j = 0;
+                if (J->b_rowmajor && k0 + 1 < J->k) {
+                    const uint8_t *r0 = J->b + k0 * J->ldb + c0, *r1 = r0 + J->ldb;
+                    for (; j < cols; j++)
+                        dst[j] = (uint16_t)(int16_t)(simage[r0[j]] >> shifts[j]) |
+                                 (uint32_t)(uint16_t)(int16_t)(simage[r1[j]] >> shifts[j]) << 16;
+                }
+                for (; j < nr; j++)
+                    dst[j] = (uint16_t)(int16_t)(simage[b_code(J, k0, c0 + j)] >> shifts[j]) |
+                             (uint32_t)(uint16_t)(int16_t)(simage[b_code(J, k0 + 1, c0 + j)] >> shifts[j]) << 16;
+            }
         }
 }
 
+/* B's block exponents and specials; its doubles come later, per (column panel, block), where a
+ * kernel reads them (b_panel_doubles). */
 static void pack_b(struct f8_job *J, uint32_t *ors, uint8_t *special)
 {
     int nr = J->v->nr, scale = J->tb->scale;
-    int64_t kpad = J->nblk * F8_BLOCK, npad = J->nq * nr;
-    const double *value = J->tb->value;
+    int64_t npad = J->nq * nr;
     const uint32_t *image = J->tb->image;
     memset(ors, 0, (size_t)(J->nblk * npad) * 4);
     memset(special, 0, (size_t)(J->nblk * npad));
-    for (int64_t kidx = 0; kidx < kpad; kidx++) {
+    for (int64_t kidx = 0; kidx < J->k; kidx++) {
         uint32_t *bits = ors + (kidx / F8_BLOCK) * npad;
         uint8_t *odd = special + (kidx / F8_BLOCK) * npad;
-        const uint8_t *src = 0;
-        int64_t step = 1;
-        if (kidx < J->k) {
-            src = J->b_rowmajor ? J->b + kidx * J->ldb : J->b + (kidx >> 2) * J->ldb + (kidx & 3);
-            step = J->b_rowmajor ? 1 : 4;
-        }
-        for (int64_t q = 0; q < J->nq; q++) {
-            double *dst = J->bp + (q * kpad + kidx) * nr;
-            int64_t c0 = q * nr;
-            int lim = !src ? 0 : (int)(J->n - c0 < nr ? J->n - c0 : nr);
-            int j = 0;
-            if (step == 1)
-                for (; j < lim; j++) {
-                    uint8_t code = src[c0 + j];
-                    dst[j] = value[code];
-                    bits[c0 + j] |= image[code];
-                    odd[c0 + j] |= J->tb->special[code];
-                }
-            else
-                for (; j < lim; j++) {
-                    uint8_t code = src[(c0 + j) * 4];
-                    dst[j] = value[code];
-                    bits[c0 + j] |= image[code];
-                    odd[c0 + j] |= J->tb->special[code];
-                }
-            for (; j < nr; j++)
-                dst[j] = 0.0;
+        const uint8_t *src = J->b_rowmajor ? J->b + kidx * J->ldb : J->b + (kidx >> 2) * J->ldb + (kidx & 3);
+        int64_t step = J->b_rowmajor ? 1 : 4;
+        for (int64_t col = 0; col < J->n; col++) {
+            uint8_t code = src[col * step];
+            bits[col] |= image[code];
+            odd[col] |= J->tb->special[code];
         }
     }
     for (int64_t i = 0; i < J->nblk * npad; i++) {
@@ -588,6 +709,23 @@ static void pack_b(struct f8_job *J, uint32_t *ors, uint8_t *special)
     panel_spans(J->b_hi, J->b_lo, 1, npad, J->nq, nr, J->nblk, J->sb);
     if (J->b16)
         pack_b_int(J, ors, special);
+}
+
+/* The packed doubles of column panel q's block blk, packed at the first call: on ordinary data
+ * only left-out rows that cannot be split read them. No lock: a column panel belongs to one
+ * thread (the parts split the column panels). */
+static const double *b_panel_doubles(const struct f8_job *J, int64_t q, int64_t blk)
+{
+    int nr = J->v->nr;
+    double *dst = J->bp + (q * J->nblk + blk) * F8_BLOCK * nr;
+    if (J->b_packed[q * J->nblk + blk])
+        return dst;
+    const double *value = J->tb->value;
+    for (int i = 0; i < F8_BLOCK; i++)
+        for (int j = 0; j < nr; j++)
+            dst[i * nr + j] = value[b_code(J, blk * F8_BLOCK + i, q * nr + j)];
+    J->b_packed[q * J->nblk + blk] = 1;
+    return dst;
 }
 
 /* ---- the schedule over tiles ---- */
@@ -635,58 +773,208 @@ static void finish_rows(const struct f8_job *J, int64_t kb, int64_t r0, int64_t 
     }
 }
 
-static void run_tile(const struct f8_job *J, int64_t p, int64_t q, int64_t kb0, int64_t kb1)
+/* A left-out row's block as two int16 rows for split_row2: values of at least 15 bits above the
+ * block's lowest set bit lo go to hp, in units of their own lowest set bit lh, the others to lp in
+ * units of 2^lo. 0 where that does not work (a NaN or infinity, hp's values spanning more than 15
+ * bits, lh - lo over 32, or an int32 sum bound of 2^31 missed against the columns' bmax); else 1,
+ * *d = lh - lo and *unit = lp's unit as a value. */
+static int split_row(const struct f8_job *J, int64_t row, int64_t kb, uint32_t bmax, uint32_t *hp, uint32_t *lp,
+                     int *d, float *unit)
+{
+    const struct f8_table *ta = J->ta;
+    int count = (int)(J->k - kb * F8_BLOCK < F8_BLOCK ? J->k - kb * F8_BLOCK : F8_BLOCK);
+    const uint8_t *src = J->a + row * J->lda + kb * F8_BLOCK;
+    uint32_t all = 0, high = 0;
+    for (int i = 0; i < count; i++) {
+        if (ta->special[src[i]])
+            return 0;
+        all |= ta->image[src[i]];
+    }
+    if (!all)
+        return 0;
+    int lo = __builtin_ctz(all);
+    for (int i = 0; i < count; i++)
+        if (ta->image[src[i]] >> lo >= 1u << 15)
+            high |= ta->image[src[i]];
+    int lh = high ? __builtin_ctz(high) : lo;
+    if ((high >> lh) >= 1u << 15 || lh - lo > 32) /* lh - lo <= 31 for fp8 images (< 2^32); kept for the proof */
+        return 0;
+    uint64_t hsum = 0, lsum = 0;
+    int16_t hv[F8_BLOCK] = {0}, lv[F8_BLOCK] = {0};
+    for (int i = 0; i < count; i++) {
+        uint32_t img = ta->image[src[i]];
+        int big = img >> lo >= 1u << 15;
+        int32_t x = (int32_t)(big ? img >> lh : img >> lo);
+        x = ta->negative[src[i]] ? -x : x;
+        if (big) {
+            hv[i] = (int16_t)x;
+            hsum += (uint32_t)(x < 0 ? -x : x);
+        } else {
+            lv[i] = (int16_t)x;
+            lsum += (uint32_t)(x < 0 ? -x : x);
+        }
+    }
+    if (hsum * bmax >= (uint64_t)1 << 31 || lsum * bmax >= (uint64_t)1 << 31)
+        return 0;
+    for (int s = 0; s < F8_BLOCK / 2; s++) {
+        hp[s] = (uint16_t)hv[2 * s] | (uint32_t)(uint16_t)hv[2 * s + 1] << 16;
+        lp[s] = (uint16_t)lv[2 * s] | (uint32_t)(uint16_t)lv[2 * s + 1] << 16;
+    }
+    *d = lh - lo;
+    *unit = (float)ldexp(1.0, lo - ta->scale);
+    return 1;
+}
+
+/* The rows of a tile's block that the int16 path left out: a double sum each, with finish_rows's
+ * exact fallback. */
+static void left_out_row(const struct f8_job *J, int64_t p, int64_t q, int64_t kb, int r, int cols, float *c,
+                         int64_t ldc)
+{
+    float t[ENG_MAX_MR * ENG_MAX_NR];
+    double arow[F8_BLOCK];
+    int64_t row = p * J->v->mr + r;
+    int count = (int)(J->k - kb * F8_BLOCK < F8_BLOCK ? J->k - kb * F8_BLOCK : F8_BLOCK);
+    const uint8_t *src = J->a + row * J->lda + kb * F8_BLOCK;
+    for (int i = 0; i < F8_BLOCK; i++) /* from the codes: A's packed doubles exist only where tiles need them */
+        arow[i] = i < count ? J->ta->value[src[i]] : 0.0;
+    J->v->row_t(arow, b_panel_doubles(J, q, kb), t + r * J->v->nr);
+    finish_rows(J, kb, p * J->v->mr, q * J->v->nr, r, r + 1, cols, t, J->v->nr, c, ldc);
+}
+static void left_out_rows(const struct f8_job *J, int64_t p, int64_t q, int64_t kb, int rows, int cols, float *c,
+                          int64_t ldc)
+{
+    unsigned bad = J->a_bad_rows[p * J->nblk + kb];
+    for (int r = 0; r < rows; r++)
+        if (bad >> r & 1)
+            left_out_row(J, p, q, kb, r, cols, c, ldc);
+}
+
+/* Blocks [kb, kb1) of one MR x NR tile, c at the tile; returns the next block to run: the
+ * double kernel takes a run of blocks in one call. */
+static int64_t panel_blocks(const struct f8_job *J, int64_t p, int64_t q, int64_t kb, int64_t kb1, int rows, int cols,
+                            float *c, int64_t ldc)
 {
     const struct f8_variant *v = J->v;
     int mr = v->mr, nr = v->nr;
-    int64_t r0 = p * mr, c0 = q * nr, kpad = J->nblk * F8_BLOCK;
-    int rows = (int)(J->m - r0 < mr ? J->m - r0 : mr), cols = (int)(J->n - c0 < nr ? J->n - c0 : nr);
-    float local[ENG_MAX_MR * ENG_MAX_NR], t[ENG_MAX_MR * ENG_MAX_NR];
+    int64_t kpad = J->nblk * F8_BLOCK;
+    const double *ap = J->ap + p * kpad * mr + kb * F8_BLOCK * mr;
+    if (int_exact(J, p, q, kb)) {
+        int64_t pa = p * J->nblk + kb;
+        int width;
+        int64_t bo = b16_offset(J, q, kb, &width);
+        v->run_int(J->a16 + pa * (F8_BLOCK / 2) * mr, J->b16 + bo, width, J->a_scale + pa * mr,
+                   J->b_scale + b_scale_offset(J, q, kb), c, ldc);
+        left_out_rows(J, p, q, kb, rows, cols, c, ldc);
+        return kb + 1;
+    }
+    if (tile_exact(J, p, q, kb)) {
+        int64_t ke = kb + 1;
+        while (ke < kb1 && tile_exact(J, p, q, ke) && !int_exact(J, p, q, ke))
+            ke++;
+        const double *bp = b_panel_doubles(J, q, kb);
+        for (int64_t i = kb + 1; i < ke; i++) /* the blocks of panel q follow each other */
+            b_panel_doubles(J, q, i);
+        v->run(ke - kb, ap, bp, c, ldc);
+        return ke;
+    }
+    float t[ENG_MAX_MR * ENG_MAX_NR];
+    v->block_t(ap, b_panel_doubles(J, q, kb), t);
+    finish_rows(J, kb, p * mr, q * nr, 0, rows, cols, t, nr, c, ldc);
+    return kb + 1;
+}
+
+/* Blocks [kb0, kb1) of row panel p and the w (1 or 2) column panels from q: a pair's blocks
+ * where both panels are int16-exact run as one MR x 2 NR register tile (run_int2), the others
+ * panel by panel. An edge tile runs on a full-size copy of C. */
+static void run_tile(const struct f8_job *J, int64_t p, int64_t q, int w, int64_t kb0, int64_t kb1)
+{
+    const struct f8_variant *v = J->v;
+    int mr = v->mr, nr = v->nr, wide = w * nr;
+    int64_t r0 = p * mr, c0 = q * nr;
+    int rows = (int)(J->m - r0 < mr ? J->m - r0 : mr), cols = (int)(J->n - c0 < wide ? J->n - c0 : wide);
+    float local[ENG_MAX_MR * 2 * ENG_MAX_NR];
     float *c = J->c + r0 * J->ldc + c0;
     int64_t ldc = J->ldc;
-    if (rows < mr || cols < nr) { /* an edge tile runs on a full-size copy */
+    if (rows < mr || cols < wide) {
         memset(local, 0, sizeof local);
         for (int r = 0; r < rows; r++)
-            memcpy(local + r * nr, c + r * ldc, (size_t)cols * 4);
+            memcpy(local + r * wide, c + r * ldc, (size_t)cols * 4);
         c = local;
-        ldc = nr;
+        ldc = wide;
     }
-    const double *ap = J->ap + p * kpad * mr + kb0 * F8_BLOCK * mr;
-    const double *bp = J->bp + q * kpad * nr + kb0 * F8_BLOCK * nr;
+    int cols0 = cols < nr ? cols : nr, cols1 = cols - cols0;
     for (int64_t kb = kb0; kb < kb1;) {
-        if (int_exact(J, p, q, kb)) {
-            int64_t pa = p * J->nblk + kb, qb = q * J->nblk + kb;
-            v->run_int(J->a16 + pa * (F8_BLOCK / 2) * mr, J->b16 + qb * (F8_BLOCK / 2) * nr, J->a_scale + pa * mr,
-                       J->b_scale + qb * nr, c, ldc);
-            for (int r = 0; r < rows; r++)
-                if (J->a_bad_rows[pa] >> r & 1) {
-                    v->row_t(ap, r, bp, t + r * nr);
-                    finish_rows(J, kb, r0, c0, r, r + 1, cols, t, nr, c, ldc);
+        if (w == 2 && int_exact(J, p, q, kb) && int_exact(J, p, q + 1, kb)) {
+            int64_t pa = p * J->nblk + kb;
+            int width;
+            v->run_int2(J->a16 + pa * (F8_BLOCK / 2) * mr, J->b16 + b16_offset(J, q, kb, &width),
+                        J->a_scale + pa * mr, J->b_scale + b_scale_offset(J, q, kb), c, ldc);
+            unsigned bad = J->a_bad_rows[pa];
+            for (int r = 0; bad && r < rows; r++) {
+                if (!(bad >> r & 1))
+                    continue;
+                uint32_t hp[F8_BLOCK / 2], lp[F8_BLOCK / 2], b0 = J->b_abs_max[q * J->nblk + kb],
+                                                            b1 = J->b_abs_max[(q + 1) * J->nblk + kb];
+                int d;
+                float unit;
+                if (v->split_row2 && split_row(J, r0 + r, kb, b0 > b1 ? b0 : b1, hp, lp, &d, &unit)) {
+                    v->split_row2(hp, lp, J->b16 + b16_offset(J, q, kb, &width), d, unit,
+                                  J->b_scale + b_scale_offset(J, q, kb), c + r * ldc);
+                } else {
+                    left_out_row(J, p, q, kb, r, cols0, c, ldc);
+                    left_out_row(J, p, q + 1, kb, r, cols1, c + nr, ldc);
                 }
-            ap += F8_BLOCK * mr;
-            bp += F8_BLOCK * nr;
+            }
             kb++;
             continue;
         }
-        if (tile_exact(J, p, q, kb)) {
-            int64_t ke = kb + 1;
-            while (ke < kb1 && tile_exact(J, p, q, ke) && !int_exact(J, p, q, ke))
-                ke++;
-            v->run(ke - kb, ap, bp, c, ldc);
-            ap += (ke - kb) * F8_BLOCK * mr;
-            bp += (ke - kb) * F8_BLOCK * nr;
-            kb = ke;
-            continue;
-        }
-        v->block_t(ap, bp, t);
-        finish_rows(J, kb, r0, c0, 0, rows, cols, t, nr, c, ldc);
-        ap += F8_BLOCK * mr;
-        bp += F8_BLOCK * nr;
-        kb++;
+        /* a block the pair cannot share: each panel alone, as far as the next block the pair can */
+        int64_t ke = kb + 1;
+        while (w == 2 && ke < kb1 && !(int_exact(J, p, q, ke) && int_exact(J, p, q + 1, ke)))
+            ke++;
+        if (w == 1)
+            ke = kb1;
+        for (int h = 0; h < w; h++)
+            for (int64_t k = kb; k < ke;)
+                k = panel_blocks(J, p, q + h, k, ke, rows, h ? cols1 : cols0, c + h * nr, ldc);
+        kb = ke;
     }
     if (c == local)
         for (int r = 0; r < rows; r++)
-            memcpy(J->c + (r0 + r) * J->ldc + c0, local + r * nr, (size_t)cols * 4);
+            memcpy(J->c + (r0 + r) * J->ldc + c0, local + r * wide, (size_t)cols * 4);
+}
+
+/* A's doubles of the (row panel, block)s where some tile may run a double kernel: all of them
+ * without the int16 path, else those int_exact can fail for with some column panel (a panel of
+ * left-out rows only, a column panel that cannot be int16, or the sum bound against the block's
+ * largest |b|). Left-out rows read their doubles from the codes, not from the panels. */
+static void pack_a_doubles(struct f8_job *J)
+{
+    int mr = J->v->mr;
+    unsigned full = (1u << mr) - 1;
+    int64_t kpad = J->nblk * F8_BLOCK;
+    const double *value = J->ta->value;
+    for (int64_t blk = 0; blk < J->nblk; blk++) {
+        uint64_t bmax = 0;
+        int b_ok = 1;
+        for (int64_t q = 0; J->a16 && q < J->nq; q++) {
+            b_ok &= J->b_int_ok[q * J->nblk + blk];
+            bmax = J->b_abs_max[q * J->nblk + blk] > bmax ? J->b_abs_max[q * J->nblk + blk] : bmax;
+        }
+        for (int64_t p = 0; p < J->mp; p++) {
+            int64_t pb = p * J->nblk + blk;
+            if (J->a16 && b_ok && J->a_bad_rows[pb] != full && J->a_abs_sum[pb] * bmax < (uint64_t)1 << 31)
+                continue;
+            for (int r = 0; r < mr; r++) {
+                int64_t row = p * mr + r, k0 = blk * F8_BLOCK;
+                double *dst = J->ap + (p * kpad + k0) * mr + r;
+                int count = row >= J->m ? 0 : (int)(J->k - k0 < F8_BLOCK ? J->k - k0 : F8_BLOCK);
+                const uint8_t *src = J->a + (row < J->m ? row : 0) * J->lda + k0;
+                for (int i = 0; i < F8_BLOCK; i++)
+                    dst[i * mr] = i < count ? value[src[i]] : 0.0;
+            }
+        }
+    }
 }
 
 static inline int is_cancelled(const int *flag)
@@ -713,13 +1001,16 @@ static void *run_part(void *arg)
         int64_t kb1 = kb0 + F8_KC_BLOCKS < J->nblk ? kb0 + F8_KC_BLOCKS : J->nblk;
         for (int64_t p0 = 0; p0 < J->mp && !part->stopped; p0 += F8_MC_PANELS) {
             int64_t p1 = p0 + F8_MC_PANELS < J->mp ? p0 + F8_MC_PANELS : J->mp;
-            for (int64_t q = part->q0; q < part->q1; q++) {
+            for (int64_t q = part->q0; q < part->q1;) {
                 if (is_cancelled(J->cancel)) {
                     part->stopped = 1;
                     break;
                 }
+                int width;
+                int w = (b16_group(J, q, &width), width / J->v->nr);
                 for (int64_t p = p0; p < p1; p++)
-                    run_tile(J, p, q, kb0, kb1);
+                    run_tile(J, p, q, w, kb0, kb1);
+                q += w;
             }
         }
     }
@@ -787,7 +1078,7 @@ int pyamx_engine_fp8(int kind, int op, const void *a, int64_t lda_bytes, const v
     size_t int_bytes = use_int ? (a_doubles + b_doubles) * 2 + (a_ex + b_ex) * 4 + (a_pb + b_pb) * 5 +
                                      (size_t)(v->mr * J.nblk) : 0;
     size_t bytes = (a_doubles + b_doubles) * 8 + 5 * b_ex + 2 * (a_ex + b_ex) + 2 * (size_t)(J.mp + J.nq) * (size_t)J.nblk +
-                   int_bytes + 64;
+                   int_bytes + b_pb + 64;
     char *buf = 0;
 #if defined(_WIN32)
     buf = _aligned_malloc(bytes, 64);
@@ -808,6 +1099,8 @@ int pyamx_engine_fp8(int kind, int op, const void *a, int64_t lda_bytes, const v
     J.b_hi = (int8_t *)at; at += b_ex;
     J.b_lo = (int8_t *)at; at += b_ex;
     uint8_t *special = (uint8_t *)at; at += b_ex;
+    J.b_packed = (uint8_t *)at; at += b_pb;
+    memset(J.b_packed, 0, b_pb);
     if (use_int) { /* 4-byte items first: at is 4-aligned here (every size above is a multiple of 4) */
         at = (char *)(((uintptr_t)at + 3) & ~(uintptr_t)3);
         J.a16 = (uint32_t *)at; at += a_doubles * 2;
@@ -822,6 +1115,7 @@ int pyamx_engine_fp8(int kind, int op, const void *a, int64_t lda_bytes, const v
     }
     pack_a(&J);
     pack_b(&J, ors, special);
+    pack_a_doubles(&J);
 
     if (max_exact >= 0) { /* a bound on the integer path's work, before any is done */
         int64_t slow = 0;
@@ -850,8 +1144,10 @@ int pyamx_engine_fp8(int kind, int op, const void *a, int64_t lda_bytes, const v
 
     int64_t work = m * n * kpad;
     int64_t parts = threads;
-    if (parts > J.nq)
-        parts = J.nq;
+    int group = v->run_int2 ? 2 : 1; /* parts split on group boundaries (b16_group) */
+    int64_t groups = (J.nq + group - 1) / group;
+    if (parts > groups)
+        parts = groups;
     if (parts > work / F8_MIN_WORK_PER_THREAD)
         parts = work / F8_MIN_WORK_PER_THREAD;
     if (parts < 1 || !F8_THREADS)
@@ -861,8 +1157,9 @@ int pyamx_engine_fp8(int kind, int op, const void *a, int64_t lda_bytes, const v
         parts = 256;
     for (int64_t i = 0; i < parts; i++) {
         part_list[i].J = &J;
-        part_list[i].q0 = J.nq * i / parts;
-        part_list[i].q1 = J.nq * (i + 1) / parts;
+        int64_t q0 = groups * i / parts * group, q1 = groups * (i + 1) / parts * group;
+        part_list[i].q0 = q0 < J.nq ? q0 : J.nq;
+        part_list[i].q1 = q1 < J.nq ? q1 : J.nq;
         part_list[i].stopped = 0;
     }
 #if F8_THREADS
