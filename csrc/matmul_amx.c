@@ -40,7 +40,6 @@
 #include <string.h>
 
 #if PYAMX_HAVE_AMX
-#include <cpuid.h>
 #include <immintrin.h>
 #include <pthread.h>
 #include <signal.h>

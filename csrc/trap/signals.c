@@ -13,8 +13,8 @@
  */
 #define _GNU_SOURCE 1
 #include "internal.h"
+#include "../cpu_features.h"
 
-#include <cpuid.h>
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
@@ -489,23 +489,15 @@ out:
  * Installation and the C API.
  * ---------------------------------------------------------------------- */
 
-static uint64_t xgetbv0(void)
-{
-    uint32_t lo, hi;
-    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
-    return ((uint64_t)hi << 32) | lo;
-}
-
+/* 1: AMX-TILE (LDTILECFG's CPUID feature); 2: OSXSAVE, so XGETBV may run; 4: the OS saves the tiles. */
 int32_t pyamx_trap_cpu_amx_bits(void)
 {
-    unsigned a, b, c, d;
     int32_t bits = 0;
-    if (__get_cpuid_count(7, 0, &a, &b, &c, &d) && (d & (1u << 24)))
+    if (pyamx_cpu_has_row_feature(&pyamx_op_traits[PYAMX_OP_LDTILECFG]))
         bits |= 1;
-    if (__get_cpuid(1, &a, &b, &c, &d) && (c & (1u << 27))) {
+    if (pyamx_cpu_has(PYAMX_CPU_OSXSAVE)) {
         bits |= 2;
-        uint64_t xcr0 = xgetbv0();
-        if ((xcr0 & (3ull << 17)) == (3ull << 17))
+        if (pyamx_cpu_os_saves(PYAMX_XCR0_XTILE))
             bits |= 4;
     }
     return bits;
@@ -518,13 +510,9 @@ int32_t pyamx_trap_cpu_has_amx(void)
 
 static int cpu_has_fma(void)
 {
-    unsigned a, b, c, d;
-    if (!__get_cpuid(1, &a, &b, &c, &d))
-        return 0;
-    int fma = (c >> 12) & 1, avx = (c >> 28) & 1, osxsave = (c >> 27) & 1;
-    if (!(fma && avx && osxsave))
-        return 0;
-    return (xgetbv0() & 6) == 6; /* XMM and YMM state enabled by the OS */
+    /* OSXSAVE first: the OS must save XMM and YMM state for the AVX code to run */
+    return pyamx_cpu_has(PYAMX_CPU_FMA) && pyamx_cpu_has(PYAMX_CPU_AVX) && pyamx_cpu_has(PYAMX_CPU_OSXSAVE) &&
+           pyamx_cpu_os_saves(PYAMX_XCR0_YMM);
 }
 
 #ifndef SA_RESTORER

@@ -26,8 +26,8 @@
  */
 #include "internal.h"
 #include "fp32.h"
+#include "../cpu_features.h"
 
-#include <cpuid.h>
 #include <immintrin.h>
 #include <string.h>
 
@@ -39,9 +39,8 @@ uint64_t pyamx_trap_simd_count(void) { return __atomic_load_n(&g_simd_count, __A
 
 static int32_t probe_avx2(void)
 {
-    unsigned a, b, c, d;
     /* AVX and the OS's YMM support are checked by pyamx_trap_install(). */
-    return __get_cpuid_count(7, 0, &a, &b, &c, &d) && (b & (1u << 5)) ? 1 : 0;
+    return pyamx_cpu_has(PYAMX_CPU_AVX2);
 }
 
 void trap_simd_setup(void)

@@ -11,8 +11,8 @@
  * Async-signal-safe: no allocation, no libc beyond memcpy/memset.
  */
 #include "internal.h"
+#include "../cpu_features.h"
 
-#include <cpuid.h>
 #include <string.h>
 
 /* struct _fpx_sw_bytes of the kernel's uapi sigcontext.h, in the legacy
@@ -32,9 +32,9 @@ struct component {
 
 static struct component component(int i)
 {
-    unsigned int eax = 0, ebx = 0, ecx = 0, edx = 0;
-    __cpuid_count(0xD, i, eax, ebx, ecx, edx);
-    return (struct component){ebx, eax};
+    struct component c;
+    pyamx_cpu_xsave_component((uint32_t)i, &c.offset, &c.size);
+    return c;
 }
 
 static uint32_t rd32(const uint8_t *p) { uint32_t v; memcpy(&v, p, 4); return v; }
