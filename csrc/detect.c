@@ -118,8 +118,9 @@ int pyamx_cpu_has_op_feature(int op)
     return known == 1;
 }
 
-int pyamx_internal_row_runnable(const struct pyamx_op_traits *t)
+int pyamx_internal_row_runnable(int op)
 {
+    const struct pyamx_op_traits *t = pyamx_dot_traits(op);
     if (!t)
         return 0;
     int family = pyamx_dot_kernel_family(t);
@@ -127,7 +128,7 @@ int pyamx_internal_row_runnable(const struct pyamx_op_traits *t)
         return 0;
     if (g_trapped || g_complemented)
         return 1; /* the trap mode emulates every dot row; the complement mode the ones the CPU lacks */
-    return pyamx_cpu_has_op_feature((int)(t - pyamx_op_traits));
+    return pyamx_cpu_has_op_feature(op);
 }
 
 int pyamx_build_x86_64_linux(void) { return PYAMX_X86_64_LINUX; }

@@ -328,7 +328,7 @@ int pyamx_dp_oneshot(int op, uint32_t *c, const void *a, const void *b, int m, i
     if (!pyamx_dot_traits(op) || m < 1 || m > 16 || k < 1 || k > 16 || n < 1 || n > 16)
         return PYAMX_E_ARG;
     /* the last word on SIGILL: a row whose CPUID feature this CPU lacks never executes */
-    if (!pyamx_internal_row_runnable(pyamx_dot_traits(op)))
+    if (!pyamx_internal_row_runnable(op))
         return PYAMX_E_NO_KERNEL;
     tile_state saved;
     int rc = save_state(&saved);
@@ -559,7 +559,7 @@ int pyamx_tdp(int op, int dst, int src1, int src2)
     if (rc != PYAMX_OK)
         return rc;
     /* the last word on SIGILL: a row whose CPUID feature this CPU lacks never executes */
-    if (!pyamx_internal_row_runnable(pyamx_dot_traits(op)))
+    if (!pyamx_internal_row_runnable(op))
         return PYAMX_E_NO_KERNEL;
     return dot_kernels[op].tdp(dst * 64 + src1 * 8 + src2);
 }
