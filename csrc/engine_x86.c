@@ -24,8 +24,6 @@
 
 #include "cpu_features.h"
 
-#define KERNEL_MXCSR 0x9FC0u /* DAZ (bit 6), FTZ (bit 15), RC = nearest, exceptions masked */
-
 #define T512 __attribute__((target("avx512f,avx512bw,avx2,fma")))
 #define T256 __attribute__((target("avx2,fma")))
 
@@ -35,7 +33,7 @@ void eng_x86_setcsr(uint32_t v) { _mm_setcsr(v); }
 static void enter(struct eng_fpenv *saved)
 {
     saved->mxcsr = _mm_getcsr();
-    _mm_setcsr(KERNEL_MXCSR);
+    _mm_setcsr(PYAMX_MXCSR_DAZ_FTZ);
 }
 
 static void leave(const struct eng_fpenv *saved) { _mm_setcsr(saved->mxcsr); }

@@ -129,7 +129,7 @@ void trap_dp_fp8_rows(struct tile_state *st, int d, int s1, int s2, int a_hf8, i
 void trap_simd_setup(void);
 int32_t trap_simd_enabled(void);
 /* 0 when done; 1 (nothing written) when tsrc1/tsrc2 hold an inf or NaN.
- * Under TRAP_MXCSR. */
+ * Under PYAMX_MXCSR_DAZ_FTZ. */
 int trap_simd_dp_float(struct tile_state *st, int d, int s1, int s2, int fp16);
 void trap_simd_dp_int8(struct tile_state *st, int d, int s1, int s2, int s1_signed, int s2_signed);
 

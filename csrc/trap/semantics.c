@@ -193,7 +193,7 @@ static inline void widen_pair(uint32_t w, int fp16, uint32_t *lo, uint32_t *hi)
  * Two paths with identical results.  When no used element of tsrc1 or
  * tsrc2 is an infinity or NaN, no product is special, so even/odd can
  * only become infinite by overflow and never NaN: the hardware FMA under
- * TRAP_MXCSR is then exactly fma32, and 8 lanes at a time are safe.
+ * PYAMX_MXCSR_DAZ_FTZ is then exactly fma32, and 8 lanes at a time are safe.
  * Otherwise the scalar fma32 with its explicit NaN order runs.  The final
  * two add32 per element are always scalar, as the destination may hold
  * NaNs whose order matters. */
@@ -292,7 +292,7 @@ static void int8_rows(struct tile_state *st, int d, int s1, int s2, int s1_signe
 static void float_rows(struct tile_state *st, int d, int s1, int s2, int fp16)
 {
     unsigned int saved = _mm_getcsr();
-    _mm_setcsr(TRAP_MXCSR);
+    _mm_setcsr(PYAMX_MXCSR_DAZ_FTZ);
     if (!trap_simd_enabled() || trap_simd_dp_float(st, d, s1, s2, fp16) != 0)
         dp_float_rows(st, d, s1, s2, fp16);
     _mm_setcsr(saved);
@@ -303,8 +303,8 @@ static void float_rows(struct tile_state *st, int d, int s1, int s2, int fp16)
  * section 8); everything else as fma32. */
 __attribute__((target("fma"))) static uint32_t fma32_acc_first(uint32_t acc, uint32_t a, uint32_t b)
 {
-    if (is_nan32(acc))
-        return acc | QUIET_BIT;
+    if (pyamx_f32_is_nan(acc))
+        return acc | PYAMX_F32_QUIET;
     return fma32(a, b, acc);
 }
 
@@ -369,7 +369,7 @@ static void complex_rows(struct tile_state *st, int d, int s1, int s2, int real)
     }
     if (any_special_fp16(st, s1, M, K) || any_special_fp16(st, s2, st->rows[s2], st->colsb[d] / 4)) {
         unsigned int saved = _mm_getcsr();
-        _mm_setcsr(TRAP_MXCSR);
+        _mm_setcsr(PYAMX_MXCSR_DAZ_FTZ);
         complex_special_rows(st, d, s1, s2);
         _mm_setcsr(saved);
     } else {
