@@ -57,28 +57,26 @@ static uint32_t round_pair(double s, double e)
     return fabsf(scaled) >= 0x1p66f ? (sign | 0x00800000u) : sign;
 }
 
+/* fp32 bits of x + y (exact doubles): their sum and its TwoSum error, rounded once. */
+static inline uint32_t round_sum(double x, double y)
+{
+    double s = x + y;
+    if (!isfinite(s))
+        return round_pair(s, 0.0);
+    double t = s - x;
+    double e = (x - (s - t)) + (y - t);
+    return round_pair(s, e);
+}
+
 uint32_t eng_fma32_nonan(uint32_t a, uint32_t b, uint32_t acc)
 {
     double p = (double)u2f(pyamx_f32_daz(a)) * (double)u2f(pyamx_f32_daz(b));
-    double y = (double)u2f(pyamx_f32_daz(acc));
-    double s = p + y;
-    if (!isfinite(s))
-        return round_pair(s, 0.0);
-    double yv = s - p;
-    double e = (p - (s - yv)) + (y - yv);
-    return round_pair(s, e);
+    return round_sum(p, (double)u2f(pyamx_f32_daz(acc)));
 }
 
 uint32_t eng_add32_nonan(uint32_t x, uint32_t y)
 {
-    double xv = (double)u2f(pyamx_f32_daz(x));
-    double yv = (double)u2f(pyamx_f32_daz(y));
-    double s = xv + yv;
-    if (!isfinite(s))
-        return round_pair(s, 0.0);
-    double t = s - xv;
-    double e = (xv - (s - t)) + (yv - t);
-    return round_pair(s, e);
+    return round_sum((double)u2f(pyamx_f32_daz(x)), (double)u2f(pyamx_f32_daz(y)));
 }
 
 uint32_t eng_fma32(uint32_t a, uint32_t b, uint32_t acc)

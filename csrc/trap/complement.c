@@ -123,12 +123,7 @@ int complement_load(ucontext_t *uc, struct tile_state *st)
     uint8_t cfg[64] = {0};
     if ((bv >> XFEATURE_XTILECFG) & 1)
         memcpy(cfg, fx + g_off_cfg, 64);
-    st->palette = cfg[0];
-    st->start_row = cfg[1];
-    for (int t = 0; t < 8; t++) {
-        st->colsb[t] = (uint16_t)(cfg[16 + 2 * t] | cfg[17 + 2 * t] << 8);
-        st->rows[t] = cfg[48 + t];
-    }
+    state_config_from_bytes(st, cfg);
     if ((bv >> XFEATURE_XTILEDATA) & 1)
         memcpy(st->tiles, fx + g_off_data, sizeof st->tiles);
     else

@@ -61,6 +61,11 @@ struct tile_state {
 };
 
 void state_init(struct tile_state *st);
+/* st's configuration as the 64-byte STTILECFG image (all zeros in the init state). */
+void state_config_to_bytes(const struct tile_state *st, uint8_t cfg[64]);
+/* The palette, start_row, colsb and rows of a 64-byte image into st, unchecked: the
+ * caller validated it, or it is one the CPU or this module wrote. Tile data untouched. */
+void state_config_from_bytes(struct tile_state *st, const uint8_t cfg[64]);
 /* The calling thread's state, claimed on first use; NULL when the table is full. */
 struct tile_state *state_for(int32_t tid);
 /* The same for the handler's hot path: the slot a prepared thread's pthread

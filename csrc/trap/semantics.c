@@ -41,39 +41,24 @@ static int do_ldtilecfg(struct tile_state *st, const uint8_t *mem, struct msg *m
                 return gp_cfg(m, "reserved byte is not zero: byte", b, c[b]);
         }
     }
-    uint16_t colsb[8];
     for (int t = 0; t < 8; t++) {
-        colsb[t] = (uint16_t)(c[16 + 2 * t] | (c[17 + 2 * t] << 8));
-        if (colsb[t] > 64)
-            return gp_cfg(m, "colsb > 64 for tile", t, colsb[t]);
+        uint16_t colsb = (uint16_t)(c[16 + 2 * t] | (c[17 + 2 * t] << 8));
+        if (colsb > 64)
+            return gp_cfg(m, "colsb > 64 for tile", t, colsb);
         if (c[48 + t] > 16)
             return gp_cfg(m, "rows > 16 for tile", t, c[48 + t]);
-        if ((colsb[t] == 0) != (c[48 + t] == 0))
+        if ((colsb == 0) != (c[48 + t] == 0))
             return gp_cfg(m, "exactly one of rows/colsb is zero for tile", t, -1);
     }
     state_init(st); /* a successful LDTILECFG zeroes all tile data */
-    st->palette = 1;
-    st->start_row = c[1];
-    for (int t = 0; t < 8; t++) {
-        st->colsb[t] = colsb[t];
-        st->rows[t] = c[48 + t];
-    }
+    state_config_from_bytes(st, c);
     return EXEC_OK;
 }
 
 static void do_sttilecfg(const struct tile_state *st, uint8_t *mem)
 {
     uint8_t c[64];
-    memset(c, 0, 64);
-    if (st->palette) {
-        c[0] = st->palette;
-        c[1] = st->start_row;
-        for (int t = 0; t < 8; t++) {
-            c[16 + 2 * t] = (uint8_t)(st->colsb[t] & 0xFF);
-            c[17 + 2 * t] = (uint8_t)(st->colsb[t] >> 8);
-            c[48 + t] = st->rows[t];
-        }
-    }
+    state_config_to_bytes(st, c);
     memcpy(mem, c, 64);
 }
 
