@@ -228,7 +228,8 @@ T256 static void i256(int64_t kd, const uint32_t *ap, const uint32_t *bp, const 
  * denormals-are-zero; tests/test_engine_pack.py checks all 65536 values under
  * several MXCSR settings); it quiets signalling NaNs, so lanes with an
  * all-ones exponent (inf, NaN) are rebuilt from their bits as eng_widen16()
- * builds them, keeping NaN payloads unquieted. */
+ * builds them, keeping NaN payloads unquieted.
+ * trap/simd.c widens on its own on purpose: it may not assume F16C, and leaves DAZ to its FMA. */
 
 T512 static inline __m512i w512_bf16(__m256i h, __mmask16 *nan)
 {
