@@ -52,6 +52,7 @@ import subprocess  # noqa: E402
 import sysconfig  # noqa: E402
 import shutil  # noqa: E402
 import tempfile  # noqa: E402
+import textwrap  # noqa: E402
 from dataclasses import asdict, dataclass  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Callable, Mapping, Optional, Sequence  # noqa: E402
@@ -410,16 +411,53 @@ enum pyamx_op {{
 """
 
 
+#: The traits of a row, in the order of the X-macro's arguments (after the mnemonic) and of
+#: ``struct pyamx_op_traits``: (field, the enum prefix its value is a name of or "", the C comment).
+TRAIT_FIELDS = (
+    ("kind", "PYAMX_KIND_", "enum pyamx_op_kind"),
+    ("a_format", "PYAMX_FMT_", "enum pyamx_format of src1, src2, dst"),
+    ("b_format", "PYAMX_FMT_", ""),
+    ("acc_format", "PYAMX_FMT_", ""),
+    ("a_signed", "", "1: an integer src1/src2 is sign-extended"),
+    ("b_signed", "", ""),
+    ("lanes", "", "operand values per dword; 0 for a non-dot row"),
+    ("prefix", "PYAMX_PREFIX_", "enum pyamx_encoding_prefix"),
+    ("map", "", "opcode map: 2 is 0F38"),
+    ("pp", "", "0 NP, 1 66, 2 F3, 3 F2"),
+    ("w", "", ""),
+    ("l", "", ""),
+    ("opcode", "", ""),
+    ("form", "PYAMX_FORM_", "enum pyamx_modrm_form"),
+    ("imm_prefix", "PYAMX_PREFIX_", "the imm8 form's encoding (AMX-AVX512): NONE and zeros where absent"),
+    ("imm_map", "", ""),
+    ("imm_pp", "", ""),
+    ("imm_w", "", ""),
+    ("imm_l", "", ""),
+    ("imm_opcode", "", ""),
+    ("feature_leaf", "", "the CPUID feature bit the row needs"),
+    ("feature_subleaf", "", ""),
+    ("feature_reg", "", "0 EAX, 1 EBX, 2 ECX, 3 EDX"),
+    ("feature_bit", "", ""),
+)
+
+
 def _trait_fields(isa, insn) -> tuple:
-    """One row's X-macro arguments (names of the enums below, then numbers)."""
+    """One row's X-macro arguments: its mnemonic, then its traits in TRAIT_FIELDS' order (names of
+    the enums below, then numbers)."""
     enc = insn.encoding
     fmt = (lambda f: "NONE" if f is None else _c_name(f.name))
     signed = (lambda f: int(bool(f is not None and f.signed)))
-    return (insn.mnemonic, _c_name(insn.kind), fmt(insn.a_format), fmt(insn.b_format), fmt(insn.acc_format),
-            signed(insn.a_format), signed(insn.b_format), insn.lanes or 0, _c_name(enc.prefix),
-            f"0x{enc.map:X}", enc.pp, enc.w, enc.l, f"0x{enc.opcode:02X}", _c_name(enc.form),
-            *_imm_fields(insn.imm_encoding), f"0x{insn.feature.leaf:X}", insn.feature.subleaf,
-            _REGISTERS.index(insn.feature.register), insn.feature.bit)
+    imm = ("imm_prefix", "imm_map", "imm_pp", "imm_w", "imm_l", "imm_opcode")
+    values = dict(
+        kind=_c_name(insn.kind), a_format=fmt(insn.a_format), b_format=fmt(insn.b_format),
+        acc_format=fmt(insn.acc_format), a_signed=signed(insn.a_format), b_signed=signed(insn.b_format),
+        lanes=insn.lanes or 0, prefix=_c_name(enc.prefix), map=f"0x{enc.map:X}", pp=enc.pp, w=enc.w, l=enc.l,
+        opcode=f"0x{enc.opcode:02X}", form=_c_name(enc.form), **dict(zip(imm, _imm_fields(insn.imm_encoding))),
+        feature_leaf=f"0x{insn.feature.leaf:X}", feature_subleaf=insn.feature.subleaf,
+        feature_reg=_REGISTERS.index(insn.feature.register), feature_bit=insn.feature.bit)
+    if set(values) != {name for name, _, _ in TRAIT_FIELDS}:
+        raise ValueError(f"build.py: the traits of {insn.mnemonic} are not TRAIT_FIELDS: {sorted(values)}")
+    return (insn.mnemonic, *(values[name] for name, _, _ in TRAIT_FIELDS))
 
 
 #: CPUID result registers in the order the traits number them
@@ -471,10 +509,16 @@ def traits_header_text(isa) -> str:
     xrows = " \\\n".join(f"    X({', '.join(str(v) for v in row)})" for row in fields)
     imm = [_imm_form_fields(insn) for insn in isa.TABLE]
     table = "\n".join(
-        f"    [PYAMX_OP_{r[0]}] = {{PYAMX_KIND_{r[1]}, PYAMX_FMT_{r[2]}, PYAMX_FMT_{r[3]}, PYAMX_FMT_{r[4]}, "
-        f"{r[5]}, {r[6]}, {r[7]}, PYAMX_PREFIX_{r[8]}, {r[9]}, {r[10]}, {r[11]}, {r[12]}, {r[13]}, "
-        f"PYAMX_FORM_{r[14]}, PYAMX_PREFIX_{r[15]}, {r[16]}, {r[17]}, {r[18]}, {r[19]}, {r[20]}, {r[21]}, {r[22]}, {r[23]}, {r[24]}}},"
+        f"    [PYAMX_OP_{r[0]}] = {{"
+        + ", ".join(f"{prefix}{v}" for (_, prefix, _), v in zip(TRAIT_FIELDS, r[1:])) + "},"
         for r in fields)
+    width = max(len(f"unsigned char {name};") for name, _, _ in TRAIT_FIELDS) + 1
+    members = "\n".join(
+        f"    {f'unsigned char {name};':<{width}}/* {note} */" if note else f"    unsigned char {name};"
+        for name, _, note in TRAIT_FIELDS)
+    xargs = textwrap.fill(", ".join(("mnemonic",) + tuple(name for name, _, _ in TRAIT_FIELDS))
+                          + ") once per row, in table order;",
+                          width=78, initial_indent=" * PYAMX_FOR_EACH_OP(X) calls X(", subsequent_indent=" * ")
     slot = (lambda enc: "{" + ", ".join(f"PYAMX_OPERAND_{v}" for v in _operand_slots(enc)) + "}")
     operands = "\n".join(f"    [PYAMX_OP_{i.mnemonic}] = {{{slot(i.encoding)}, {slot(i.imm_encoding)}}},"
                           for i in isa.TABLE)
@@ -485,10 +529,7 @@ def traits_header_text(isa) -> str:
  *
  * {_GENERATED_NOTE}
  *
- * PYAMX_FOR_EACH_OP(X) calls X(mnemonic, kind, a_format, b_format,
- * acc_format, a_signed, b_signed, lanes, prefix, map, pp, w, l, opcode,
- * form, imm_prefix, imm_map, imm_pp, imm_w, imm_l, imm_opcode, feature_leaf,
- * feature_subleaf, feature_reg, feature_bit) once per row, in table order;
+{xargs}
  * pyamx_op_traits[] holds the same fields by op id. A format of NONE: the
  * row has no such operand; an imm_prefix of NONE: no imm8 form. The feature
  * is the CPUID bit the row needs: CPUID.(leaf, subleaf) register
@@ -514,30 +555,7 @@ def traits_header_text(isa) -> str:
 {imm_xrows}
 
 struct pyamx_op_traits {{
-    unsigned char kind;       /* enum pyamx_op_kind */
-    unsigned char a_format;   /* enum pyamx_format of src1, src2, dst */
-    unsigned char b_format;
-    unsigned char acc_format;
-    unsigned char a_signed;   /* 1: an integer src1/src2 is sign-extended */
-    unsigned char b_signed;
-    unsigned char lanes;      /* operand values per dword; 0 for a non-dot row */
-    unsigned char prefix;     /* enum pyamx_encoding_prefix */
-    unsigned char map;        /* opcode map: 2 is 0F38 */
-    unsigned char pp;         /* 0 NP, 1 66, 2 F3, 3 F2 */
-    unsigned char w;
-    unsigned char l;
-    unsigned char opcode;
-    unsigned char form;       /* enum pyamx_modrm_form */
-    unsigned char imm_prefix; /* the imm8 form's encoding (AMX-AVX512): NONE and zeros where absent */
-    unsigned char imm_map;
-    unsigned char imm_pp;
-    unsigned char imm_w;
-    unsigned char imm_l;
-    unsigned char imm_opcode;
-    unsigned char feature_leaf;    /* the CPUID feature bit the row needs */
-    unsigned char feature_subleaf;
-    unsigned char feature_reg;     /* 0 EAX, 1 EBX, 2 ECX, 3 EDX */
-    unsigned char feature_bit;
+{members}
 }};
 
 static const struct pyamx_op_traits pyamx_op_traits[] = {{

@@ -7,11 +7,11 @@
  */
 #include "pyamx.h"
 #include "internal.h"
+#include "cpu_features.h"
 
 #include <errno.h>
 
 #if PYAMX_X86_64_LINUX
-#include <cpuid.h>
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
@@ -102,27 +102,25 @@ const char *pyamx_build_kernels_reason(void) { return PYAMX_BUILD_KERNELS_REASON
  * (microseconds), and a row's bit never changes. 0 unknown, 1 yes, 2 no. */
 static unsigned char g_cpu_has_row[64];
 
-static int cpu_has_feature(const struct pyamx_op_traits *t)
+int pyamx_cpu_has_op_feature(int op)
 {
-#if PYAMX_X86_64_LINUX
-    unsigned r[4];
-    if (t->feature_leaf > __get_cpuid_max(0, 0))
+    if (op <= PYAMX_OP_NONE || op >= PYAMX_OP_TRAITS_COUNT)
         return 0;
-    if (t->feature_subleaf) {
-        __cpuid_count(t->feature_leaf, 0, r[0], r[1], r[2], r[3]);
-        if (r[0] < t->feature_subleaf) /* sub-leaf 0's EAX: the last valid sub-leaf */
-            return 0;
+    if (!PYAMX_X86_64_LINUX)
+        return 0;
+    if (op >= (int)sizeof g_cpu_has_row)
+        return pyamx_cpu_has_row_feature(&pyamx_op_traits[op]);
+    unsigned char known = __atomic_load_n(&g_cpu_has_row[op], __ATOMIC_RELAXED);
+    if (!known) {
+        known = pyamx_cpu_has_row_feature(&pyamx_op_traits[op]) ? 1 : 2;
+        __atomic_store_n(&g_cpu_has_row[op], known, __ATOMIC_RELAXED);
     }
-    __cpuid_count(t->feature_leaf, t->feature_subleaf, r[0], r[1], r[2], r[3]);
-    return (int)((r[t->feature_reg] >> t->feature_bit) & 1);
-#else
-    (void)t;
-    return 0;
-#endif
+    return known == 1;
 }
 
-int pyamx_internal_row_runnable(const struct pyamx_op_traits *t)
+int pyamx_internal_row_runnable(int op)
 {
+    const struct pyamx_op_traits *t = pyamx_dot_traits(op);
     if (!t)
         return 0;
     int family = pyamx_dot_kernel_family(t);
@@ -130,15 +128,7 @@ int pyamx_internal_row_runnable(const struct pyamx_op_traits *t)
         return 0;
     if (g_trapped || g_complemented)
         return 1; /* the trap mode emulates every dot row; the complement mode the ones the CPU lacks */
-    int op = (int)(t - pyamx_op_traits);
-    if (op < 0 || op >= (int)sizeof g_cpu_has_row)
-        return cpu_has_feature(t);
-    unsigned char known = __atomic_load_n(&g_cpu_has_row[op], __ATOMIC_RELAXED);
-    if (!known) {
-        known = cpu_has_feature(t) ? 1 : 2;
-        __atomic_store_n(&g_cpu_has_row[op], known, __ATOMIC_RELAXED);
-    }
-    return known == 1;
+    return pyamx_cpu_has_op_feature(op);
 }
 
 int pyamx_build_x86_64_linux(void) { return PYAMX_X86_64_LINUX; }
@@ -148,15 +138,7 @@ int pyamx_native_ready(void) { return pyamx_internal_ready(); }
 int pyamx_cpuid(uint32_t leaf, uint32_t subleaf, uint32_t *out4)
 {
 #if PYAMX_X86_64_LINUX
-    unsigned int a, b, c, d;
-    /* __get_cpuid_count refuses leaves above the maximum, which would
-     * otherwise return the data of the highest leaf on Intel. */
-    if (!__get_cpuid_count(leaf, subleaf, &a, &b, &c, &d)) {
-        out4[0] = out4[1] = out4[2] = out4[3] = 0;
-        return PYAMX_E_ARG;
-    }
-    out4[0] = a; out4[1] = b; out4[2] = c; out4[3] = d;
-    return PYAMX_OK;
+    return pyamx_cpu_cpuid(leaf, subleaf, out4) ? PYAMX_OK : PYAMX_E_ARG;
 #else
     (void)leaf; (void)subleaf;
     out4[0] = out4[1] = out4[2] = out4[3] = 0;
@@ -167,16 +149,7 @@ int pyamx_cpuid(uint32_t leaf, uint32_t subleaf, uint32_t *out4)
 int pyamx_xgetbv0(uint64_t *out)
 {
 #if PYAMX_X86_64_LINUX
-    unsigned int a, b, c, d;
-    /* XGETBV is #UD unless the OS set CR4.OSXSAVE: check before executing. */
-    if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & (1u << 27))) {
-        *out = 0;
-        return PYAMX_E_ARG;
-    }
-    uint32_t lo, hi;
-    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
-    *out = ((uint64_t)hi << 32) | lo;
-    return PYAMX_OK;
+    return pyamx_cpu_xcr0(out) ? PYAMX_OK : PYAMX_E_ARG;
 #else
     *out = 0;
     return PYAMX_E_UNSUPPORTED;

@@ -285,7 +285,7 @@ static int pack_a(const struct job *j, uint32_t *ap, const uint8_t *a, int64_t l
 static void mark_nan_cols(uint8_t *col_nan, int64_t col, const uint32_t *w, int64_t count)
 {
     for (int64_t c = 0; c < count; c++)
-        col_nan[col + c] |= (uint8_t)eng_isnan(w[c]);
+        col_nan[col + c] |= (uint8_t)pyamx_f32_is_nan(w[c]);
 }
 
 /* B in the instructions' layout, one dword row k at a time (tmp: 2*n
@@ -306,7 +306,7 @@ static int pack_b_vnni(const struct job *j, uint32_t *bp, const uint8_t *b, int6
         any |= nan;
         if (nan)
             for (int64_t c = 0; c < j->n; c++)
-                col_nan[c] |= (uint8_t)(eng_isnan(tmp[2 * c]) | eng_isnan(tmp[2 * c + 1]));
+                col_nan[c] |= (uint8_t)(pyamx_f32_is_nan(tmp[2 * c]) | pyamx_f32_is_nan(tmp[2 * c + 1]));
         for (int64_t q = 0; q < j->nq; q++) {
             uint32_t *d = bp + (q * j->kd + k) * 2 * nr;
             int64_t col = q * nr, cols = j->n - col < nr ? j->n - col : nr;
@@ -505,12 +505,12 @@ static void run_region(const struct job *j, int64_t p0, int64_t p1, int64_t q0, 
             if (!j->any_nan) {
                 /* only C can hold a NaN in this row */
                 for (int64_t col = c0; col < c1; col++)
-                    if (eng_isnan(ci[col]) && !exact_unless_cancelled(j, r, col))
+                    if (pyamx_f32_is_nan(ci[col]) && !exact_unless_cancelled(j, r, col))
                         return;
                 continue;
             }
             for (int64_t col = c0; col < c1; col++)
-                if ((j->row_nan[r] | j->col_nan[col] | (ci && eng_isnan(ci[col]))) && !exact_unless_cancelled(j, r, col))
+                if ((j->row_nan[r] | j->col_nan[col] | (ci && pyamx_f32_is_nan(ci[col]))) && !exact_unless_cancelled(j, r, col))
                     return;
         }
     }

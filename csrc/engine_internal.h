@@ -18,6 +18,7 @@
 
 #include "dot_traits.h"
 #include "engine.h"
+#include "fp32_bits.h"
 
 #define ENG_BLOCK 16  /* dwords per tile instruction (tmul_maxk) */
 #define ENG_KC 512    /* K panel in dwords; a multiple of ENG_BLOCK so panels start on block boundaries (512: measured best on Zen 4 at 512..2048, 128..1024 tried; fewer C tile reloads) */
@@ -77,7 +78,6 @@ uint32_t eng_add32(uint32_t x, uint32_t y);
 uint32_t eng_fma32_nonan(uint32_t a, uint32_t b, uint32_t acc);
 uint32_t eng_add32_nonan(uint32_t x, uint32_t y);
 
-static inline uint32_t eng_daz(uint32_t x) { return (x & 0x7F800000u) == 0 ? x & 0x80000000u : x; }
 /* The tile at src copied to c (nothing when src == c): kernels that work in place start with it. */
 static inline void eng_tile_start(uint32_t *c, int64_t ldc, const uint32_t *src, int64_t lds, int rows, int cols)
 {
@@ -86,7 +86,5 @@ static inline void eng_tile_start(uint32_t *c, int64_t ldc, const uint32_t *src,
             for (int j = 0; j < cols; j++)
                 c[r * ldc + j] = src[r * lds + j];
 }
-
-static inline int eng_isnan(uint32_t x) { return (x & 0x7FFFFFFFu) > 0x7F800000u; }
 
 #endif

@@ -36,7 +36,7 @@ static inline uint32_t flush(uint32_t s)
 
 static inline uint32_t nan_to_default(uint32_t s)
 {
-    return eng_isnan(s) ? 0xFFC00000u : s;
+    return pyamx_f32_is_nan(s) ? PYAMX_F32_DEFAULT_NAN : s;
 }
 
 static void float_kernel(int64_t kd, const uint32_t *ap, const uint32_t *bp, const uint32_t *src, int64_t lds,
@@ -65,7 +65,7 @@ static void float_kernel(int64_t kd, const uint32_t *ap, const uint32_t *bp, con
                 for (int j = 0; j < P_NR; j++) {
                     uint32_t t = flush(f2u(u2f(even[r][j]) + u2f(odd[r][j])));
                     uint32_t *cp = c + r * ldc + j;
-                    *cp = nan_to_default(flush(f2u(u2f(eng_daz(*cp)) + u2f(t))));
+                    *cp = nan_to_default(flush(f2u(u2f(pyamx_f32_daz(*cp)) + u2f(t))));
                 }
         } else {
             for (int64_t k = 0; k < len; k++) {

@@ -16,14 +16,14 @@
  * cannot matter either. FTZ is decided on the value rounded with an
  * unbounded exponent (scaled by 2^192 into the normal range): tininess
  * after rounding, as x86 detects it.
+ *
+ * Separate from trap/fp32.h on purpose: the cross-checks compare two independent readings of the rules.
  */
 #include "engine_internal.h"
 
 #include <math.h>
 #include <string.h>
 
-#define QUIET 0x00400000u
-#define DEFAULT_NAN 0xFFC00000u
 #define SIGN 0x80000000u
 
 static inline float u2f(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
@@ -33,7 +33,7 @@ static inline uint32_t f2u(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
 static uint32_t round_pair(double s, double e)
 {
     if (isnan(s))
-        return DEFAULT_NAN; /* no NaN operand reaches here: an invalid operation */
+        return PYAMX_F32_DEFAULT_NAN; /* no NaN operand reaches here: an invalid operation */
     if (isinf(s))
         return signbit(s) ? 0xFF800000u : 0x7F800000u;
     if (s == 0)
@@ -57,53 +57,51 @@ static uint32_t round_pair(double s, double e)
     return fabsf(scaled) >= 0x1p66f ? (sign | 0x00800000u) : sign;
 }
 
-uint32_t eng_fma32_nonan(uint32_t a, uint32_t b, uint32_t acc)
+/* fp32 bits of x + y (exact doubles): their sum and its TwoSum error, rounded once. */
+static inline uint32_t round_sum(double x, double y)
 {
-    double p = (double)u2f(eng_daz(a)) * (double)u2f(eng_daz(b));
-    double y = (double)u2f(eng_daz(acc));
-    double s = p + y;
+    double s = x + y;
     if (!isfinite(s))
         return round_pair(s, 0.0);
-    double yv = s - p;
-    double e = (p - (s - yv)) + (y - yv);
+    double t = s - x;
+    double e = (x - (s - t)) + (y - t);
     return round_pair(s, e);
+}
+
+uint32_t eng_fma32_nonan(uint32_t a, uint32_t b, uint32_t acc)
+{
+    double p = (double)u2f(pyamx_f32_daz(a)) * (double)u2f(pyamx_f32_daz(b));
+    return round_sum(p, (double)u2f(pyamx_f32_daz(acc)));
 }
 
 uint32_t eng_add32_nonan(uint32_t x, uint32_t y)
 {
-    double xv = (double)u2f(eng_daz(x));
-    double yv = (double)u2f(eng_daz(y));
-    double s = xv + yv;
-    if (!isfinite(s))
-        return round_pair(s, 0.0);
-    double t = s - xv;
-    double e = (xv - (s - t)) + (yv - t);
-    return round_pair(s, e);
+    return round_sum((double)u2f(pyamx_f32_daz(x)), (double)u2f(pyamx_f32_daz(y)));
 }
 
 uint32_t eng_fma32(uint32_t a, uint32_t b, uint32_t acc)
 {
-    if (eng_isnan(a))
-        return a | QUIET;
-    if (eng_isnan(b))
-        return b | QUIET;
-    if (eng_isnan(acc))
-        return acc | QUIET;
+    if (pyamx_f32_is_nan(a))
+        return a | PYAMX_F32_QUIET;
+    if (pyamx_f32_is_nan(b))
+        return b | PYAMX_F32_QUIET;
+    if (pyamx_f32_is_nan(acc))
+        return acc | PYAMX_F32_QUIET;
     return eng_fma32_nonan(a, b, acc);
 }
 
 uint32_t eng_fma32_acc_first(uint32_t a, uint32_t b, uint32_t acc)
 {
-    if (eng_isnan(acc))
-        return acc | QUIET;
+    if (pyamx_f32_is_nan(acc))
+        return acc | PYAMX_F32_QUIET;
     return eng_fma32(a, b, acc);
 }
 
 uint32_t eng_add32(uint32_t x, uint32_t y)
 {
-    if (eng_isnan(x))
-        return x | QUIET;
-    if (eng_isnan(y))
-        return y | QUIET;
+    if (pyamx_f32_is_nan(x))
+        return x | PYAMX_F32_QUIET;
+    if (pyamx_f32_is_nan(y))
+        return y | PYAMX_F32_QUIET;
     return eng_add32_nonan(x, y);
 }

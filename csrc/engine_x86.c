@@ -20,10 +20,9 @@
 
 #if ENG_X86
 
-#include <cpuid.h>
 #include <immintrin.h>
 
-#define KERNEL_MXCSR 0x9FC0u /* DAZ (bit 6), FTZ (bit 15), RC = nearest, exceptions masked */
+#include "cpu_features.h"
 
 #define T512 __attribute__((target("avx512f,avx512bw,avx2,fma")))
 #define T256 __attribute__((target("avx2,fma")))
@@ -34,7 +33,7 @@ void eng_x86_setcsr(uint32_t v) { _mm_setcsr(v); }
 static void enter(struct eng_fpenv *saved)
 {
     saved->mxcsr = _mm_getcsr();
-    _mm_setcsr(KERNEL_MXCSR);
+    _mm_setcsr(PYAMX_MXCSR_DAZ_FTZ);
 }
 
 static void leave(const struct eng_fpenv *saved) { _mm_setcsr(saved->mxcsr); }
@@ -229,7 +228,8 @@ T256 static void i256(int64_t kd, const uint32_t *ap, const uint32_t *bp, const 
  * denormals-are-zero; tests/test_engine_pack.py checks all 65536 values under
  * several MXCSR settings); it quiets signalling NaNs, so lanes with an
  * all-ones exponent (inf, NaN) are rebuilt from their bits as eng_widen16()
- * builds them, keeping NaN payloads unquieted. */
+ * builds them, keeping NaN payloads unquieted.
+ * trap/simd.c widens on its own on purpose: it may not assume F16C, and leaves DAZ to its FMA. */
 
 T512 static inline __m512i w512_bf16(__m256i h, __mmask16 *nan)
 {
@@ -324,42 +324,31 @@ __attribute__((target("avx2,fma,f16c"))) static int widen256(int op, const uint1
 static const struct eng_variant v512 = {6, 32, f512, i512, enter, leave, widen512};
 static const struct eng_variant v256 = {3, 16, f256, i256, enter, leave, widen256};
 
-static uint64_t xgetbv0(void)
-{
-    uint32_t lo, hi;
-    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
-    return ((uint64_t)hi << 32) | lo;
-}
-
 static int cpu_has_uncached(int kind, const char **why)
 {
-    unsigned a, b, c, d;
-    if (!__get_cpuid(1, &a, &b, &c, &d)) {
+    uint32_t r[4];
+    if (!pyamx_cpu_cpuid(1, 0, r)) {
         *why = "CPUID leaf 1 is not available";
         return 0;
     }
-    __atomic_store_n(&have_f16c, (int)((c >> 29) & 1), __ATOMIC_RELAXED);
-    int fma = (c >> 12) & 1, osxsave = (c >> 27) & 1, avx = (c >> 28) & 1;
-    if (!avx || !fma) {
+    __atomic_store_n(&have_f16c, pyamx_cpu_has(PYAMX_CPU_F16C), __ATOMIC_RELAXED);
+    if (!pyamx_cpu_has(PYAMX_CPU_AVX) || !pyamx_cpu_has(PYAMX_CPU_FMA)) {
         *why = "the CPU lacks AVX or FMA (CPUID.1:ECX)";
         return 0;
     }
-    if (!osxsave) {
+    if (!pyamx_cpu_has(PYAMX_CPU_OSXSAVE)) {
         *why = "the OS has not enabled XSAVE (CPUID.1:ECX.OSXSAVE = 0)";
         return 0;
     }
-    if (__get_cpuid_max(0, 0) < 7) {
+    if (!pyamx_cpu_cpuid(7, 0, r)) {
         *why = "CPUID leaf 7 is not available";
         return 0;
     }
-    __cpuid_count(7, 0, a, b, c, d);
-    int avx2 = (b >> 5) & 1, avx512f = (b >> 16) & 1, avx512bw = (b >> 30) & 1;
-    uint64_t xcr0 = xgetbv0();
-    if (!avx2) {
+    if (!pyamx_cpu_has(PYAMX_CPU_AVX2)) {
         *why = "the CPU lacks AVX2 (CPUID.7.0:EBX[5])";
         return 0;
     }
-    if ((xcr0 & 0x6) != 0x6) {
+    if (!pyamx_cpu_os_saves(PYAMX_XCR0_YMM)) {
         *why = "the OS does not save YMM state (XCR0 bits 1-2)";
         return 0;
     }
@@ -367,11 +356,11 @@ static int cpu_has_uncached(int kind, const char **why)
         *why = "CPU has AVX2 and FMA; OS saves YMM state";
         return 1;
     }
-    if (!avx512f || !avx512bw) {
+    if (!pyamx_cpu_has(PYAMX_CPU_AVX512F) || !pyamx_cpu_has(PYAMX_CPU_AVX512BW)) {
         *why = "the CPU lacks AVX-512 F/BW (CPUID.7.0:EBX[16], [30])";
         return 0;
     }
-    if ((xcr0 & 0xE6) != 0xE6) {
+    if (!pyamx_cpu_os_saves(PYAMX_XCR0_ZMM)) {
         *why = "the OS does not save ZMM/opmask state (XCR0 bits 5-7)";
         return 0;
     }

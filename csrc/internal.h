@@ -37,8 +37,9 @@ int pyamx_internal_emulated(void);
 /* Whether a dot-product row's instructions can run here: its kernel family
  * (PYAMX_KERNEL_*) compiled in and the CPU reporting the row's CPUID feature
  * (the generated traits' feature_* fields) -- else executing one is SIGILL --
- * or the trap mode emulating every row. NULL (not a dot row): 0. */
-int pyamx_internal_row_runnable(const struct pyamx_op_traits *t);
+ * or the trap mode emulating every row. Not a dot row: 0. By op id, not by
+ * row pointer: every .c file has its own copy of the static traits table. */
+int pyamx_internal_row_runnable(int op);
 
 /* The build's kernel family of a dot-product row, from its operand format:
  * the family decides whether this build compiled the row's instructions and

@@ -18,6 +18,7 @@
 #include "pyamx.h"
 #include "dot_traits.h"
 #include "internal.h"
+#include "cpu_features.h"
 
 #include <string.h>
 
@@ -151,26 +152,11 @@ int pyamx_check_dot_product(const uint8_t *cfg, int dst, int src1, int src2)
     return PYAMX_OK;
 }
 
-/* The AMX extensions of CPUID leaf 0x1E sub-leaf 1 (which exists where sub-leaf 0's EAX says so):
- * asked in C too, so a kernel of an extension the CPU lacks is never reached, whatever Python did. */
-int pyamx_cpu_has_amx_1e1(int bit)
+/* A row instruction's zmm write needs its CPUID feature (or the emulation) and the OS to save
+ * the opmask and upper-zmm state. */
+static int row_state_enabled(int op)
 {
-    uint32_t r[4];
-    if (bit < 0 || bit > 31 || pyamx_cpuid(0, 0, r) != PYAMX_OK || r[0] < 0x1E)
-        return 0;
-    if (pyamx_cpuid(0x1E, 0, r) != PYAMX_OK || r[0] < 1 || pyamx_cpuid(0x1E, 1, r) != PYAMX_OK)
-        return 0;
-    return (r[0] >> bit) & 1;
-}
-
-enum { AMX_AVX512_BIT = 7, AMX_MOVRS_BIT = 8 };
-
-/* A zmm write needs the OS to have enabled the opmask and upper-zmm state (XCR0 bits 5-7). */
-static int row_state_enabled(void)
-{
-    uint64_t xcr0;
-    return (pyamx_cpu_has_amx_1e1(AMX_AVX512_BIT) || pyamx_internal_emulated()) && pyamx_xgetbv0(&xcr0) == PYAMX_OK &&
-           (xcr0 & 0xE6) == 0xE6;
+    return (pyamx_cpu_has_op_feature(op) || pyamx_internal_emulated()) && pyamx_cpu_os_saves(PYAMX_XCR0_ZMM);
 }
 
 #if PYAMX_HAVE_AMX
@@ -342,7 +328,7 @@ int pyamx_dp_oneshot(int op, uint32_t *c, const void *a, const void *b, int m, i
     if (!pyamx_dot_traits(op) || m < 1 || m > 16 || k < 1 || k > 16 || n < 1 || n > 16)
         return PYAMX_E_ARG;
     /* the last word on SIGILL: a row whose CPUID feature this CPU lacks never executes */
-    if (!pyamx_internal_row_runnable(pyamx_dot_traits(op)))
+    if (!pyamx_internal_row_runnable(op))
         return PYAMX_E_NO_KERNEL;
     tile_state saved;
     int rc = save_state(&saved);
@@ -404,7 +390,8 @@ AMX_TILE int pyamx_tileloadd(int tmm, const uint8_t *buf, int64_t len, int64_t o
     loaded_cfg(cfg);
     if (t1 < 0 || t1 > 3)
         return PYAMX_E_ARG;
-    if (t1 >= 2 && !pyamx_cpu_has_amx_1e1(AMX_MOVRS_BIT) && !pyamx_internal_emulated())
+    /* the read-shared hints are TILELOADDRS(T1): that row's CPUID feature, not the caller's word */
+    if (t1 >= 2 && !pyamx_cpu_has_op_feature(PYAMX_OP_TILELOADDRS) && !pyamx_internal_emulated())
         return PYAMX_E_NO_KERNEL;
     int rc = pyamx_check_memory_operand(cfg, tmm, len, offset, stride);
     if (rc != PYAMX_OK)
@@ -492,7 +479,7 @@ static int tilerow(int op, int tmm, uint32_t selector, int imm, uint32_t *out16)
         return PYAMX_E_NOT_READY;
     if (!pyamx_row_traits(op))
         return PYAMX_E_ARG;
-    if (!row_state_enabled())
+    if (!row_state_enabled(op))
         return PYAMX_E_NO_KERNEL;
     uint8_t cfg[64] __attribute__((aligned(64)));
     loaded_cfg(cfg);
@@ -572,7 +559,7 @@ int pyamx_tdp(int op, int dst, int src1, int src2)
     if (rc != PYAMX_OK)
         return rc;
     /* the last word on SIGILL: a row whose CPUID feature this CPU lacks never executes */
-    if (!pyamx_internal_row_runnable(pyamx_dot_traits(op)))
+    if (!pyamx_internal_row_runnable(op))
         return PYAMX_E_NO_KERNEL;
     return dot_kernels[op].tdp(dst * 64 + src1 * 8 + src2);
 }

@@ -40,7 +40,6 @@
 #include <string.h>
 
 #if PYAMX_HAVE_AMX
-#include <cpuid.h>
 #include <immintrin.h>
 #include <pthread.h>
 #include <signal.h>
@@ -280,7 +279,7 @@ int pyamx_matmul_amx_panels(int op, int64_t m, int64_t n, int64_t k_dwords, cons
     const struct pyamx_op_traits *t = pyamx_dot_traits(op);
     if (!t)
         return PYAMX_E_ARG;
-    if (!pyamx_internal_row_runnable(t))
+    if (!pyamx_internal_row_runnable(op))
         return PYAMX_E_NO_KERNEL;
     /* Bounds that keep every product below (4 * 16 * dim, stride * dim) in int64. */
     const int64_t dim_max = INT64_MAX / 64;

@@ -56,6 +56,9 @@ int pyamx_build_x86_64_linux(void);
 
 int pyamx_cpuid(uint32_t leaf, uint32_t subleaf, uint32_t *out4);
 int pyamx_xgetbv0(uint64_t *out);
+/* 1 where the CPU reports the CPUID feature of op's row (its generated traits), else 0; asked once
+ * per op. The C guards ask it too, so a kernel of an extension the CPU lacks is never reached. */
+int pyamx_cpu_has_op_feature(int op);
 int pyamx_arch_prctl_get(int code, uint64_t *out);
 int pyamx_request_permission(void);
 int pyamx_probe_child(int *wait_status);
@@ -106,8 +109,6 @@ int pyamx_tileloadd(int tmm, const uint8_t *buf, int64_t len, int64_t offset, in
 int pyamx_tilerow(int op, int tmm, uint32_t selector, uint32_t *out16);
 /* The same in the imm8 form (imm8 0..255; an index imm8[5:0] of 16 or more is PYAMX_E_UD_SHAPE). */
 int pyamx_tilerow_imm(int op, int tmm, int imm8, uint32_t *out16);
-/* 1 where CPUID.(0x1E,1):EAX[bit] is set (AMX-AVX512 is bit 7, AMX-MOVRS bit 8), else 0. */
-int pyamx_cpu_has_amx_1e1(int bit);
 int pyamx_tilestored(int tmm, uint8_t *buf, int64_t len, int64_t offset, int64_t stride);
 int pyamx_tilezero(int tmm);
 int pyamx_tilerelease(void);

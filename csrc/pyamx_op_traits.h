@@ -3,8 +3,8 @@
  * Generated from pyamx/isa.py by build.py: do not edit; python build.py regenerates it.
  *
  * PYAMX_FOR_EACH_OP(X) calls X(mnemonic, kind, a_format, b_format,
- * acc_format, a_signed, b_signed, lanes, prefix, map, pp, w, l, opcode,
- * form, imm_prefix, imm_map, imm_pp, imm_w, imm_l, imm_opcode, feature_leaf,
+ * acc_format, a_signed, b_signed, lanes, prefix, map, pp, w, l, opcode, form,
+ * imm_prefix, imm_map, imm_pp, imm_w, imm_l, imm_opcode, feature_leaf,
  * feature_subleaf, feature_reg, feature_bit) once per row, in table order;
  * pyamx_op_traits[] holds the same fields by op id. A format of NONE: the
  * row has no such operand; an imm_prefix of NONE: no imm8 form. The feature
@@ -94,21 +94,21 @@ enum pyamx_modrm_form {
     X(TILEMOVROW, 0x3, 1, 0x07)
 
 struct pyamx_op_traits {
-    unsigned char kind;       /* enum pyamx_op_kind */
-    unsigned char a_format;   /* enum pyamx_format of src1, src2, dst */
+    unsigned char kind;            /* enum pyamx_op_kind */
+    unsigned char a_format;        /* enum pyamx_format of src1, src2, dst */
     unsigned char b_format;
     unsigned char acc_format;
-    unsigned char a_signed;   /* 1: an integer src1/src2 is sign-extended */
+    unsigned char a_signed;        /* 1: an integer src1/src2 is sign-extended */
     unsigned char b_signed;
-    unsigned char lanes;      /* operand values per dword; 0 for a non-dot row */
-    unsigned char prefix;     /* enum pyamx_encoding_prefix */
-    unsigned char map;        /* opcode map: 2 is 0F38 */
-    unsigned char pp;         /* 0 NP, 1 66, 2 F3, 3 F2 */
+    unsigned char lanes;           /* operand values per dword; 0 for a non-dot row */
+    unsigned char prefix;          /* enum pyamx_encoding_prefix */
+    unsigned char map;             /* opcode map: 2 is 0F38 */
+    unsigned char pp;              /* 0 NP, 1 66, 2 F3, 3 F2 */
     unsigned char w;
     unsigned char l;
     unsigned char opcode;
-    unsigned char form;       /* enum pyamx_modrm_form */
-    unsigned char imm_prefix; /* the imm8 form's encoding (AMX-AVX512): NONE and zeros where absent */
+    unsigned char form;            /* enum pyamx_modrm_form */
+    unsigned char imm_prefix;      /* the imm8 form's encoding (AMX-AVX512): NONE and zeros where absent */
     unsigned char imm_map;
     unsigned char imm_pp;
     unsigned char imm_w;

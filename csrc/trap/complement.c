@@ -19,8 +19,8 @@
  * kernel enlarge the state) and lets the instruction fault again.
  */
 #include "internal.h"
+#include "../cpu_features.h"
 
-#include <cpuid.h>
 #include <string.h>
 #include <sys/syscall.h>
 #include <ucontext.h>
@@ -42,39 +42,21 @@
 static uint32_t g_off_cfg, g_off_data;
 static uint8_t g_missing[N_OPS];
 
-static int cpu_has_row_feature(const struct pyamx_op_traits *t)
-{
-    unsigned r[4];
-    if (t->feature_leaf > __get_cpuid_max(0, 0))
-        return 0;
-    if (t->feature_subleaf) {
-        __cpuid_count(t->feature_leaf, 0, r[0], r[1], r[2], r[3]);
-        if (r[0] < t->feature_subleaf) /* EAX of sub-leaf 0: the last valid sub-leaf */
-            return 0;
-    }
-    __cpuid_count(t->feature_leaf, t->feature_subleaf, r[0], r[1], r[2], r[3]);
-    return (int)((r[t->feature_reg] >> t->feature_bit) & 1);
-}
-
 int complement_setup(void)
 {
-    unsigned a, b, c, d;
-    __cpuid_count(0xD, XFEATURE_XTILECFG, a, b, c, d);
-    g_off_cfg = b;
-    __cpuid_count(0xD, XFEATURE_XTILEDATA, a, b, c, d);
-    g_off_data = b;
+    uint32_t size;
+    pyamx_cpu_xsave_component(XFEATURE_XTILECFG, &g_off_cfg, &size);
+    pyamx_cpu_xsave_component(XFEATURE_XTILEDATA, &g_off_data, &size);
     /* A row instruction writes a zmm register, which only a frame with
      * AVX-512 state can carry: the OS must have enabled opmask, ZMM_Hi256
      * and Hi16_ZMM (XCR0 bits 5-7); elsewhere they are left to SIGILL. */
-    uint32_t lo, hi;
-    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
-    int zmm_state = (lo & 0xE0u) == 0xE0u;
+    int zmm_state = pyamx_cpu_os_saves(PYAMX_XCR0_ZMM);
     int missing = 0;
     for (int op = 1; op < N_OPS; op++) {
         const struct pyamx_op_traits *t = &pyamx_op_traits[op];
         if (t->kind == PYAMX_KIND_ROW && !zmm_state)
             continue;
-        g_missing[op] = !cpu_has_row_feature(t);
+        g_missing[op] = !pyamx_cpu_has_row_feature(t);
         missing += g_missing[op];
     }
     return missing;
@@ -141,12 +123,7 @@ int complement_load(ucontext_t *uc, struct tile_state *st)
     uint8_t cfg[64] = {0};
     if ((bv >> XFEATURE_XTILECFG) & 1)
         memcpy(cfg, fx + g_off_cfg, 64);
-    st->palette = cfg[0];
-    st->start_row = cfg[1];
-    for (int t = 0; t < 8; t++) {
-        st->colsb[t] = (uint16_t)(cfg[16 + 2 * t] | cfg[17 + 2 * t] << 8);
-        st->rows[t] = cfg[48 + t];
-    }
+    state_config_from_bytes(st, cfg);
     if ((bv >> XFEATURE_XTILEDATA) & 1)
         memcpy(st->tiles, fx + g_off_data, sizeof st->tiles);
     else

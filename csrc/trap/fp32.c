@@ -18,7 +18,7 @@ __attribute__((noinline)) static uint32_t add32_isolated(uint32_t x, uint32_t y)
 uint32_t pyamx_trap_fma32(uint32_t a, uint32_t b, uint32_t c)
 {
     unsigned int saved = _mm_getcsr();
-    _mm_setcsr(TRAP_MXCSR);
+    _mm_setcsr(PYAMX_MXCSR_DAZ_FTZ);
     uint32_t r = fma32_isolated(a, b, c);
     _mm_setcsr(saved);
     return r;
@@ -27,7 +27,7 @@ uint32_t pyamx_trap_fma32(uint32_t a, uint32_t b, uint32_t c)
 uint32_t pyamx_trap_add32(uint32_t x, uint32_t y)
 {
     unsigned int saved = _mm_getcsr();
-    _mm_setcsr(TRAP_MXCSR);
+    _mm_setcsr(PYAMX_MXCSR_DAZ_FTZ);
     uint32_t r = add32_isolated(x, y);
     _mm_setcsr(saved);
     return r;

@@ -5,7 +5,7 @@
  * Deliberately a second implementation, written from docs/semantics.md and not
  * from the Python emulator or the compiled engine, so that the cross-check
  * suite compares independent readings of the same rules.  Callers run the
- * hardware operations under TRAP_MXCSR.
+ * hardware operations under PYAMX_MXCSR_DAZ_FTZ.
  */
 #ifndef PYAMX_TRAP_FP32_H
 #define PYAMX_TRAP_FP32_H
@@ -13,28 +13,15 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "../fp32_bits.h"
+
 #if defined(__FAST_MATH__)
 #error "the trap module must not be built with -ffast-math: its fp32 results must be bit-exact"
 #endif
 
-
-/* DAZ (bit 6) | all exceptions masked (bits 7-12) | RC = nearest (bits
- * 13-14 = 0) | FTZ (bit 15); the status flags start cleared and are
- * thrown away when the caller's MXCSR is restored. */
-#define TRAP_MXCSR 0x9FC0u
-
-#define QUIET_BIT 0x00400000u
-#define DEFAULT_NAN 0xFFC00000u
-
-static inline int is_nan32(uint32_t x) { return (x & 0x7FFFFFFFu) > 0x7F800000u; }
 static inline int is_inf32(uint32_t x) { return (x & 0x7FFFFFFFu) == 0x7F800000u; }
 static inline int is_zero32(uint32_t x) { return (x & 0x7FFFFFFFu) == 0; }
 static inline int is_special32(uint32_t x) { return (x & 0x7F800000u) == 0x7F800000u; }
-
-static inline uint32_t daz32(uint32_t x)
-{
-    return (x & 0x7F800000u) == 0 ? (x & 0x80000000u) : x;
-}
 
 static inline float bits_f(uint32_t x)
 {
@@ -51,7 +38,7 @@ static inline uint32_t f_bits(float f)
 }
 
 /* Hardware single-rounding FMA and add.  Callers run them under
- * TRAP_MXCSR, which supplies DAZ, FTZ (tininess after rounding, as x86
+ * PYAMX_MXCSR_DAZ_FTZ, which supplies DAZ, FTZ (tininess after rounding, as x86
  * detects it) and round-to-nearest-even; the NaN cases never reach them
  * because the hardware's choice among several NaNs depends on which
  * register form the compiler picked. */
@@ -68,31 +55,31 @@ static inline uint32_t hw_add(uint32_t x, uint32_t y)
 
 __attribute__((target("fma"))) static inline uint32_t fma32(uint32_t a, uint32_t b, uint32_t c)
 {
-    a = daz32(a);
-    b = daz32(b);
-    c = daz32(c);
+    a = pyamx_f32_daz(a);
+    b = pyamx_f32_daz(b);
+    c = pyamx_f32_daz(c);
     if (__builtin_expect(is_special32(a) | is_special32(b) | is_special32(c), 0)) {
-        if (is_nan32(a)) return a | QUIET_BIT;
-        if (is_nan32(b)) return b | QUIET_BIT;
-        if (is_nan32(c)) return c | QUIET_BIT;
+        if (pyamx_f32_is_nan(a)) return a | PYAMX_F32_QUIET;
+        if (pyamx_f32_is_nan(b)) return b | PYAMX_F32_QUIET;
+        if (pyamx_f32_is_nan(c)) return c | PYAMX_F32_QUIET;
         int prod_inf = is_inf32(a) || is_inf32(b);
         if (prod_inf && (is_zero32(a) || is_zero32(b)))
-            return DEFAULT_NAN; /* inf * 0 */
+            return PYAMX_F32_DEFAULT_NAN; /* inf * 0 */
         if (prod_inf && is_inf32(c) && (((a ^ b) ^ c) & 0x80000000u))
-            return DEFAULT_NAN; /* inf - inf */
+            return PYAMX_F32_DEFAULT_NAN; /* inf - inf */
     }
     return hw_fma(a, b, c);
 }
 
 static inline uint32_t add32(uint32_t x, uint32_t y)
 {
-    x = daz32(x);
-    y = daz32(y);
+    x = pyamx_f32_daz(x);
+    y = pyamx_f32_daz(y);
     if (__builtin_expect(is_special32(x) | is_special32(y), 0)) {
-        if (is_nan32(x)) return x | QUIET_BIT;
-        if (is_nan32(y)) return y | QUIET_BIT;
+        if (pyamx_f32_is_nan(x)) return x | PYAMX_F32_QUIET;
+        if (pyamx_f32_is_nan(y)) return y | PYAMX_F32_QUIET;
         if (is_inf32(x) && is_inf32(y) && ((x ^ y) & 0x80000000u))
-            return DEFAULT_NAN;
+            return PYAMX_F32_DEFAULT_NAN;
     }
     return hw_add(x, y);
 }

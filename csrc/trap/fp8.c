@@ -19,12 +19,9 @@
 #include <immintrin.h>
 #include <string.h>
 
-/* The default NaN of the x86 "invalid" response: every NaN result of these
- * instructions (GCC's reference returns it for NaN inputs, Inf * 0,
- * +Inf + -Inf and a NaN already in C). */
-#define FP8_NAN 0xFFC00000u
-/* RNE, nothing flushed, all exceptions masked: the plain IEEE add of C + t */
-#define IEEE_MXCSR 0x1F80u
+/* Every NaN result of these instructions is PYAMX_F32_DEFAULT_NAN (GCC's
+ * reference returns it for NaN inputs, Inf * 0, +Inf + -Inf and a NaN
+ * already in C); C + t is the plain IEEE add, under PYAMX_MXCSR_IEEE. */
 
 enum { FP8_FINITE = 0, FP8_INF = 1, FP8_NAN_CODE = 2 };
 
@@ -85,7 +82,7 @@ static uint32_t round_scaled_to_fp32(__int128 sum, int scale)
 static uint32_t ieee_add(uint32_t c, uint32_t t)
 {
     unsigned int saved = _mm_getcsr();
-    _mm_setcsr(IEEE_MXCSR);
+    _mm_setcsr(PYAMX_MXCSR_IEEE);
     volatile float r = bits_f(c) + bits_f(t);
     uint32_t out = f_bits(r);
     _mm_setcsr(saved);
@@ -127,8 +124,8 @@ void trap_dp_fp8_rows(struct tile_state *st, int d, int s1, int s2, int a_hf8, i
             uint32_t c;
             memcpy(&c, cp, 4);
             uint32_t out;
-            if (nan || (pos_inf && neg_inf) || is_nan32(c))
-                out = FP8_NAN;
+            if (nan || (pos_inf && neg_inf) || pyamx_f32_is_nan(c))
+                out = PYAMX_F32_DEFAULT_NAN;
             else if (pos_inf || neg_inf)
                 out = ieee_add(c, pos_inf ? 0x7F800000u : 0xFF800000u);
             else

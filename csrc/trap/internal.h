@@ -61,6 +61,11 @@ struct tile_state {
 };
 
 void state_init(struct tile_state *st);
+/* st's configuration as the 64-byte STTILECFG image (all zeros in the init state). */
+void state_config_to_bytes(const struct tile_state *st, uint8_t cfg[64]);
+/* The palette, start_row, colsb and rows of a 64-byte image into st, unchecked: the
+ * caller validated it, or it is one the CPU or this module wrote. Tile data untouched. */
+void state_config_from_bytes(struct tile_state *st, const uint8_t cfg[64]);
 /* The calling thread's state, claimed on first use; NULL when the table is full. */
 struct tile_state *state_for(int32_t tid);
 /* The same for the handler's hot path: the slot a prepared thread's pthread
@@ -129,7 +134,7 @@ void trap_dp_fp8_rows(struct tile_state *st, int d, int s1, int s2, int a_hf8, i
 void trap_simd_setup(void);
 int32_t trap_simd_enabled(void);
 /* 0 when done; 1 (nothing written) when tsrc1/tsrc2 hold an inf or NaN.
- * Under TRAP_MXCSR. */
+ * Under PYAMX_MXCSR_DAZ_FTZ. */
 int trap_simd_dp_float(struct tile_state *st, int d, int s1, int s2, int fp16);
 void trap_simd_dp_int8(struct tile_state *st, int d, int s1, int s2, int s1_signed, int s2_signed);
 

@@ -41,39 +41,24 @@ static int do_ldtilecfg(struct tile_state *st, const uint8_t *mem, struct msg *m
                 return gp_cfg(m, "reserved byte is not zero: byte", b, c[b]);
         }
     }
-    uint16_t colsb[8];
     for (int t = 0; t < 8; t++) {
-        colsb[t] = (uint16_t)(c[16 + 2 * t] | (c[17 + 2 * t] << 8));
-        if (colsb[t] > 64)
-            return gp_cfg(m, "colsb > 64 for tile", t, colsb[t]);
+        uint16_t colsb = (uint16_t)(c[16 + 2 * t] | (c[17 + 2 * t] << 8));
+        if (colsb > 64)
+            return gp_cfg(m, "colsb > 64 for tile", t, colsb);
         if (c[48 + t] > 16)
             return gp_cfg(m, "rows > 16 for tile", t, c[48 + t]);
-        if ((colsb[t] == 0) != (c[48 + t] == 0))
+        if ((colsb == 0) != (c[48 + t] == 0))
             return gp_cfg(m, "exactly one of rows/colsb is zero for tile", t, -1);
     }
     state_init(st); /* a successful LDTILECFG zeroes all tile data */
-    st->palette = 1;
-    st->start_row = c[1];
-    for (int t = 0; t < 8; t++) {
-        st->colsb[t] = colsb[t];
-        st->rows[t] = c[48 + t];
-    }
+    state_config_from_bytes(st, c);
     return EXEC_OK;
 }
 
 static void do_sttilecfg(const struct tile_state *st, uint8_t *mem)
 {
     uint8_t c[64];
-    memset(c, 0, 64);
-    if (st->palette) {
-        c[0] = st->palette;
-        c[1] = st->start_row;
-        for (int t = 0; t < 8; t++) {
-            c[16 + 2 * t] = (uint8_t)(st->colsb[t] & 0xFF);
-            c[17 + 2 * t] = (uint8_t)(st->colsb[t] >> 8);
-            c[48 + t] = st->rows[t];
-        }
-    }
+    state_config_to_bytes(st, c);
     memcpy(mem, c, 64);
 }
 
@@ -187,19 +172,30 @@ static inline void widen_pair(uint32_t w, int fp16, uint32_t *lo, uint32_t *hi)
     }
 }
 
+/* fma32 with the accumulator's NaN first: the SDM writes the complex rows'
+ * steps fma32(acc, a, b) where TDPFP16PS's are acc + a * b (docs/semantics.md
+ * section 8); everything else as fma32. */
+__attribute__((target("fma"))) static uint32_t fma32_acc_first(uint32_t acc, uint32_t a, uint32_t b)
+{
+    if (pyamx_f32_is_nan(acc))
+        return acc | PYAMX_F32_QUIET;
+    return fma32(a, b, acc);
+}
+
 /* Kept out of line so that no fp operation can be scheduled across the
  * MXCSR switch in its caller.
  *
  * Two paths with identical results.  When no used element of tsrc1 or
  * tsrc2 is an infinity or NaN, no product is special, so even/odd can
  * only become infinite by overflow and never NaN: the hardware FMA under
- * TRAP_MXCSR is then exactly fma32, and 8 lanes at a time are safe.
+ * PYAMX_MXCSR_DAZ_FTZ is then exactly fma32, and 8 lanes at a time are safe.
  * Otherwise the scalar fma32 with its explicit NaN order runs.  The final
  * two add32 per element are always scalar, as the destination may hold
- * NaNs whose order matters. */
+ * NaNs whose order matters.  acc_first: the scalar steps take the
+ * accumulator's NaN first (the complex rows). */
 __attribute__((noinline, target("avx,fma"))) static void dp_float_rows(struct tile_state *st,
                                                                         int d, int s1, int s2,
-                                                                        int fp16)
+                                                                        int fp16, int acc_first)
 {
     int M = st->rows[d], K = st->rows[s2], N = st->colsb[d] / 4;
     uint32_t special = 0;
@@ -248,8 +244,9 @@ __attribute__((noinline, target("avx,fma"))) static void dp_float_rows(struct ti
                 uint32_t a0, a1;
                 widen_pair(rd32(&st->tiles[s1][m][4 * k]), fp16, &a0, &a1);
                 for (int n = 0; n < N; n++) {
-                    even[n] = fma32(a0, st->bconv[k][0][n], even[n]);
-                    odd[n] = fma32(a1, st->bconv[k][1][n], odd[n]);
+                    uint32_t b0 = st->bconv[k][0][n], b1 = st->bconv[k][1][n];
+                    even[n] = acc_first ? fma32_acc_first(even[n], a0, b0) : fma32(a0, b0, even[n]);
+                    odd[n] = acc_first ? fma32_acc_first(odd[n], a1, b1) : fma32(a1, b1, odd[n]);
                 }
             }
         }
@@ -289,61 +286,15 @@ static void int8_rows(struct tile_state *st, int d, int s1, int s2, int s1_signe
         dp_int8_rows(st, d, s1, s2, s1_signed, s2_signed);
 }
 
-static void float_rows(struct tile_state *st, int d, int s1, int s2, int fp16)
+/* The vector paths never meet a NaN accumulator (no operand is special, so
+ * even/odd stay finite or infinite), so only the scalar path needs acc_first. */
+static void float_rows(struct tile_state *st, int d, int s1, int s2, int fp16, int acc_first)
 {
     unsigned int saved = _mm_getcsr();
-    _mm_setcsr(TRAP_MXCSR);
+    _mm_setcsr(PYAMX_MXCSR_DAZ_FTZ);
     if (!trap_simd_enabled() || trap_simd_dp_float(st, d, s1, s2, fp16) != 0)
-        dp_float_rows(st, d, s1, s2, fp16);
+        dp_float_rows(st, d, s1, s2, fp16, acc_first);
     _mm_setcsr(saved);
-}
-
-/* fma32 with the accumulator's NaN first: the SDM writes the complex rows'
- * steps fma32(acc, a, b) where TDPFP16PS's are acc + a * b (docs/semantics.md
- * section 8); everything else as fma32. */
-__attribute__((target("fma"))) static uint32_t fma32_acc_first(uint32_t acc, uint32_t a, uint32_t b)
-{
-    if (is_nan32(acc))
-        return acc | QUIET_BIT;
-    return fma32(a, b, acc);
-}
-
-/* The complex rows where an operand is an infinity or a NaN: TDPFP16PS's
- * scalar steps with the accumulator's NaN first. */
-__attribute__((noinline, target("avx,fma"))) static void complex_special_rows(struct tile_state *st, int d, int s1,
-                                                                              int s2)
-{
-    int M = st->rows[d], K = st->rows[s2], N = st->colsb[d] / 4;
-    for (int m = 0; m < M; m++) {
-        uint32_t even[16], odd[16];
-        for (int n = 0; n < N; n++)
-            even[n] = odd[n] = 0; /* +0.0 */
-        for (int k = 0; k < K; k++) {
-            uint32_t a0, a1;
-            widen_pair(rd32(&st->tiles[s1][m][4 * k]), 1, &a0, &a1);
-            for (int n = 0; n < N; n++) {
-                uint32_t b0, b1;
-                widen_pair(rd32(&st->tiles[s2][k][4 * n]), 1, &b0, &b1);
-                even[n] = fma32_acc_first(even[n], a0, b0);
-                odd[n] = fma32_acc_first(odd[n], a1, b1);
-            }
-        }
-        for (int n = 0; n < N; n++) {
-            uint8_t *cp = &st->tiles[d][m][4 * n];
-            wr32(cp, add32(rd32(cp), add32(even[n], odd[n])));
-        }
-    }
-}
-
-static int any_special_fp16(const struct tile_state *st, int t, int rows, int dwords)
-{
-    for (int r = 0; r < rows; r++)
-        for (int k = 0; k < dwords; k++) {
-            uint32_t w = rd32(&st->tiles[t][r][4 * k]);
-            if ((w & 0x7C00u) == 0x7C00u || (w & 0x7C000000u) == 0x7C000000u)
-                return 1;
-        }
-    return 0;
 }
 
 /* AMX-COMPLEX through the fp16 dot product (docs/semantics.md section 8):
@@ -367,14 +318,7 @@ static void complex_rows(struct tile_state *st, int d, int s1, int s2, int real)
             wr32(p, real ? w ^ 0x80000000u : (w >> 16) | (w << 16));
         }
     }
-    if (any_special_fp16(st, s1, M, K) || any_special_fp16(st, s2, st->rows[s2], st->colsb[d] / 4)) {
-        unsigned int saved = _mm_getcsr();
-        _mm_setcsr(TRAP_MXCSR);
-        complex_special_rows(st, d, s1, s2);
-        _mm_setcsr(saved);
-    } else {
-        float_rows(st, d, s1, s2, 1);
-    }
+    float_rows(st, d, s1, s2, 1, 1);
     memcpy(st->tiles[s1], st->saved_src1, sizeof st->saved_src1);
 }
 
@@ -434,7 +378,7 @@ static int do_dot(struct tile_state *st, const struct pyamx_trap_insn *in, struc
     switch (t->a_format) {
     case PYAMX_FMT_BF16:
     case PYAMX_FMT_FP16:
-        float_rows(st, d, s1, s2, t->a_format == PYAMX_FMT_FP16);
+        float_rows(st, d, s1, s2, t->a_format == PYAMX_FMT_FP16, 0);
         break;
     case PYAMX_FMT_CFP16:
         complex_rows(st, d, s1, s2, in->op == PYAMX_OP_TCMMRLFP16PS);

@@ -13,8 +13,8 @@
  */
 #define _GNU_SOURCE 1
 #include "internal.h"
+#include "../cpu_features.h"
 
-#include <cpuid.h>
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
@@ -340,6 +340,43 @@ static void count_done(const struct pyamx_trap_insn *in, uint64_t rip, trap_obse
         observer(in, rip, now_ns() - t0);
 }
 
+/* One line that says why an instruction is left to its SIGILL, then the SIGILL passed on. */
+static void refuse(siginfo_t *si, void *ctx, int op, uint64_t rip, const char *why)
+{
+    struct msg m;
+    m_prefix(&m, op, rip);
+    m_str(&m, why);
+    m_emit(&m);
+    pass_on_sigill(si, ctx, 1);
+}
+
+/* Runs a decoded instruction on st and ends the signal as the outcome says:
+ * on to the next instruction (in the complement mode with the tiles put back
+ * into the frame), or its #UD or #GP. */
+static void execute(siginfo_t *si, ucontext_t *uc, struct tile_state *st, const struct pyamx_trap_insn *in,
+                    int32_t len, int complement, trap_observer_fn observer, uint64_t t0)
+{
+    struct msg m;
+    greg_t *g = uc->uc_mcontext.gregs;
+    uint64_t rip = (uint64_t)g[REG_RIP];
+    m.n = 0;
+    int r = trap_execute(st, in, &m);
+    if (r == EXEC_OK && put_zmm(uc, in, st, &m) != 0) {
+        pass_on_sigill(si, uc, 1);
+    } else if (r == EXEC_OK) {
+        if (complement)
+            complement_store(uc, st);
+        g[REG_RIP] = (greg_t)(rip + (uint64_t)len);
+        count_done(in, rip, observer, t0);
+    } else if (r == EXEC_UD) {
+        emit_refusal(in->op, rip, &m, " -> #UD (SIGILL)");
+        pass_on_sigill(si, uc, 1);
+    } else {
+        emit_refusal(in->op, rip, &m, " -> #GP (SIGSEGV)");
+        deliver_sigsegv(uc);
+    }
+}
+
 /* The complement mode's SIGILL: a #UD (ILL_ILLOPN) at an instruction of an
  * extension this CPU lacks, with the AMX permission the real kernel granted.
  * Anything else is the program's own SIGILL, passed on untouched: an XFD
@@ -347,7 +384,6 @@ static void count_done(const struct pyamx_trap_insn *in, uint64_t rip, trap_obse
  * an illegal form, any other instruction. */
 static void complement_handler(siginfo_t *si, ucontext_t *uc, trap_observer_fn observer, uint64_t t0)
 {
-    struct msg m;
     greg_t *g = uc->uc_mcontext.gregs;
     uint64_t rip = (uint64_t)g[REG_RIP];
     uint64_t gpr[16];
@@ -363,46 +399,24 @@ static void complement_handler(siginfo_t *si, ucontext_t *uc, trap_observer_fn o
         return;
     }
     if (!complement_permitted()) {
-        m_prefix(&m, in.op, rip);
-        m_str(&m, "no AMX permission (arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) was not "
-                  "called) -> SIGILL as on silicon");
-        m_emit(&m);
-        pass_on_sigill(si, uc, 1);
+        refuse(si, uc, in.op, rip,
+               "no AMX permission (arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) was not "
+               "called) -> SIGILL as on silicon");
         return;
     }
     struct tile_state *st = state_current();
     if (st == NULL) {
-        m_prefix(&m, in.op, rip);
-        m_str(&m, "cannot emulate: all per-thread tile state slots are in use -> SIGILL");
-        m_emit(&m);
-        pass_on_sigill(si, uc, 1);
+        refuse(si, uc, in.op, rip, "cannot emulate: all per-thread tile state slots are in use -> SIGILL");
         return;
     }
     int loaded = complement_load(uc, st);
     if (loaded == COMPLEMENT_RETRY)
         return; /* the kernel enlarged the FPU state: the instruction faults again, with room */
     if (loaded != COMPLEMENT_LOADED) {
-        m_prefix(&m, in.op, rip);
-        m_str(&m, "cannot emulate: the signal frame carries no tile data -> SIGILL");
-        m_emit(&m);
-        pass_on_sigill(si, uc, 1);
+        refuse(si, uc, in.op, rip, "cannot emulate: the signal frame carries no tile data -> SIGILL");
         return;
     }
-    m.n = 0;
-    int r = trap_execute(st, &in, &m);
-    if (r == EXEC_OK && put_zmm(uc, &in, st, &m) != 0) {
-        pass_on_sigill(si, uc, 1);
-    } else if (r == EXEC_OK) {
-        complement_store(uc, st);
-        g[REG_RIP] = (greg_t)(rip + (uint64_t)len);
-        count_done(&in, rip, observer, t0);
-    } else if (r == EXEC_UD) {
-        emit_refusal(in.op, rip, &m, " -> #UD (SIGILL)");
-        pass_on_sigill(si, uc, 1);
-    } else {
-        emit_refusal(in.op, rip, &m, " -> #GP (SIGSEGV)");
-        deliver_sigsegv(uc);
-    }
+    execute(si, uc, st, &in, len, 1, observer, t0);
 }
 
 void trap_handler(int sig, siginfo_t *si, void *vctx)
@@ -410,7 +424,6 @@ void trap_handler(int sig, siginfo_t *si, void *vctx)
     (void)sig;
     int saved_errno = errno;
     ucontext_t *uc = vctx;
-    struct msg m;
     trap_observer_fn observer = __atomic_load_n(&g_observer, __ATOMIC_ACQUIRE);
     uint64_t t0 = observer ? now_ns() : 0;
 
@@ -434,53 +447,30 @@ void trap_handler(int sig, siginfo_t *si, void *vctx)
         goto out;
     }
     if (len == PYAMX_TRAP_DECODE_UD) {
-        m_prefix(&m, in.op, rip);
-        m_str(&m, "#UD: encoding not valid (W/L/vvvv, EVEX masking/z/b, ModRM form or missing SIB; "
-                  "docs/trap.md) -> SIGILL");
-        m_emit(&m);
-        pass_on_sigill(si, vctx, 1);
+        refuse(si, vctx, in.op, rip,
+               "#UD: encoding not valid (W/L/vvvv, EVEX masking/z/b, ModRM form or missing SIB; "
+               "docs/trap.md) -> SIGILL");
         goto out;
     }
     if (len == PYAMX_TRAP_DECODE_UNSUPPORTED) {
-        m_prefix(&m, in.op, rip);
-        m_str(&m, "APX form (extended GPRs r16..r31) is not emulated -> SIGILL");
-        m_emit(&m);
-        pass_on_sigill(si, vctx, 1);
+        refuse(si, vctx, in.op, rip, "APX form (extended GPRs r16..r31) is not emulated -> SIGILL");
         goto out;
     }
     /* Only XTILEDATA needs the permission: LDTILECFG, STTILECFG and
      * TILERELEASE touch XTILECFG alone and run without it on silicon
      * (Sapphire Rapids, Linux 6.18, docs/run.md). */
     if (touches_tile_data(in.op) && !__atomic_load_n(&g_permission, __ATOMIC_ACQUIRE)) {
-        m_prefix(&m, in.op, rip);
-        m_str(&m, "no AMX permission yet (the emulated arch_prctl(ARCH_REQ_XCOMP_PERM), "
-                  "pyamx_trap_grant_permission(), was not called) -> SIGILL as on silicon");
-        m_emit(&m);
-        pass_on_sigill(si, vctx, 1);
+        refuse(si, vctx, in.op, rip,
+               "no AMX permission yet (the emulated arch_prctl(ARCH_REQ_XCOMP_PERM), "
+               "pyamx_trap_grant_permission(), was not called) -> SIGILL as on silicon");
         goto out;
     }
     struct tile_state *st = state_current();
     if (st == NULL) {
-        m_prefix(&m, in.op, rip);
-        m_str(&m, "cannot emulate: all per-thread tile state slots are in use -> SIGILL");
-        m_emit(&m);
-        pass_on_sigill(si, vctx, 1);
+        refuse(si, vctx, in.op, rip, "cannot emulate: all per-thread tile state slots are in use -> SIGILL");
         goto out;
     }
-    m.n = 0;
-    int r = trap_execute(st, &in, &m);
-    if (r == EXEC_OK && put_zmm(uc, &in, st, &m) != 0) {
-        pass_on_sigill(si, vctx, 1);
-    } else if (r == EXEC_OK) {
-        g[REG_RIP] = (greg_t)(rip + (uint64_t)len);
-        count_done(&in, rip, observer, t0);
-    } else if (r == EXEC_UD) {
-        emit_refusal(in.op, rip, &m, " -> #UD (SIGILL)");
-        pass_on_sigill(si, vctx, 1);
-    } else {
-        emit_refusal(in.op, rip, &m, " -> #GP (SIGSEGV)");
-        deliver_sigsegv(vctx);
-    }
+    execute(si, uc, st, &in, len, 0, observer, t0);
 out:
     errno = saved_errno;
 }
@@ -489,23 +479,15 @@ out:
  * Installation and the C API.
  * ---------------------------------------------------------------------- */
 
-static uint64_t xgetbv0(void)
-{
-    uint32_t lo, hi;
-    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
-    return ((uint64_t)hi << 32) | lo;
-}
-
+/* 1: AMX-TILE (LDTILECFG's CPUID feature); 2: OSXSAVE, so XGETBV may run; 4: the OS saves the tiles. */
 int32_t pyamx_trap_cpu_amx_bits(void)
 {
-    unsigned a, b, c, d;
     int32_t bits = 0;
-    if (__get_cpuid_count(7, 0, &a, &b, &c, &d) && (d & (1u << 24)))
+    if (pyamx_cpu_has_row_feature(&pyamx_op_traits[PYAMX_OP_LDTILECFG]))
         bits |= 1;
-    if (__get_cpuid(1, &a, &b, &c, &d) && (c & (1u << 27))) {
+    if (pyamx_cpu_has(PYAMX_CPU_OSXSAVE)) {
         bits |= 2;
-        uint64_t xcr0 = xgetbv0();
-        if ((xcr0 & (3ull << 17)) == (3ull << 17))
+        if (pyamx_cpu_os_saves(PYAMX_XCR0_XTILE))
             bits |= 4;
     }
     return bits;
@@ -518,13 +500,9 @@ int32_t pyamx_trap_cpu_has_amx(void)
 
 static int cpu_has_fma(void)
 {
-    unsigned a, b, c, d;
-    if (!__get_cpuid(1, &a, &b, &c, &d))
-        return 0;
-    int fma = (c >> 12) & 1, avx = (c >> 28) & 1, osxsave = (c >> 27) & 1;
-    if (!(fma && avx && osxsave))
-        return 0;
-    return (xgetbv0() & 6) == 6; /* XMM and YMM state enabled by the OS */
+    /* OSXSAVE first: the OS must save XMM and YMM state for the AVX code to run */
+    return pyamx_cpu_has(PYAMX_CPU_FMA) && pyamx_cpu_has(PYAMX_CPU_AVX) && pyamx_cpu_has(PYAMX_CPU_OSXSAVE) &&
+           pyamx_cpu_os_saves(PYAMX_XCR0_YMM);
 }
 
 #ifndef SA_RESTORER

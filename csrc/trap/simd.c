@@ -10,7 +10,7 @@
  *   runs).  bf16 -> fp32 is a shift; fp16 -> fp32 is done in integer
  *   arithmetic, exact for every finite fp16 value (denormals become normal
  *   fp32 values, so DAZ never applies to them).  No product is special, so
- *   even/odd are never NaN: the hardware FMA under TRAP_MXCSR (DAZ, FTZ,
+ *   even/odd are never NaN: the hardware FMA under PYAMX_MXCSR_DAZ_FTZ (DAZ, FTZ,
  *   nearest-even) is fma32, and even + odd is add32 in either operand
  *   order.  C = C + (even + odd) can meet a NaN in C: x86 returns the
  *   first NaN operand quietened, and the compiler may swap the operands of
@@ -26,8 +26,8 @@
  */
 #include "internal.h"
 #include "fp32.h"
+#include "../cpu_features.h"
 
-#include <cpuid.h>
 #include <immintrin.h>
 #include <string.h>
 
@@ -39,9 +39,8 @@ uint64_t pyamx_trap_simd_count(void) { return __atomic_load_n(&g_simd_count, __A
 
 static int32_t probe_avx2(void)
 {
-    unsigned a, b, c, d;
     /* AVX and the OS's YMM support are checked by pyamx_trap_install(). */
-    return __get_cpuid_count(7, 0, &a, &b, &c, &d) && (b & (1u << 5)) ? 1 : 0;
+    return pyamx_cpu_has(PYAMX_CPU_AVX2);
 }
 
 void trap_simd_setup(void)
@@ -82,7 +81,9 @@ AVX2 static inline __m256i f16_finite_to_f32(__m256i h)
     return _mm256_or_si256(_mm256_blendv_epi8(normal, denormal, small), sign);
 }
 
-/* Eight dwords of a tile row -> their low and high halves as fp32 bits;
+/* Not engine_x86.c's widening: that one needs F16C and applies DAZ while packing, this one runs on
+ * any AVX2 CPU and leaves DAZ to the FMA under PYAMX_MXCSR_DAZ_FTZ.
+ * Eight dwords of a tile row -> their low and high halves as fp32 bits;
  * returns the lanes holding an inf/NaN half. */
 AVX2 static inline __m256i widen8(__m256i w, int fp16, __m256i *lo, __m256i *hi)
 {
@@ -130,7 +131,7 @@ AVX2 static inline void lanes_below(int n, __m256i out[2])
 AVX2 static inline void accumulate_row(uint8_t *crow, __m256 e0, __m256 e1, __m256 o0, __m256 o1)
 {
     const __m256i abs = _mm256_set1_epi32(0x7FFFFFFF), inf = _mm256_set1_epi32(0x7F800000);
-    const __m256i quiet = _mm256_set1_epi32(QUIET_BIT);
+    const __m256i quiet = _mm256_set1_epi32(PYAMX_F32_QUIET);
     __m256 t[2] = {_mm256_add_ps(e0, o0), _mm256_add_ps(e1, o1)};
     for (int h = 0; h < 2; h++) {
         __m256i c = _mm256_loadu_si256((const __m256i *)(crow + 32 * h));
@@ -142,7 +143,7 @@ AVX2 static inline void accumulate_row(uint8_t *crow, __m256 e0, __m256 e1, __m2
 }
 
 /* Returns 0 when done, 1 (nothing written) when an operand holds an inf or
- * NaN.  Runs under TRAP_MXCSR, set by the caller; out of line so that no fp
+ * NaN.  Runs under PYAMX_MXCSR_DAZ_FTZ, set by the caller; out of line so that no fp
  * operation moves across that switch. */
 __attribute__((noinline)) AVX2 int trap_simd_dp_float(struct tile_state *st, int d, int s1, int s2, int fp16)
 {

@@ -172,15 +172,8 @@ int32_t pyamx_trap_thread_state(uint8_t *cfg_out, uint8_t *tiles_out)
     if (s < 0)
         return 0;
     const struct tile_state *st = &slots[s].st;
-    if (cfg_out && st->palette) {
-        cfg_out[0] = st->palette;
-        cfg_out[1] = st->start_row;
-        for (int t = 0; t < 8; t++) {
-            cfg_out[16 + 2 * t] = (uint8_t)(st->colsb[t] & 0xFF);
-            cfg_out[17 + 2 * t] = (uint8_t)(st->colsb[t] >> 8);
-            cfg_out[48 + t] = st->rows[t];
-        }
-    }
+    if (cfg_out)
+        state_config_to_bytes(st, cfg_out);
     if (tiles_out)
         memcpy(tiles_out, st->tiles, 8192);
     return 1;
@@ -200,13 +193,31 @@ int32_t state_inherit_config(const uint8_t *cfg)
     if (st == NULL)
         return PYAMX_TRAP_E_TABLE_FULL;
     state_init(st);
-    if (cfg[0]) {
-        st->palette = cfg[0];
-        st->start_row = cfg[1];
-        for (int t = 0; t < 8; t++) {
-            st->colsb[t] = (uint16_t)(cfg[16 + 2 * t] | (cfg[17 + 2 * t] << 8));
-            st->rows[t] = cfg[48 + t];
-        }
-    }
+    if (cfg[0])
+        state_config_from_bytes(st, cfg);
     return PYAMX_TRAP_OK;
+}
+
+void state_config_to_bytes(const struct tile_state *st, uint8_t cfg[64])
+{
+    memset(cfg, 0, 64);
+    if (!st->palette)
+        return;
+    cfg[0] = st->palette;
+    cfg[1] = st->start_row;
+    for (int t = 0; t < 8; t++) {
+        cfg[16 + 2 * t] = (uint8_t)(st->colsb[t] & 0xFF);
+        cfg[17 + 2 * t] = (uint8_t)(st->colsb[t] >> 8);
+        cfg[48 + t] = st->rows[t];
+    }
+}
+
+void state_config_from_bytes(struct tile_state *st, const uint8_t cfg[64])
+{
+    st->palette = cfg[0];
+    st->start_row = cfg[1];
+    for (int t = 0; t < 8; t++) {
+        st->colsb[t] = (uint16_t)(cfg[16 + 2 * t] | (cfg[17 + 2 * t] << 8));
+        st->rows[t] = cfg[48 + t];
+    }
 }

@@ -19,6 +19,7 @@
  */
 #define _GNU_SOURCE 1
 #include "internal.h"
+#include "../cpu_features.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -142,13 +143,6 @@ static void sigsys_handler(int sig, siginfo_t *si, void *vctx)
     errno = saved_errno;
 }
 
-static uint64_t xgetbv0(void)
-{
-    uint32_t lo, hi;
-    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
-    return ((uint64_t)hi << 32) | lo;
-}
-
 /* The real kernel's answers, asked once before this process's filter
  * exists; a kernel older than 5.16 has no such codes, and an inherited
  * filter hides them: then XCR0 says what the kernel enabled.  Runs with
@@ -161,8 +155,10 @@ static void read_real_answers(void)
     g_probing = 0;
     if (r == 0 && !g_inherited)
         g_supp = v & ~XTILE_MASK;
-    else
-        g_supp = xgetbv0() & ~XTILE_MASK;
+    else {
+        pyamx_cpu_xcr0(&v); /* 0 where XGETBV would be #UD */
+        g_supp = v & ~XTILE_MASK;
+    }
     if (!g_inherited && syscall(SYS_arch_prctl, XCOMP_GET_PERM, &v) == 0)
         g_perm_base = v & ~XTILE_MASK;
     else

@@ -11,8 +11,8 @@
  * Async-signal-safe: no allocation, no libc beyond memcpy/memset.
  */
 #include "internal.h"
+#include "../cpu_features.h"
 
-#include <cpuid.h>
 #include <string.h>
 
 /* struct _fpx_sw_bytes of the kernel's uapi sigcontext.h, in the legacy
@@ -32,23 +32,31 @@ struct component {
 
 static struct component component(int i)
 {
-    unsigned int eax = 0, ebx = 0, ecx = 0, edx = 0;
-    __cpuid_count(0xD, i, eax, ebx, ecx, edx);
-    return (struct component){ebx, eax};
+    struct component c;
+    pyamx_cpu_xsave_component((uint32_t)i, &c.offset, &c.size);
+    return c;
 }
 
 static uint32_t rd32(const uint8_t *p) { uint32_t v; memcpy(&v, p, 4); return v; }
 static uint64_t rd64(const uint8_t *p) { uint64_t v; memcpy(&v, p, 8); return v; }
 
-/* The parts of register reg: where each lies in the image and the
- * component (XSTATE_BV bit) it belongs to.  Returns the number of parts, or
- * a PYAMX_TRAP_ZMM_E_* code when the frame cannot hold them. */
+/* One part of a register: where it lies in the image and the component
+ * (XSTATE_BV bit) it belongs to. */
 struct part {
     int bit;
     uint32_t at, len, from;
 };
 
-static int parts_of(const ucontext_t *uc, int32_t reg, uint8_t **image, struct part out[3])
+/* Register reg in a frame: its parts, the image and the image's XSTATE_BV. */
+struct zmm_parts {
+    uint8_t *image;
+    uint64_t bv;
+    int n;
+    struct part part[3];
+};
+
+/* PYAMX_TRAP_ZMM_OK, or a PYAMX_TRAP_ZMM_E_* code when the frame cannot hold the register. */
+static int32_t parts_of(const ucontext_t *uc, int32_t reg, struct zmm_parts *z)
 {
     if (reg < 0 || reg > 31)
         return PYAMX_TRAP_ZMM_E_REG;
@@ -85,26 +93,26 @@ static int parts_of(const ucontext_t *uc, int32_t reg, uint8_t **image, struct p
             p.len = per;
             p.from = bit == 2 ? 16 : bit == 6 ? 32 : 0;
         }
-        out[k] = p;
+        z->part[k] = p;
     }
-    *image = fp;
-    return n;
+    z->image = fp;
+    z->bv = rd64(fp + XSAVE_HEADER);
+    z->n = n;
+    return PYAMX_TRAP_ZMM_OK;
 }
 
 /* The init value of every component here is all zeros: a part whose
  * XSTATE_BV bit is clear reads as zeros, whatever the image holds there. */
 int32_t pyamx_trap_get_zmm(const ucontext_t *uc, int32_t reg, uint8_t bytes[64])
 {
-    struct part parts[3];
-    uint8_t *fp;
-    int n = parts_of(uc, reg, &fp, parts);
-    if (n < 0)
-        return n;
-    uint64_t bv = rd64(fp + XSAVE_HEADER);
+    struct zmm_parts z;
+    int32_t rc = parts_of(uc, reg, &z);
+    if (rc != PYAMX_TRAP_ZMM_OK)
+        return rc;
     memset(bytes, 0, 64);
-    for (int k = 0; k < n; k++)
-        if (bv & (1ull << parts[k].bit))
-            memcpy(bytes + parts[k].from, fp + parts[k].at, parts[k].len);
+    for (int k = 0; k < z.n; k++)
+        if (z.bv & (1ull << z.part[k].bit))
+            memcpy(bytes + z.part[k].from, z.image + z.part[k].at, z.part[k].len);
     return PYAMX_TRAP_ZMM_OK;
 }
 
@@ -113,23 +121,24 @@ int32_t pyamx_trap_get_zmm(const ucontext_t *uc, int32_t reg, uint8_t bytes[64])
  * register in it, before its bit is set; XRSTOR then loads all of it. */
 int32_t pyamx_trap_set_zmm(ucontext_t *uc, int32_t reg, const uint8_t bytes[64])
 {
-    struct part parts[3];
-    uint8_t *fp;
-    int n = parts_of(uc, reg, &fp, parts);
-    if (n < 0)
-        return n;
-    uint64_t bv = rd64(fp + XSAVE_HEADER);
-    for (int k = 0; k < n; k++) {
-        uint64_t bit = 1ull << parts[k].bit;
-        if (!(bv & bit)) {
-            if (parts[k].bit == 1)
-                memset(fp + LEGACY_XMM, 0, 16 * 16);
-            else
-                memset(fp + component(parts[k].bit).offset, 0, component(parts[k].bit).size);
-            bv |= bit;
+    struct zmm_parts z;
+    int32_t rc = parts_of(uc, reg, &z);
+    if (rc != PYAMX_TRAP_ZMM_OK)
+        return rc;
+    for (int k = 0; k < z.n; k++) {
+        const struct part *p = &z.part[k];
+        uint64_t bit = 1ull << p->bit;
+        if (!(z.bv & bit)) {
+            if (p->bit == 1) {
+                memset(z.image + LEGACY_XMM, 0, 16 * 16);
+            } else {
+                struct component c = component(p->bit);
+                memset(z.image + c.offset, 0, c.size);
+            }
+            z.bv |= bit;
         }
-        memcpy(fp + parts[k].at, bytes + parts[k].from, parts[k].len);
+        memcpy(z.image + p->at, bytes + p->from, p->len);
     }
-    memcpy(fp + XSAVE_HEADER, &bv, 8);
+    memcpy(z.image + XSAVE_HEADER, &z.bv, 8);
     return PYAMX_TRAP_ZMM_OK;
 }
