@@ -1,9 +1,6 @@
 """The public one-instruction functions, dispatched to a backend.
 
-One function per dot product of :mod:`pyamx.isa`, generated from its row:
-``tdpbf16ps``, ``tdpfp16ps``, ``tdpbssd``, ``tdpbsud``, ``tdpbusd``, ``tdpbuud``, the
-AMX-COMPLEX ``tcmmimfp16ps``, ``tcmmrlfp16ps`` and the AMX-FP8 ``tdpbf8ps``,
-``tdpbhf8ps``, ``tdphbf8ps``, ``tdphf8ps``.
+One function per dot product of :mod:`pyamx.isa` (``isa.DOT_NAMES``), generated from its row.
 """
 
 from __future__ import annotations
@@ -44,45 +41,9 @@ def _function(insn: isa.Instruction):
 
 isa.export_functions(globals(), _function, "function")
 
-if TYPE_CHECKING:  # the functions export_functions generates, as type checkers must see them
-    from ._types import ArrayInput
+if TYPE_CHECKING:
+    from ._dot_types import *  # noqa: F403  (what export_functions made above, as type checkers must see it)
     from .emulator import Numerics, TileMachine
-
-    def tdpbf16ps(c: ArrayInput, a: ArrayInput, b: ArrayInput, *, backend: str | None = None,
-                  engine: str | None = None) -> AMXResult: ...
-
-    def tdpfp16ps(c: ArrayInput, a: ArrayInput, b: ArrayInput, *, backend: str | None = None,
-                  engine: str | None = None) -> AMXResult: ...
-
-    def tdpbssd(c: ArrayInput, a: ArrayInput, b: ArrayInput, *, backend: str | None = None,
-                engine: str | None = None) -> AMXResult: ...
-
-    def tdpbsud(c: ArrayInput, a: ArrayInput, b: ArrayInput, *, backend: str | None = None,
-                engine: str | None = None) -> AMXResult: ...
-
-    def tdpbusd(c: ArrayInput, a: ArrayInput, b: ArrayInput, *, backend: str | None = None,
-                engine: str | None = None) -> AMXResult: ...
-
-    def tdpbuud(c: ArrayInput, a: ArrayInput, b: ArrayInput, *, backend: str | None = None,
-                engine: str | None = None) -> AMXResult: ...
-
-    def tcmmimfp16ps(c: ArrayInput, a: ArrayInput, b: ArrayInput, *, backend: str | None = None,
-                     engine: str | None = None) -> AMXResult: ...
-
-    def tcmmrlfp16ps(c: ArrayInput, a: ArrayInput, b: ArrayInput, *, backend: str | None = None,
-                     engine: str | None = None) -> AMXResult: ...
-    def tdpbf8ps(c: ArrayInput, a: ArrayInput, b: ArrayInput, *, backend: str | None = None,
-                 engine: str | None = None) -> AMXResult: ...
-
-    def tdpbhf8ps(c: ArrayInput, a: ArrayInput, b: ArrayInput, *, backend: str | None = None,
-                  engine: str | None = None) -> AMXResult: ...
-
-    def tdphbf8ps(c: ArrayInput, a: ArrayInput, b: ArrayInput, *, backend: str | None = None,
-                  engine: str | None = None) -> AMXResult: ...
-
-    def tdphf8ps(c: ArrayInput, a: ArrayInput, b: ArrayInput, *, backend: str | None = None,
-                 engine: str | None = None) -> AMXResult: ...
-
 
 def tile_machine(*, backend: str | None = None, numerics: str | Numerics = "sdm",
                  engine: str | None = None) -> TileMachine:
