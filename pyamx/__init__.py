@@ -111,7 +111,7 @@ def cpu_features() -> dict[str, object]:
 def show_runtime() -> None:
     """Print what a bug report needs: pyamx/python/numpy versions, the backend decision and why,
     the PYAMX_* settings, how the emulator controls MXCSR, then every detection stage and the kernels."""
-    from .detect import show_runtime as _show_runtime
+    from ._runtime import show_runtime as _show_runtime
 
     _show_runtime()
 

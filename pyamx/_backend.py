@@ -7,14 +7,10 @@ used or the call fails, never silently replaced.
 
 What :func:`resolve` returns is a :class:`Backend`: a ``str`` (``"native"``
 or ``"emulator"``, so comparisons and JSON keep working) that also knows its
-mode (``"silicon"``/``"trap"`` for native) and which numerics it runs. The
-numerics rule lives here and nowhere else:
+mode (``"silicon"``/``"trap"`` for native) and which numerics it runs, by
+the numerics rule of :mod:`pyamx._numerics_rule` (native: the default
+model only). What this module adds to that rule:
 
-* the emulator runs every :class:`~pyamx.Numerics` option;
-* native runs what the silicon (or, in trap mode, the trap handler)
-  computes, which pyamx holds to the default model (docs/semantics.md,
-  section 3); so it accepts ``numerics`` only when it is None or equal to
-  the default ``"sdm"`` model (``"sdm"``, ``Numerics()``);
 * ``auto`` (the argument, or the process default ``PYAMX_BACKEND=auto``)
   with another model picks the emulator, on every machine, so a script that
   asks for ``numerics="straight"`` behaves the same on a laptop and on a
@@ -25,24 +21,13 @@ numerics rule lives here and nowhere else:
 from __future__ import annotations
 
 from . import _env
+from ._numerics_rule import native_numerics_error, native_runs
+from ._numerics_rule import default as _default_numerics
+from ._numerics_rule import resolve as resolve_numerics
 from .errors import EnvironmentVariableError, NativeUnavailableError, UnknownBackendError
 
 ENV_VAR = "PYAMX_BACKEND"
 CHOICES = ("auto", "native", "emulator")
-
-
-
-def resolve_numerics(numerics):
-    # Imported on use: the CLI builds its parser from this module without loading numpy.
-    from .emulator.numerics import resolve
-
-    return resolve(numerics)
-
-
-def _default_numerics():
-    from .emulator.numerics import PRESETS
-
-    return PRESETS["sdm"]
 
 
 def parse_choice(value, source: str) -> str:
@@ -79,23 +64,6 @@ def __getattr__(name):
         return requested()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
-
-
-# -- the numerics rule -------------------------------------------------------------
-
-
-def native_runs(numerics) -> bool:
-    """Whether the native backend computes ``numerics`` (None: whatever the backend computes)."""
-    return numerics is None or resolve_numerics(numerics) == _default_numerics()
-
-
-def native_numerics_error(numerics) -> ValueError:
-    name = resolve_numerics(numerics).name
-    return ValueError(
-        f"numerics={name!r} selects an emulator model; the native backend computes what the silicon "
-        "computes (held to the default 'sdm' model). Use backend='emulator' (or backend='auto', which "
-        "picks the emulator for such a model) to run it"
-    )
 
 
 class Backend(str):

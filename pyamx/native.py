@@ -290,7 +290,7 @@ class NativeMachine:
 
     Same methods and semantics as :class:`pyamx.emulator.TileMachine`; the
     arithmetic is whatever the silicon computes (``numerics``: None or the default
-    model only, the rule of :mod:`pyamx._backend`). A rule violation raises the same exception as the emulator instead of
+    model only, the rule of :mod:`pyamx._numerics_rule`). A rule violation raises the same exception as the emulator instead of
     killing the process: the C call checks every instruction against the
     configuration actually loaded in the tile registers before it runs it.
     Tile registers belong to one OS thread: the machine refuses any other
@@ -301,9 +301,9 @@ class NativeMachine:
     backend = "native"
 
     def __init__(self, numerics=None):
-        from ._backend import native_numerics_error, native_runs
+        from ._numerics_rule import native_numerics_error, native_runs
 
-        if not native_runs(numerics):  # the one numerics rule of pyamx._backend
+        if not native_runs(numerics):  # the one numerics rule (pyamx._numerics_rule)
             raise native_numerics_error(numerics)
         self._ffi, self._lib = _lib()
         # A token private to this OS thread, not get_ident() nor the Thread object: CPython
@@ -562,8 +562,9 @@ class NativeMachine:
 
         check(cfg)
         out = np.zeros(LANES, dtype=np.uint32)
-        # Whether silicon's TILEMOVROW resets start_row is open: the registers are read again after it.
-        after = _consumed(cfg) if name != "tilemovrow" else None
+        # Whether silicon's raw row move (TILEMOVROW) resets start_row is open: the registers are read
+        # again after it.
+        after = None if insn.moves_raw else _consumed(cfg)
         kernel = self._lib.pyamx_tilerow_imm if imm else self._lib.pyamx_tilerow
         self._execute(insn.mnemonic, kernel, (insn.op_id, tmm, row, self._ffi.cast("uint32_t *", _address(out))),
                       after, check)
