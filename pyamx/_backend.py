@@ -70,14 +70,38 @@ class Backend(str):
     """A resolved backend: its name as the string value, plus ``mode`` and the numerics rule.
 
     ``mode``: ``"silicon"`` or ``"trap"`` for native, None for the emulator.
+    ``report``: the detection report native was resolved from (None for the
+    emulator), so one call asks detection once; ``library``: the compiled
+    module's ``(ffi, lib)`` it runs.
     """
 
     mode: str | None
 
-    def __new__(cls, name: str, mode: str | None = None):
+    def __new__(cls, name: str, mode: str | None = None, report=None):
         self = super().__new__(cls, name)
         self.mode = mode
+        self.report = report
         return self
+
+    def mode_for(self, insn) -> str | None:
+        """How this backend runs ``insn`` (an isa row): None on the emulator, else ``"silicon"``,
+        ``"trap"`` or ``"complement"`` (the complement mode emulates its feature on this silicon)."""
+        if not self.is_native:
+            return None
+        if self.report is None:  # unpickled: the report stays in the process that resolved it
+            from .detect import report
+
+            self.report = report()
+        return self.report.mode_for(insn)
+
+    @property
+    def library(self):
+        """``(ffi, lib)`` of pyamx._native for native (loaded once per process); None for the emulator."""
+        if not self.is_native:
+            return None
+        from ._nativelib import load
+
+        return load()
 
     @property
     def name(self) -> str:
@@ -114,11 +138,12 @@ class Backend(str):
 EMULATOR = Backend("emulator")  # the one emulator backend: resolve() returns this object
 
 
-def native_status(family: str = "bf16"):
-    """``(usable, reason)`` of the native ``family`` kernels (bf16, int8, fp16), from the cached report."""
+def native_status(family: str = "bf16", report=None):
+    """``(usable, reason)`` of the native ``family`` kernels (bf16, int8, fp16), from ``report`` (None:
+    the cached one)."""
     from . import native
 
-    return native.available(family)
+    return native.available(family) if report is None else native.availability(report, family)
 
 
 def native_mode():
@@ -129,7 +154,10 @@ def native_mode():
 
 
 def _native() -> Backend:
-    return Backend("native", native_mode())
+    from .detect import report
+
+    rep = report()
+    return Backend("native", rep.mode, rep)
 
 
 _decision = None  # (backend, reason), decided on first use
@@ -231,7 +259,8 @@ def resolve(backend, family: str = "bf16", numerics=None, engine=None) -> Backen
         if choice == "native":
             raise native_engine_error(engine)
         return EMULATOR
-    usable, reason = native_status(family)
+    native = _native()  # the one detection report of this call
+    usable, reason = native_status(family, native.report)
     if choice == "native" and not usable:
         raise _unavailable(reason, source)
-    return _native() if usable else EMULATOR
+    return native if usable else EMULATOR

@@ -349,9 +349,7 @@ def matmul(a: ArrayInput, b: ArrayInput, c: ArrayInput | None = None, *, kind: s
     else:
         out = _batched(call, a_bits, b_bits, eng, threads)
     if eng is None:
-        from .detect import report
-
-        return label(out.view(view), "native", report().mode_for(isa.get(call.mnemonic)), **labels)
+        return label(out.view(view), "native", chosen.mode_for(isa.get(call.mnemonic)), **labels)
     return label(out.view(view), "emulator", engine=eng.name, **labels)
 
 

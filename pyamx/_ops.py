@@ -10,7 +10,6 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from . import _backend, _validate, emulator, isa
-from . import detect as _detect
 from . import engine as _engine
 from ._result import AMXResult, label
 from .emulator.call import run_one
@@ -34,7 +33,7 @@ def _function(insn: isa.Instruction):
         from . import native
 
         c, a, b = c.view(bits[0]), a.view(bits[1]), b.view(bits[1])
-        return label(native.run(name, c, a, b).view(c_view), "native", _detect.report().mode_for(insn))
+        return label(native.run(name, c, a, b, chosen).view(c_view), "native", chosen.mode_for(insn))
 
     return fn
 
