@@ -361,6 +361,9 @@ ISA_PY = HERE / "pyamx" / "isa.py"
 #: generated file -> the function of the instruction table that writes it
 OPS_HEADER = Path("csrc") / "pyamx_ops.h"
 TRAITS_HEADER = Path("csrc") / "pyamx_op_traits.h"
+#: what type checkers see of the functions and methods pyamx.isa generates at import (read under TYPE_CHECKING)
+TYPES_PY = Path("pyamx") / "_dot_types.py"
+EMULATOR_TYPES_PY = Path("pyamx") / "emulator" / "_dot_types.py"
 _GENERATED_NOTE = "Generated from pyamx/isa.py by build.py: do not edit; python build.py regenerates it."
 
 
@@ -590,7 +593,54 @@ static const char *const pyamx_op_names[] = {{
 def generated_headers(isa=None) -> dict:
     """Path (relative to the checkout) -> the text generated from the instruction table."""
     isa = isa or load_isa()
-    return {OPS_HEADER: ops_header_text(isa), TRAITS_HEADER: traits_header_text(isa)}
+    return {OPS_HEADER: ops_header_text(isa), TRAITS_HEADER: traits_header_text(isa),
+            TYPES_PY: types_text(isa), EMULATOR_TYPES_PY: emulator_types_text(isa)}
+
+
+_SIG = "c: ArrayInput, a: ArrayInput, b: ArrayInput, *"
+
+
+def _py_header(what: str, imports: str) -> str:
+    # A type checker cannot see functions made at import (isa.export_functions), so it reads these
+    # declarations instead; generating them keeps the instruction names out of hand-written code.
+    return f'''"""{what}
+
+{_GENERATED_NOTE}
+Imported under TYPE_CHECKING only: at run time the table makes these names.
+"""
+
+from __future__ import annotations
+
+{imports}
+'''
+
+
+def types_text(isa) -> str:
+    """pyamx/_dot_types.py: the public one-instruction functions and the tile machines' per-instruction methods."""
+    out = [_py_header("Types of pyamx's per-instruction functions and tile machine methods.",
+                      "import numpy as np\nimport numpy.typing as npt\n\nfrom ._result import AMXResult\n"
+                      "from ._types import ArrayInput\n")]
+    out.append("__all__ = [\n" + "".join(f"    \"{n}\",\n" for n in isa.DOT_NAMES) + "]\n")
+    for insn in isa.DOTS:
+        out.append(f"\n\ndef {insn.name}({_SIG}, backend: str | None = None, engine: str | None = None) -> AMXResult: ...\n")
+    out.append("\n\nclass TileMachine:\n    \"\"\"The methods isa.add_dot_methods and add_row_methods put on both tile machines (named as the\n    machines are, so a type checker's message names the machine).\"\"\"\n")
+    for insn in isa.DOTS:
+        out.append(f"\n    def {insn.name}(self, dst: int, src1: int, src2: int) -> None: ...\n")
+    for insn in isa.ROWS:
+        out.append(f"\n    def {insn.name}(self, tmm: int, row: int, *, imm: bool = False) -> npt.NDArray[np.uint32]: ...\n")
+    return "".join(out)
+
+
+def emulator_types_text(isa) -> str:
+    """pyamx/emulator/_dot_types.py: the emulator's array-level functions (``numerics=`` on float rows)."""
+    out = [_py_header("Types of pyamx.emulator's array-level per-instruction functions.",
+                      "from .._result import AMXResult\nfrom .._types import ArrayInput\n"
+                      "from .numerics import Numerics\n")]
+    out.append("__all__ = [\n" + "".join(f"    \"{n}\",\n" for n in isa.DOT_NAMES) + "]\n")
+    for insn in isa.DOTS:
+        numerics = " numerics: str | Numerics = \"sdm\"," if insn.is_float else ""
+        out.append(f"\n\ndef {insn.name}({_SIG},{numerics} engine: str | None = None) -> AMXResult: ...\n")
+    return "".join(out)
 
 
 def write_generated_headers(root: Path = HERE) -> list:

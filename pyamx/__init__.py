@@ -37,19 +37,8 @@ if TYPE_CHECKING:
     from . import emulator as emulator
     from . import isa as isa
     from . import layout as layout
+    from ._dot_types import *  # noqa: F403  (the one-instruction functions, generated from the table)
     from ._matmul import matmul as matmul
-    from ._ops import tdpbf8ps as tdpbf8ps
-    from ._ops import tdpbf16ps as tdpbf16ps
-    from ._ops import tdpbhf8ps as tdpbhf8ps
-    from ._ops import tdpbssd as tdpbssd
-    from ._ops import tdpbsud as tdpbsud
-    from ._ops import tdpbusd as tdpbusd
-    from ._ops import tdpbuud as tdpbuud
-    from ._ops import tcmmimfp16ps as tcmmimfp16ps
-    from ._ops import tcmmrlfp16ps as tcmmrlfp16ps
-    from ._ops import tdpfp16ps as tdpfp16ps
-    from ._ops import tdphbf8ps as tdphbf8ps
-    from ._ops import tdphf8ps as tdphf8ps
     from ._ops import tile_machine as tile_machine
     from ._result import AMXResult as AMXResult
     from .emulator import Numerics as Numerics
@@ -62,7 +51,7 @@ if TYPE_CHECKING:
 # Everything that needs numpy is bound on first use (PEP 562), so commands that need none of it
 # (`pyamx run`, `pyamx --version`) start in milliseconds: name -> (module, attribute or None).
 # pyamx.isa too (dataclasses and typing cost `pyamx run` ~15 ms): the one-instruction functions
-# it names (tdpbf16ps, tdpbssd, tdpbf8ps, ...: isa.DOT_NAMES) resolve in
+# it names (isa.DOT_NAMES) resolve in
 # __getattr__, and so does __all__, which lists them.
 _LAZY = {
     "isa": ("isa", None),
@@ -87,7 +76,7 @@ def _dot_names() -> tuple[str, ...]:
 def _is_submodule(name: str) -> bool:
     """``from pyamx import cli`` asks this module for ``cli`` before importing it: not a reason to load isa."""
     return any(os.path.exists(os.path.join(d, name + ".py")) or os.path.isdir(os.path.join(d, name))
-               for d in __path__)
+               for d in __path__)  # noqa: F405  (the package path, not a star import's name)
 
 
 if not TYPE_CHECKING:  # hidden from type checkers: a misspelt name is their error, not Any
@@ -122,7 +111,7 @@ def cpu_features() -> dict[str, object]:
 def show_runtime() -> None:
     """Print what a bug report needs: pyamx/python/numpy versions, the backend decision and why,
     the PYAMX_* settings, how the emulator controls MXCSR, then every detection stage and the kernels."""
-    from .detect import show_runtime as _show_runtime
+    from ._runtime import show_runtime as _show_runtime
 
     _show_runtime()
 

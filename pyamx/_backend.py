@@ -7,14 +7,10 @@ used or the call fails, never silently replaced.
 
 What :func:`resolve` returns is a :class:`Backend`: a ``str`` (``"native"``
 or ``"emulator"``, so comparisons and JSON keep working) that also knows its
-mode (``"silicon"``/``"trap"`` for native) and which numerics it runs. The
-numerics rule lives here and nowhere else:
+mode (``"silicon"``/``"trap"`` for native) and which numerics it runs, by
+the numerics rule of :mod:`pyamx._numerics_rule` (native: the default
+model only). What this module adds to that rule:
 
-* the emulator runs every :class:`~pyamx.Numerics` option;
-* native runs what the silicon (or, in trap mode, the trap handler)
-  computes, which pyamx holds to the default model (docs/semantics.md,
-  section 3); so it accepts ``numerics`` only when it is None or equal to
-  the default ``"sdm"`` model (``"sdm"``, ``Numerics()``);
 * ``auto`` (the argument, or the process default ``PYAMX_BACKEND=auto``)
   with another model picks the emulator, on every machine, so a script that
   asks for ``numerics="straight"`` behaves the same on a laptop and on a
@@ -25,24 +21,13 @@ numerics rule lives here and nowhere else:
 from __future__ import annotations
 
 from . import _env
+from ._numerics_rule import native_numerics_error, native_runs
+from ._numerics_rule import default as _default_numerics
+from ._numerics_rule import resolve as resolve_numerics
 from .errors import EnvironmentVariableError, NativeUnavailableError, UnknownBackendError
 
 ENV_VAR = "PYAMX_BACKEND"
 CHOICES = ("auto", "native", "emulator")
-
-
-
-def resolve_numerics(numerics):
-    # Imported on use: the CLI builds its parser from this module without loading numpy.
-    from .emulator.numerics import resolve
-
-    return resolve(numerics)
-
-
-def _default_numerics():
-    from .emulator.numerics import PRESETS
-
-    return PRESETS["sdm"]
 
 
 def parse_choice(value, source: str) -> str:
@@ -81,35 +66,42 @@ def __getattr__(name):
 
 
 
-# -- the numerics rule -------------------------------------------------------------
-
-
-def native_runs(numerics) -> bool:
-    """Whether the native backend computes ``numerics`` (None: whatever the backend computes)."""
-    return numerics is None or resolve_numerics(numerics) == _default_numerics()
-
-
-def native_numerics_error(numerics) -> ValueError:
-    name = resolve_numerics(numerics).name
-    return ValueError(
-        f"numerics={name!r} selects an emulator model; the native backend computes what the silicon "
-        "computes (held to the default 'sdm' model). Use backend='emulator' (or backend='auto', which "
-        "picks the emulator for such a model) to run it"
-    )
-
-
 class Backend(str):
     """A resolved backend: its name as the string value, plus ``mode`` and the numerics rule.
 
     ``mode``: ``"silicon"`` or ``"trap"`` for native, None for the emulator.
+    ``report``: the detection report native was resolved from (None for the
+    emulator), so one call asks detection once; ``library``: the compiled
+    module's ``(ffi, lib)`` it runs.
     """
 
     mode: str | None
 
-    def __new__(cls, name: str, mode: str | None = None):
+    def __new__(cls, name: str, mode: str | None = None, report=None):
         self = super().__new__(cls, name)
         self.mode = mode
+        self.report = report
         return self
+
+    def mode_for(self, insn) -> str | None:
+        """How this backend runs ``insn`` (an isa row): None on the emulator, else ``"silicon"``,
+        ``"trap"`` or ``"complement"`` (the complement mode emulates its feature on this silicon)."""
+        if not self.is_native:
+            return None
+        if self.report is None:  # unpickled: the report stays in the process that resolved it
+            from .detect import report
+
+            self.report = report()
+        return self.report.mode_for(insn)
+
+    @property
+    def library(self):
+        """``(ffi, lib)`` of pyamx._native for native (loaded once per process); None for the emulator."""
+        if not self.is_native:
+            return None
+        from ._nativelib import load
+
+        return load()
 
     @property
     def name(self) -> str:
@@ -146,11 +138,12 @@ class Backend(str):
 EMULATOR = Backend("emulator")  # the one emulator backend: resolve() returns this object
 
 
-def native_status(family: str = "bf16"):
-    """``(usable, reason)`` of the native ``family`` kernels (bf16, int8, fp16), from the cached report."""
+def native_status(family: str = "bf16", report=None):
+    """``(usable, reason)`` of the native ``family`` kernels (bf16, int8, fp16), from ``report`` (None:
+    the cached one)."""
     from . import native
 
-    return native.available(family)
+    return native.available(family) if report is None else native.availability(report, family)
 
 
 def native_mode():
@@ -161,7 +154,10 @@ def native_mode():
 
 
 def _native() -> Backend:
-    return Backend("native", native_mode())
+    from .detect import report
+
+    rep = report()
+    return Backend("native", rep.mode, rep)
 
 
 _decision = None  # (backend, reason), decided on first use
@@ -263,7 +259,8 @@ def resolve(backend, family: str = "bf16", numerics=None, engine=None) -> Backen
         if choice == "native":
             raise native_engine_error(engine)
         return EMULATOR
-    usable, reason = native_status(family)
+    native = _native()  # the one detection report of this call
+    usable, reason = native_status(family, native.report)
     if choice == "native" and not usable:
         raise _unavailable(reason, source)
-    return _native() if usable else EMULATOR
+    return native if usable else EMULATOR

@@ -270,7 +270,7 @@ def _zero_accumulator(m: int, n: int, row: isa.Instruction) -> np.ndarray:
 # -- the native path ----------------------------------------------------------------------
 
 
-def _run_native(p: Plan, threads):
+def _run_native(p: Plan, threads, backend=None):
     """The native AMX kernels (csrc/matmul_amx.c through pyamx._native_matmul) on the packed operands.
 
     The kernel takes exactly the engine contract's operands: A padded to whole
@@ -279,7 +279,7 @@ def _run_native(p: Plan, threads):
     """
     from ._native_matmul import matmul_native
 
-    return matmul_native(p.mnemonic, p.a, p.b_vnni, p.c, p.k_dwords, threads)
+    return matmul_native(p.mnemonic, p.a, p.b_vnni, p.c, p.k_dwords, threads, backend=backend)
 
 
 # -- the public function ----------------------------------------------------------------
@@ -345,20 +345,19 @@ def matmul(a: ArrayInput, b: ArrayInput, c: ArrayInput | None = None, *, kind: s
     view = np.float32 if isa.get(call.mnemonic).is_float else np.int32
     labels = {} if call.rounded_to is None else {"rounded_to": call.rounded_to}
     if not call.batch:
-        out = _product(_materialize(call, a_bits, b_bits, call.c), eng, threads)
+        out = _product(_materialize(call, a_bits, b_bits, call.c), eng, threads, chosen)
     else:
-        out = _batched(call, a_bits, b_bits, eng, threads)
+        out = _batched(call, a_bits, b_bits, eng, threads, chosen)
     if eng is None:
-        from .detect import report
-
-        return label(out.view(view), "native", report().mode_for(isa.get(call.mnemonic)), **labels)
+        return label(out.view(view), "native", chosen.mode_for(isa.get(call.mnemonic)), **labels)
     return label(out.view(view), "emulator", engine=eng.name, **labels)
 
 
-def _product(ops: Operands, eng, threads) -> np.ndarray:
-    """One 2-D product's result bits, on the native kernels (``eng`` None) or the engine ``eng``."""
+def _product(ops: Operands, eng, threads, backend=None) -> np.ndarray:
+    """One 2-D product's result bits, on the native kernels (``eng`` None; ``backend`` the call's
+    resolved native backend) or the engine ``eng``."""
     if eng is None:
-        return _run_native(_pack(ops), threads)
+        return _run_native(_pack(ops), threads, backend)
     if eng.compiled:
         # row-major B straight to C: padded, widened and packed there once (no interleaved copy here)
         return np.asarray(eng.matmul(ops.mnemonic, ops.a, ops.b, ops.c, threads))
@@ -366,7 +365,7 @@ def _product(ops: Operands, eng, threads) -> np.ndarray:
     return np.asarray(eng.dot(p.mnemonic, p.c, p.a, p.b_vnni, p.k_dwords, threads))
 
 
-def _batched(call: Call, a_bits: np.ndarray, b_bits: np.ndarray, eng, threads) -> np.ndarray:
+def _batched(call: Call, a_bits: np.ndarray, b_bits: np.ndarray, eng, threads, backend=None) -> np.ndarray:
     """Each product of the broadcast batch as its own 2-D call, into one (*batch, M, N) array.
 
     The operands are broadcast as views, so a product repeated over the batch is
@@ -378,5 +377,5 @@ def _batched(call: Call, a_bits: np.ndarray, b_bits: np.ndarray, eng, threads) -
     out = np.empty(call.batch + (call.m, call.n), np.dtype(isa.get(call.mnemonic).acc_format.bits).newbyteorder("="))
     for index in np.ndindex(*call.batch):
         ops = _materialize(call, a_all[index], b_all[index], None if c_all is None else c_all[index])
-        out[index] = _product(ops, eng, threads).view(out.dtype)  # bits: no value conversion
+        out[index] = _product(ops, eng, threads, backend).view(out.dtype)  # bits: no value conversion
     return out

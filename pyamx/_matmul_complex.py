@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
 #: the kernel group (``kind=``) and its two rows: the real part, then the imaginary part
 KIND = "complex"
-REAL, IMAGINARY = "tcmmrlfp16ps", "tcmmimfp16ps"
+REAL, IMAGINARY = (next(i.name for i in isa.DOTS if i.group == KIND and i.part == part) for part in ("real", "imaginary"))
 _FORMAT = isa.get(REAL).a_format
 
 

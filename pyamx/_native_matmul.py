@@ -90,13 +90,14 @@ def default_threads() -> int:
     return engine_default()
 
 
-def matmul_native(op_name, a_bits, b_vnni, c_bits, k_dwords, threads, *, panels=None):
+def matmul_native(op_name, a_bits, b_vnni, c_bits, k_dwords, threads, *, panels=None, backend=None):
     """``c_bits + a_bits . b_vnni`` through the native AMX matmul kernel (see the module docstring).
 
     ``panels``: ``(k_panel, n_panel)``, the kernel's cache blocking in K blocks
     of 16 dwords and block columns of 32 (default ``lib.PYAMX_MATMUL_K_PANEL``,
     ``lib.PYAMX_MATMUL_N_PANEL``): a tuning and test knob, the bits do not
-    depend on it.
+    depend on it. ``backend``: the call's resolved native :class:`~pyamx._backend.Backend`
+    (its detection report and library); None checks availability here.
     """
     fn = f"native matmul ({op_name})"
     if op_name not in native.OPS:
@@ -115,7 +116,8 @@ def matmul_native(op_name, a_bits, b_vnni, c_bits, k_dwords, threads, *, panels=
             f"{fn}: shapes do not fit: c{c_bits.shape}, k_dwords={k_dwords} needs a({m}, {k_dwords * lanes}) "
             f"and b({k_dwords}, {n * lanes}), got a{a_bits.shape} b{b_vnni.shape}"
         )
-    ffi, lib = native._lib(family)
+    # A call's resolved native backend has checked this family against its detection report already.
+    ffi, lib = native._lib(family) if backend is None else backend.library
     if threads is None:
         threads = min(default_threads(), lib.PYAMX_MATMUL_MAX_THREADS)
     threads = _count(fn, "threads", threads, 1, lib.PYAMX_MATMUL_MAX_THREADS)
@@ -125,7 +127,7 @@ def matmul_native(op_name, a_bits, b_vnni, c_bits, k_dwords, threads, *, panels=
         raise TypeError(f"{fn}: panels must be None or a (k_panel, n_panel) tuple, not {panels!r}")
     k_panel, n_panel = (_count(fn, name, x, 1) for name, x in zip(("k_panel", "n_panel"), panels))
     out = np.array(c_bits, copy=True, order="C")
-    native._before_entry()
+    native._before_entry(None if backend is None else backend.report)
     rc = lib.pyamx_matmul_amx_panels(
         getattr(lib, op_attr), m, n, k_dwords,
         ffi.cast("const void *", native._address(a_bits)), lda,

@@ -1,8 +1,10 @@
-"""Loading the C extension ``pyamx._native`` and refusing a stale build.
+"""Loading the compiled modules ``pyamx._native`` and ``pyamx._trap`` and refusing a stale build.
 
-The extension carries the package version it was built from; a module left
-over from an older checkout would run C code that disagrees with the Python
-around it, so it is refused with the command that fixes it.
+The one loader of both: each module carries the package version it was
+built from; a module left over from an older checkout would run C code that
+disagrees with the Python around it, so it is refused with the command that
+fixes it. Callers put their own contract on top (None, BackendError,
+NativeUnavailableError), never a second way to load.
 """
 
 from __future__ import annotations
@@ -22,12 +24,12 @@ class StaleBuildError(ImportError):
     """``pyamx._native`` was built from a different pyamx version than the one importing it."""
 
 
-def stale_build_message(built_version: str, package_version: str):
+def stale_build_message(built_version: str, package_version: str, module: str = "pyamx._native"):
     """``None`` when the versions match, else the error message to raise (pure)."""
     if built_version == package_version:
         return None
     return (
-        f"pyamx._native was built for pyamx {built_version} but this is pyamx {package_version} "
+        f"{module} was built for pyamx {built_version} but this is pyamx {package_version} "
         f"(a stale build): {REBUILD_HINT}"
     )
 
@@ -120,3 +122,17 @@ def load():
     if message:
         raise StaleBuildError(message)
     return _native.ffi, _native.lib
+
+
+@functools.lru_cache(maxsize=None)
+def load_trap():
+    """``(ffi, lib)`` of the trap mode's module pyamx._trap; ImportError (or StaleBuildError) saying why not."""
+    try:
+        from . import _trap
+    except ImportError as exc:
+        raise ImportError(f"the trap mode's C extension pyamx._trap is not built ({exc}); {REBUILD_HINT}") from exc
+    built = _trap.ffi.string(_trap.lib.pyamx_trap_build_version()).decode()
+    message = stale_build_message(built, __version__, "pyamx._trap")
+    if message:
+        raise StaleBuildError(message)
+    return _trap.ffi, _trap.lib

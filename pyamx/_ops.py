@@ -1,9 +1,6 @@
 """The public one-instruction functions, dispatched to a backend.
 
-One function per dot product of :mod:`pyamx.isa`, generated from its row:
-``tdpbf16ps``, ``tdpfp16ps``, ``tdpbssd``, ``tdpbsud``, ``tdpbusd``, ``tdpbuud``, the
-AMX-COMPLEX ``tcmmimfp16ps``, ``tcmmrlfp16ps`` and the AMX-FP8 ``tdpbf8ps``,
-``tdpbhf8ps``, ``tdphbf8ps``, ``tdphf8ps``.
+One function per dot product of :mod:`pyamx.isa` (``isa.DOT_NAMES``), generated from its row.
 """
 
 from __future__ import annotations
@@ -13,7 +10,6 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from . import _backend, _validate, emulator, isa
-from . import detect as _detect
 from . import engine as _engine
 from ._result import AMXResult, label
 from .emulator.call import run_one
@@ -37,52 +33,16 @@ def _function(insn: isa.Instruction):
         from . import native
 
         c, a, b = c.view(bits[0]), a.view(bits[1]), b.view(bits[1])
-        return label(native.run(name, c, a, b).view(c_view), "native", _detect.report().mode_for(insn))
+        return label(native.run(name, c, a, b, chosen).view(c_view), "native", chosen.mode_for(insn))
 
     return fn
 
 
 isa.export_functions(globals(), _function, "function")
 
-if TYPE_CHECKING:  # the functions export_functions generates, as type checkers must see them
-    from ._types import ArrayInput
+if TYPE_CHECKING:
+    from ._dot_types import *  # noqa: F403  (what export_functions made above, as type checkers must see it)
     from .emulator import Numerics, TileMachine
-
-    def tdpbf16ps(c: ArrayInput, a: ArrayInput, b: ArrayInput, *, backend: str | None = None,
-                  engine: str | None = None) -> AMXResult: ...
-
-    def tdpfp16ps(c: ArrayInput, a: ArrayInput, b: ArrayInput, *, backend: str | None = None,
-                  engine: str | None = None) -> AMXResult: ...
-
-    def tdpbssd(c: ArrayInput, a: ArrayInput, b: ArrayInput, *, backend: str | None = None,
-                engine: str | None = None) -> AMXResult: ...
-
-    def tdpbsud(c: ArrayInput, a: ArrayInput, b: ArrayInput, *, backend: str | None = None,
-                engine: str | None = None) -> AMXResult: ...
-
-    def tdpbusd(c: ArrayInput, a: ArrayInput, b: ArrayInput, *, backend: str | None = None,
-                engine: str | None = None) -> AMXResult: ...
-
-    def tdpbuud(c: ArrayInput, a: ArrayInput, b: ArrayInput, *, backend: str | None = None,
-                engine: str | None = None) -> AMXResult: ...
-
-    def tcmmimfp16ps(c: ArrayInput, a: ArrayInput, b: ArrayInput, *, backend: str | None = None,
-                     engine: str | None = None) -> AMXResult: ...
-
-    def tcmmrlfp16ps(c: ArrayInput, a: ArrayInput, b: ArrayInput, *, backend: str | None = None,
-                     engine: str | None = None) -> AMXResult: ...
-    def tdpbf8ps(c: ArrayInput, a: ArrayInput, b: ArrayInput, *, backend: str | None = None,
-                 engine: str | None = None) -> AMXResult: ...
-
-    def tdpbhf8ps(c: ArrayInput, a: ArrayInput, b: ArrayInput, *, backend: str | None = None,
-                  engine: str | None = None) -> AMXResult: ...
-
-    def tdphbf8ps(c: ArrayInput, a: ArrayInput, b: ArrayInput, *, backend: str | None = None,
-                  engine: str | None = None) -> AMXResult: ...
-
-    def tdphf8ps(c: ArrayInput, a: ArrayInput, b: ArrayInput, *, backend: str | None = None,
-                 engine: str | None = None) -> AMXResult: ...
-
 
 def tile_machine(*, backend: str | None = None, numerics: str | Numerics = "sdm",
                  engine: str | None = None) -> TileMachine:

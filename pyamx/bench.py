@@ -34,7 +34,7 @@ AMX_OPS_PER_CYCLE = {"bf16": 1024, "fp16": 1024, "int8": 2048, "fp8": 2048}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from .cli import bounded_float, bounded_int
+    from ._argtypes import bounded_float, bounded_int
     from .engine import MAX_THREADS
 
     parser.add_argument("--sizes", type=bounded_int(1, MAX_SIZE, "a size"), nargs="+", default=list(DEFAULT_SIZES),

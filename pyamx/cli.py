@@ -11,6 +11,8 @@ from __future__ import annotations
 import os
 import sys
 
+from ._argtypes import bounded_int
+
 # argparse, json and typing are imported where used: `pyamx run` starts without them (docs/run.md).
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -158,47 +160,6 @@ def error_message(exc: BaseException, command: str) -> str:
     return str(exc)
 
 
-def bounded_int(minimum: int, maximum: int, what: str):
-    """An argparse type: an integer in ``minimum..maximum`` (a usage error, exit 2, otherwise).
-
-    Every number a command takes has an upper bound too: a huge one would otherwise run for
-    ever or die of MemoryError deep inside, with a traceback.
-    """
-
-    def parse(text: str) -> int:
-        import argparse
-
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-        if not minimum <= value <= maximum:
-            raise argparse.ArgumentTypeError(
-                f"{value} is out of range; {what} is an integer >= {minimum} and <= {maximum}")
-        return value
-
-    return parse
-
-
-def bounded_float(minimum: float, maximum: float, what: str):
-    """An argparse type: a finite number with ``minimum < value <= maximum``."""
-
-    def parse(text: str) -> float:
-        import argparse
-        import math
-
-        try:
-            value = float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-        if not (math.isfinite(value) and minimum < value <= maximum):
-            raise argparse.ArgumentTypeError(
-                f"{text} is out of range; {what} is a number > {minimum:g} and <= {maximum:g}")
-        return value
-
-    return parse
-
-
 # numpy's generators take no negative seed; 2**63 - 1 keeps it a JSON integer every reader can hold.
 _seed = bounded_int(0, 2**63 - 1, "a seed")
 #: random shapes per input class: each adds a dozen cases; far more would only make the file huge
@@ -226,7 +187,7 @@ def _info_arguments(parser: argparse.ArgumentParser) -> None:
 
 @subcommand("info", "report every AMX detection stage, the build's kernels and the backend choice", _info_arguments)
 def info(args: argparse.Namespace) -> int:
-    from . import detect
+    from . import _runtime, detect
     from ._result import backend_label
     from ._version import __version__
 
@@ -244,7 +205,7 @@ def info(args: argparse.Namespace) -> int:
         json.dump(out, sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
-        print("\n".join(detect.runtime_lines()))
+        print("\n".join(_runtime.runtime_lines()))
         print(detect.format_report(rep))
     return 0
 

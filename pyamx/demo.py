@@ -16,7 +16,10 @@ import sys
 import numpy as np
 
 import pyamx
-from pyamx import _backend, bf16
+from pyamx import _backend, bf16, isa
+
+#: the instruction pyamx.matmul runs for bf16 operands: the demo's one product
+INSTRUCTION = isa.MATMUL_ROUTES[("bf16", "bf16")]
 
 
 def run(seed: int = 0, backend=None) -> int:
@@ -25,8 +28,9 @@ def run(seed: int = 0, backend=None) -> int:
     b_plain = bf16.from_float32(rng.standard_normal((32, 16)).astype(np.float32))
     c = rng.standard_normal((16, 16)).astype(np.float32)
 
-    result = pyamx.tdpbf16ps(c, a, bf16.pack_pairs(b_plain), backend=backend)
-    print(f"pyamx {pyamx.__version__}: TDPBF16PS 16x16 += 16x32 . 32x16 (bf16) on backend: {result.label}")
+    dot = getattr(pyamx, INSTRUCTION.name)
+    result = dot(c, a, bf16.pack_pairs(b_plain), backend=backend)
+    print(f"pyamx {pyamx.__version__}: {INSTRUCTION.mnemonic} 16x16 += 16x32 . 32x16 (bf16) on backend: {result.label}")
     why = _backend.default_reason() if backend is None else f"--backend {backend}"
     print(f"  why this backend: {why}")
 
@@ -41,7 +45,7 @@ def run(seed: int = 0, backend=None) -> int:
     print(f"  vs float64: max |error| = {error.max():.3e}, worst error / bound = {worst:.3f} -> {'OK' if ok else 'FAIL'}")
 
     if result.backend == "native":
-        emulated = pyamx.tdpbf16ps(c, a, bf16.pack_pairs(b_plain), backend="emulator")
+        emulated = dot(c, a, bf16.pack_pairs(b_plain), backend="emulator")
         same = np.array_equal(result.view(np.uint32), emulated.view(np.uint32))
         print(f"  vs emulator: {'bit-identical' if same else 'BITS DIFFER'}")
         ok = ok and same

@@ -14,6 +14,10 @@ OSXSAVE and XCR0, the kernel's XCOMP_SUPP, the permission request, the
 granted permission, and finally a forked child that executes one tile
 instruction, so a hypervisor that advertises AMX without delivering it kills
 the child, never this process.
+
+This module only reads and judges: switching the trap mode on where it is
+asked for is pyamx._trapmode's (which :func:`collect` consults once silicon
+said no), and the runtime report that prints all this is pyamx._runtime's.
 """
 
 from __future__ import annotations
@@ -28,7 +32,8 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Mapping, NamedTuple, Optional, Tuple
 
-from . import isa
+from . import _trapmode, isa
+from ._trapmode import TrapFacts as TrapFacts  # RawFacts.trap; tests build it from here
 
 # -- constants of the hardware and kernel interfaces --------------------------
 
@@ -97,18 +102,6 @@ class BuildFacts:
     kernels: frozenset  # families compiled in: {"bf16", "int8", "fp16"}
     x86_64_linux: bool
     kernels_reason: str = ""  # the build's decision: why the AMX kernels are (not) compiled in
-
-
-@dataclass(frozen=True)
-class TrapFacts:
-    """The trap-and-emulate mode, consulted only when silicon said no."""
-
-    available: bool  # pyamx.trap could be imported
-    requested: bool = False
-    error: Optional[str] = None  # why requested() / enable() / the grant failed
-    active: bool = False
-    kernels: Optional[frozenset] = None  # families the trap emulates; None = all built ones
-    guard: Optional[str] = None  # pyamx.trap.guard().reason: whether other SIGILL handlers are kept out
 
 
 @dataclass(frozen=True)
@@ -521,9 +514,8 @@ def _silicon_stages(raw: RawFacts, st: _Stages, cpu: dict) -> Tuple[set, dict]:
 
 def _trap_stage(raw: RawFacts, st: _Stages, silicon_reason: str) -> bool:
     """Adds the trap-mode stage; True when native runs trapped."""
-    from .trap import ENV_VAR as TRAP_ENV  # pyamx.trap owns the variable's name
-
-    name = f"trap mode ({TRAP_ENV})"
+    trap_env = _trapmode.env_var()
+    name = f"trap mode ({trap_env})"
     trap = raw.trap
     if trap is None:
         return False
@@ -534,7 +526,7 @@ def _trap_stage(raw: RawFacts, st: _Stages, silicon_reason: str) -> bool:
         st.add(name, f"refused: {trap.error}", False)
         return False
     if not trap.requested:
-        st.add(name, f"not requested (set {TRAP_ENV}=1 to run the native code through the SIGILL emulator)", None)
+        st.add(name, f"not requested (set {trap_env}=1 to run the native code through the SIGILL emulator)", None)
         return False
     if trap.error or not trap.active:
         st.add(name, f"requested but failed: {trap.error or 'not active'}", None)
@@ -610,9 +602,7 @@ def evaluate(raw: RawFacts) -> Report:
 
     complemented = frozenset()
     if mode == "silicon" and (raw.complement is not None or raw.complement_error):
-        from .trap import ENV_VAR as TRAP_ENV
-
-        name = f"complement mode ({TRAP_ENV})"
+        name = f"complement mode ({_trapmode.env_var()})"
         if raw.complement_error:
             st.add(name, f"requested but failed: {raw.complement_error}", None)
         else:
@@ -702,31 +692,6 @@ def _read_u64(ffi, fn, *args) -> Tuple[int, int]:
     return int(rc), int(value[0])
 
 
-def _trap_facts(lib, built: frozenset) -> TrapFacts:
-    """Consult pyamx.trap and enable it if requested."""
-    from . import trap
-
-    try:
-        requested = bool(trap.requested())
-    except Exception as exc:  # a strict env parser refusing a value
-        return TrapFacts(available=True, requested=False, error=f"{type(exc).__name__}: {exc}")
-    if not requested:
-        return TrapFacts(available=True, requested=False)
-    try:
-        trap.enable()
-    except Exception as exc:
-        return TrapFacts(available=True, requested=True, error=f"{type(exc).__name__}: {exc}")
-    err = lib.pyamx_request_permission()  # enable() hooked the trap's emulated grant into this call
-    if err != 0:
-        return TrapFacts(available=True, requested=True,
-                         error=f"the trap mode's emulated permission failed: {errno_name(err)}")
-    active = bool(trap.active()) and bool(lib.pyamx_native_ready())
-    kernels = frozenset(trap.supported_kernels())
-    return TrapFacts(available=True, requested=True, active=active,
-                     error=None if active else "the trap mode did not become active", kernels=kernels,
-                     guard=trap.guard().reason)
-
-
 def collect() -> RawFacts:
     """Read every raw value from this process, stage by stage (side effects: permission, fork).
 
@@ -758,22 +723,11 @@ def collect() -> RawFacts:
             err = lib.pyamx_probe_child(status)
             raw = replace(raw, child=(int(err), int(status[0])))
     if evaluate(raw).mode is None:
-        raw = replace(raw, trap=_trap_facts(lib, raw.build.kernels))
+        raw = replace(raw, trap=_trapmode.trap_facts(lib, errno_name))
     else:
-        raw = _complement_facts(raw)
+        complement, error = _trapmode.complement_facts()
+        raw = replace(raw, complement=complement, complement_error=error)
     return raw
-
-
-def _complement_facts(raw: RawFacts) -> RawFacts:
-    """On silicon, the trap variable asks for the complement mode (the extensions the CPU lacks)."""
-    try:
-        from . import trap
-
-        if not trap.requested():
-            return raw
-        return replace(raw, complement=trap.complement())
-    except Exception as exc:  # a bad variable, no trap module, no signal handler: reported, silicon still runs
-        return replace(raw, complement_error=f"{type(exc).__name__}: {exc}")
 
 
 _lock = threading.Lock()
@@ -828,41 +782,3 @@ def cpu_features() -> dict:
     out["compiler"] = rep.build.get("compiler")
     out["build_kernels"] = list(rep.build.get("kernels", []))
     return out
-
-
-def runtime_lines() -> list:
-    """What a bug report needs first: versions, platform, the backend decision and any bad setting."""
-    import numpy
-
-    from . import _backend, _env, _fpenv
-    from ._result import backend_label
-    from ._version import __version__
-
-    rep = report()
-    try:
-        backend, why = _backend.default_backend(), _backend.default_reason()
-        label = backend_label(backend, rep.mode if backend == "native" else None)
-    except Exception as exc:  # PYAMX_BACKEND=native where native cannot run, or a bad variable
-        label, why = "none", f"{type(exc).__name__}: {exc}"
-    settings = [f"{name}={os.environ[name]!r}" for name in _env.VARIABLES if name in os.environ]
-    return [
-        f"pyamx {__version__} (python {platform.python_version()}, numpy {numpy.__version__}, "
-        f"{platform.system()} {platform.machine()})",
-        f"backend: {label} ({why})",
-        f"environment: {', '.join(settings) or 'no PYAMX_* variable set'}",
-        f"emulator floating-point environment (MXCSR): {_fpenv.describe()}",
-        *engine_lines(),
-    ]
-
-
-def engine_lines() -> list:
-    """The emulator's engines (pyamx.engine): which one runs by default, with what SIMD level."""
-    from . import engine
-
-    return engine.describe_lines()
-
-
-def show_runtime() -> None:
-    """Print versions, the backend decision and the detection report: every stage, kernels, compiler, verdict."""
-    print("\n".join(runtime_lines()))
-    print(format_report(report()))

@@ -68,9 +68,9 @@ BLOCK_DWORDS = 16  # K dwords per tile instruction (tmul_maxk)
 
 
 def _sdm():
-    from .emulator.numerics import PRESETS
+    from ._numerics_rule import default
 
-    return PRESETS["sdm"]
+    return default()
 
 
 class EngineUnavailableError(BackendError):
@@ -507,7 +507,7 @@ def resolve(name=None, numerics="sdm", op=None) -> Engine:
 def numpy_for(op: str, name=None, numerics="sdm") -> Engine:
     """The numpy engine for ``op``, which no compiled engine implements: ``auto`` and
     ``PYAMX_ENGINE`` give it; naming a compiled engine for ``op`` raises ValueError."""
-    from .emulator.numerics import resolve as resolve_numerics
+    from ._numerics_rule import resolve as resolve_numerics
 
     if name is not None and parse_name(name, "engine") in _KINDS:
         insn = isa.get(op)
@@ -519,8 +519,7 @@ def numpy_for(op: str, name=None, numerics="sdm") -> Engine:
 
 
 def _resolve(name, numerics) -> Engine:
-    from .emulator.numerics import PRESETS
-    from .emulator.numerics import resolve as resolve_numerics
+    from . import _numerics_rule
 
     from_env = name is None
     if from_env:
@@ -531,8 +530,8 @@ def _resolve(name, numerics) -> Engine:
     else:
         source = f"engine={name!r}"
         name = parse_name(name, "engine")
-    numerics = resolve_numerics(numerics)
-    default = numerics.dot_model() == PRESETS["sdm"]  # the row_ fields never reach an engine
+    numerics = _numerics_rule.resolve(numerics)
+    default = _numerics_rule.compiled_runs(numerics)
     # PYAMX_ENGINE chooses the engine of the default numerics (the only ones
     # compiled engines run): other numerics keep running on numpy under it.
     if name == "numpy" or (not default and (name == "auto" or from_env)):

@@ -214,7 +214,10 @@ class Instruction:
     carries), ``acc_format`` (dst), ``group`` (the kernel group the compiled
     code and ``pyamx.native.available`` file it under, also matmul's
     ``kind=``), ``matmul`` (True: the instruction ``pyamx.matmul`` runs for
-    its pair of operand formats; one row per pair at most).
+    its pair of operand formats; one row per pair at most), ``part``
+    (``"real"`` or ``"imaginary"``: the part of the complex product a
+    ``dot-complex`` row accumulates; its two rows share every format, so
+    this is what tells them apart).
     """
 
     mnemonic: str
@@ -226,6 +229,7 @@ class Instruction:
     acc_format: Optional[Format] = None
     group: Optional[str] = None
     matmul: bool = False
+    part: Optional[str] = None
     #: the immediate form's encoding where the row selector can also be an imm8 (AMX-AVX512's row ops)
     imm_encoding: Optional[Encoding] = None
 
@@ -313,10 +317,15 @@ class Instruction:
         return self.kind == "row"
 
     @property
+    def moves_raw(self) -> bool:
+        """A row instruction that converts nothing: the tile row's bytes as they are (TILEMOVROW)."""
+        return self.is_row and self.a_format == self.acc_format
+
+    @property
     def summary(self) -> str:
         """What the instruction does, in one line (for docstrings and listings)."""
         if self.is_row:
-            if self.a_format == self.acc_format:
+            if self.moves_raw:
                 return "64 bytes of a tile row, unconverted, into a zmm register"
             half = {"H": " in the high half of each dword", "L": " in the low half of each dword"}
             where = half.get(self.mnemonic[-1], "") if self.acc_format.width == 16 else ""
@@ -324,8 +333,7 @@ class Instruction:
         if not self.is_dot:
             return self.kind
         if self.kind == "dot-complex":
-            part = "imaginary" if self.mnemonic == "TCMMIMFP16PS" else "real"
-            return f"dst += the {part} part of src1 . src2 over complex fp16 pairs, fp32 accumulation"
+            return f"dst += the {self.part} part of src1 . src2 over complex fp16 pairs, fp32 accumulation"
         if self.is_float and self.lanes == 4:
             return f"dst += src1 . src2 over {self.operand} quads, exact sum rounded once to fp32"
         if self.is_float:
@@ -376,11 +384,11 @@ def _row(mnemonic, pp, opcode, imm_pp, imm_opcode, a, acc) -> Instruction:
 _DOT_KIND = {16: "dot-pairs", 8: "dot-quads", 32: "dot-complex"}
 
 
-def _dot(mnemonic, pp, opcode, feature, group, a, b, acc, matmul=False, kind=None, map=2) -> Instruction:
+def _dot(mnemonic, pp, opcode, feature, group, a, b, acc, matmul=False, kind=None, map=2, part=None) -> Instruction:
     a_format, b_format = _F[a], _F[b]
     kind = kind or _DOT_KIND[a_format.width]
     return Instruction(mnemonic, kind, Encoding(map, pp, opcode, "reg", _DOT_ROLES), FEATURES[feature],
-                       a_format, b_format, _F[acc], group, matmul)
+                       a_format, b_format, _F[acc], group, matmul, part)
 
 
 TABLE: Tuple[Instruction, ...] = (
@@ -398,8 +406,8 @@ TABLE: Tuple[Instruction, ...] = (
     _dot("TDPBUSD", PP_66, 0x5E, "AMX-INT8", "int8", "uint8", "int8", "int32", matmul=True),
     _dot("TDPBUUD", PP_NP, 0x5E, "AMX-INT8", "int8", "uint8", "uint8", "int32", matmul=True),
     # AMX-COMPLEX: one complex fp16 number (real low, imaginary high) per dword
-    _dot("TCMMIMFP16PS", PP_66, 0x6C, "AMX-COMPLEX", "complex", "cfp16", "cfp16", "fp32"),
-    _dot("TCMMRLFP16PS", PP_NP, 0x6C, "AMX-COMPLEX", "complex", "cfp16", "cfp16", "fp32"),
+    _dot("TCMMIMFP16PS", PP_66, 0x6C, "AMX-COMPLEX", "complex", "cfp16", "cfp16", "fp32", part="imaginary"),
+    _dot("TCMMRLFP16PS", PP_NP, 0x6C, "AMX-COMPLEX", "complex", "cfp16", "cfp16", "fp32", part="real"),
     # AMX-FP8: VEX map 5, four fp8 values per dword
     _dot("TDPBF8PS", PP_NP, 0xFD, "AMX-FP8", "fp8", "bf8", "bf8", "fp32", matmul=True, map=5),
     _dot("TDPBHF8PS", PP_F2, 0xFD, "AMX-FP8", "fp8", "bf8", "hf8", "fp32", matmul=True, map=5),
@@ -692,8 +700,8 @@ _COMPLEX_DOCS = {
     """,
 }
 _COMPLEX_RULES = {
-    "TCMMIMFP16PS": "Per element: sum over k of a_im * b_re and a_re * b_im, in two fp32 accumulators.",
-    "TCMMRLFP16PS": "Per element: sum over k of a_re * b_re and (-a_im) * b_im, in two fp32 accumulators "
+    "imaginary": "Per element: sum over k of a_im * b_re and a_re * b_im, in two fp32 accumulators.",
+    "real": "Per element: sum over k of a_re * b_re and (-a_im) * b_im, in two fp32 accumulators "
                     "(a_im negated as fp16, before conversion).",
 }
 _LEADS = {"function": "Run one {m}", "emulator": "One {m}", "native": "One {m} on silicon"}
@@ -711,8 +719,7 @@ def docstring(insn: Instruction, layer: str, table: Tuple[Instruction, ...] = TA
     if layer == "native-method":
         return f"{m}: {insn.summary}, on silicon ({insn.feature.name})."
     if insn.kind == "dot-complex":
-        part = "imaginary" if m == "TCMMIMFP16PS" else "real"
-        return _COMPLEX_DOCS[layer].format(m=m, n=n, part=part, rule=_COMPLEX_RULES.get(m, ""))
+        return _COMPLEX_DOCS[layer].format(m=m, n=n, part=insn.part, rule=_COMPLEX_RULES[insn.part])
     first = next(i for i in table if i.is_dot and i.kind != "dot-complex" and i.is_float == insn.is_float
                  and i.lanes == insn.lanes)
     if insn.is_float and insn.lanes == 4:

@@ -67,13 +67,14 @@ def available(family=None):
     ``family`` (``"bf16"``, ``"int8"``, ``"fp16"``) narrows the question to
     one kernel family: AMX-FP16, for one, exists only from Granite Rapids on.
     """
+    return availability(detect.report(), family)
+
+
+def availability(rep, family):
+    """``available``'s answer from a given report (a machine, or a call's resolved backend, asks with
+    the one it kept)."""
     if family is not None and family not in FAMILY_FEATURE:
         raise ValueError(f"unknown kernel family {family!r}; expected one of {', '.join(FAMILY_FEATURE)}")
-    return _availability(detect.report(), family)
-
-
-def _availability(rep, family):
-    """``available``'s answer from a given report (a machine asks with the one it kept)."""
     if not rep.native_usable:
         return False, rep.reason
     if family is not None and family not in rep.kernels:
@@ -96,14 +97,14 @@ def _lib(family=None):
 _thread_prepared = threading.local()
 
 
-def _before_entry() -> None:
+def _before_entry(rep=None) -> None:
     """In the trap or the complement mode, make sure the SIGILL handler is still ours before a
-    tile instruction runs.
+    tile instruction runs (``rep``: the detection report the call was resolved from, if it has one).
 
     faulthandler (pytest enables it) replaces the handler; the trap module
     reinstalls it, and claims this thread's emulated tile state once.
     """
-    rep = detect.report()
+    rep = rep or detect.report()
     if rep.mode == "trap" or rep.complemented:
         _trap_entry()
 
@@ -184,10 +185,11 @@ def _address(arr: np.ndarray) -> int:
 # -- one-shot dot products ------------------------------------------------------
 
 
-def _oneshot(name: str, c: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+def _oneshot(name: str, c: np.ndarray, a: np.ndarray, b: np.ndarray, backend=None) -> np.ndarray:
     insn = isa.BY_NAME[name]
     lanes = insn.lanes
-    ffi, lib = _lib(insn.group)
+    # A call's resolved native backend has checked this group's kernels against its report already.
+    ffi, lib = _lib(insn.group) if backend is None else backend.library
     op = insn.op_id
     # The caller validated dtypes and shapes (pyamx._validate); these checks
     # only guard the memory the C code will touch.
@@ -199,7 +201,7 @@ def _oneshot(name: str, c: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarr
     if a.shape != (m, lanes * k) or b.shape != (k, lanes * n) or not (1 <= m <= 16 and 1 <= k <= 16 and 1 <= n <= 16):
         raise ValueError(f"native {name}: inconsistent shapes c{c.shape} a{a.shape} b{b.shape}")
     out = np.array(c, copy=True, order="C")
-    _before_entry()
+    _before_entry(None if backend is None else backend.report)
     rc = lib.pyamx_dp_oneshot(
         op,
         ffi.cast("uint32_t *", _address(out)),
@@ -211,9 +213,13 @@ def _oneshot(name: str, c: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarr
     return out
 
 
-def run(name: str, c: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """One dot product ``name`` (a :mod:`pyamx.isa` row) on silicon; see the per-mnemonic functions."""
-    return _oneshot(name, c, a, b)
+def run(name: str, c: np.ndarray, a: np.ndarray, b: np.ndarray, backend=None) -> np.ndarray:
+    """One dot product ``name`` (a :mod:`pyamx.isa` row) on silicon; see the per-mnemonic functions.
+
+    ``backend``: the native :class:`~pyamx._backend.Backend` the call resolved for the row's
+    group, whose report and library it runs with; None checks availability here.
+    """
+    return _oneshot(name, c, a, b, backend)
 
 
 def _oneshot_function(insn: isa.Instruction):
@@ -290,7 +296,7 @@ class NativeMachine:
 
     Same methods and semantics as :class:`pyamx.emulator.TileMachine`; the
     arithmetic is whatever the silicon computes (``numerics``: None or the default
-    model only, the rule of :mod:`pyamx._backend`). A rule violation raises the same exception as the emulator instead of
+    model only, the rule of :mod:`pyamx._numerics_rule`). A rule violation raises the same exception as the emulator instead of
     killing the process: the C call checks every instruction against the
     configuration actually loaded in the tile registers before it runs it.
     Tile registers belong to one OS thread: the machine refuses any other
@@ -301,9 +307,9 @@ class NativeMachine:
     backend = "native"
 
     def __init__(self, numerics=None):
-        from ._backend import native_numerics_error, native_runs
+        from ._numerics_rule import native_numerics_error, native_runs
 
-        if not native_runs(numerics):  # the one numerics rule of pyamx._backend
+        if not native_runs(numerics):  # the one numerics rule (pyamx._numerics_rule)
             raise native_numerics_error(numerics)
         self._ffi, self._lib = _lib()
         # A token private to this OS thread, not get_ident() nor the Thread object: CPython
@@ -562,8 +568,9 @@ class NativeMachine:
 
         check(cfg)
         out = np.zeros(LANES, dtype=np.uint32)
-        # Whether silicon's TILEMOVROW resets start_row is open: the registers are read again after it.
-        after = _consumed(cfg) if name != "tilemovrow" else None
+        # Whether silicon's raw row move (TILEMOVROW) resets start_row is open: the registers are read
+        # again after it.
+        after = None if insn.moves_raw else _consumed(cfg)
         kernel = self._lib.pyamx_tilerow_imm if imm else self._lib.pyamx_tilerow
         self._execute(insn.mnemonic, kernel, (insn.op_id, tmm, row, self._ffi.cast("uint32_t *", _address(out))),
                       after, check)
@@ -579,7 +586,7 @@ class NativeMachine:
         mnemonic = name.upper()
         insn = isa.BY_NAME[name]
         if insn.group not in self._kernels:
-            raise NativeUnavailableError(_availability(self._report, insn.group)[1])
+            raise NativeUnavailableError(availability(self._report, insn.group)[1])
         cfg = self._config_now()
         dst, src1, src2 = _exact(dst), _exact(src1), _exact(src2)
 

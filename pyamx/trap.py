@@ -33,13 +33,13 @@ What the bindings do in this mode (all cheap, all idempotent):
 
 from __future__ import annotations
 
-import functools
 import os
 import platform
 import sys
 from typing import NamedTuple
 
 from . import _env, isa
+from ._nativelib import load_trap as _load  # the one loader of the compiled modules (cached)
 from .errors import BackendError, EnvironmentVariableError
 
 ENV_VAR = "PYAMX_TRAP_EMULATION"
@@ -59,23 +59,6 @@ def requested() -> bool:
     instead of the native path.
     """
     return _env.flag(ENV_VAR, False, error=EnvironmentVariableError)
-
-
-@functools.lru_cache(maxsize=None)
-def _load():
-    """``(ffi, lib)`` of pyamx._trap; ImportError saying why not (missing or stale)."""
-    from ._nativelib import REBUILD_HINT
-    from ._version import __version__
-
-    try:
-        from . import _trap
-    except ImportError as exc:
-        raise ImportError(f"the trap mode's C extension pyamx._trap is not built ({exc}); {REBUILD_HINT}") from exc
-    built = _trap.ffi.string(_trap.lib.pyamx_trap_build_version()).decode()
-    if built != __version__:
-        raise ImportError(f"pyamx._trap was built for pyamx {built} but this is pyamx {__version__} "
-                          f"(a stale build): {REBUILD_HINT}")
-    return _trap.ffi, _trap.lib
 
 
 def _lib():

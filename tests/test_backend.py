@@ -149,7 +149,7 @@ def test_native_backend_runs_only_the_default_numerics():
 def forced_native(request, monkeypatch):
     """Native usable or not, forced, so the rule is checked both ways on any machine."""
     usable = request.param
-    monkeypatch.setattr(_backend, "native_status", lambda family="bf16": (usable, "forced by the test"))
+    monkeypatch.setattr(_backend, "native_status", lambda family="bf16", report=None: (usable, "forced by the test"))
     monkeypatch.setattr(_backend, "native_mode", lambda: "silicon" if usable else None)
     monkeypatch.setattr(_backend, "_requested", "auto")
     return usable
@@ -201,3 +201,21 @@ def test_the_same_numerics_script_behaves_the_same_where_auto_picks_native_and_w
     assert without.stdout.splitlines()[:3] == first
     assert with_native.stdout.splitlines()[:3] == first
     assert with_native.stdout.splitlines()[3] == "default numerics object: NativeMachine NativeMachine"
+
+
+@pytest.mark.skipif(not _backend.native_status("int8")[0], reason="the native int8 kernels cannot run here")
+def test_a_native_call_asks_detection_once_and_its_backend_carries_the_answer(monkeypatch):
+    from pyamx import detect
+
+    rep = detect.report()
+    asked = []
+    monkeypatch.setattr(detect, "report", lambda: asked.append(1) or rep)
+    c, a = np.zeros((2, 2), np.int32), np.ones((2, 8), np.int8)
+    r = pyamx.tdpbssd(c, a, a[:2], backend="native")
+    assert len(asked) == 1 and r.backend == "native" and r.native_mode == rep.mode
+    asked.clear()
+    r = pyamx.matmul(np.ones((2, 16, 64), np.int8), np.ones((64, 16), np.int8), backend="native")
+    assert len(asked) == 1 and r.backend == "native" and int(r[1, 0, 0]) == 64
+    chosen = _backend.resolve("native", "int8")
+    assert chosen.report is rep and chosen.library is not None
+    assert chosen.mode_for(pyamx.isa.DOTS[0]) in ("silicon", "trap", "complement")

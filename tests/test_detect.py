@@ -20,7 +20,7 @@ from dataclasses import replace
 
 import pytest
 
-from pyamx import detect, isa
+from pyamx import _runtime, detect, isa
 from pyamx.detect import BuildFacts, RawFacts, TrapFacts, evaluate
 
 from childproc import PYAMX_HOME as ROOT  # the pyamx under test, not necessarily this checkout
@@ -297,7 +297,7 @@ def test_cpu_features_and_show_runtime(capsys):
     feats = detect.cpu_features()
     for key in ("amx_usable", "native_usable", "trap_mode", "reason", "mode", "stages", "kernels", "compiler"):
         assert key in feats
-    detect.show_runtime()
+    _runtime.show_runtime()  # what pyamx.show_runtime() and `pyamx info` print
     out = capsys.readouterr().out
     assert "AMX silicon usable:" in out and "reason:" in out and "platform" in out
 

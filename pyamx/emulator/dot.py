@@ -501,8 +501,8 @@ def engine_dot(op_name: str, c_bits, a, b_vnni, k_dwords: int, threads: int, num
                        m, n, k_dwords)
         if out is not None:
             return out
-    from .instructions import INT8_SIGNEDNESS, widen_fp16_bits  # the fp16 widening lives with the instructions
     from ..bf16 import widen_bits
+    from .fp16 import widen_fp16_bits
 
     if op_name in _FLOAT_OPS:
         if a.shape != (m, 2 * k_dwords) or b_vnni.shape != (k_dwords, 2 * n):
@@ -513,10 +513,11 @@ def engine_dot(op_name: str, c_bits, a, b_vnni, k_dwords: int, threads: int, num
             a32, b32, input_daz, precision = widen_fp16_bits(a), widen_fp16_bits(b_vnni), False, 11
         return float_matmul(_words(c_bits, np.uint32), a32.reshape(m, k_dwords, 2),
                             b32.reshape(k_dwords, n, 2), numerics, input_daz, precision, threads, acc_first)
-    if op_name in INT8_SIGNEDNESS:
+    signed = isa.BY_NAME[op_name].signed if op_name in isa.BY_NAME else None
+    if signed is not None:
         if a.shape != (m, 4 * k_dwords) or b_vnni.shape != (k_dwords, 4 * n):
             raise ValueError(f"engine_dot: shapes a {a.shape}, b {b_vnni.shape}, c {c_bits.shape} do not match Kd={k_dwords}")
-        signed_a, signed_b = INT8_SIGNEDNESS[op_name]
+        signed_a, signed_b = signed
         a8 = a.view(np.int8 if signed_a else np.uint8).reshape(m, k_dwords, 4)
         b8 = b_vnni.view(np.int8 if signed_b else np.uint8).reshape(k_dwords, n, 4)
         return integer_dot(_words(c_bits, np.int32), a8, b8)

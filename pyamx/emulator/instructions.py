@@ -17,6 +17,7 @@ from ..bf16 import widen_bits
 from .complex_rows import fp16_operand
 from . import fp8
 from .dot import float_dot, integer_dot
+from .fp16 import widen_fp16_bits
 from .numerics import Numerics
 
 #: sign extension per operand for TDPB[SU][SU]D: (tsrc1 signed, tsrc2 signed), from pyamx.isa
@@ -26,20 +27,6 @@ INT8_SIGNEDNESS = {insn.name: insn.signed for insn in isa.DOTS if insn.signed is
 def _lanes(matrix: np.ndarray, lanes: int) -> np.ndarray:
     rows, width = matrix.shape
     return matrix.reshape(rows, width // lanes, lanes)
-
-
-@default_fpenv
-def widen_fp16_bits(bits: np.ndarray) -> np.ndarray:
-    """fp16 bits -> fp32 bits, exactly: denormals become normal fp32, NaN payloads move up 13 bits."""
-    bits = bits.astype(np.uint32)
-    sign = (bits & 0x8000) << 16
-    exponent = (bits >> 10) & 0x1F
-    mantissa = bits & 0x3FF
-    normal = sign | ((exponent + (127 - 15)) << 23) | (mantissa << 13)
-    special = sign | np.uint32(0x7F800000) | (mantissa << 13)
-    # A denormal is mantissa * 2**-24: exact as a float32 product.
-    denormal = sign | (mantissa.astype(np.float32) * np.float32(2.0**-24)).view(np.uint32)
-    return np.where(exponent == 31, special, np.where(exponent == 0, denormal, normal)).astype(np.uint32)
 
 
 @default_fpenv

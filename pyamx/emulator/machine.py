@@ -152,7 +152,7 @@ class TileMachine:
             out = np.zeros(_rows.LANES, dtype=np.uint32)
         else:
             out = _rows.COMPUTE[name](self._tiles[tmm, source], self._config.colsb[tmm], chunk, self.numerics)
-        if name != "tilemovrow" or self.numerics.row_movrow_start_row:
+        if not insn.moves_raw or self.numerics.row_movrow_start_row:
             self._config = self._config.with_start_row(0)
         return out
 

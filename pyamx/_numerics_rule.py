@@ -1,0 +1,53 @@
+"""The numerics rule: which :class:`~pyamx.Numerics` models each backend and engine computes.
+
+One place for it, read by the backend choice (pyamx._backend), the native
+machine (pyamx.native) and the engine choice (pyamx.engine):
+
+* the emulator's numpy engine runs every :class:`~pyamx.Numerics` option;
+* the compiled engines run the default ``"sdm"`` model's dot-product
+  arithmetic only (the ``row_*`` fields never reach an engine);
+* native runs what the silicon (or, in trap mode, the trap handler)
+  computes, which pyamx holds to the default model (docs/semantics.md,
+  section 3); so it accepts ``numerics`` only when it is None or equal to
+  the default ``"sdm"`` model (``"sdm"``, ``Numerics()``), whole.
+
+What a caller does when a model is refused (``auto`` falls back to the
+emulator or numpy, a named backend or engine raises) is the caller's.
+"""
+
+from __future__ import annotations
+
+
+def resolve(numerics):
+    """The :class:`~pyamx.Numerics` of a preset name or a Numerics (ValueError for an unknown name)."""
+    # Imported on use: the CLI builds its parser from pyamx._backend without loading numpy.
+    from .emulator.numerics import resolve as _resolve
+
+    return _resolve(numerics)
+
+
+def default():
+    """The default model, ``"sdm"``: the one silicon and the compiled engines compute."""
+    from .emulator.numerics import PRESETS
+
+    return PRESETS["sdm"]
+
+
+def native_runs(numerics) -> bool:
+    """Whether the native backend computes ``numerics`` (None: whatever the backend computes)."""
+    return numerics is None or resolve(numerics) == default()
+
+
+def native_numerics_error(numerics) -> ValueError:
+    """The refusal of a model native does not compute, naming the way to run it."""
+    name = resolve(numerics).name
+    return ValueError(
+        f"numerics={name!r} selects an emulator model; the native backend computes what the silicon "
+        "computes (held to the default 'sdm' model). Use backend='emulator' (or backend='auto', which "
+        "picks the emulator for such a model) to run it"
+    )
+
+
+def compiled_runs(numerics) -> bool:
+    """Whether the compiled engines compute ``numerics`` (a Numerics): its dot-product model is the default's."""
+    return numerics.dot_model() == default()
