@@ -189,6 +189,8 @@ static void say_fatal_sigill(const ucontext_t *uc)
     m_emit(&m);
 }
 
+static void say_fatal_entry(void *uc) { say_fatal_sigill(uc); }
+
 static void pass_on_sigill(siginfo_t *si, void *ctx, int fault)
 {
     ucontext_t *uc = ctx;
@@ -228,7 +230,7 @@ static void pass_on_sigill(siginfo_t *si, void *ctx, int fault)
     if (!fault && !nested && prev.handler == K_SIG_IGN)
         return; /* a sent SIGILL that was ignored before this handler came */
     if (fault)
-        say_fatal_sigill(uc);
+        trap_on_own_stack(say_fatal_entry, uc, uc);
     real_default(SIGILL);
     if (!fault)
         raise_unblocked(SIGILL);
@@ -317,6 +319,9 @@ __attribute__((noinline)) static void emit_refusal(int op, uint64_t rip, struct 
     m_emit(&m);
 }
 
+/* What the handler does once the work on its own stack is over. */
+enum { ACT_DONE, ACT_PASS_FAULT, ACT_PASS_SENT, ACT_SEGV };
+
 static int32_t g_complement; /* 1: complement mode (complement.c), else the full trap mode */
 
 /* A row instruction's zmm result into the interrupted context; 0 when done
@@ -345,7 +350,7 @@ static void count_done(const struct pyamx_trap_insn *in, uint64_t rip, trap_obse
  * Anything else is the program's own SIGILL, passed on untouched: an XFD
  * fault (ILL_ILLOPC, no permission) of an instruction the CPU has, a #UD of
  * an illegal form, any other instruction. */
-static void complement_handler(siginfo_t *si, ucontext_t *uc, trap_observer_fn observer, uint64_t t0)
+static int complement_work(siginfo_t *si, ucontext_t *uc, trap_observer_fn observer, uint64_t t0)
 {
     struct msg m;
     greg_t *g = uc->uc_mcontext.gregs;
@@ -353,76 +358,64 @@ static void complement_handler(siginfo_t *si, ucontext_t *uc, trap_observer_fn o
     uint64_t gpr[16];
     struct pyamx_trap_insn in;
     if (si->si_code != ILL_ILLOPN) {
-        pass_on_sigill(si, uc, 1);
-        return;
+        return ACT_PASS_FAULT;
     }
     load_gprs(g, gpr);
     int32_t len = pyamx_trap_decode((const uint8_t *)(uintptr_t)rip, 15, gpr, rip, &in);
     if (len <= 0 || !complement_emulates(in.op)) {
-        pass_on_sigill(si, uc, 1);
-        return;
+        return ACT_PASS_FAULT;
     }
     if (!complement_permitted()) {
         m_prefix(&m, in.op, rip);
         m_str(&m, "no AMX permission (arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) was not "
                   "called) -> SIGILL as on silicon");
         m_emit(&m);
-        pass_on_sigill(si, uc, 1);
-        return;
+        return ACT_PASS_FAULT;
     }
     struct tile_state *st = state_current();
     if (st == NULL) {
         m_prefix(&m, in.op, rip);
         m_str(&m, "cannot emulate: all per-thread tile state slots are in use -> SIGILL");
         m_emit(&m);
-        pass_on_sigill(si, uc, 1);
-        return;
+        return ACT_PASS_FAULT;
     }
     int loaded = complement_load(uc, st);
     if (loaded == COMPLEMENT_RETRY)
-        return; /* the kernel enlarged the FPU state: the instruction faults again, with room */
+        return ACT_DONE; /* the kernel enlarged the FPU state: the instruction faults again, with room */
     if (loaded != COMPLEMENT_LOADED) {
         m_prefix(&m, in.op, rip);
         m_str(&m, "cannot emulate: the signal frame carries no tile data -> SIGILL");
         m_emit(&m);
-        pass_on_sigill(si, uc, 1);
-        return;
+        return ACT_PASS_FAULT;
     }
     m.n = 0;
     int r = trap_execute(st, &in, &m);
-    if (r == EXEC_OK && put_zmm(uc, &in, st, &m) != 0) {
-        pass_on_sigill(si, uc, 1);
-    } else if (r == EXEC_OK) {
+    if (r == EXEC_OK && put_zmm(uc, &in, st, &m) != 0)
+        return ACT_PASS_FAULT;
+    if (r == EXEC_OK) {
         complement_store(uc, st);
         g[REG_RIP] = (greg_t)(rip + (uint64_t)len);
         count_done(&in, rip, observer, t0);
-    } else if (r == EXEC_UD) {
-        emit_refusal(in.op, rip, &m, " -> #UD (SIGILL)");
-        pass_on_sigill(si, uc, 1);
-    } else {
-        emit_refusal(in.op, rip, &m, " -> #GP (SIGSEGV)");
-        deliver_sigsegv(uc);
+        return ACT_DONE;
     }
+    if (r == EXEC_UD) {
+        emit_refusal(in.op, rip, &m, " -> #UD (SIGILL)");
+        return ACT_PASS_FAULT;
+    }
+    emit_refusal(in.op, rip, &m, " -> #GP (SIGSEGV)");
+    return ACT_SEGV;
 }
 
-void trap_handler(int sig, siginfo_t *si, void *vctx)
+/* A SIGILL the CPU raised: emulate it, or say what the handler must do
+ * with it instead.  Runs on the handler's own stack (hstack.c). */
+static int trap_work(siginfo_t *si, ucontext_t *uc)
 {
-    (void)sig;
-    int saved_errno = errno;
-    ucontext_t *uc = vctx;
     struct msg m;
     trap_observer_fn observer = __atomic_load_n(&g_observer, __ATOMIC_ACQUIRE);
     uint64_t t0 = observer ? now_ns() : 0;
 
-    if (si == NULL || si->si_code <= 0) {
-        /* Sent by kill/raise/tgkill, not raised by an instruction. */
-        pass_on_sigill(si, vctx, 0);
-        goto out;
-    }
-    if (__atomic_load_n(&g_complement, __ATOMIC_ACQUIRE)) {
-        complement_handler(si, uc, observer, t0);
-        goto out;
-    }
+    if (__atomic_load_n(&g_complement, __ATOMIC_ACQUIRE))
+        return complement_work(si, uc, observer, t0);
     greg_t *g = uc->uc_mcontext.gregs;
     uint64_t rip = (uint64_t)g[REG_RIP];
     uint64_t gpr[16];
@@ -430,23 +423,20 @@ void trap_handler(int sig, siginfo_t *si, void *vctx)
     load_gprs(g, gpr);
     int32_t len = pyamx_trap_decode((const uint8_t *)(uintptr_t)rip, 15, gpr, rip, &in);
     if (len == PYAMX_TRAP_DECODE_NOT_AMX || len == PYAMX_TRAP_DECODE_TRUNCATED) {
-        pass_on_sigill(si, vctx, 1);
-        goto out;
+        return ACT_PASS_FAULT;
     }
     if (len == PYAMX_TRAP_DECODE_UD) {
         m_prefix(&m, in.op, rip);
         m_str(&m, "#UD: encoding not valid (W/L/vvvv, EVEX masking/z/b, ModRM form or missing SIB; "
                   "docs/trap.md) -> SIGILL");
         m_emit(&m);
-        pass_on_sigill(si, vctx, 1);
-        goto out;
+        return ACT_PASS_FAULT;
     }
     if (len == PYAMX_TRAP_DECODE_UNSUPPORTED) {
         m_prefix(&m, in.op, rip);
         m_str(&m, "APX form (extended GPRs r16..r31) is not emulated -> SIGILL");
         m_emit(&m);
-        pass_on_sigill(si, vctx, 1);
-        goto out;
+        return ACT_PASS_FAULT;
     }
     /* Only XTILEDATA needs the permission: LDTILECFG, STTILECFG and
      * TILERELEASE touch XTILECFG alone and run without it on silicon
@@ -456,32 +446,58 @@ void trap_handler(int sig, siginfo_t *si, void *vctx)
         m_str(&m, "no AMX permission yet (the emulated arch_prctl(ARCH_REQ_XCOMP_PERM), "
                   "pyamx_trap_grant_permission(), was not called) -> SIGILL as on silicon");
         m_emit(&m);
-        pass_on_sigill(si, vctx, 1);
-        goto out;
+        return ACT_PASS_FAULT;
     }
     struct tile_state *st = state_current();
     if (st == NULL) {
         m_prefix(&m, in.op, rip);
         m_str(&m, "cannot emulate: all per-thread tile state slots are in use -> SIGILL");
         m_emit(&m);
-        pass_on_sigill(si, vctx, 1);
-        goto out;
+        return ACT_PASS_FAULT;
     }
     m.n = 0;
     int r = trap_execute(st, &in, &m);
-    if (r == EXEC_OK && put_zmm(uc, &in, st, &m) != 0) {
-        pass_on_sigill(si, vctx, 1);
-    } else if (r == EXEC_OK) {
+    if (r == EXEC_OK && put_zmm(uc, &in, st, &m) != 0)
+        return ACT_PASS_FAULT;
+    if (r == EXEC_OK) {
         g[REG_RIP] = (greg_t)(rip + (uint64_t)len);
         count_done(&in, rip, observer, t0);
-    } else if (r == EXEC_UD) {
-        emit_refusal(in.op, rip, &m, " -> #UD (SIGILL)");
-        pass_on_sigill(si, vctx, 1);
-    } else {
-        emit_refusal(in.op, rip, &m, " -> #GP (SIGSEGV)");
-        deliver_sigsegv(vctx);
+        return ACT_DONE;
     }
-out:
+    if (r == EXEC_UD) {
+        emit_refusal(in.op, rip, &m, " -> #UD (SIGILL)");
+        return ACT_PASS_FAULT;
+    }
+    emit_refusal(in.op, rip, &m, " -> #GP (SIGSEGV)");
+    return ACT_SEGV;
+}
+
+struct work_call {
+    siginfo_t *si;
+    ucontext_t *uc;
+    int action;
+};
+
+static void work_entry(void *arg)
+{
+    struct work_call *c = arg;
+    c->action = trap_work(c->si, c->uc);
+}
+
+/* The registered handler: as little as possible on the program's stack
+ * (docs/run.md, "Signal stacks"); what is handed on to the program's own
+ * handlers runs here, below the kernel's frame, as the kernel would run it. */
+void trap_handler(int sig, siginfo_t *si, void *vctx)
+{
+    (void)sig;
+    int saved_errno = errno;
+    struct work_call c = {si, vctx, ACT_PASS_SENT}; /* sent by kill/raise/tgkill unless si_code > 0 */
+    if (si != NULL && si->si_code > 0)
+        trap_on_own_stack(work_entry, &c, vctx);
+    if (c.action == ACT_PASS_FAULT || c.action == ACT_PASS_SENT)
+        pass_on_sigill(si, vctx, c.action == ACT_PASS_FAULT);
+    else if (c.action == ACT_SEGV)
+        deliver_sigsegv(vctx);
     errno = saved_errno;
 }
 
