@@ -83,6 +83,10 @@ class Module:
     kernels: bool = False
     include_dirs: tuple = ("csrc",)
     x86_64_linux_only: bool = False  # not built at all elsewhere
+    # Symbols bound at load time (-z now): a signal handler's first call through the PLT would
+    # otherwise run the lazy binder, which saves the whole XSAVE state (kilobytes) on whatever
+    # small stack the handler runs on (docs/run.md, "Signal stacks").
+    bind_now: bool = False
     # A plain shared library, no cffi wrapper and no Python in it (pyamx run's preload): shipped
     # as an extension file, never imported. Its own compile and link arguments, never sanitized
     # (ASan's runtime must come first in LD_PRELOAD, which a preloaded library cannot guarantee).
@@ -97,11 +101,11 @@ MODULES = (
     Module("pyamx._native", ("csrc/pyamx.h", "csrc/engine.h"), ("csrc/*.c",), kernels=True),
     # The trap mode never executes a tile instruction: any C compiler for x86-64 Linux builds it.
     Module("pyamx._trap", ("csrc/trap/trap.h",), ("csrc/trap/*.c",), include_dirs=("csrc/trap",),
-           x86_64_linux_only=True),
+           x86_64_linux_only=True, bind_now=True),
     # pyamx run's preload library (docs/run.md): the trap plus csrc/preload/, LD_PRELOADed into
     # other programs; -fvisibility=hidden keeps the trap's functions private to it.
     Module("pyamx._amxpreload", (), ("csrc/trap/*.c", "csrc/preload/*.c"), include_dirs=("csrc/trap",),
-           x86_64_linux_only=True, plain=True, plain_compile_args=("-fvisibility=hidden",),
+           x86_64_linux_only=True, bind_now=True, plain=True, plain_compile_args=("-fvisibility=hidden",),
            plain_link_args=("-ldl",)),
 )
 
@@ -227,6 +231,10 @@ def link_args(sanitize: bool) -> list:
     if os.name == "nt":
         return []
     return ["-pthread", "-fsanitize=address,undefined"] if sanitize else ["-pthread"]
+
+
+def bind_now_args(module: Module) -> list:
+    return ["-Wl,-z,now"] if module.bind_now and os.name != "nt" else []
 
 
 def _build_ext_compiler():
@@ -737,7 +745,7 @@ def extension(module: Module, p: BuildPlan):
             include_dirs=list(module.include_dirs),
             define_macros=[("PYAMX_VERSION", c_string(p.version))],
             extra_compile_args=compile_args(False) + list(module.plain_compile_args),
-            extra_link_args=link_args(False) + list(module.plain_link_args),
+            extra_link_args=link_args(False) + list(module.plain_link_args) + bind_now_args(module),
             depends=header_dependencies(),
             py_limited_api=_limited_api(),
         ), False
@@ -753,7 +761,7 @@ def extension(module: Module, p: BuildPlan):
         include_dirs=list(module.include_dirs),
         define_macros=define_macros(module, p),
         extra_compile_args=compile_args(p.decision.sanitize),
-        extra_link_args=link_args(p.decision.sanitize),
+        extra_link_args=link_args(p.decision.sanitize) + bind_now_args(module),
         depends=header_dependencies(),
         py_limited_api=_limited_api(),
     ), changed

@@ -345,6 +345,9 @@ def _run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--stats", action="store_true",
                         help="print emulated instructions by mnemonic and the time spent, at exit (stderr)")
     parser.add_argument("--stats-file", metavar="FILE", help="write the --stats report to FILE instead")
+    parser.add_argument("--no-guard", action="store_true",
+                        help="no seccomp guard for the SIGILL handler (no cost on the program's system calls; "
+                             "a raw rt_sigaction(SIGILL) of the program then displaces the emulation)")
     parser.add_argument("--env", action="store_true",
                         help="print the shell line that enables emulation for every later command, and exit")
     parser.add_argument("program", nargs=argparse.REMAINDER, help="-- PROGRAM [ARGS...]")
@@ -381,10 +384,10 @@ def run_command(args: argparse.Namespace) -> int:
             import io
 
             report = io.StringIO()
-            rc = runner.run(program, verbose=args.verbose, stats=True, stats_out=report)
+            rc = runner.run(program, verbose=args.verbose, stats=True, stats_out=report, guard=not args.no_guard)
             _write_stats_file(args.stats_file, report.getvalue())
         else:
-            rc = runner.run(program, verbose=args.verbose, stats=args.stats)
+            rc = runner.run(program, verbose=args.verbose, stats=args.stats, guard=not args.no_guard)
     except runner.RunError as exc:
         print(exc, file=sys.stderr)
         return 2

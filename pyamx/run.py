@@ -30,6 +30,7 @@ PRELOAD_PREFIX, PRELOAD_SUFFIX = "_amxpreload", ".so"
 PRELOAD_GLOB = PRELOAD_PREFIX + "*" + PRELOAD_SUFFIX
 STATS_ENV = "PYAMX_RUN_STATS"
 VERBOSE_ENV = "PYAMX_RUN_VERBOSE"
+GUARD_ENV = "PYAMX_TRAP_GUARD"  # 0: no seccomp guard (pyamx.trap.GUARD_ENV; read by the preload too)
 
 
 class RunError(RuntimeError):
@@ -57,7 +58,8 @@ def preload_path():
     return Path(preload_file())
 
 
-def environment(preload, stats_fd: Optional[int] = None, verbose: bool = False, base=None) -> dict:
+def environment(preload, stats_fd: Optional[int] = None, verbose: bool = False, base=None,
+                guard: bool = True) -> dict:
     """The environment a program runs under: the preload in LD_PRELOAD (kept for children), and
     the counters descriptor ``stats_fd`` (:func:`new_counters`), if any.
 
@@ -75,6 +77,8 @@ def environment(preload, stats_fd: Optional[int] = None, verbose: bool = False, 
         env[VERBOSE_ENV] = "1"
     else:
         env.pop(VERBOSE_ENV, None)
+    if not guard:
+        env[GUARD_ENV] = "0"
     return env
 
 
@@ -292,14 +296,23 @@ _SI_KERNEL = 0x80
 
 
 def run(argv: Sequence[str], *, verbose: bool = False, stats: bool = False, stats_out=None,
-        quiet: bool = False) -> int:
-    """Run ``argv`` under emulation; returns its exit status (-N when signal N killed it)."""
+        quiet: bool = False, guard: bool = True) -> int:
+    """Run ``argv`` under emulation; returns its exit status (-N when signal N killed it).
+
+    ``guard=False`` (``--no-guard``, or ``PYAMX_TRAP_GUARD=0`` in the environment) leaves out
+    the seccomp guard of the SIGILL handler: no filter on the program's system calls, but a raw
+    ``rt_sigaction(SIGILL)`` system call of the program then displaces the emulation.
+    """
     if not argv:
-        raise RunError("pyamx run: no program given (pyamx run [--verbose] [--stats] -- PROGRAM [ARGS...])")
+        raise RunError("pyamx run: no program given (pyamx run [--verbose] [--stats] [--no-guard] -- PROGRAM "
+                       "[ARGS...])")
+    from . import _env
+
+    guard = guard and _env.flag(GUARD_ENV, True, error=_guard_variable_error)
     preload = preload_file()
     counters = new_counters()
     try:
-        rc = _spawn_and_wait(argv, environment(preload, counters, verbose))
+        rc = _spawn_and_wait(argv, environment(preload, counters, verbose, guard=guard))
         result = read_stats(counters)
     finally:
         os.close(counters)
@@ -318,6 +331,10 @@ def run(argv: Sequence[str], *, verbose: bool = False, stats: bool = False, stat
             print("pyamx run: the program died of SIGSYS: a process exec'd without the preload (LD_PRELOAD "
                   f"removed) asked arch_prctl for AMX permission -- see {_run_doc()}", file=sys.stderr)
     return rc
+
+
+def _guard_variable_error(name, value, allowed):
+    return RunError(f"pyamx run: {name}={value!r} is not valid; use {allowed}")
 
 
 def exit_like(rc: int) -> int:
@@ -350,7 +367,7 @@ def shell_exports(preload=None) -> str:
     return f"export LD_PRELOAD={shlex.quote(env['LD_PRELOAD'])}"
 
 
-_FLAGS = {"--verbose": "verbose", "--stats": "stats", "--env": "env"}
+_FLAGS = {"--verbose": "verbose", "--stats": "stats", "--env": "env", "--no-guard": "no_guard"}
 
 
 class _Arguments:
@@ -359,7 +376,7 @@ class _Arguments:
     command = "run"
 
     def __init__(self):
-        self.verbose = self.stats = self.env = False
+        self.verbose = self.stats = self.env = self.no_guard = False
         self.stats_file = None
         self.program = []
 

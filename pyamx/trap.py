@@ -43,6 +43,8 @@ from ._nativelib import load_trap as _load  # the one loader of the compiled mod
 from .errors import BackendError, EnvironmentVariableError
 
 ENV_VAR = "PYAMX_TRAP_EMULATION"
+#: ``0`` leaves out the seccomp guard (its cost: some tens of ns on every system call of the process)
+GUARD_ENV = "PYAMX_TRAP_GUARD"
 
 # Kernel groups the handler emulates (the names pyamx.detect uses): every dot-product row
 # (csrc/trap/semantics.c, fp8.c).
@@ -59,6 +61,18 @@ def requested() -> bool:
     instead of the native path.
     """
     return _env.flag(ENV_VAR, False, error=EnvironmentVariableError)
+
+
+def guard_wanted() -> bool:
+    """Whether ``PYAMX_TRAP_GUARD`` (default on) asks for the guard; strict like every ``PYAMX_*`` flag.
+
+    Off, the handler stays installed against libc's ``sigaction``/``signal``
+    only through the reinstall before each native entry (and, under ``pyamx
+    run``, the preload's interposed functions); a raw ``rt_sigaction(SIGILL)``
+    system call then displaces it. On, every system call of the process pays
+    the filter (docs/run.md, "The guard").
+    """
+    return _env.flag(GUARD_ENV, True, error=EnvironmentVariableError)
 
 
 def _lib():
@@ -112,6 +126,7 @@ def enable() -> None:
     reason = _platform_reason()
     if reason:
         raise BackendError(reason)
+    with_guard = guard_wanted()
     lib = _lib()
     _native()
     if lib.pyamx_trap_cpu_has_amx():
@@ -123,7 +138,8 @@ def enable() -> None:
     if rc != 0:
         ffi = _load()[0]
         raise BackendError(f"the trap mode cannot be installed: {ffi.string(lib.pyamx_trap_strerror(rc)).decode()}")
-    lib.pyamx_trap_guard_install()
+    if with_guard:
+        lib.pyamx_trap_guard_install()
     _hook_into_native(lib)
 
 
@@ -280,6 +296,7 @@ def emulate_process() -> str:
     reason = _platform_reason()
     if reason:
         raise BackendError(reason)
+    with_guard = guard_wanted()
     ffi, lib = _load_or_backend_error()
     if _preload_active():
         return "preload"
@@ -292,11 +309,13 @@ def emulate_process() -> str:
         if rc != 0:
             raise BackendError(f"the complement mode cannot be installed: "
                                f"{ffi.string(lib.pyamx_trap_strerror(rc)).decode()}")
+        _preload_for_children()
         return "complement"
     rc = lib.pyamx_trap_install()
     if rc != 0:
         raise BackendError(f"AMX emulation cannot be installed: {ffi.string(lib.pyamx_trap_strerror(rc)).decode()}")
-    lib.pyamx_trap_guard_install()
+    if with_guard:
+        lib.pyamx_trap_guard_install()
     try:
         _hook_into_native(lib)
     except BackendError:
@@ -305,7 +324,28 @@ def emulate_process() -> str:
     if err:
         raise BackendError(f"the AMX permission request (arch_prctl) cannot be emulated in this process: "
                            f"{os.strerror(err)} (needs seccomp filters; a container may forbid them)")
+    _preload_for_children()
     return "emulated"
+
+
+def _preload_for_children() -> None:
+    """Programs this process execs are emulated too: ``pyamx run``'s preload joins LD_PRELOAD.
+
+    They inherit the seccomp filters but not the handlers (exec replaces them):
+    without the preload, a child that asks arch_prctl about AMX (a Python
+    importing pyamx, a multiprocessing spawn worker) died of SIGSYS. A child the
+    loader does not preload (a static or setuid program) still does
+    (docs/run.md, "What differs from silicon").
+    """
+    from . import run
+
+    try:
+        preload = run.preload_file()
+    except run.RunError:
+        return
+    current = os.environ.get("LD_PRELOAD", "")
+    if preload not in current.replace(":", " ").split():
+        os.environ["LD_PRELOAD"] = run.environment(preload, base={"LD_PRELOAD": current})["LD_PRELOAD"]
 
 
 def process_emulated() -> bool:

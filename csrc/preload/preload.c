@@ -30,6 +30,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -161,6 +162,12 @@ static void say_why(const char *what, const char *why)
     (void)w;
 }
 
+static int guard_switched_off(void)
+{
+    const char *v = getenv("PYAMX_TRAP_GUARD");
+    return v && (strcmp(v, "0") == 0 || strcasecmp(v, "false") == 0 || strcasecmp(v, "no") == 0);
+}
+
 /* Runs before main() (and before the constructors of libraries loaded
  * after this one), in every process that starts with the variable set. */
 __attribute__((constructor)) static void preload_init(void)
@@ -200,10 +207,13 @@ __attribute__((constructor)) static void preload_init(void)
     int err = pyamx_trap_xcomp_install();
     if (err != 0)
         say_why("arch_prctl(ARCH_REQ_XCOMP_PERM) cannot be emulated", strerror(err));
-    /* Without the guard the program's own sigaction(SIGILL) would displace
-     * the handler; emulation then stops where it does.  Say so only when
-     * the program depends on it (verbose). */
-    if (pyamx_trap_guard_install() != 0 && g_verbose)
+    /* Without the guard a raw rt_sigaction(SIGILL) system call of the
+     * program would displace the handler (libc's sigaction and signal are
+     * interposed below); emulation then stops where it does.  Say so only
+     * when the program depends on it (verbose).  PYAMX_TRAP_GUARD=0 (pyamx
+     * run --no-guard, validated by pyamx run) leaves it out: it costs every
+     * system call of the process some tens of ns (docs/run.md). */
+    if (!guard_switched_off() && pyamx_trap_guard_install() != 0 && g_verbose)
         say_why("SIGILL guard unavailable", pyamx_trap_guard_reason());
 }
 

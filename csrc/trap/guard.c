@@ -29,7 +29,12 @@
 #include "internal.h"
 
 #include <errno.h>
+#include <dirent.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <poll.h>
 #include <pthread.h>
+#include <stdlib.h>
 #include <semaphore.h>
 #include <stddef.h>
 #include <string.h>
@@ -127,11 +132,61 @@ static int from_this_process(pid_t tid)
     return tid == g_pid || syscall(SYS_tgkill, g_pid, tid, 0) == 0;
 }
 
+/* Whether any other thread of this process is still alive.  Not
+ * /proc/self/stat's thread count: a main thread that left with
+ * pthread_exit() stays a zombie, counted, until the whole group ends.
+ * 1 when unknown (no /proc), so that nothing ends the process early. */
+static int others_alive(void)
+{
+    DIR *d = opendir("/proc/self/task");
+    if (!d)
+        return 1;
+    int me = trap_tid(), alive = 0;
+    struct dirent *e;
+    while (!alive && (e = readdir(d)) != NULL) {
+        int tid = atoi(e->d_name);
+        if (tid <= 0 || tid == me)
+            continue;
+        char path[64], buf[512];
+        snprintf(path, sizeof path, "/proc/self/task/%d/stat", tid);
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+            continue; /* gone meanwhile */
+        ssize_t n = read(fd, buf, sizeof buf - 1);
+        close(fd);
+        if (n <= 0)
+            continue;
+        buf[n] = 0;
+        const char *p = strrchr(buf, ')'); /* the command name may hold spaces and parentheses */
+        alive = !p || (p[1] == ' ' && p[2] != 'Z' && p[2] != 'X');
+    }
+    closedir(d);
+    return alive;
+}
+
+/* The supervisor is a thread of the program's process, and a process lives
+ * while any thread does: when the program's own threads have all ended
+ * (main left with pthread_exit, the last worker returned), end the process
+ * as glibc's last thread would have, with exit(0) (atexit handlers, stdio
+ * flushed), instead of keeping it alive forever. */
+#define LAST_THREAD_POLL_MS 100
+
 static void serve(int fd)
 {
     struct seccomp_notif req;
     struct seccomp_notif_resp resp;
     for (;;) {
+        struct pollfd ready = {fd, POLLIN, 0};
+        int n = poll(&ready, 1, LAST_THREAD_POLL_MS);
+        if (n == 0) {
+            if (!others_alive())
+                exit(0);
+            continue;
+        }
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 || (ready.revents & (POLLERR | POLLNVAL)))
+            break;
         memset(&req, 0, sizeof req);
         if (ioctl(fd, SECCOMP_IOCTL_NOTIF_RECV, &req) != 0) {
             if (errno == EINTR || errno == ENOENT)
@@ -209,6 +264,10 @@ static void *supervisor(void *arg)
             fd = attach_filter(0);
         s->err = fd < 0 ? errno : 0;
     }
+    /* pthread_create may have given this thread a tile state slot (pyamx
+     * run's interposer does, for every thread): the program's 256 are the
+     * program's. */
+    state_forget_current();
     if (fd >= 0) {
         g_listener = (int)fd;
         __atomic_store_n(&g_on, 1, __ATOMIC_RELEASE);

@@ -75,6 +75,8 @@ struct tile_state *state_current(void);
  * thread's STTILECFG image (64 bytes, from pyamx_trap_thread_state), tile
  * data in the init state.  From normal context. */
 int32_t state_inherit_config(const uint8_t *cfg);
+/* Gives up the calling thread's slot, if any (a thread of this module's own). */
+void state_forget_current(void);
 /* pthread key and fork handler; from pthread_once in install. */
 void state_setup_once(void);
 
@@ -158,6 +160,8 @@ struct ksigaction {
 long trap_raw_sigaction(int sig, const struct ksigaction *act, struct ksigaction *old);
 /* A signal-return trampoline (sa_restorer) for handlers this module installs. */
 uint64_t trap_restorer(void);
+/* fn(arg) on a stack of the handler's own (hstack.c); uc: the frame being handled, or NULL. */
+void trap_on_own_stack(void (*fn)(void *), void *arg, const ucontext_t *uc);
 
 /* The SIGILL disposition the process believes in (what other code last
  * set, or what was there at install): the handler this mode chains to.

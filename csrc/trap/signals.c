@@ -189,6 +189,8 @@ static void say_fatal_sigill(const ucontext_t *uc)
     m_emit(&m);
 }
 
+static void say_fatal_entry(void *uc) { say_fatal_sigill(uc); }
+
 static void pass_on_sigill(siginfo_t *si, void *ctx, int fault)
 {
     ucontext_t *uc = ctx;
@@ -228,7 +230,7 @@ static void pass_on_sigill(siginfo_t *si, void *ctx, int fault)
     if (!fault && !nested && prev.handler == K_SIG_IGN)
         return; /* a sent SIGILL that was ignored before this handler came */
     if (fault)
-        say_fatal_sigill(uc);
+        trap_on_own_stack(say_fatal_entry, uc, uc);
     real_default(SIGILL);
     if (!fault)
         raise_unblocked(SIGILL);
@@ -341,40 +343,44 @@ static void count_done(const struct pyamx_trap_insn *in, uint64_t rip, trap_obse
 }
 
 /* One line that says why an instruction is left to its SIGILL, then the SIGILL passed on. */
-static void refuse(siginfo_t *si, void *ctx, int op, uint64_t rip, const char *why)
+/* What the handler does once the work on its own stack is over. */
+enum { ACT_DONE, ACT_PASS_FAULT, ACT_PASS_SENT, ACT_SEGV };
+
+static int refuse(int op, uint64_t rip, const char *why)
 {
     struct msg m;
     m_prefix(&m, op, rip);
     m_str(&m, why);
     m_emit(&m);
-    pass_on_sigill(si, ctx, 1);
+    return ACT_PASS_FAULT;
 }
 
 /* Runs a decoded instruction on st and ends the signal as the outcome says:
  * on to the next instruction (in the complement mode with the tiles put back
  * into the frame), or its #UD or #GP. */
-static void execute(siginfo_t *si, ucontext_t *uc, struct tile_state *st, const struct pyamx_trap_insn *in,
-                    int32_t len, int complement, trap_observer_fn observer, uint64_t t0)
+static int execute(ucontext_t *uc, struct tile_state *st, const struct pyamx_trap_insn *in, int32_t len,
+                   int complement, trap_observer_fn observer, uint64_t t0)
 {
     struct msg m;
     greg_t *g = uc->uc_mcontext.gregs;
     uint64_t rip = (uint64_t)g[REG_RIP];
     m.n = 0;
     int r = trap_execute(st, in, &m);
-    if (r == EXEC_OK && put_zmm(uc, in, st, &m) != 0) {
-        pass_on_sigill(si, uc, 1);
-    } else if (r == EXEC_OK) {
+    if (r == EXEC_OK && put_zmm(uc, in, st, &m) != 0)
+        return ACT_PASS_FAULT;
+    if (r == EXEC_OK) {
         if (complement)
             complement_store(uc, st);
         g[REG_RIP] = (greg_t)(rip + (uint64_t)len);
         count_done(in, rip, observer, t0);
-    } else if (r == EXEC_UD) {
-        emit_refusal(in->op, rip, &m, " -> #UD (SIGILL)");
-        pass_on_sigill(si, uc, 1);
-    } else {
-        emit_refusal(in->op, rip, &m, " -> #GP (SIGSEGV)");
-        deliver_sigsegv(uc);
+        return ACT_DONE;
     }
+    if (r == EXEC_UD) {
+        emit_refusal(in->op, rip, &m, " -> #UD (SIGILL)");
+        return ACT_PASS_FAULT;
+    }
+    emit_refusal(in->op, rip, &m, " -> #GP (SIGSEGV)");
+    return ACT_SEGV;
 }
 
 /* The complement mode's SIGILL: a #UD (ILL_ILLOPN) at an instruction of an
@@ -382,60 +388,47 @@ static void execute(siginfo_t *si, ucontext_t *uc, struct tile_state *st, const 
  * Anything else is the program's own SIGILL, passed on untouched: an XFD
  * fault (ILL_ILLOPC, no permission) of an instruction the CPU has, a #UD of
  * an illegal form, any other instruction. */
-static void complement_handler(siginfo_t *si, ucontext_t *uc, trap_observer_fn observer, uint64_t t0)
+static int complement_work(siginfo_t *si, ucontext_t *uc, trap_observer_fn observer, uint64_t t0)
 {
     greg_t *g = uc->uc_mcontext.gregs;
     uint64_t rip = (uint64_t)g[REG_RIP];
     uint64_t gpr[16];
     struct pyamx_trap_insn in;
     if (si->si_code != ILL_ILLOPN) {
-        pass_on_sigill(si, uc, 1);
-        return;
+        return ACT_PASS_FAULT;
     }
     load_gprs(g, gpr);
     int32_t len = pyamx_trap_decode((const uint8_t *)(uintptr_t)rip, 15, gpr, rip, &in);
     if (len <= 0 || !complement_emulates(in.op)) {
-        pass_on_sigill(si, uc, 1);
-        return;
+        return ACT_PASS_FAULT;
     }
     if (!complement_permitted()) {
-        refuse(si, uc, in.op, rip,
-               "no AMX permission (arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) was not "
-               "called) -> SIGILL as on silicon");
-        return;
+        return refuse(in.op, rip,
+                      "no AMX permission (arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) was not "
+                      "called) -> SIGILL as on silicon");
     }
     struct tile_state *st = state_current();
     if (st == NULL) {
-        refuse(si, uc, in.op, rip, "cannot emulate: all per-thread tile state slots are in use -> SIGILL");
-        return;
+        return refuse(in.op, rip, "cannot emulate: all per-thread tile state slots are in use -> SIGILL");
     }
     int loaded = complement_load(uc, st);
     if (loaded == COMPLEMENT_RETRY)
-        return; /* the kernel enlarged the FPU state: the instruction faults again, with room */
+        return ACT_DONE; /* the kernel enlarged the FPU state: the instruction faults again, with room */
     if (loaded != COMPLEMENT_LOADED) {
-        refuse(si, uc, in.op, rip, "cannot emulate: the signal frame carries no tile data -> SIGILL");
-        return;
+        return refuse(in.op, rip, "cannot emulate: the signal frame carries no tile data -> SIGILL");
     }
-    execute(si, uc, st, &in, len, 1, observer, t0);
+    return execute(uc, st, &in, len, 1, observer, t0);
 }
 
-void trap_handler(int sig, siginfo_t *si, void *vctx)
+/* A SIGILL the CPU raised: emulate it, or say what the handler must do
+ * with it instead.  Runs on the handler's own stack (hstack.c). */
+static int trap_work(siginfo_t *si, ucontext_t *uc)
 {
-    (void)sig;
-    int saved_errno = errno;
-    ucontext_t *uc = vctx;
     trap_observer_fn observer = __atomic_load_n(&g_observer, __ATOMIC_ACQUIRE);
     uint64_t t0 = observer ? now_ns() : 0;
 
-    if (si == NULL || si->si_code <= 0) {
-        /* Sent by kill/raise/tgkill, not raised by an instruction. */
-        pass_on_sigill(si, vctx, 0);
-        goto out;
-    }
-    if (__atomic_load_n(&g_complement, __ATOMIC_ACQUIRE)) {
-        complement_handler(si, uc, observer, t0);
-        goto out;
-    }
+    if (__atomic_load_n(&g_complement, __ATOMIC_ACQUIRE))
+        return complement_work(si, uc, observer, t0);
     greg_t *g = uc->uc_mcontext.gregs;
     uint64_t rip = (uint64_t)g[REG_RIP];
     uint64_t gpr[16];
@@ -443,35 +436,58 @@ void trap_handler(int sig, siginfo_t *si, void *vctx)
     load_gprs(g, gpr);
     int32_t len = pyamx_trap_decode((const uint8_t *)(uintptr_t)rip, 15, gpr, rip, &in);
     if (len == PYAMX_TRAP_DECODE_NOT_AMX || len == PYAMX_TRAP_DECODE_TRUNCATED) {
-        pass_on_sigill(si, vctx, 1);
-        goto out;
+        return ACT_PASS_FAULT;
     }
     if (len == PYAMX_TRAP_DECODE_UD) {
-        refuse(si, vctx, in.op, rip,
-               "#UD: encoding not valid (W/L/vvvv, EVEX masking/z/b, ModRM form or missing SIB; "
-               "docs/trap.md) -> SIGILL");
-        goto out;
+        return refuse(in.op, rip,
+                      "#UD: encoding not valid (W/L/vvvv, EVEX masking/z/b, ModRM form or missing SIB; "
+                      "docs/trap.md) -> SIGILL");
     }
     if (len == PYAMX_TRAP_DECODE_UNSUPPORTED) {
-        refuse(si, vctx, in.op, rip, "APX form (extended GPRs r16..r31) is not emulated -> SIGILL");
-        goto out;
+        return refuse(in.op, rip, "APX form (extended GPRs r16..r31) is not emulated -> SIGILL");
     }
     /* Only XTILEDATA needs the permission: LDTILECFG, STTILECFG and
      * TILERELEASE touch XTILECFG alone and run without it on silicon
      * (Sapphire Rapids, Linux 6.18, docs/run.md). */
     if (touches_tile_data(in.op) && !__atomic_load_n(&g_permission, __ATOMIC_ACQUIRE)) {
-        refuse(si, vctx, in.op, rip,
-               "no AMX permission yet (the emulated arch_prctl(ARCH_REQ_XCOMP_PERM), "
-               "pyamx_trap_grant_permission(), was not called) -> SIGILL as on silicon");
-        goto out;
+        return refuse(in.op, rip,
+                      "no AMX permission yet (the emulated arch_prctl(ARCH_REQ_XCOMP_PERM), "
+                      "pyamx_trap_grant_permission(), was not called) -> SIGILL as on silicon");
     }
     struct tile_state *st = state_current();
     if (st == NULL) {
-        refuse(si, vctx, in.op, rip, "cannot emulate: all per-thread tile state slots are in use -> SIGILL");
-        goto out;
+        return refuse(in.op, rip, "cannot emulate: all per-thread tile state slots are in use -> SIGILL");
     }
-    execute(si, uc, st, &in, len, 0, observer, t0);
-out:
+    return execute(uc, st, &in, len, 0, observer, t0);
+}
+
+struct work_call {
+    siginfo_t *si;
+    ucontext_t *uc;
+    int action;
+};
+
+static void work_entry(void *arg)
+{
+    struct work_call *c = arg;
+    c->action = trap_work(c->si, c->uc);
+}
+
+/* The registered handler: as little as possible on the program's stack
+ * (docs/run.md, "The guard, signal stacks and the end of the process"); what
+ * is handed on to the program's own handlers runs here, below the kernel's
+ * frame, as the kernel would run it. */
+void trap_handler(int sig, siginfo_t *si, void *vctx)
+{
+    (void)sig;
+    int saved_errno = errno;
+    struct work_call c = {si, vctx, ACT_PASS_SENT}; /* sent by kill/raise/tgkill unless si_code > 0 */
+    if (si != NULL && si->si_code > 0)
+        trap_on_own_stack(work_entry, &c, vctx);
+    if (c.action == ACT_PASS_FAULT || c.action == ACT_PASS_SENT)
+        pass_on_sigill(si, vctx, c.action == ACT_PASS_FAULT);
+    else if (c.action == ACT_SEGV)
+        deliver_sigsegv(vctx);
     errno = saved_errno;
 }
 

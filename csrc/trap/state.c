@@ -120,6 +120,19 @@ static void slot_release_destructor(void *v)
     }
 }
 
+void state_forget_current(void)
+{
+    int32_t tid = trap_tid();
+    int s = slot_find(tid);
+    if (__atomic_load_n(&g_key_ready, __ATOMIC_ACQUIRE))
+        pthread_setspecific(g_key, NULL);
+    if (s >= 0) {
+        int32_t expect = tid;
+        state_init(&slots[s].st);
+        __atomic_compare_exchange_n(&slots[s].tid, &expect, 0, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED);
+    }
+}
+
 static void atfork_prepare(void) { __atomic_store_n(&g_fork_tid, trap_tid(), __ATOMIC_RELAXED); }
 
 static void atfork_child(void)
