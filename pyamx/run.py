@@ -119,8 +119,8 @@ class RunStats(tuple):
 
 
 def _trap_module():
-    """``(ffi, lib)`` of pyamx._trap, for the counters' layout: the cffi module alone (pyamx.trap,
-    which imports more, only to word the error when it is missing or stale)."""
+    """``(ffi, lib)`` of pyamx._trap, for the counters' layout: the cffi module alone (the
+    loader, which imports more, only to word the error when it is missing or stale)."""
     from ._version import __version__
 
     try:
@@ -130,9 +130,9 @@ def _trap_module():
             return _trap.ffi, _trap.lib
     except ImportError:
         pass
-    from .trap import _load
+    from ._nativelib import load_trap
 
-    return _load()  # raises ImportError saying what is wrong
+    return load_trap()  # raises ImportError saying what is wrong
 
 
 def new_counters() -> int:

@@ -16,11 +16,9 @@ import subprocess
 import sys
 import textwrap
 
-import pytest
 
-import pyamx
-import pyamx.run
-from test_run import PKG_PARENT, pytestmark  # noqa: F401  (same platform skip)
+from childproc import PYAMX_HOME, require_pyamx_run
+from test_run import pytestmark  # noqa: F401  (same platform skip)
 
 POOL = textwrap.dedent("""
     import multiprocessing, os, subprocess, sys
@@ -46,16 +44,13 @@ POOL = textwrap.dedent("""
 
 
 def test_spawn_pool_and_child_pythons_of_an_emulating_process_work(tmp_path):
-    try:
-        pyamx.run.preload_file()
-    except pyamx.run.RunError as exc:
-        pytest.skip(f"no preload library here: {exc}")
+    require_pyamx_run()
     script = tmp_path / "pool.py"
     script.write_text(POOL)
     env = dict(os.environ)
     env.pop("PYAMX_TRAP_EMULATION", None)
     proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300,
-                          cwd=PKG_PARENT, env=env)
+                          cwd=PYAMX_HOME, env=env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     lines = dict(line.split(" ", 1) for line in proc.stdout.splitlines() if " " in line)
     assert lines["pool"] == "4", proc.stdout + proc.stderr
