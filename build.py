@@ -449,6 +449,7 @@ TRAIT_FIELDS = (
     ("feature_subleaf", "", ""),
     ("feature_reg", "", "0 EAX, 1 EBX, 2 ECX, 3 EDX"),
     ("feature_bit", "", ""),
+    ("part", "", "the complex product's part a complex row computes: 1 real, 2 imaginary; 0 elsewhere"),
 )
 
 
@@ -465,11 +466,15 @@ def _trait_fields(isa, insn) -> tuple:
         lanes=insn.lanes or 0, prefix=_c_name(enc.prefix), map=f"0x{enc.map:X}", pp=enc.pp, w=enc.w, l=enc.l,
         opcode=f"0x{enc.opcode:02X}", form=_c_name(enc.form), **dict(zip(imm, _imm_fields(insn.imm_encoding))),
         feature_leaf=f"0x{insn.feature.leaf:X}", feature_subleaf=insn.feature.subleaf,
-        feature_reg=_REGISTERS.index(insn.feature.register), feature_bit=insn.feature.bit)
+        feature_reg=_REGISTERS.index(insn.feature.register), feature_bit=insn.feature.bit,
+        part=_PARTS.index(insn.part))
     if set(values) != {name for name, _, _ in TRAIT_FIELDS}:
         raise ValueError(f"build.py: the traits of {insn.mnemonic} are not TRAIT_FIELDS: {sorted(values)}")
     return (insn.mnemonic, *(values[name] for name, _, _ in TRAIT_FIELDS))
 
+
+#: complex parts in the order the traits number them
+_PARTS = (None, "real", "imaginary")
 
 #: CPUID result registers in the order the traits number them
 _REGISTERS = ("eax", "ebx", "ecx", "edx")

@@ -31,8 +31,11 @@ static inline int pyamx_dot_is_float(const struct pyamx_op_traits *t) { return t
  * imaginary row swaps the halves of each A dword, the real row negates the
  * imaginary half; B is read as it is. */
 static inline int pyamx_dot_is_complex(const struct pyamx_op_traits *t) { return t->kind == PYAMX_KIND_DOT_COMPLEX; }
-/* The two rows differ only in their arithmetic, which no trait spells: the imaginary one is named. */
-static inline int pyamx_dot_complex_swaps(int op) { return op == PYAMX_OP_TCMMIMFP16PS; }
+/* The two rows differ in the part they compute (isa's `part`: 1 real, 2 imaginary). */
+static inline int pyamx_dot_complex_swaps(int op)
+{
+    return (unsigned)op < sizeof pyamx_op_traits / sizeof pyamx_op_traits[0] && pyamx_op_traits[op].part == 2;
+}
 
 /* Bytes of one operand value: a dword holds `lanes` of them. */
 static inline int pyamx_dot_value_bytes(const struct pyamx_op_traits *t) { return 4 / t->lanes; }

@@ -31,13 +31,11 @@ MAX_FILES = 3
 #: a fix fails the test until its entry goes, and a new mention outside this list counts.
 PENDING_BY_FILE = {
     # C: one exported function per config/memory instruction, and the trap's per-instruction cases
-    # (the complex rows told apart by id: the generated traits do not carry isa's ``part`` yet)
     "csrc/kernels.c": "LDTILECFG STTILECFG TILERELEASE TILEZERO TILELOADD TILESTORED",
     "csrc/pyamx.h": "LDTILECFG STTILECFG TILERELEASE TILEZERO TILELOADD TILESTORED",
     "csrc/trap/semantics.c": "LDTILECFG STTILECFG TILERELEASE TILEZERO TILELOADD TILELOADDT1 TILESTORED "
-                             "TILELOADDRS TILELOADDRST1 TCMMRLFP16PS",
+                             "TILELOADDRS TILELOADDRST1",
     "csrc/trap/signals.c": "LDTILECFG STTILECFG TILERELEASE",
-    "csrc/dot_traits.h": "TCMMIMFP16PS",
     # both tile machines write one method per config/memory instruction (the dot and row methods
     # are generated from the table)
     "pyamx/emulator/machine.py": "LDTILECFG STTILECFG TILERELEASE TILEZERO TILELOADD TILELOADDT1 TILESTORED "

@@ -51,18 +51,19 @@ _PRINT_ROWS = r"""
 #include <stdio.h>
 #include "pyamx_op_traits.h"
 #define PRINT(name_, kind_, a_, b_, acc_, as_, bs_, lanes_, prefix_, map_, pp_, w_, l_, opcode_, form_, \
-              ip_, imap_, ipp_, iw_, il_, iopc_, fleaf_, fsub_, freg_, fbit_) { \
+              ip_, imap_, ipp_, iw_, il_, iopc_, fleaf_, fsub_, freg_, fbit_, part_) { \
     const struct pyamx_op_traits *t = &pyamx_op_traits[PYAMX_OP_##name_]; \
-    printf("%s %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %s\n", #name_, t->kind, \
+    printf("%s %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %s\n", #name_, t->kind, \
            t->a_format, \
            t->b_format, t->acc_format, t->a_signed, t->b_signed, t->lanes, t->prefix, t->map, t->pp, t->w, t->l, \
            t->opcode, t->form, t->imm_prefix, t->imm_map, t->imm_pp, t->imm_w, t->imm_l, t->imm_opcode, \
-           t->feature_leaf, t->feature_subleaf, t->feature_reg, t->feature_bit, pyamx_op_names[PYAMX_OP_##name_]); \
+           t->feature_leaf, t->feature_subleaf, t->feature_reg, t->feature_bit, t->part, \
+           pyamx_op_names[PYAMX_OP_##name_]); \
     if (t->kind != PYAMX_KIND_##kind_ || t->a_format != PYAMX_FMT_##a_ || t->acc_format != PYAMX_FMT_##acc_ \
         || t->lanes != lanes_ || t->opcode != opcode_ || t->pp != pp_ || t->form != PYAMX_FORM_##form_ \
         || t->imm_prefix != PYAMX_PREFIX_##ip_ || t->imm_map != imap_ || t->imm_pp != ipp_ || t->imm_w != iw_ \
         || t->imm_l != il_ || t->imm_opcode != iopc_ || t->feature_leaf != fleaf_ || t->feature_subleaf != fsub_ \
-        || t->feature_reg != freg_ || t->feature_bit != fbit_) return 1; }
+        || t->feature_reg != freg_ || t->feature_bit != fbit_ || t->part != part_) return 1; }
 #define PRINT_IMM(name_, map_, pp_, opcode_) { \
     const struct pyamx_op_traits *t = &pyamx_op_traits[PYAMX_OP_##name_]; \
     printf("imm %s %d %d %d\n", #name_, map_, pp_, opcode_); \
@@ -86,7 +87,8 @@ def _expected_line(insn) -> str:
                   (("VEX", "EVEX").index(imm.prefix) + 1, imm.map, imm.pp, imm.w, imm.l, imm.opcode))
     feature = insn.feature
     feature_fields = (feature.leaf, feature.subleaf, ("eax", "ebx", "ecx", "edx").index(feature.register), feature.bit)
-    return " ".join([insn.mnemonic, *map(str, fields + imm_fields + feature_fields), insn.mnemonic])
+    part = ((None, "real", "imaginary").index(insn.part),)
+    return " ".join([insn.mnemonic, *map(str, fields + imm_fields + feature_fields + part), insn.mnemonic])
 
 
 def test_the_traits_header_compiles_and_holds_every_rows_fields(tmp_path):

@@ -381,7 +381,7 @@ static int do_dot(struct tile_state *st, const struct pyamx_trap_insn *in, struc
         float_rows(st, d, s1, s2, t->a_format == PYAMX_FMT_FP16, 0);
         break;
     case PYAMX_FMT_CFP16:
-        complex_rows(st, d, s1, s2, in->op == PYAMX_OP_TCMMRLFP16PS);
+        complex_rows(st, d, s1, s2, pyamx_op_traits[in->op].part == 1);
         break;
     case PYAMX_FMT_BF8:
     case PYAMX_FMT_HF8:
