@@ -93,15 +93,44 @@ struct tile_state *state_for(int32_t tid)
  * handler, and reaped only when their tid no longer exists.  Reading it
  * is a load from the thread descriptor (keys below 32 live there; a
  * higher key is read from an array pthread_setspecific allocated from
- * normal context), so the handler's common case needs no system call. */
+ * normal context).
+ *
+ * The slot must also be this task's: a vfork child, or a clone(CLONE_VM)
+ * child without a TLS of its own, reads its creator's thread descriptor,
+ * so the key names the creator's slot.  On Linux such a task has tile
+ * state of its own that starts with the creator's TILECFG and tile data in
+ * the init state (measured on Sapphire Rapids, docs/run.md), so it gets a
+ * slot of its own, keyed by its tid, started that way.  The tid costs one
+ * gettid, a small part of the signal's round trip. */
 struct tile_state *state_current(void)
 {
+    int32_t tid = trap_tid();
+    int creator = -1;
     if (__atomic_load_n(&g_key_ready, __ATOMIC_ACQUIRE)) {
         uintptr_t v = (uintptr_t)pthread_getspecific(g_key);
-        if (v >= 1 && v <= MAX_SLOTS && __atomic_load_n(&slots[v - 1].tid, __ATOMIC_ACQUIRE) != 0)
-            return &slots[v - 1].st;
+        if (v >= 1 && v <= MAX_SLOTS) {
+            int32_t owner = __atomic_load_n(&slots[v - 1].tid, __ATOMIC_ACQUIRE);
+            if (owner == tid)
+                return &slots[v - 1].st;
+            if (owner != 0)
+                creator = (int)(v - 1);
+        }
     }
-    return state_for(trap_tid());
+    int s = slot_find(tid);
+    if (s >= 0)
+        return &slots[s].st;
+    s = slot_claim(tid);
+    if (s < 0)
+        return NULL;
+    if (creator >= 0) {
+        const struct tile_state *from = &slots[creator].st;
+        struct tile_state *st = &slots[s].st;
+        st->palette = from->palette;
+        st->start_row = from->start_row;
+        memcpy(st->rows, from->rows, sizeof st->rows);
+        memcpy(st->colsb, from->colsb, sizeof st->colsb);
+    }
+    return &slots[s].st;
 }
 
 static void slot_release_destructor(void *v)
