@@ -163,6 +163,14 @@ def test_without_the_permission_request_the_new_instructions_fault_as_on_silicon
     assert answers == ["UD"] * len(cases)
 
 
+def _cpu_has_avx512() -> bool:
+    try:
+        with open("/proc/cpuinfo") as f:
+            return "avx512f" in f.read().split()
+    except OSError:
+        return True
+
+
 def test_row_instructions_write_the_zmm_register_the_emulator_computes(program):
     # AMX-AVX512 writes a zmm register of the interrupted program: the handler puts it in the
     # signal frame's XSAVE image. Rows of int32/fp32 data with ties, denormals, NaNs and infinities.
@@ -179,6 +187,11 @@ def test_row_instructions_write_the_zmm_register_the_emulator_computes(program):
             cases.append((name, m, k, row + 1, np.zeros(4 * m * (row + 1), np.uint8),
                           words.astype("<u4").view(np.uint8), np.zeros(4 * k * (row + 1), np.uint8)))
     answers, _ = run_cases(program, [line_of(case) for case in cases])
+    if not _cpu_has_avx512():
+        # No zmm registers to write: AMX-AVX512 exists only on CPUs with AVX-512, and the
+        # emulation leaves a row instruction to SIGILL where the frame has no zmm state.
+        assert set(answers) == {"UD"}, answers
+        return
     for case, got in zip(cases, answers):
         name, m, k, n, _, a, _ = case
         machine = pyamx.TileMachine()
