@@ -19,9 +19,10 @@ import pytest
 from childproc import PYAMX_HOME, child_env
 
 SCRIPT = r"""
-import numpy as np, pyamx
+import numpy as np, pyamx, pyamx.detect
 from pyamx._nativelib import load_trap
 from pyamx import isa
+pyamx.detect.report()  # installs the trap first: installing sets the path to the CPU's best
 ffi, lib = load_trap()
 rng = np.random.default_rng(2026)
 special = np.array([0, 0x8000, 1, 0x8001, 0x03ff, 0x0400, 0x7bff, 0xfbff, 0x7c00, 0xfc00, 0x7e00, 0x7c01,
