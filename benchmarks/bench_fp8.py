@@ -12,32 +12,12 @@ tests. For the BLAS to choose its own kernel, run it with OPENBLAS_CORETYPE / OP
 from __future__ import annotations
 
 import argparse
-import contextlib
 import time
 
 import numpy as np
 
 import pyamx
-
-
-def blas_info() -> str:
-    """numpy's BLAS library, version, kernel and thread count (needs threadpoolctl)."""
-    try:
-        from threadpoolctl import threadpool_info
-    except ImportError:
-        return "unknown (install threadpoolctl to see it)"
-    pools = [p for p in threadpool_info() if p.get("user_api") == "blas"]
-    return "; ".join(f"{p['internal_api']} {p.get('version')} kernel {p.get('architecture')} "
-                     f"({p.get('num_threads')} threads)" for p in pools) or "none found"
-
-
-def one_thread():
-    """numpy's BLAS held to one thread where threadpoolctl can (else as numpy starts it)."""
-    try:
-        from threadpoolctl import threadpool_limits
-    except ImportError:
-        return contextlib.nullcontext()
-    return threadpool_limits(1)
+from bench_engine import blas_info, blas_limits  # the same BLAS report and thread limit
 
 
 def best(fn, repeat: int) -> tuple[float, float]:
@@ -69,7 +49,7 @@ def main() -> None:
     print(f"pyamx {pyamx.__version__}, numpy {np.__version__}; BLAS: {blas_info()}")
     print(f"fp8 (BF8 x HF8) {n}^3 on emulator/{args.engine}, one thread, against numpy float32 matmul")
     ratios_wall, ratios_cpu = [], []
-    with one_thread():
+    with blas_limits(1):
         engine = pyamx.matmul(a, b, backend="emulator", engine=args.engine, threads=1).engine
         for r in range(args.rounds):
             fw, fc = best(lambda: pyamx.matmul(a, b, backend="emulator", engine=args.engine, threads=1),
