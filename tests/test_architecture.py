@@ -17,6 +17,9 @@ import pytest
 
 from pyamx import isa
 
+# Reads the source tree only: CI runs it once per Python, not under every backend (.ci/run).
+pytestmark = pytest.mark.static
+
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "pyamx"
 

@@ -19,6 +19,9 @@ import pytest
 import pyamx
 from pyamx import isa
 
+# Reads the source tree only: CI runs it once per Python, not under every backend (.ci/run).
+pytestmark = pytest.mark.static
+
 pytest.importorskip("mypy", reason="mypy is not installed (the test extra brings it: pip install -e '.[test]')")
 pytest.importorskip("typing_extensions", reason="the script's assert_type needs typing_extensions (a mypy dependency)")
 
