@@ -162,6 +162,9 @@ long trap_raw_sigaction(int sig, const struct ksigaction *act, struct ksigaction
 uint64_t trap_restorer(void);
 /* fn(arg) on a stack of the handler's own (hstack.c); uc: the frame being handled, or NULL. */
 void trap_on_own_stack(void (*fn)(void *), void *arg, const ucontext_t *uc);
+/* Maps one more pool stack, from normal context: the entry can use only stacks
+ * mapped before the signal (one at install, one per prepared thread). */
+void hstack_prearm(void);
 
 /* The SIGILL disposition the process believes in (what other code last
  * set, or what was there at install): the handler this mode chains to.
@@ -172,7 +175,14 @@ void chain_set(const struct ksigaction *in);
 
 /* ---- signals.c ---- */
 
-void trap_handler(int sig, siginfo_t *si, void *ctx);
+#define HIDDEN __attribute__((visibility("hidden")))
+
+/* The registered SIGILL handler: an assembly entry (hstack.c) that calls
+ * the C halves below on the handler's own stack and the program's. */
+HIDDEN void trap_handler(int sig, siginfo_t *si, void *ctx);
+HIDDEN int trap_handler_work(int sig, siginfo_t *si, void *ctx);
+HIDDEN void trap_handler_pass(int sig, siginfo_t *si, void *ctx, int action);
+HIDDEN void trap_handler_c(int sig, siginfo_t *si, void *ctx);
 int trap_is_ours(const struct ksigaction *k);
 /* Serialises chain_set() and real installs between normal-context callers
  * (install, reinstall, uninstall, the guard's supervisor). */
