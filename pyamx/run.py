@@ -329,7 +329,8 @@ def run(argv: Sequence[str], *, verbose: bool = False, stats: bool = False, stat
             print(note, file=sys.stderr)
         if rc == -signal.SIGSYS:
             print("pyamx run: the program died of SIGSYS: a process exec'd without the preload (LD_PRELOAD "
-                  f"removed) asked arch_prctl for AMX permission -- see {_run_doc()}", file=sys.stderr)
+                  "removed, or a static program) asked arch_prctl for AMX permission where no guard could "
+                  f"let the kernel answer it -- see {_run_doc()}", file=sys.stderr)
     return rc
 
 

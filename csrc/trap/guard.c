@@ -56,7 +56,7 @@
 #define SECCOMP_FILTER_FLAG_TSYNC_ESRCH (1UL << 4)
 #endif
 
-#if defined(SECCOMP_IOCTL_NOTIF_RECV) && defined(SECCOMP_USER_NOTIF_FLAG_CONTINUE) && \
+#if defined(SECCOMP_IOCTL_NOTIF_RECV) && defined(SECCOMP_IOCTL_NOTIF_ID_VALID) && defined(SECCOMP_USER_NOTIF_FLAG_CONTINUE) && \
     defined(SECCOMP_FILTER_FLAG_NEW_LISTENER) && defined(SYS_seccomp)
 #define HAVE_LISTENER 1
 #else
@@ -132,6 +132,32 @@ static int from_this_process(pid_t tid)
     return tid == g_pid || syscall(SYS_tgkill, g_pid, tid, 0) == 0;
 }
 
+struct pending {
+    int fd;
+    uint64_t id;
+};
+
+static int still_pending(void *arg)
+{
+    struct pending *p = arg;
+    return ioctl(p->fd, SECCOMP_IOCTL_NOTIF_ID_VALID, &p->id) == 0;
+}
+
+/* An AMX arch_prctl: answered by xcomp.c for the tasks it emulates (1),
+ * else (0) the kernel answers, as it would on this CPU. */
+static int answer_xcomp(int fd, const struct seccomp_notif *req, struct seccomp_notif_resp *resp)
+{
+    struct pending p = {fd, req->id};
+    long r = 0;
+    pid_t tid = (pid_t)req->pid;
+    int own = guard_active() && from_this_process(tid);
+    if (!xcomp_notified(tid, own, (long)(int)req->data.args[0], req->data.args[1], still_pending, &p, &r))
+        return 0;
+    resp->error = r < 0 ? (int32_t)r : 0;
+    resp->val = r < 0 ? 0 : r;
+    return 1;
+}
+
 /* Whether any other thread of this process is still alive.  Not
  * /proc/self/stat's thread count: a main thread that left with
  * pthread_exit() stays a zombie, counted, until the whole group ends.
@@ -201,7 +227,7 @@ static void serve(int fd)
         if (guard_active() && pyamx_trap_installed() && req.data.nr == SYS_rt_sigaction &&
             from_this_process((pid_t)req.pid))
             answer(&req.data, &resp);
-        else
+        else if (!(req.data.nr == SYS_arch_prctl && answer_xcomp(fd, &req, &resp)))
             resp.flags = SECCOMP_USER_NOTIF_FLAG_CONTINUE;
         /* ENOENT: the caller was interrupted by a signal meanwhile; the
          * kernel restarts its call, which arrives here again. */
@@ -218,27 +244,53 @@ static void serve(int fd)
 
 /* Decided by architecture and number first, so the kernel's per-syscall
  * cache (Linux >= 5.11) skips the filter for every other system call.
- * This module's own calls carry TRAP_SITE_MARK in r9 (args[5], unused by
- * rt_sigaction); see sigaction.c for why a mark and not the address. */
+ * Notified: rt_sigaction(SIGILL) except from this module's own site, which
+ * carries TRAP_SITE_MARK in r9 (args[5], unused by rt_sigaction; see
+ * sigaction.c for why a mark and not the address); and arch_prctl with the
+ * three AMX permission codes (xcomp.c answers those of emulated tasks). */
+#define XCOMP_GET_SUPP 0x1021
+#define XCOMP_GET_PERM 0x1022
+#define XCOMP_REQ_PERM 0x1023
+
+/* Instruction indexes of the program below, for its jumps. */
+enum {
+    I_ARCH = 1,
+    I_NR_SIGACTION = 3,
+    I_SIGNUM = 5,
+    I_MARK_LO = 7,
+    I_MARK_HI = 9,
+    I_NR_ARCH_PRCTL = 10,
+    I_SUPP = 12,
+    I_PERM = 13,
+    I_REQ = 14,
+    I_ALLOW = 15,
+    I_NOTIFY = 16
+};
+#define TO(from, to) ((to) - (from) - 1)
+
 static long attach_filter(unsigned long extra_flags)
 {
     uint32_t mark_lo = (uint32_t)TRAP_SITE_MARK, mark_hi = (uint32_t)(TRAP_SITE_MARK >> 32);
     struct sock_filter code[] = {
         LD_ABS(offsetof(struct seccomp_data, arch)),
-        JEQ(AUDIT_ARCH_X86_64, 0, 8),
+        JEQ(AUDIT_ARCH_X86_64, 0, TO(I_ARCH, I_ALLOW)),
         LD_ABS(offsetof(struct seccomp_data, nr)),
-        JEQ(SYS_rt_sigaction, 0, 6),
+        JEQ(SYS_rt_sigaction, 0, TO(I_NR_SIGACTION, I_NR_ARCH_PRCTL)),
         LD_ABS(offsetof(struct seccomp_data, args[0])), /* int signum: low half */
-        JEQ(SIGILL, 0, 4),
+        JEQ(SIGILL, 0, TO(I_SIGNUM, I_ALLOW)),
         LD_ABS(offsetof(struct seccomp_data, args[5])),
-        JEQ(mark_lo, 0, 3),
+        JEQ(mark_lo, 0, TO(I_MARK_LO, I_NOTIFY)),
         LD_ABS(offsetof(struct seccomp_data, args[5]) + 4),
-        JEQ(mark_hi, 0, 1),
+        JEQ(mark_hi, TO(I_MARK_HI, I_ALLOW), TO(I_MARK_HI, I_NOTIFY)),
+        JEQ(SYS_arch_prctl, 0, TO(I_NR_ARCH_PRCTL, I_ALLOW)), /* A still holds nr */
+        LD_ABS(offsetof(struct seccomp_data, args[0])),       /* int code: low half */
+        JEQ(XCOMP_GET_SUPP, TO(I_SUPP, I_NOTIFY), 0),
+        JEQ(XCOMP_GET_PERM, TO(I_PERM, I_NOTIFY), 0),
+        JEQ(XCOMP_REQ_PERM, TO(I_REQ, I_NOTIFY), TO(I_REQ, I_ALLOW)),
         BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
         BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_USER_NOTIF),
     };
-    /* The jumps above: arch/nr/signum mismatch -> ALLOW (index 10); the
-     * mark -> ALLOW; anything else -> USER_NOTIF (index 11). */
+    _Static_assert(sizeof code / sizeof code[0] == I_NOTIFY + 1, "jump targets match the program");
     struct sock_fprog prog = {(unsigned short)(sizeof code / sizeof code[0]), code};
     unsigned long flags = SECCOMP_FILTER_FLAG_NEW_LISTENER | SECCOMP_FILTER_FLAG_TSYNC |
                           SECCOMP_FILTER_FLAG_TSYNC_ESRCH | extra_flags;

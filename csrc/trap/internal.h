@@ -184,6 +184,8 @@ HIDDEN int trap_handler_work(int sig, siginfo_t *si, void *ctx);
 HIDDEN void trap_handler_pass(int sig, siginfo_t *si, void *ctx, int action);
 HIDDEN void trap_handler_c(int sig, siginfo_t *si, void *ctx);
 int trap_is_ours(const struct ksigaction *k);
+/* The word pyamx_trap_grant_permission() sets: at the same address in a fork. */
+int32_t *trap_permission_word(void);
 /* Serialises chain_set() and real installs between normal-context callers
  * (install, reinstall, uninstall, the guard's supervisor). */
 void trap_lock(void);
@@ -201,6 +203,13 @@ void trap_set_observer(trap_observer_fn fn);
  * the ARCH_* value), while set; async-signal-safe like the observer. */
 typedef void (*xcomp_observer_fn)(long code, uint64_t arg, long result);
 void xcomp_set_observer(xcomp_observer_fn fn);
+/* From the guard's supervisor: task tid's arch_prctl(code, arg) (own: a
+ * thread of this process), notified by the guard's filter.  1 with *result
+ * (0 or -errno) when this module answered for it; 0 to let the kernel
+ * answer.  still_valid(ctx) is asked before anything is written or
+ * granted. */
+int xcomp_notified(pid_t tid, int own, long code, uint64_t arg, int (*still_valid)(void *), void *ctx,
+                   long *result);
 
 /* ---- guard.c ---- */
 

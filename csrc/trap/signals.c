@@ -679,6 +679,8 @@ int pyamx_trap_grant_permission(void)
 
 int32_t pyamx_trap_permission_granted(void) { return __atomic_load_n(&g_permission, __ATOMIC_ACQUIRE); }
 
+int32_t *trap_permission_word(void) { return &g_permission; }
+
 uint64_t pyamx_trap_count(void) { return __atomic_load_n(&g_count, __ATOMIC_RELAXED); }
 
 uint64_t pyamx_trap_op_count(int32_t op)
