@@ -121,6 +121,8 @@ static void observe_xcomp(long code, uint64_t arg, long result)
     }
 }
 
+static void observe_listener_refused(void) { add32(&g_stats->listeners_refused); }
+
 static void map_stats(void)
 {
     const char *value = getenv("PYAMX_RUN_STATS");
@@ -213,6 +215,8 @@ __attribute__((constructor)) static void preload_init(void)
      * that the permission calls go through its listener where it is on
      * (xcomp.c): then programs exec'd without the preload get the kernel's
      * answer instead of SIGSYS. */
+    if (g_stats)
+        guard_set_observer(observe_listener_refused);
     if (!guard_switched_off() && pyamx_trap_guard_install() != 0 && g_verbose)
         say_why("SIGILL guard unavailable", pyamx_trap_guard_reason());
     int err = pyamx_trap_xcomp_install();

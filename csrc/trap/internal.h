@@ -215,5 +215,10 @@ int xcomp_notified(pid_t tid, int own, long code, uint64_t arg, int (*still_vali
 
 /* Nonzero while the guard answers this process's sigaction(SIGILL) calls. */
 int guard_active(void);
+/* Called by the supervisor each time a program's request for a seccomp
+ * listener meets the guard's (it gets EBUSY); async-signal-safe like the
+ * observer. */
+typedef void (*guard_observer_fn)(void);
+void guard_set_observer(guard_observer_fn fn);
 
 #endif
