@@ -91,15 +91,18 @@ class RunStats(tuple):
     counts (mnemonic -> emulated instructions), seconds (mnemonic -> time in the handler),
     why (the last reason a process could not install the trap) and complemented (processes
     on AMX silicon with the complement mode installed: it emulates the AMX extensions the
-    CPU lacks, docs/run.md).
+    CPU lacks, docs/run.md) and listeners_refused (the program's requests for a seccomp
+    listener of its own, which got EBUSY because the guard holds the one the kernel allows).
     """
 
     __slots__ = ()
-    _fields = ("processes", "installed", "requests", "granted", "counts", "seconds", "why", "complemented")
+    _fields = ("processes", "installed", "requests", "granted", "counts", "seconds", "why", "complemented",
+               "listeners_refused")
 
     def __new__(cls, processes: int, installed: int, requests: int, granted: int, counts: dict,
-                seconds: dict, why: str, complemented: int = 0):
-        return tuple.__new__(cls, (processes, installed, requests, granted, counts, seconds, why, complemented))
+                seconds: dict, why: str, complemented: int = 0, listeners_refused: int = 0):
+        return tuple.__new__(cls, (processes, installed, requests, granted, counts, seconds, why, complemented,
+                                   listeners_refused))
 
     def __repr__(self) -> str:
         return "RunStats(" + ", ".join(f"{k}={v!r}" for k, v in zip(self._fields, self)) + ")"
@@ -112,6 +115,7 @@ class RunStats(tuple):
     seconds = property(lambda self: self[5])
     why = property(lambda self: self[6])
     complemented = property(lambda self: self[7])
+    listeners_refused = property(lambda self: self[8])
 
     @property
     def total(self) -> int:
@@ -189,7 +193,8 @@ def read_stats(fd: int) -> RunStats:
                 counts[name] = int(buf.count[op])
                 seconds[name] = buf.ns[op] / 1e9
     return RunStats(int(buf.processes), int(buf.installed), int(buf.requests), int(buf.granted), counts,
-                    seconds, ffi.string(buf.why).decode(errors="replace"), int(buf.complemented))
+                    seconds, ffi.string(buf.why).decode(errors="replace"), int(buf.complemented),
+                    int(buf.listeners_refused))
 
 
 def format_stats(stats: RunStats) -> str:
@@ -201,6 +206,9 @@ def format_stats(stats: RunStats) -> str:
     for name in sorted(stats.counts, key=lambda n: -stats.counts[n]):
         n, s = stats.counts[name], stats.seconds[name]
         lines.append(f"  {name:<12} {n:>12}  {s * 1e3:10.3f} ms in the handler  ({s / n * 1e6:.2f} us each)")
+    if stats.listeners_refused:
+        lines.append(f"  {stats.listeners_refused} request(s) of the program for a seccomp listener got EBUSY: the "
+                     "guard holds the one the kernel allows (pyamx run --no-guard leaves it to the program)")
     return "\n".join(lines)
 
 
@@ -329,7 +337,8 @@ def run(argv: Sequence[str], *, verbose: bool = False, stats: bool = False, stat
             print(note, file=sys.stderr)
         if rc == -signal.SIGSYS:
             print("pyamx run: the program died of SIGSYS: a process exec'd without the preload (LD_PRELOAD "
-                  f"removed) asked arch_prctl for AMX permission -- see {_run_doc()}", file=sys.stderr)
+                  "removed, or a static program) asked arch_prctl for AMX permission where no guard could "
+                  f"let the kernel answer it -- see {_run_doc()}", file=sys.stderr)
     return rc
 
 

@@ -277,8 +277,9 @@ def emulate_process() -> str:
     ``pyamx._native`` too when it is built) and the emulated kernel interface
     that other code uses to ask for AMX: ``arch_prctl(ARCH_REQ_XCOMP_PERM,
     XFEATURE_XTILEDATA)``, ``ARCH_GET_XCOMP_PERM`` and ``ARCH_GET_XCOMP_SUPP``
-    answer as a kernel with AMX would, however they are called (seccomp
-    filter and SIGSYS handler, see csrc/trap/xcomp.c). A module's tile
+    answer as a kernel with AMX would, however they are called (the guard's
+    seccomp listener, else a seccomp filter and SIGSYS handler; see
+    csrc/trap/xcomp.c). A module's tile
     instruction before its own permission request still dies with SIGILL,
     as on silicon. Cannot be undone; sets ``PR_SET_NO_NEW_PRIVS``. Idempotent.
 

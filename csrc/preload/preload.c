@@ -121,6 +121,8 @@ static void observe_xcomp(long code, uint64_t arg, long result)
     }
 }
 
+static void observe_listener_refused(void) { add32(&g_stats->listeners_refused); }
+
 static void map_stats(void)
 {
     const char *value = getenv("PYAMX_RUN_STATS");
@@ -204,17 +206,22 @@ __attribute__((constructor)) static void preload_init(void)
         trap_set_observer(observe);
         xcomp_set_observer(observe_xcomp);
     }
-    int err = pyamx_trap_xcomp_install();
-    if (err != 0)
-        say_why("arch_prctl(ARCH_REQ_XCOMP_PERM) cannot be emulated", strerror(err));
     /* Without the guard a raw rt_sigaction(SIGILL) system call of the
      * program would displace the handler (libc's sigaction and signal are
      * interposed below); emulation then stops where it does.  Say so only
      * when the program depends on it (verbose).  PYAMX_TRAP_GUARD=0 (pyamx
      * run --no-guard, validated by pyamx run) leaves it out: it costs every
-     * system call of the process some tens of ns (docs/run.md). */
+     * system call of the process some tens of ns (docs/run.md).  First, so
+     * that the permission calls go through its listener where it is on
+     * (xcomp.c): then programs exec'd without the preload get the kernel's
+     * answer instead of SIGSYS. */
+    if (g_stats)
+        guard_set_observer(observe_listener_refused);
     if (!guard_switched_off() && pyamx_trap_guard_install() != 0 && g_verbose)
         say_why("SIGILL guard unavailable", pyamx_trap_guard_reason());
+    int err = pyamx_trap_xcomp_install();
+    if (err != 0)
+        say_why("arch_prctl(ARCH_REQ_XCOMP_PERM) cannot be emulated", strerror(err));
 }
 
 /* Threads: each one claims its tile state slot from normal context, which

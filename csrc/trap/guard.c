@@ -56,7 +56,7 @@
 #define SECCOMP_FILTER_FLAG_TSYNC_ESRCH (1UL << 4)
 #endif
 
-#if defined(SECCOMP_IOCTL_NOTIF_RECV) && defined(SECCOMP_USER_NOTIF_FLAG_CONTINUE) && \
+#if defined(SECCOMP_IOCTL_NOTIF_RECV) && defined(SECCOMP_IOCTL_NOTIF_ID_VALID) && defined(SECCOMP_USER_NOTIF_FLAG_CONTINUE) && \
     defined(SECCOMP_FILTER_FLAG_NEW_LISTENER) && defined(SYS_seccomp)
 #define HAVE_LISTENER 1
 #else
@@ -132,6 +132,56 @@ static int from_this_process(pid_t tid)
     return tid == g_pid || syscall(SYS_tgkill, g_pid, tid, 0) == 0;
 }
 
+struct pending {
+    int fd;
+    uint64_t id;
+};
+
+static int still_pending(void *arg)
+{
+    struct pending *p = arg;
+    return ioctl(p->fd, SECCOMP_IOCTL_NOTIF_ID_VALID, &p->id) == 0;
+}
+
+/* A program's seccomp(SECCOMP_SET_MODE_FILTER, NEW_LISTENER) under the guard:
+ * the kernel will answer EBUSY (it is let through, so the program sees
+ * exactly that); the one line says why and what to do, since nothing in the
+ * error itself points at pyamx. */
+static uint64_t g_listeners_refused;
+static guard_observer_fn g_gobserver;
+
+void guard_set_observer(guard_observer_fn fn) { __atomic_store_n(&g_gobserver, fn, __ATOMIC_RELEASE); }
+uint64_t pyamx_trap_guard_listeners_refused(void) { return __atomic_load_n(&g_listeners_refused, __ATOMIC_RELAXED); }
+
+static void say_listener_refused(pid_t tid)
+{
+    struct msg m = {.n = 0};
+    __atomic_fetch_add(&g_listeners_refused, 1, __ATOMIC_RELAXED);
+    guard_observer_fn obs = __atomic_load_n(&g_gobserver, __ATOMIC_ACQUIRE);
+    if (obs)
+        obs();
+    m_str(&m, "pyamx trap emulation: task ");
+    m_dec(&m, tid);
+    m_str(&m, " asked seccomp for a listener of its own: it gets EBUSY, because the SIGILL guard holds the "
+              "one listener the kernel allows; run it with `pyamx run --no-guard` (PYAMX_TRAP_GUARD=0)");
+    m_emit(&m);
+}
+
+/* An AMX arch_prctl: answered by xcomp.c for the tasks it emulates (1),
+ * else (0) the kernel answers, as it would on this CPU. */
+static int answer_xcomp(int fd, const struct seccomp_notif *req, struct seccomp_notif_resp *resp)
+{
+    struct pending p = {fd, req->id};
+    long r = 0;
+    pid_t tid = (pid_t)req->pid;
+    int own = guard_active() && from_this_process(tid);
+    if (!xcomp_notified(tid, own, (long)(int)req->data.args[0], req->data.args[1], still_pending, &p, &r))
+        return 0;
+    resp->error = r < 0 ? (int32_t)r : 0;
+    resp->val = r < 0 ? 0 : r;
+    return 1;
+}
+
 /* Whether any other thread of this process is still alive.  Not
  * /proc/self/stat's thread count: a main thread that left with
  * pthread_exit() stays a zombie, counted, until the whole group ends.
@@ -201,8 +251,10 @@ static void serve(int fd)
         if (guard_active() && pyamx_trap_installed() && req.data.nr == SYS_rt_sigaction &&
             from_this_process((pid_t)req.pid))
             answer(&req.data, &resp);
-        else
+        else if (!(req.data.nr == SYS_arch_prctl && answer_xcomp(fd, &req, &resp)))
             resp.flags = SECCOMP_USER_NOTIF_FLAG_CONTINUE;
+        if (req.data.nr == SYS_seccomp)
+            say_listener_refused((pid_t)req.pid);
         /* ENOENT: the caller was interrupted by a signal meanwhile; the
          * kernel restarts its call, which arrives here again. */
         ioctl(fd, SECCOMP_IOCTL_NOTIF_SEND, &resp);
@@ -218,31 +270,77 @@ static void serve(int fd)
 
 /* Decided by architecture and number first, so the kernel's per-syscall
  * cache (Linux >= 5.11) skips the filter for every other system call.
- * This module's own calls carry TRAP_SITE_MARK in r9 (args[5], unused by
- * rt_sigaction); see sigaction.c for why a mark and not the address. */
+ * Notified: rt_sigaction(SIGILL) except from this module's own site, which
+ * carries TRAP_SITE_MARK in r9 (args[5], unused by rt_sigaction; see
+ * sigaction.c for why a mark and not the address); arch_prctl with the
+ * three AMX permission codes (xcomp.c answers those of emulated tasks); and
+ * seccomp(SECCOMP_SET_MODE_FILTER) asking for a listener of its own, which
+ * the kernel refuses (EBUSY) while this one holds the process tree's, so
+ * that the supervisor can say why -- except this module's own attempt (the
+ * mark again: a preloaded child tries for its guard). */
+#define XCOMP_GET_SUPP 0x1021
+#define XCOMP_GET_PERM 0x1022
+#define XCOMP_REQ_PERM 0x1023
+
+/* Instruction indexes of the program below, for its jumps. */
+enum {
+    I_ARCH = 1,
+    I_NR_SIGACTION = 3,
+    I_SIGNUM = 5,
+    I_MARK_LO = 7,
+    I_MARK_HI = 9,
+    I_NR_ARCH_PRCTL = 10,
+    I_SUPP = 12,
+    I_PERM = 13,
+    I_REQ = 14,
+    I_NR_SECCOMP = 15,
+    I_OP = 17,
+    I_LISTENER = 19,
+    I_OWN_LO = 21,
+    I_OWN_HI = 23,
+    I_ALLOW = 24,
+    I_NOTIFY = 25
+};
+#define TO(from, to) ((to) - (from) - 1)
+
 static long attach_filter(unsigned long extra_flags)
 {
     uint32_t mark_lo = (uint32_t)TRAP_SITE_MARK, mark_hi = (uint32_t)(TRAP_SITE_MARK >> 32);
     struct sock_filter code[] = {
         LD_ABS(offsetof(struct seccomp_data, arch)),
-        JEQ(AUDIT_ARCH_X86_64, 0, 8),
+        JEQ(AUDIT_ARCH_X86_64, 0, TO(I_ARCH, I_ALLOW)),
         LD_ABS(offsetof(struct seccomp_data, nr)),
-        JEQ(SYS_rt_sigaction, 0, 6),
+        JEQ(SYS_rt_sigaction, 0, TO(I_NR_SIGACTION, I_NR_ARCH_PRCTL)),
         LD_ABS(offsetof(struct seccomp_data, args[0])), /* int signum: low half */
-        JEQ(SIGILL, 0, 4),
+        JEQ(SIGILL, 0, TO(I_SIGNUM, I_ALLOW)),
         LD_ABS(offsetof(struct seccomp_data, args[5])),
-        JEQ(mark_lo, 0, 3),
+        JEQ(mark_lo, 0, TO(I_MARK_LO, I_NOTIFY)),
         LD_ABS(offsetof(struct seccomp_data, args[5]) + 4),
-        JEQ(mark_hi, 0, 1),
+        JEQ(mark_hi, TO(I_MARK_HI, I_ALLOW), TO(I_MARK_HI, I_NOTIFY)),
+        JEQ(SYS_arch_prctl, 0, TO(I_NR_ARCH_PRCTL, I_NR_SECCOMP)), /* A still holds nr */
+        LD_ABS(offsetof(struct seccomp_data, args[0])),            /* int code: low half */
+        JEQ(XCOMP_GET_SUPP, TO(I_SUPP, I_NOTIFY), 0),
+        JEQ(XCOMP_GET_PERM, TO(I_PERM, I_NOTIFY), 0),
+        JEQ(XCOMP_REQ_PERM, TO(I_REQ, I_NOTIFY), TO(I_REQ, I_ALLOW)),
+        JEQ(SYS_seccomp, 0, TO(I_NR_SECCOMP, I_ALLOW)), /* A still holds nr */
+        LD_ABS(offsetof(struct seccomp_data, args[0])), /* unsigned int op */
+        JEQ(SECCOMP_SET_MODE_FILTER, 0, TO(I_OP, I_ALLOW)),
+        LD_ABS(offsetof(struct seccomp_data, args[1])), /* unsigned int flags */
+        BPF_JUMP(BPF_JMP | BPF_JSET | BPF_K, SECCOMP_FILTER_FLAG_NEW_LISTENER, 0, TO(I_LISTENER, I_ALLOW)),
+        LD_ABS(offsetof(struct seccomp_data, args[5])),
+        JEQ(mark_lo, 0, TO(I_OWN_LO, I_NOTIFY)),
+        LD_ABS(offsetof(struct seccomp_data, args[5]) + 4),
+        JEQ(mark_hi, TO(I_OWN_HI, I_ALLOW), TO(I_OWN_HI, I_NOTIFY)),
         BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
         BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_USER_NOTIF),
     };
-    /* The jumps above: arch/nr/signum mismatch -> ALLOW (index 10); the
-     * mark -> ALLOW; anything else -> USER_NOTIF (index 11). */
+    _Static_assert(sizeof code / sizeof code[0] == I_NOTIFY + 1, "jump targets match the program");
     struct sock_fprog prog = {(unsigned short)(sizeof code / sizeof code[0]), code};
     unsigned long flags = SECCOMP_FILTER_FLAG_NEW_LISTENER | SECCOMP_FILTER_FLAG_TSYNC |
                           SECCOMP_FILTER_FLAG_TSYNC_ESRCH | extra_flags;
-    return syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, flags, &prog);
+    /* The mark in r9: where an outer guard listens, its filter lets this attempt
+     * reach the kernel without a word (the kernel's EBUSY is reported by why()). */
+    return syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, flags, &prog, 0L, 0L, (long)TRAP_SITE_MARK);
 }
 
 struct start {

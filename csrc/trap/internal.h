@@ -162,6 +162,9 @@ long trap_raw_sigaction(int sig, const struct ksigaction *act, struct ksigaction
 uint64_t trap_restorer(void);
 /* fn(arg) on a stack of the handler's own (hstack.c); uc: the frame being handled, or NULL. */
 void trap_on_own_stack(void (*fn)(void *), void *arg, const ucontext_t *uc);
+/* Maps one more pool stack, from normal context: the entry can use only stacks
+ * mapped before the signal (one at install, one per prepared thread). */
+void hstack_prearm(void);
 
 /* The SIGILL disposition the process believes in (what other code last
  * set, or what was there at install): the handler this mode chains to.
@@ -172,8 +175,17 @@ void chain_set(const struct ksigaction *in);
 
 /* ---- signals.c ---- */
 
-void trap_handler(int sig, siginfo_t *si, void *ctx);
+#define HIDDEN __attribute__((visibility("hidden")))
+
+/* The registered SIGILL handler: an assembly entry (hstack.c) that calls
+ * the C halves below on the handler's own stack and the program's. */
+HIDDEN void trap_handler(int sig, siginfo_t *si, void *ctx);
+HIDDEN int trap_handler_work(int sig, siginfo_t *si, void *ctx);
+HIDDEN void trap_handler_pass(int sig, siginfo_t *si, void *ctx, int action);
+HIDDEN void trap_handler_c(int sig, siginfo_t *si, void *ctx);
 int trap_is_ours(const struct ksigaction *k);
+/* The word pyamx_trap_grant_permission() sets: at the same address in a fork. */
+int32_t *trap_permission_word(void);
 /* Serialises chain_set() and real installs between normal-context callers
  * (install, reinstall, uninstall, the guard's supervisor). */
 void trap_lock(void);
@@ -191,10 +203,22 @@ void trap_set_observer(trap_observer_fn fn);
  * the ARCH_* value), while set; async-signal-safe like the observer. */
 typedef void (*xcomp_observer_fn)(long code, uint64_t arg, long result);
 void xcomp_set_observer(xcomp_observer_fn fn);
+/* From the guard's supervisor: task tid's arch_prctl(code, arg) (own: a
+ * thread of this process), notified by the guard's filter.  1 with *result
+ * (0 or -errno) when this module answered for it; 0 to let the kernel
+ * answer.  still_valid(ctx) is asked before anything is written or
+ * granted. */
+int xcomp_notified(pid_t tid, int own, long code, uint64_t arg, int (*still_valid)(void *), void *ctx,
+                   long *result);
 
 /* ---- guard.c ---- */
 
 /* Nonzero while the guard answers this process's sigaction(SIGILL) calls. */
 int guard_active(void);
+/* Called by the supervisor each time a program's request for a seccomp
+ * listener meets the guard's (it gets EBUSY); async-signal-safe like the
+ * observer. */
+typedef void (*guard_observer_fn)(void);
+void guard_set_observer(guard_observer_fn fn);
 
 #endif

@@ -344,7 +344,7 @@ static void count_done(const struct pyamx_trap_insn *in, uint64_t rip, trap_obse
 
 /* One line that says why an instruction is left to its SIGILL, then the SIGILL passed on. */
 /* What the handler does once the work on its own stack is over. */
-enum { ACT_DONE, ACT_PASS_FAULT, ACT_PASS_SENT, ACT_SEGV };
+enum { ACT_DONE = 0, ACT_PASS_FAULT, ACT_PASS_SENT, ACT_SEGV }; /* ACT_DONE: 0, as the entry tests */
 
 static int refuse(int op, uint64_t rip, const char *why)
 {
@@ -473,22 +473,44 @@ static void work_entry(void *arg)
     c->action = trap_work(c->si, c->uc);
 }
 
-/* The registered handler: as little as possible on the program's stack
- * (docs/run.md, "The guard, signal stacks and the end of the process"); what
- * is handed on to the program's own handlers runs here, below the kernel's
- * frame, as the kernel would run it. */
-void trap_handler(int sig, siginfo_t *si, void *vctx)
+/* The C halves of the registered handler, trap_handler (hstack.c's entry):
+ * the work, on the handler's own stack, then what is handed on to the
+ * program's own handlers, on the program's stack below the kernel's frame,
+ * as the kernel would run them (docs/run.md, "The guard, signal stacks and
+ * the end of the process"). */
+HIDDEN int trap_handler_work(int sig, siginfo_t *si, void *vctx)
 {
     (void)sig;
+    int saved_errno = errno;
+    int action = trap_work(si, vctx);
+    errno = saved_errno;
+    return action;
+}
+
+HIDDEN void trap_handler_pass(int sig, siginfo_t *si, void *vctx, int action)
+{
+    (void)sig;
+    int saved_errno = errno;
+    if (action == ACT_PASS_FAULT || action == ACT_PASS_SENT)
+        pass_on_sigill(si, vctx, action == ACT_PASS_FAULT);
+    else if (action == ACT_SEGV)
+        deliver_sigsegv(vctx);
+    errno = saved_errno;
+}
+
+/* The entry's way when it has no pool stack to move to, or nothing to emulate
+ * (a sent SIGILL): the same work from here, on a stack claimed (and mapped
+ * if need be) by trap_on_own_stack, which takes a few dozen bytes of the
+ * program's stack. */
+HIDDEN void trap_handler_c(int sig, siginfo_t *si, void *vctx)
+{
     int saved_errno = errno;
     struct work_call c = {si, vctx, ACT_PASS_SENT}; /* sent by kill/raise/tgkill unless si_code > 0 */
     if (si != NULL && si->si_code > 0)
         trap_on_own_stack(work_entry, &c, vctx);
-    if (c.action == ACT_PASS_FAULT || c.action == ACT_PASS_SENT)
-        pass_on_sigill(si, vctx, c.action == ACT_PASS_FAULT);
-    else if (c.action == ACT_SEGV)
-        deliver_sigsegv(vctx);
     errno = saved_errno;
+    if (c.action != ACT_DONE)
+        trap_handler_pass(sig, si, vctx, c.action);
 }
 
 /* ------------------------------------------------------------------------
@@ -574,6 +596,7 @@ int32_t pyamx_trap_install(void)
     if (!cpu_has_fma())
         return PYAMX_TRAP_E_NO_FMA;
     pthread_once(&g_once, setup_once);
+    hstack_prearm();
     int32_t r = install_now();
     if (r < 0)
         return r;
@@ -590,6 +613,7 @@ int32_t pyamx_trap_install_complement(void)
     if (complement_setup() == 0)
         return PYAMX_TRAP_E_HAS_AMX;
     pthread_once(&g_once, setup_once);
+    hstack_prearm();
     __atomic_store_n(&g_complement, 1, __ATOMIC_RELEASE);
     int32_t r = install_now();
     if (r < 0) {
@@ -654,6 +678,8 @@ int pyamx_trap_grant_permission(void)
 }
 
 int32_t pyamx_trap_permission_granted(void) { return __atomic_load_n(&g_permission, __ATOMIC_ACQUIRE); }
+
+int32_t *trap_permission_word(void) { return &g_permission; }
 
 uint64_t pyamx_trap_count(void) { return __atomic_load_n(&g_count, __ATOMIC_RELAXED); }
 

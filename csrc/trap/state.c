@@ -194,8 +194,8 @@ int32_t pyamx_trap_thread_prepare(void)
         return PYAMX_TRAP_E_NOT_ACTIVE;
     int32_t tid = trap_tid();
     int s = slot_find(tid);
-    if (s < 0)
-        s = slot_claim(tid);
+    if (s < 0 && (s = slot_claim(tid)) >= 0)
+        hstack_prearm(); /* a new thread: one more stack the handler's entry can move to */
     if (s < 0)
         return PYAMX_TRAP_E_TABLE_FULL;
     if (__atomic_load_n(&g_key_ready, __ATOMIC_ACQUIRE) &&

@@ -182,6 +182,8 @@ int32_t pyamx_trap_guard_state(void);
 const char *pyamx_trap_guard_reason(void);
 /* sigaction(SIGILL) calls of this process the guard has answered. */
 uint64_t pyamx_trap_guard_calls(void);
+/* seccomp(NEW_LISTENER) calls of the process tree that met the guard's listener (EBUSY). */
+uint64_t pyamx_trap_guard_listeners_refused(void);
 
 /* ---- the counters file of `pyamx run` (csrc/preload/preload.c) ----
  * One per run, shared (mmap) by every process of the program's tree and
@@ -196,7 +198,7 @@ struct pyamx_run_stats {
     uint32_t granted;      /* of those, answered 0 */
     uint32_t xcomp_calls;  /* all emulated arch_prctl calls */
     uint32_t complemented; /* of the processes, on AMX silicon with the missing extensions emulated */
-    uint32_t reserved;
+    uint32_t listeners_refused; /* the program's seccomp listener requests that met the guard's (EBUSY) */
     uint64_t count[64];    /* emulated instructions, by enum pyamx_op */
     uint64_t ns[64];       /* time in the handler, by enum pyamx_op */
     char why[256];         /* the last reason a process could not install the trap */
@@ -204,14 +206,16 @@ struct pyamx_run_stats {
 
 /* ---- xcomp.c: the kernel's AMX permission interface, emulated ---- */
 
-/* Installs a seccomp filter (all threads) and a SIGSYS handler under
- * which arch_prctl(ARCH_GET_XCOMP_SUPP / ARCH_GET_XCOMP_PERM /
- * ARCH_REQ_XCOMP_PERM) from any code of the process answers as a kernel
+/* Makes arch_prctl(ARCH_GET_XCOMP_SUPP / ARCH_GET_XCOMP_PERM /
+ * ARCH_REQ_XCOMP_PERM) from any code of the process answer as a kernel
  * on an AMX CPU: REQ with XFEATURE_XTILEDATA is pyamx_trap_grant_permission().
+ * Through the guard's listener where the guard is active (install it
+ * first), else through a seccomp filter (all threads) and a SIGSYS handler.
  * Needs pyamx_trap_install() first.  Returns 0 or an errno.  Sets
- * PR_SET_NO_NEW_PRIVS; cannot be undone; the filter survives exec. */
+ * PR_SET_NO_NEW_PRIVS; cannot be undone; a filter survives exec. */
 int pyamx_trap_xcomp_install(void);
-/* 1 while the SIGSYS disposition is still the one installed above. */
+/* 1 while the answers still come: the guard is active, or the SIGSYS
+ * disposition is still the one installed above. */
 int32_t pyamx_trap_xcomp_active(void);
 /* arch_prctl calls answered, and how many of them were ARCH_REQ_XCOMP_PERM. */
 uint64_t pyamx_trap_xcomp_calls(void);

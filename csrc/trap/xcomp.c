@@ -1,21 +1,29 @@
 /* The kernel's AMX permission interface, emulated: arch_prctl with
  * ARCH_GET_XCOMP_SUPP, ARCH_GET_XCOMP_PERM and ARCH_REQ_XCOMP_PERM answered
  * as a kernel on an AMX CPU answers them, for code this module did not
- * compile (a preloaded program, another extension module).
+ * compile (a preloaded program, another extension module).  The granted
+ * permission is the trap's own (pyamx_trap_grant_permission), so a tile
+ * instruction before the request still dies with SIGILL, as on silicon.
+ * Every other system call, and arch_prctl with any other code, runs
+ * untouched.
  *
- * A seccomp filter (all threads) traps exactly those three calls
- * (SECCOMP_RET_TRAP), however they are made -- libc's syscall(), libc's
- * arch_prctl(), a raw syscall instruction -- and a SIGSYS handler writes
- * the answer into rax.  The granted permission is the trap's own
- * (pyamx_trap_grant_permission), so a tile instruction before the request
- * still dies with SIGILL, as on silicon.  Every other system call, and
- * arch_prctl with any other code, runs untouched.
+ * Two ways in, however the call is made (libc's syscall(), libc's
+ * arch_prctl(), a raw syscall instruction):
  *
- * A trap action rather than the guard's listener because the answer must
- * also reach forked children (the listener's supervisor stays in the
- * parent), and a SIGSYS handler is inherited by fork.  The cost: filters
- * survive exec, so a program exec'd WITHOUT this module (LD_PRELOAD
- * removed) that asks for AMX permission dies of SIGSYS -- docs/run.md.
+ * - Where the guard is on (guard.c), its listener is notified of exactly
+ *   those three calls, and its supervisor answers them here
+ *   (xcomp_notified) for the tasks this module emulates: this process, and
+ *   a fork of it that still runs this image (it holds this process's
+ *   cookie at the same address).  Everyone else -- a program exec'd
+ *   without the preload, a static one -- gets the real kernel's answer
+ *   (EOPNOTSUPP on a CPU without AMX), as it would on that CPU.  A
+ *   preloaded child installs its own trap filter (below), which outranks
+ *   the notification in that child.
+ * - Otherwise a seccomp filter (all threads) traps them (SECCOMP_RET_TRAP)
+ *   and a SIGSYS handler, inherited by fork, writes the answer into rax.
+ *   Filters survive exec, so a program exec'd WITHOUT this module
+ *   (LD_PRELOAD removed, a static program) that asks for AMX permission
+ *   then dies of SIGSYS -- docs/run.md.
  */
 #define _GNU_SOURCE 1
 #include "internal.h"
@@ -51,6 +59,8 @@ static uint64_t g_calls;
 static int32_t g_requests;
 static int g_result = -1;
 static struct ksigaction g_prev_sigsys;
+static int32_t g_routed;   /* answered through the guard's listener, not a trap filter */
+static uint64_t g_cookie;  /* nonzero, random, once routed: what a fork of this process still holds */
 static xcomp_observer_fn g_xobserver;
 
 void xcomp_set_observer(xcomp_observer_fn fn) { __atomic_store_n(&g_xobserver, fn, __ATOMIC_RELEASE); }
@@ -165,6 +175,93 @@ static void read_real_answers(void)
         g_perm_base = g_supp;
 }
 
+/* ---- answers through the guard's listener (guard.c's supervisor) ---- */
+
+static int vm_read(pid_t tid, const void *addr, void *out, size_t n)
+{
+    struct iovec local = {out, n};
+    struct iovec remote = {(void *)(uintptr_t)addr, n};
+    return process_vm_readv(tid, &local, 1, &remote, 1, 0) == (ssize_t)n ? 0 : -1;
+}
+
+/* A bad pointer is EFAULT for the caller, as from the kernel; the
+ * supervisor never touches the task's memory itself, except in its own
+ * process where a container forbids process_vm_*. */
+static long vm_put_u64(pid_t tid, int own, uint64_t addr, uint64_t value)
+{
+    struct iovec local = {&value, sizeof value};
+    struct iovec remote = {(void *)(uintptr_t)addr, sizeof value};
+    if (process_vm_writev(tid, &local, 1, &remote, 1, 0) == (ssize_t)sizeof value)
+        return 0;
+    if (errno == EFAULT || addr == 0 || !own)
+        return -EFAULT;
+    memcpy((void *)(uintptr_t)addr, &value, sizeof value);
+    return 0;
+}
+
+static uint64_t fresh_cookie(void)
+{
+    uint64_t c = 0;
+#ifdef SYS_getrandom
+    if (syscall(SYS_getrandom, &c, sizeof c, 0) != (long)sizeof c)
+        c = 0;
+#endif
+    if (c == 0)
+        c = ((uint64_t)getpid() << 32) ^ (uint64_t)(uintptr_t)&c ^ 0x9e3779b97f4a7c15ull;
+    return c | 1;
+}
+
+int xcomp_notified(pid_t tid, int own, long code, uint64_t arg, int (*still_valid)(void *), void *ctx,
+                   long *result)
+{
+    if (!__atomic_load_n(&g_routed, __ATOMIC_ACQUIRE))
+        return 0;
+    int32_t *perm = trap_permission_word();
+    int32_t granted = 0;
+    if (own) {
+        granted = pyamx_trap_permission_granted();
+    } else {
+        /* A fork that still runs this image holds the cookie where this
+         * process does; after exec the address holds something else or
+         * nothing. */
+        uint64_t theirs = 0;
+        if (vm_read(tid, &g_cookie, &theirs, sizeof theirs) != 0 || theirs != g_cookie ||
+            vm_read(tid, perm, &granted, sizeof granted) != 0)
+            return 0;
+    }
+    /* The task (and its pid) may have gone since the notification came: act
+     * only on one that still waits for this answer. */
+    if (!still_valid(ctx))
+        return 0;
+    uint64_t mine = (granted ? (1ull << XTILEDATA) : 0) | (1ull << XTILECFG);
+    long r;
+    switch (code) {
+    case XCOMP_GET_SUPP: r = vm_put_u64(tid, own, arg, g_supp | XTILE_MASK); break;
+    case XCOMP_GET_PERM: r = vm_put_u64(tid, own, arg, g_perm_base | mine); break;
+    default: /* XCOMP_REQ_PERM */
+        if (own)
+            __atomic_fetch_add(&g_requests, 1, __ATOMIC_RELAXED);
+        if (arg != XTILEDATA) {
+            r = arg < LINUX_XFEATURE_MAX ? -EOPNOTSUPP : -EINVAL;
+        } else if (own) {
+            r = pyamx_trap_grant_permission() == 0 ? 0 : -EINVAL;
+        } else {
+            int32_t one = 1;
+            struct iovec local = {&one, sizeof one};
+            struct iovec remote = {perm, sizeof one};
+            r = process_vm_writev(tid, &local, 1, &remote, 1, 0) == (ssize_t)sizeof one ? 0 : -EINVAL;
+        }
+        break;
+    }
+    if (own)
+        __atomic_fetch_add(&g_calls, 1, __ATOMIC_RELAXED);
+    xcomp_observer_fn obs = __atomic_load_n(&g_xobserver, __ATOMIC_ACQUIRE);
+    if (obs)
+        obs(code, arg, r);
+    *result = r;
+    return 1;
+}
+
 #if defined(SECCOMP_SET_MODE_FILTER) && defined(SECCOMP_RET_TRAP) && defined(SYS_seccomp)
 
 #define LD_ABS(field) BPF_STMT(BPF_LD | BPF_W | BPF_ABS, (field))
@@ -203,8 +300,16 @@ int pyamx_trap_xcomp_install(void)
         if (trap_raw_sigaction(SIGSYS, &act, &g_prev_sigsys) != 0) {
             g_result = EPERM;
         } else {
+            /* Under the guard the probe reaches its supervisor, which lets
+             * it through to the kernel: nothing is routed yet. */
             read_real_answers();
-            long r = g_inherited ? 0 : attach_filter();
+            long r = 0;
+            if (guard_active() && !g_inherited) {
+                __atomic_store_n(&g_cookie, fresh_cookie(), __ATOMIC_RELAXED);
+                __atomic_store_n(&g_routed, 1, __ATOMIC_RELEASE);
+            } else if (!g_inherited) {
+                r = attach_filter();
+            }
             /* TSYNC returns a thread id (> 0) when another thread's filters differ. */
             g_result = r == 0 ? 0 : r > 0 ? ESRCH : errno;
             if (g_result != 0)
@@ -222,12 +327,17 @@ int pyamx_trap_xcomp_install(void) { return ENOSYS; }
 
 #endif
 
-/* Whether this process's SIGSYS disposition is still this module's
- * handler (a program may install its own, which breaks the emulation). */
+/* Whether the answers still come: through the guard, or from this module's
+ * SIGSYS handler while it is the disposition (a program may install its
+ * own, which breaks the emulation). */
 int32_t pyamx_trap_xcomp_active(void)
 {
     struct ksigaction cur;
-    if (g_result != 0 || trap_raw_sigaction(SIGSYS, NULL, &cur) != 0)
+    if (g_result != 0)
+        return 0;
+    if (__atomic_load_n(&g_routed, __ATOMIC_ACQUIRE))
+        return guard_active();
+    if (trap_raw_sigaction(SIGSYS, NULL, &cur) != 0)
         return 0;
     return cur.handler == (uint64_t)(uintptr_t)sigsys_handler;
 }

@@ -49,7 +49,7 @@ static size_t smallest_accepted(uint8_t *top_region, size_t room)
     size_t size = (size_t)getauxval(AT_MINSIGSTKSZ);
     if (size < 2048)
         size = 2048;
-    for (; size <= room; size += 64) {
+    for (; size <= room; size++) { /* byte by byte: margin 0 is the exact minimum */
         stack_t ss = {.ss_sp = top_region + room - size, .ss_size = size, .ss_flags = 0};
         if (sigaltstack(&ss, NULL) == 0) {
             stack_t off = {.ss_flags = SS_DISABLE};
