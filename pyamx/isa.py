@@ -611,7 +611,7 @@ def add_state_methods(machine: type, layer: str) -> None:
     of ``layer`` (``"method"`` or ``"native-method"``)."""
     for insn in STATE_OPS:
         implementation, _ = STATE_IMPLEMENTATIONS[insn.action]
-        method = _STATE_METHODS[implementation](insn.name, implementation)
+        method = _STATE_METHODS[implementation](insn.mnemonic, implementation)
         method.__name__ = insn.name
         method.__qualname__ = f"{machine.__name__}.{insn.name}"
         method.__module__ = machine.__module__
@@ -619,30 +619,30 @@ def add_state_methods(machine: type, layer: str) -> None:
         setattr(machine, insn.name, method)
 
 
-def _no_operand_method(name: str, implementation: str):
+def _no_operand_method(mnemonic: str, implementation: str):
     def method(self):
-        return getattr(self, implementation)(name)
+        return getattr(self, implementation)(mnemonic)
 
     return method
 
 
-def _config_method(name: str, implementation: str):
+def _config_method(mnemonic: str, implementation: str):
     def method(self, cfg) -> None:
-        getattr(self, implementation)(name, cfg)
+        getattr(self, implementation)(mnemonic, cfg)
 
     return method
 
 
-def _zero_method(name: str, implementation: str):
+def _zero_method(mnemonic: str, implementation: str):
     def method(self, tmm: int) -> None:
-        getattr(self, implementation)(name, tmm)
+        getattr(self, implementation)(mnemonic, tmm)
 
     return method
 
 
-def _memory_method(name: str, implementation: str):
+def _memory_method(mnemonic: str, implementation: str):
     def method(self, tmm: int, buf, stride: int, offset: int = 0) -> None:
-        getattr(self, implementation)(name, tmm, buf, stride, offset)
+        getattr(self, implementation)(mnemonic, tmm, buf, stride, offset)
 
     return method
 
