@@ -619,9 +619,16 @@ def add_state_methods(machine: type, layer: str) -> None:
         setattr(machine, insn.name, method)
 
 
-def _no_operand_method(mnemonic: str, implementation: str):
-    def method(self):
+def _image_method(mnemonic: str, implementation: str):
+    def method(self) -> bytes:
         return getattr(self, implementation)(mnemonic)
+
+    return method
+
+
+def _no_operand_method(mnemonic: str, implementation: str):
+    def method(self) -> None:
+        getattr(self, implementation)(mnemonic)
 
     return method
 
@@ -647,7 +654,7 @@ def _memory_method(mnemonic: str, implementation: str):
     return method
 
 
-_STATE_METHODS = {"_load_config": _config_method, "_store_config": _no_operand_method,
+_STATE_METHODS = {"_load_config": _config_method, "_store_config": _image_method,
                   "_release": _no_operand_method, "_zero_tile": _zero_method, "_load_tile": _memory_method,
                   "_store_tile": _memory_method}
 
