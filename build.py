@@ -539,6 +539,9 @@ def traits_header_text(isa) -> str:
     operands = "\n".join(f"    [PYAMX_OP_{i.mnemonic}] = {{{slot(i.encoding)}, {slot(i.imm_encoding)}}},"
                           for i in isa.TABLE)
     names = "\n".join(f'    [PYAMX_OP_{i.mnemonic}] = "{i.mnemonic}",' for i in isa.TABLE)
+    actions = "\n".join(f"    [PYAMX_OP_{i.mnemonic}] = PYAMX_ACTION_{_c_name(i.action)},"
+                         for i in isa.TABLE if i.action is not None)
+    action_ops = ",\n".join(f"    PYAMX_OP_OF_{_c_name(a)} = PYAMX_OP_{isa.BY_ACTION[a].mnemonic}" for a in isa.ACTIONS)
     imm_rows = [(insn.mnemonic, *i) for insn, i in zip(isa.TABLE, imm) if insn.imm_encoding is not None]
     imm_xrows = " \\\n".join(f"    X({', '.join(str(v) for v in row)})" for row in imm_rows) or "    /* none */"
     return f"""/* Traits of every AMX instruction row of pyamx/isa.py, for C.
@@ -593,6 +596,18 @@ static const struct pyamx_op_fields pyamx_op_operands[][2] = {{
 {operands}
 }};
 
+/* What a config or memory row does (pyamx.isa.ACTIONS): code that executes these rows switches on
+ * it, never on an op id. NONE for the dot products and the row instructions. */
+{enum("pyamx_op_action", "PYAMX_ACTION_", ("none",) + tuple(isa.ACTIONS))}
+static const unsigned char pyamx_op_actions[{len(isa.TABLE) + 1}] = {{
+{actions}
+}};
+
+/* The one row of each action, for code that must name it (a message, its CPUID feature). */
+enum pyamx_op_of_action {{
+{action_ops}
+}};
+
 /* Indexed by op id: the mnemonic, for messages. */
 static const char *const pyamx_op_names[] = {{
     [PYAMX_OP_NONE] = "(none)",
@@ -628,15 +643,27 @@ from __future__ import annotations
 '''
 
 
+#: a config or memory method's parameter (pyamx.isa.STATE_IMPLEMENTATIONS) as the stub declares it:
+#: a config is a TileConfig or any 64-byte buffer, a memory operand any buffer, which typing cannot spell
+_STATE_PARAM_TYPES = {"cfg": "cfg: Any", "tmm": "tmm: int",
+                      "buf": "buf: Any", "stride": "stride: int", "offset": "offset: int = 0"}
+#: the action whose method returns something
+_STATE_RETURNS = {"store-config": "bytes"}
+
+
 def types_text(isa) -> str:
     """pyamx/_dot_types.py: the public one-instruction functions and the tile machines' per-instruction methods."""
     out = [_py_header("Types of pyamx's per-instruction functions and tile machine methods.",
-                      "import numpy as np\nimport numpy.typing as npt\n\nfrom ._result import AMXResult\n"
-                      "from ._types import ArrayInput\n")]
+                      "from typing import Any\n\nimport numpy as np\nimport numpy.typing as npt\n\n"
+                      "from ._result import AMXResult\nfrom ._types import ArrayInput\n")]
     out.append("__all__ = [\n" + "".join(f"    \"{n}\",\n" for n in isa.DOT_NAMES) + "]\n")
     for insn in isa.DOTS:
         out.append(f"\n\ndef {insn.name}({_SIG}, backend: str | None = None, engine: str | None = None) -> AMXResult: ...\n")
-    out.append("\n\nclass TileMachine:\n    \"\"\"The methods isa.add_dot_methods and add_row_methods put on both tile machines (named as the\n    machines are, so a type checker's message names the machine).\"\"\"\n")
+    out.append("\n\nclass TileMachine:\n    \"\"\"The methods isa.add_state_methods, add_dot_methods and add_row_methods put on both tile machines\n    (named as the machines are, so a type checker's message names the machine).\"\"\"\n")
+    for insn in isa.STATE_OPS:
+        _, params = isa.STATE_IMPLEMENTATIONS[insn.action]
+        typed = "".join(f", {_STATE_PARAM_TYPES[p]}" for p in params)
+        out.append(f"\n    def {insn.name}(self{typed}) -> {_STATE_RETURNS.get(insn.action, 'None')}: ...\n")
     for insn in isa.DOTS:
         out.append(f"\n    def {insn.name}(self, dst: int, src1: int, src2: int) -> None: ...\n")
     for insn in isa.ROWS:

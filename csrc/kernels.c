@@ -350,7 +350,7 @@ AMX_TILE static void loaded_cfg(uint8_t *cfg)
     BARRIER();
 }
 
-AMX_TILE int pyamx_ldtilecfg(const uint8_t *cfg64)
+AMX_TILE int pyamx_load_config(const uint8_t *cfg64)
 {
     if (!pyamx_internal_ready())
         return PYAMX_E_NOT_READY;
@@ -363,7 +363,7 @@ AMX_TILE int pyamx_ldtilecfg(const uint8_t *cfg64)
     return PYAMX_OK;
 }
 
-AMX_TILE int pyamx_sttilecfg(uint8_t *cfg64)
+AMX_TILE int pyamx_store_config(uint8_t *cfg64)
 {
     if (!pyamx_internal_ready())
         return PYAMX_E_NOT_READY;
@@ -382,7 +382,7 @@ static inline uintptr_t row0(const uint8_t *buf, int64_t offset)
     return (uintptr_t)buf + (uintptr_t)(uint64_t)offset;
 }
 
-AMX_TILE int pyamx_tileloadd(int tmm, const uint8_t *buf, int64_t len, int64_t offset, int64_t stride, int t1)
+AMX_TILE int pyamx_load_tile(int tmm, const uint8_t *buf, int64_t len, int64_t offset, int64_t stride, int t1)
 {
     if (!pyamx_internal_ready())
         return PYAMX_E_NOT_READY;
@@ -511,7 +511,7 @@ int pyamx_tilerow_imm(int op, int tmm, int imm8, uint32_t *out16)
     return tilerow(op, tmm, 0, imm8, out16);
 }
 
-AMX_TILE int pyamx_tilestored(int tmm, uint8_t *buf, int64_t len, int64_t offset, int64_t stride)
+AMX_TILE int pyamx_store_tile(int tmm, uint8_t *buf, int64_t len, int64_t offset, int64_t stride)
 {
     if (!pyamx_internal_ready())
         return PYAMX_E_NOT_READY;
@@ -524,7 +524,7 @@ AMX_TILE int pyamx_tilestored(int tmm, uint8_t *buf, int64_t len, int64_t offset
     return PYAMX_OK;
 }
 
-AMX_TILE int pyamx_tilezero(int tmm)
+AMX_TILE int pyamx_zero_tile(int tmm)
 {
     if (!pyamx_internal_ready())
         return PYAMX_E_NOT_READY;
@@ -539,7 +539,7 @@ AMX_TILE int pyamx_tilezero(int tmm)
     return PYAMX_OK;
 }
 
-AMX_TILE int pyamx_tilerelease(void)
+AMX_TILE int pyamx_release_tiles(void)
 {
     if (!pyamx_internal_ready())
         return PYAMX_E_NOT_READY;
@@ -598,19 +598,19 @@ int pyamx_dp_oneshot(int op, uint32_t *c, const void *a, const void *b, int m, i
     (void)op; (void)c; (void)a; (void)b; (void)m; (void)k; (void)n;
     return PYAMX_E_NO_KERNEL;
 }
-int pyamx_ldtilecfg(const uint8_t *cfg64) { (void)cfg64; return PYAMX_E_NO_KERNEL; }
-int pyamx_sttilecfg(uint8_t *cfg64) { (void)cfg64; return PYAMX_E_NO_KERNEL; }
-int pyamx_tileloadd(int tmm, const uint8_t *buf, int64_t len, int64_t offset, int64_t stride, int t1)
+int pyamx_load_config(const uint8_t *cfg64) { (void)cfg64; return PYAMX_E_NO_KERNEL; }
+int pyamx_store_config(uint8_t *cfg64) { (void)cfg64; return PYAMX_E_NO_KERNEL; }
+int pyamx_load_tile(int tmm, const uint8_t *buf, int64_t len, int64_t offset, int64_t stride, int t1)
 {
     (void)tmm; (void)buf; (void)len; (void)offset; (void)stride; (void)t1;
     return PYAMX_E_NO_KERNEL;
 }
-int pyamx_tilestored(int tmm, uint8_t *buf, int64_t len, int64_t offset, int64_t stride)
+int pyamx_store_tile(int tmm, uint8_t *buf, int64_t len, int64_t offset, int64_t stride)
 {
     (void)tmm; (void)buf; (void)len; (void)offset; (void)stride;
     return PYAMX_E_NO_KERNEL;
 }
-int pyamx_tilezero(int tmm) { (void)tmm; return PYAMX_E_NO_KERNEL; }
+int pyamx_zero_tile(int tmm) { (void)tmm; return PYAMX_E_NO_KERNEL; }
 int pyamx_tilerow(int op, int tmm, uint32_t selector, uint32_t *out16)
 {
     (void)op; (void)tmm; (void)selector; (void)out16; (void)row_state_enabled;
@@ -621,7 +621,7 @@ int pyamx_tilerow_imm(int op, int tmm, int imm8, uint32_t *out16)
     (void)op; (void)tmm; (void)imm8; (void)out16;
     return PYAMX_E_NO_KERNEL;
 }
-int pyamx_tilerelease(void) { return PYAMX_E_NO_KERNEL; }
+int pyamx_release_tiles(void) { return PYAMX_E_NO_KERNEL; }
 int pyamx_tdp(int op, int dst, int src1, int src2)
 {
     (void)op; (void)dst; (void)src1; (void)src2;

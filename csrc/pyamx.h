@@ -98,20 +98,22 @@ int pyamx_dp_oneshot(int op, uint32_t *c, const void *a, const void *b, int m, i
  * Memory operands are a buffer (base, len bytes) and the byte offset of
  * row 0 and the row stride inside it: rows start_row..rows-1, colsb bytes
  * each at offset + r * stride, must all lie inside [0, len). */
-int pyamx_ldtilecfg(const uint8_t *cfg64);
-int pyamx_sttilecfg(uint8_t *cfg64);
-/* tileloadd's hint: 0 TILELOADD, 1 TILELOADDT1, 2 TILELOADDRS, 3 TILELOADDRST1 (the last two
- * return PYAMX_E_NO_KERNEL, running nothing, where CPUID lacks AMX-MOVRS). */
-int pyamx_tileloadd(int tmm, const uint8_t *buf, int64_t len, int64_t offset, int64_t stride, int t1);
+int pyamx_load_config(const uint8_t *cfg64);
+int pyamx_store_config(uint8_t *cfg64);
+/* The config and memory kernels are named by what they do, as pyamx/isa.py files their rows
+ * (Instruction.action); kernels.c says which instruction each executes. pyamx_load_tile's hint is
+ * the index of the row's action in pyamx.isa.LOAD_ACTIONS: 0 TILELOADD, 1 TILELOADDT1, 2 TILELOADDRS,
+ * 3 TILELOADDRST1 (the last two return PYAMX_E_NO_KERNEL, running nothing, where CPUID lacks AMX-MOVRS). */
+int pyamx_load_tile(int tmm, const uint8_t *buf, int64_t len, int64_t offset, int64_t stride, int t1);
 /* An AMX-AVX512 row instruction (op of kind "row") on tile tmm with a GPR selector: the 64-byte
  * zmm result into out16. PYAMX_E_NO_KERNEL where CPUID lacks AMX-AVX512 or XCR0 the AVX-512 state;
  * PYAMX_E_UD_SHAPE for an unconfigured tile or a row index of 16 or more (nothing ran). */
 int pyamx_tilerow(int op, int tmm, uint32_t selector, uint32_t *out16);
 /* The same in the imm8 form (imm8 0..255; an index imm8[5:0] of 16 or more is PYAMX_E_UD_SHAPE). */
 int pyamx_tilerow_imm(int op, int tmm, int imm8, uint32_t *out16);
-int pyamx_tilestored(int tmm, uint8_t *buf, int64_t len, int64_t offset, int64_t stride);
-int pyamx_tilezero(int tmm);
-int pyamx_tilerelease(void);
+int pyamx_store_tile(int tmm, uint8_t *buf, int64_t len, int64_t offset, int64_t stride);
+int pyamx_zero_tile(int tmm);
+int pyamx_release_tiles(void);
 int pyamx_tdp(int op, int dst, int src1, int src2);
 int pyamx_save_tiles(uint8_t *cfg64, uint8_t *tiles8192);
 int pyamx_restore_tiles(const uint8_t *cfg64, const uint8_t *tiles8192);

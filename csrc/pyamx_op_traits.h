@@ -200,6 +200,46 @@ static const struct pyamx_op_fields pyamx_op_operands[][2] = {
     [PYAMX_OP_TILELOADDRST1] = {{PYAMX_OPERAND_DST, PYAMX_OPERAND_NONE, PYAMX_OPERAND_NONE, PYAMX_OPERAND_NONE}, {PYAMX_OPERAND_NONE, PYAMX_OPERAND_NONE, PYAMX_OPERAND_NONE, PYAMX_OPERAND_NONE}},
 };
 
+/* What a config or memory row does (pyamx.isa.ACTIONS): code that executes these rows switches on
+ * it, never on an op id. NONE for the dot products and the row instructions. */
+enum pyamx_op_action {
+    PYAMX_ACTION_NONE = 0,
+    PYAMX_ACTION_LOAD_CONFIG = 1,
+    PYAMX_ACTION_STORE_CONFIG = 2,
+    PYAMX_ACTION_RELEASE = 3,
+    PYAMX_ACTION_ZERO = 4,
+    PYAMX_ACTION_LOAD = 5,
+    PYAMX_ACTION_LOAD_T1 = 6,
+    PYAMX_ACTION_LOAD_RS = 7,
+    PYAMX_ACTION_LOAD_RS_T1 = 8,
+    PYAMX_ACTION_STORE = 9
+};
+
+static const unsigned char pyamx_op_actions[28] = {
+    [PYAMX_OP_LDTILECFG] = PYAMX_ACTION_LOAD_CONFIG,
+    [PYAMX_OP_STTILECFG] = PYAMX_ACTION_STORE_CONFIG,
+    [PYAMX_OP_TILERELEASE] = PYAMX_ACTION_RELEASE,
+    [PYAMX_OP_TILEZERO] = PYAMX_ACTION_ZERO,
+    [PYAMX_OP_TILELOADD] = PYAMX_ACTION_LOAD,
+    [PYAMX_OP_TILELOADDT1] = PYAMX_ACTION_LOAD_T1,
+    [PYAMX_OP_TILESTORED] = PYAMX_ACTION_STORE,
+    [PYAMX_OP_TILELOADDRS] = PYAMX_ACTION_LOAD_RS,
+    [PYAMX_OP_TILELOADDRST1] = PYAMX_ACTION_LOAD_RS_T1,
+};
+
+/* The one row of each action, for code that must name it (a message, its CPUID feature). */
+enum pyamx_op_of_action {
+    PYAMX_OP_OF_LOAD_CONFIG = PYAMX_OP_LDTILECFG,
+    PYAMX_OP_OF_STORE_CONFIG = PYAMX_OP_STTILECFG,
+    PYAMX_OP_OF_RELEASE = PYAMX_OP_TILERELEASE,
+    PYAMX_OP_OF_ZERO = PYAMX_OP_TILEZERO,
+    PYAMX_OP_OF_LOAD = PYAMX_OP_TILELOADD,
+    PYAMX_OP_OF_LOAD_T1 = PYAMX_OP_TILELOADDT1,
+    PYAMX_OP_OF_LOAD_RS = PYAMX_OP_TILELOADDRS,
+    PYAMX_OP_OF_LOAD_RS_T1 = PYAMX_OP_TILELOADDRST1,
+    PYAMX_OP_OF_STORE = PYAMX_OP_TILESTORED
+};
+
 /* Indexed by op id: the mnemonic, for messages. */
 static const char *const pyamx_op_names[] = {
     [PYAMX_OP_NONE] = "(none)",

@@ -6,6 +6,8 @@ Imported under TYPE_CHECKING only: at run time the table makes these names.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import numpy.typing as npt
 
@@ -65,8 +67,26 @@ def tdphf8ps(c: ArrayInput, a: ArrayInput, b: ArrayInput, *, backend: str | None
 
 
 class TileMachine:
-    """The methods isa.add_dot_methods and add_row_methods put on both tile machines (named as the
-    machines are, so a type checker's message names the machine)."""
+    """The methods isa.add_state_methods, add_dot_methods and add_row_methods put on both tile machines
+    (named as the machines are, so a type checker's message names the machine)."""
+
+    def ldtilecfg(self, cfg: Any) -> None: ...
+
+    def sttilecfg(self) -> bytes: ...
+
+    def tilerelease(self) -> None: ...
+
+    def tilezero(self, tmm: int) -> None: ...
+
+    def tileloadd(self, tmm: int, buf: Any, stride: int, offset: int = 0) -> None: ...
+
+    def tileloaddt1(self, tmm: int, buf: Any, stride: int, offset: int = 0) -> None: ...
+
+    def tilestored(self, tmm: int, buf: Any, stride: int, offset: int = 0) -> None: ...
+
+    def tileloaddrs(self, tmm: int, buf: Any, stride: int, offset: int = 0) -> None: ...
+
+    def tileloaddrst1(self, tmm: int, buf: Any, stride: int, offset: int = 0) -> None: ...
 
     def tdpbf16ps(self, dst: int, src1: int, src2: int) -> None: ...
 

@@ -231,17 +231,19 @@ def _machine(backend: str):
 def run(case, backend: str) -> np.ndarray:
     """The backend's answer to a row case ((16,) <u4) or a load case ((16, 64) uint8)."""
     machine = _machine(backend)
+    # the machine's methods of the rows that set up a case, found by what they do
+    configure, load = (getattr(machine, isa.of_action(a).name) for a in ("load-config", "load"))
     try:
         if isinstance(case, RowCase):
-            machine.ldtilecfg(TileConfig.make({0: (case.rows, case.colsb)}))
-            machine.tileloadd(0, np.ascontiguousarray(case.data), case.colsb)
+            configure(TileConfig.make({0: (case.rows, case.colsb)}))
+            load(0, np.ascontiguousarray(case.data), case.colsb)
             out = getattr(machine, case.instruction)(0, case.selector, imm=case.imm)
             return np.asarray(out, dtype=np.uint32).astype("<u4")
-        machine.ldtilecfg(TileConfig.make({case.tmm: (case.rows, case.colsb)}))
+        configure(TileConfig.make({case.tmm: (case.rows, case.colsb)}))
         getattr(machine, case.instruction)(case.tmm, case.memory, case.stride, case.offset)
         return np.asarray(machine.tile(case.tmm), dtype=np.uint8)
     finally:
-        machine.tilerelease()
+        getattr(machine, isa.of_action("release").name)()
 
 
 # -- reading ------------------------------------------------------------------------------------

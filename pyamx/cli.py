@@ -17,16 +17,17 @@ from ._argtypes import bounded_int
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     import argparse
-    from typing import Callable, Dict, Optional
+    from typing import Callable, Dict, Optional, Union
 
 
 class Command:
-    """One subcommand: ``run(args) -> exit status``, its help line, the function adding its arguments;
+    """One subcommand: ``run(args) -> exit status``, its help line (or a function that words it when the
+    parser is built, for a line read from the instruction table), the function adding its arguments;
     ``computes``: it runs tile arithmetic, so every setting of the backends and engines must be valid."""
 
     __slots__ = ("run", "help", "add_arguments", "computes")
 
-    def __init__(self, run: Callable[[argparse.Namespace], int], help: str,
+    def __init__(self, run: Callable[[argparse.Namespace], int], help: Union[str, Callable[[], str]],
                  add_arguments: Optional[Callable[[argparse.ArgumentParser], None]], computes: bool = False):
         self.run, self.help, self.add_arguments, self.computes = run, help, add_arguments, computes
 
@@ -34,7 +35,7 @@ class Command:
 COMMANDS: Dict[str, Command] = {}
 
 
-def subcommand(name: str, help: str, add_arguments=None, computes: bool = False):
+def subcommand(name: str, help: Union[str, Callable[[], str]], add_arguments=None, computes: bool = False):
     """Register ``fn(args) -> exit status`` as ``python -m pyamx NAME``."""
 
     def register(fn):
@@ -62,7 +63,8 @@ def build_parser(command: Optional[str] = None) -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     for name, spec in COMMANDS.items():
-        p = sub.add_parser(name, help=spec.help, description=spec.help)
+        text = spec.help() if callable(spec.help) else spec.help
+        p = sub.add_parser(name, help=text, description=text)
         if spec.add_arguments and command in (None, name):
             spec.add_arguments(p)
     return parser
@@ -326,7 +328,13 @@ def _demo_arguments(parser: argparse.ArgumentParser) -> None:
     _backend_argument(parser)
 
 
-@subcommand("demo", "the main job: one bf16 product through TDPBF16PS, checked against float64",
+def _demo_help() -> str:
+    from . import isa  # here, not at the top: `pyamx run` starts without pyamx.isa (docs/run.md)
+
+    return f"the main job: one bf16 product through {isa.MATMUL_ROUTES[('bf16', 'bf16')].mnemonic}, checked against float64"
+
+
+@subcommand("demo", _demo_help,
             _demo_arguments, computes=True)
 def demo_command(args: argparse.Namespace) -> int:
     from . import demo

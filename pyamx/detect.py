@@ -337,7 +337,8 @@ def child_verdict(err: int, status: int) -> Tuple[bool, str]:
     if os.WIFEXITED(status):
         code = os.WEXITSTATUS(status)
         if code == 0:
-            return True, "LDTILECFG+TILEZERO+TILERELEASE ran in a child, which exited 0"
+            ran = "+".join(isa.of_action(a).mnemonic for a in ("load-config", "zero", "release"))
+            return True, f"{ran} ran in a child, which exited 0"
         return False, f"the probe child exited with status {code}"
     if os.WIFSIGNALED(status):
         sig = os.WTERMSIG(status)
@@ -348,7 +349,8 @@ def child_verdict(err: int, status: int) -> Tuple[bool, str]:
         why = {
             signal.SIGILL: "the CPU or hypervisor advertises AMX but does not deliver it (#UD on the "
             "first tile instruction), or the permission is not in effect",
-            signal.SIGSEGV: "LDTILECFG raised #GP: the hypervisor reports palette 1 but rejects it",
+            signal.SIGSEGV: f"{isa.of_action('load-config').mnemonic} raised #GP: the hypervisor reports palette 1 "
+            "but rejects it",
             signal.SIGALRM: "the tile instructions hung for 10 s",
         }.get(sig, "unexpected signal")
         return False, f"the probe child was killed by {name}: {why}"

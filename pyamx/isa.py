@@ -197,6 +197,12 @@ class Encoding:
 
 #: arithmetic kinds of a row: what it does, not which formats it reads
 KINDS_OF_ARITHMETIC = ("config", "memory", "dot-pairs", "dot-quads", "dot-complex", "row")
+#: what a config or memory row does (``Instruction.action``): each backend has one kernel per action,
+#: and the tile machines' methods of these rows are bound to them (:func:`add_state_methods`). The
+#: loads differ only in their cache hints (``t1``: temporal hint; ``rs``: read-shared, AMX-MOVRS).
+ACTIONS = ("load-config", "store-config", "release", "zero", "load", "load-t1", "load-rs", "load-rs-t1", "store")
+#: the actions that load a tile from memory, in the order of the native kernel's hint argument
+LOAD_ACTIONS = ("load", "load-t1", "load-rs", "load-rs-t1")
 
 
 @dataclass(frozen=True)
@@ -232,6 +238,9 @@ class Instruction:
     part: Optional[str] = None
     #: the immediate form's encoding where the row selector can also be an imm8 (AMX-AVX512's row ops)
     imm_encoding: Optional[Encoding] = None
+    #: what a config or memory row does to the state (one of :data:`ACTIONS`): the key its kernel
+    #: in each backend is filed under; None for the dot products and the row instructions
+    action: Optional[str] = None
 
     @property
     def name(self) -> str:
@@ -364,8 +373,9 @@ _TILE = FEATURES["AMX-TILE"]
 _DOT_ROLES = (("dst", "reg"), ("src1", "rm"), ("src2", "vvvv"))
 
 
-def _op(mnemonic, kind, pp, opcode, form, roles=(), feature=None) -> Instruction:
-    return Instruction(mnemonic, kind, Encoding(2, pp, opcode, form, roles), FEATURES[feature] if feature else _TILE)
+def _op(mnemonic, kind, action, pp, opcode, form, roles=(), feature=None) -> Instruction:
+    return Instruction(mnemonic, kind, Encoding(2, pp, opcode, form, roles), FEATURES[feature] if feature else _TILE,
+                       action=action)
 
 
 _ROW_ROLES = (("dst", "reg"), ("src", "rm"), ("row", "vvvv"))
@@ -392,13 +402,13 @@ def _dot(mnemonic, pp, opcode, feature, group, a, b, acc, matmul=False, kind=Non
 
 
 TABLE: Tuple[Instruction, ...] = (
-    _op("LDTILECFG", "config", PP_NP, 0x49, "mem", (("src", "mem"),)),
-    _op("STTILECFG", "config", PP_66, 0x49, "mem", (("dst", "mem"),)),
-    _op("TILERELEASE", "config", PP_NP, 0x49, "reg"),
-    _op("TILEZERO", "memory", PP_F2, 0x49, "reg", (("dst", "reg"),)),
-    _op("TILELOADD", "memory", PP_F2, 0x4B, "sibmem", (("dst", "reg"), ("src", "sibmem"))),
-    _op("TILELOADDT1", "memory", PP_66, 0x4B, "sibmem", (("dst", "reg"), ("src", "sibmem"))),
-    _op("TILESTORED", "memory", PP_F3, 0x4B, "sibmem", (("dst", "sibmem"), ("src", "reg"))),
+    _op("LDTILECFG", "config", "load-config", PP_NP, 0x49, "mem", (("src", "mem"),)),
+    _op("STTILECFG", "config", "store-config", PP_66, 0x49, "mem", (("dst", "mem"),)),
+    _op("TILERELEASE", "config", "release", PP_NP, 0x49, "reg"),
+    _op("TILEZERO", "memory", "zero", PP_F2, 0x49, "reg", (("dst", "reg"),)),
+    _op("TILELOADD", "memory", "load", PP_F2, 0x4B, "sibmem", (("dst", "reg"), ("src", "sibmem"))),
+    _op("TILELOADDT1", "memory", "load-t1", PP_66, 0x4B, "sibmem", (("dst", "reg"), ("src", "sibmem"))),
+    _op("TILESTORED", "memory", "store", PP_F3, 0x4B, "sibmem", (("dst", "sibmem"), ("src", "reg"))),
     _dot("TDPBF16PS", PP_F3, 0x5C, "AMX-BF16", "bf16", "bf16", "bf16", "fp32", matmul=True),
     _dot("TDPFP16PS", PP_F2, 0x5C, "AMX-FP16", "fp16", "fp16", "fp16", "fp32", matmul=True),
     _dot("TDPBSSD", PP_F2, 0x5E, "AMX-INT8", "int8", "int8", "int8", "int32", matmul=True),
@@ -421,8 +431,8 @@ TABLE: Tuple[Instruction, ...] = (
     _row("TCVTROWPS2PHL", PP_66, 0x6D, PP_F2, 0x77, "fp32", "fp16"),
     _row("TILEMOVROW", PP_66, 0x4A, PP_66, 0x07, "uint8", "uint8"),
     # AMX-MOVRS: TILELOADD with a read-shared hint
-    _op("TILELOADDRS", "memory", PP_F2, 0x4A, "sibmem", (("dst", "reg"), ("src", "sibmem")), "AMX-MOVRS"),
-    _op("TILELOADDRST1", "memory", PP_66, 0x4A, "sibmem", (("dst", "reg"), ("src", "sibmem")), "AMX-MOVRS"),
+    _op("TILELOADDRS", "memory", "load-rs", PP_F2, 0x4A, "sibmem", (("dst", "reg"), ("src", "sibmem")), "AMX-MOVRS"),
+    _op("TILELOADDRST1", "memory", "load-rs-t1", PP_66, 0x4A, "sibmem", (("dst", "reg"), ("src", "sibmem")), "AMX-MOVRS"),
 )
 
 
@@ -433,7 +443,8 @@ def views(table: Tuple[Instruction, ...]) -> SimpleNamespace:
     """Every derived mapping of ``table``, checked: TableError where two rows would share a key.
 
     ``by_name`` (lower-case name -> row), ``dots`` (the dot products in table
-    order), ``rows`` (the AMX-AVX512 row instructions, in table order), ``groups`` (kernel groups in table order), ``group_feature``
+    order), ``rows`` (the AMX-AVX512 row instructions, in table order), ``state_ops`` (the config
+    and memory rows, in table order), ``by_action`` (action -> its one row), ``groups`` (kernel groups in table order), ``group_feature``
     (group -> CPUID feature name; one per group), ``group_formats`` (group ->
     the operand formats of its rows, in order), ``matmul_routes`` ((a format,
     b format) -> the row ``pyamx.matmul`` runs), ``inferred`` (dtype name ->
@@ -441,6 +452,9 @@ def views(table: Tuple[Instruction, ...]) -> SimpleNamespace:
     """
     dots = tuple(i for i in table if i.is_dot)
     rows = tuple(i for i in table if i.is_row)
+    unknown = [i.mnemonic for i in table if i.action is not None and i.action not in ACTIONS]
+    if unknown:
+        raise TableError(f"pyamx.isa: rows with an action outside ACTIONS: {', '.join(unknown)}")
     groups = tuple(dict.fromkeys(i.group for i in dots))
     group_formats = {g: tuple(dict.fromkeys(f for i in dots if i.group == g for f in (i.a_format, i.b_format)))
                      for g in groups}
@@ -450,6 +464,8 @@ def views(table: Tuple[Instruction, ...]) -> SimpleNamespace:
         by_name=_unique(((i.name, i) for i in table), "the name"),
         dots=dots,
         rows=rows,
+        state_ops=tuple(i for i in table if i.action is not None),
+        by_action=_unique(((i.action, i) for i in table if i.action is not None), "the action"),
         groups=groups,
         group_feature=_unique(((i.group, i.feature.name) for i in dots), "a feature for kernel group", repeats=True),
         group_formats=MappingProxyType(group_formats),
@@ -471,6 +487,10 @@ DOT_NAMES: Tuple[str, ...] = tuple(insn.name for insn in DOTS)
 ROWS: Tuple[Instruction, ...] = VIEWS.rows
 #: lower-case names of the row instructions (the tile machines' methods)
 ROW_NAMES: Tuple[str, ...] = tuple(insn.name for insn in ROWS)
+#: the config and memory rows (those with an ``action``), in table order
+STATE_OPS: Tuple[Instruction, ...] = VIEWS.state_ops
+#: action -> the one row that does it
+BY_ACTION = VIEWS.by_action
 #: kernel groups, in table order (``FAMILIES``: their older name)
 GROUPS: Tuple[str, ...] = VIEWS.groups
 FAMILIES = GROUPS
@@ -488,6 +508,12 @@ def get(name: str) -> Instruction:
         return BY_NAME[name.lower()]
     except (KeyError, AttributeError):
         raise KeyError(f"unknown AMX instruction {name!r}; pyamx knows {', '.join(BY_NAME)}") from None
+
+
+def of_action(action: str) -> Instruction:
+    """The row that does ``action`` (one of :data:`ACTIONS`): how code that must name such an
+    instruction (a message, a kernel's exported name) finds it."""
+    return BY_ACTION[action]
 
 
 def family_of(name: str) -> str:
@@ -565,6 +591,97 @@ def add_row_methods(machine: type, layer: str) -> None:
         method.__module__ = machine.__module__
         method.__doc__ = row_docstring(insn, layer)
         setattr(machine, insn.name, method)
+
+
+#: action -> the name of the tile machines' implementation a row of that action is bound to, and the
+#: method's parameters after self (the implementation takes the row's name first)
+STATE_IMPLEMENTATIONS = MappingProxyType({
+    "load-config": ("_load_config", ("cfg",)),
+    "store-config": ("_store_config", ()),
+    "release": ("_release", ()),
+    "zero": ("_zero_tile", ("tmm",)),
+    **{a: ("_load_tile", ("tmm", "buf", "stride", "offset")) for a in LOAD_ACTIONS},
+    "store": ("_store_tile", ("tmm", "buf", "stride", "offset")),
+})
+
+
+def add_state_methods(machine: type, layer: str) -> None:
+    """One method per config or memory row on a tile machine class, bound to the machine's
+    implementation of its action (:data:`STATE_IMPLEMENTATIONS`), documented by :func:`state_docstring`
+    of ``layer`` (``"method"`` or ``"native-method"``)."""
+    for insn in STATE_OPS:
+        implementation, _ = STATE_IMPLEMENTATIONS[insn.action]
+        method = _STATE_METHODS[implementation](insn.mnemonic, implementation)
+        method.__name__ = insn.name
+        method.__qualname__ = f"{machine.__name__}.{insn.name}"
+        method.__module__ = machine.__module__
+        method.__doc__ = state_docstring(insn, layer)
+        setattr(machine, insn.name, method)
+
+
+def _image_method(mnemonic: str, implementation: str):
+    def method(self) -> bytes:
+        return getattr(self, implementation)(mnemonic)
+
+    return method
+
+
+def _no_operand_method(mnemonic: str, implementation: str):
+    def method(self) -> None:
+        getattr(self, implementation)(mnemonic)
+
+    return method
+
+
+def _config_method(mnemonic: str, implementation: str):
+    def method(self, cfg) -> None:
+        getattr(self, implementation)(mnemonic, cfg)
+
+    return method
+
+
+def _zero_method(mnemonic: str, implementation: str):
+    def method(self, tmm: int) -> None:
+        getattr(self, implementation)(mnemonic, tmm)
+
+    return method
+
+
+def _memory_method(mnemonic: str, implementation: str):
+    def method(self, tmm: int, buf, stride: int, offset: int = 0) -> None:
+        getattr(self, implementation)(mnemonic, tmm, buf, stride, offset)
+
+    return method
+
+
+_STATE_METHODS = {"_load_config": _config_method, "_store_config": _image_method,
+                  "_release": _no_operand_method, "_zero_tile": _zero_method, "_load_tile": _memory_method,
+                  "_store_tile": _memory_method}
+
+_STATE_DOCS = {
+    "load-config": "{m}: load a 64-byte config (or TileConfig); #GP on an illegal one; zeroes every tile.",
+    "store-config": "{m}: the 64-byte config image; 64 zero bytes in the init state.",
+    "release": "{m}: back to the init state (config cleared, tiles zeroed).",
+    "zero": "{m}: all 16 x 64 bytes of a configured tile become zero.",
+    "load": """{m}: rows start_row..rows-1 of ``colsb`` bytes from ``offset + r * stride``.
+
+        Bytes past colsb and rows past ``rows`` become zero; start_row resets to 0.
+        """,
+    "load-t1": "{m}: {load} with a cache hint; the same architectural effect.",
+    "load-rs": "{m} ({f}): {load} with a read-shared hint; the same architectural effect.",
+    "load-rs-t1": "{m} ({f}): {load_t1} with a read-shared hint; the same architectural effect.",
+    "store": "{m}: store rows start_row..rows-1 (``colsb`` bytes each); start_row resets to 0.",
+}
+
+
+def state_docstring(insn: Instruction, layer: str) -> str:
+    """The docstring of a config or memory row's machine method (``layer``: ``"method"`` or
+    ``"native-method"``); a hinted load is described by the load it hints."""
+    text = _STATE_DOCS[insn.action]
+    if layer == "native-method" and insn.action == "store-config":
+        text = "{m}: the 64-byte config image, read from the registers."
+    return text.format(m=insn.mnemonic, f=insn.feature.name, load=BY_ACTION["load"].mnemonic,
+                       load_t1=BY_ACTION["load-t1"].mnemonic)
 
 
 def row_docstring(insn: Instruction, layer: str) -> str:

@@ -150,7 +150,8 @@ def _check(rc: int, what: str) -> None:
         raise NativeUnavailableError(f"{what}: this build of pyamx._native has no AMX kernels")
     if rc == isa.c_constant("PYAMX_E_START_ROW"):
         raise BackendError(
-            f"{what}: this thread's tile state has a pending start_row (set by LDTILECFG, consumed by "
+            f"{what}: this thread's tile state has a pending start_row (set by "
+            f"{isa.of_action('load-config').mnemonic}, consumed by "
             "the next load, store or dot product); it cannot be saved without consuming it, so nothing ran"
         )
     fault = _c_fault(rc)
@@ -386,7 +387,7 @@ class NativeMachine:
             state.resident = None
         cfg, tiles = self._stash
         if cfg[0] == 0:
-            _check(self._lib.pyamx_tilerelease(), "TILERELEASE")
+            _check(self._lib.pyamx_release_tiles(), isa.of_action("release").mnemonic)
         else:
             _check(self._lib.pyamx_restore_tiles(cfg, self._ffi.from_buffer(tiles)), "restoring a NativeMachine")
         state.resident = weakref.ref(self)
@@ -402,7 +403,7 @@ class NativeMachine:
         """STTILECFG of this machine's state, read from the registers."""
         self._activate()
         out = self._ffi.new("uint8_t[64]")
-        _check(self._lib.pyamx_sttilecfg(out), "STTILECFG")
+        _check(self._lib.pyamx_store_config(out), isa.of_action("store-config").mnemonic)
         image = bytes(self._ffi.buffer(out))
         self._known = parse_tilecfg(image)
         return image
@@ -467,26 +468,26 @@ class NativeMachine:
 
     # -- configuration -----------------------------------------------------------
 
-    def _ldtilecfg(self, cfg) -> None:
+    # The public methods (one per config or memory row) are bound from the table at the end of
+    # this module (pyamx.isa.add_state_methods); each passes its row's name for the messages.
+
+    def _configure(self, mnemonic, cfg) -> None:
         parsed = parse_tilecfg(cfg)
-        self._execute("LDTILECFG", self._lib.pyamx_ldtilecfg, (parsed.to_bytes(),), parsed, lambda c: None)
+        self._execute(mnemonic, self._lib.pyamx_load_config, (parsed.to_bytes(),), parsed, lambda c: None)
 
-    def ldtilecfg(self, cfg) -> None:
-        """LDTILECFG: load a 64-byte config (or TileConfig); #GP on an illegal one; zeroes every tile."""
-        self._call("LDTILECFG", self._ldtilecfg, cfg)
+    def _load_config(self, mnemonic, cfg) -> None:
+        self._call(mnemonic, self._configure, mnemonic, cfg)
 
-    def sttilecfg(self) -> bytes:
-        """STTILECFG: the 64-byte config image, read from the registers."""
-        return self._call("STTILECFG", self._registers)
+    def _store_config(self, mnemonic) -> bytes:
+        return self._call(mnemonic, self._registers)
 
-    def tilerelease(self) -> None:
-        """TILERELEASE: back to the init state (config cleared, tiles zeroed)."""
-        self._call("TILERELEASE", self._execute, "TILERELEASE", self._lib.pyamx_tilerelease, (), TileConfig(),
+    def _release(self, mnemonic) -> None:
+        self._call(mnemonic, self._execute, mnemonic, self._lib.pyamx_release_tiles, (), TileConfig(),
                    lambda c: None)
 
     # -- data movement -------------------------------------------------------------
 
-    def _memory_op(self, mnemonic, tmm, buf, stride, offset, t1, store) -> None:
+    def _memory_op(self, mnemonic, tmm, buf, stride, offset, hint, store) -> None:
         memory = _memory.byte_view(mnemonic, buf, writable=store)
         cfg = self._config_now()
         tmm, offset, stride = _exact(tmm), _exact(offset), _exact(stride)
@@ -500,13 +501,20 @@ class NativeMachine:
         # the configuration in the registers; `memory` keeps the buffer alive.
         base = self._ffi.cast("uint8_t *", _address(memory))
         if store:
-            fn, args = self._lib.pyamx_tilestored, (tmm, base, memory.size, offset, stride)
+            fn, args = self._lib.pyamx_store_tile, (tmm, base, memory.size, offset, stride)
         else:
-            fn, args = self._lib.pyamx_tileloadd, (tmm, base, memory.size, offset, stride, t1)
+            fn, args = self._lib.pyamx_load_tile, (tmm, base, memory.size, offset, stride, hint)
         self._execute(mnemonic, fn, args, _consumed(cfg), check)
 
-    def _load(self, mnemonic, tmm, buf, stride, offset, t1) -> None:
-        self._call(mnemonic, self._memory_op, mnemonic, tmm, buf, stride, offset, t1, False)
+    def _load_tile(self, mnemonic, tmm, buf, stride, offset) -> None:
+        insn = isa.get(mnemonic)
+        if insn.feature is not isa.of_action("load").feature:  # a hint of a later extension (AMX-MOVRS)
+            self._require(mnemonic)
+        hint = isa.LOAD_ACTIONS.index(insn.action)  # the C kernel's hint argument (csrc/pyamx.h)
+        self._call(mnemonic, self._memory_op, mnemonic, tmm, buf, stride, offset, hint, False)
+
+    def _store_tile(self, mnemonic, tmm, buf, stride, offset) -> None:
+        self._call(mnemonic, self._memory_op, mnemonic, tmm, buf, stride, offset, 0, True)
 
     def _require(self, mnemonic: str) -> None:
         """NativeUnavailableError, before anything runs, where the CPU lacks the row's CPUID feature."""
@@ -514,41 +522,18 @@ class NativeMachine:
         if reason is not None:
             raise NativeUnavailableError(f"{mnemonic}: {reason}", reason=reason)
 
-    def tileloadd(self, tmm: int, buf, stride: int, offset: int = 0) -> None:
-        """TILELOADD: rows start_row..rows-1 of ``colsb`` bytes from ``offset + r * stride``."""
-        self._load("TILELOADD", tmm, buf, stride, offset, 0)
-
-    def tileloaddt1(self, tmm: int, buf, stride: int, offset: int = 0) -> None:
-        """TILELOADDT1: TILELOADD with a cache hint; the same architectural effect."""
-        self._load("TILELOADDT1", tmm, buf, stride, offset, 1)
-
-    def tileloaddrs(self, tmm: int, buf, stride: int, offset: int = 0) -> None:
-        """TILELOADDRS (AMX-MOVRS): TILELOADD with a read-shared hint; the same architectural effect."""
-        self._require("TILELOADDRS")
-        self._load("TILELOADDRS", tmm, buf, stride, offset, 2)
-
-    def tileloaddrst1(self, tmm: int, buf, stride: int, offset: int = 0) -> None:
-        """TILELOADDRST1 (AMX-MOVRS): TILELOADDT1 with a read-shared hint; the same architectural effect."""
-        self._require("TILELOADDRST1")
-        self._load("TILELOADDRST1", tmm, buf, stride, offset, 3)
-
-    def tilestored(self, tmm: int, buf, stride: int, offset: int = 0) -> None:
-        """TILESTORED: store rows start_row..rows-1 (``colsb`` bytes each); start_row resets to 0."""
-        self._call("TILESTORED", self._memory_op, "TILESTORED", tmm, buf, stride, offset, 0, True)
-
-    def _tilezero(self, tmm) -> None:
+    def _zero(self, mnemonic, tmm) -> None:
         cfg = self._config_now()
         tmm = _exact(tmm)
 
         def check(cfg):
-            check_tile_usable("TILEZERO", "tdest", cfg, tmm)
+            check_tile_usable(mnemonic, "tdest", cfg, tmm)
 
         check(cfg)
-        self._execute("TILEZERO", self._lib.pyamx_tilezero, (tmm,), _consumed(cfg), check)
+        self._execute(mnemonic, self._lib.pyamx_zero_tile, (tmm,), _consumed(cfg), check)
 
-    def tilezero(self, tmm: int) -> None:
-        """TILEZERO: all 16 x 64 bytes of the tile become zero."""
-        self._call("TILEZERO", self._tilezero, tmm)
+    def _zero_tile(self, mnemonic, tmm) -> None:
+        self._call(mnemonic, self._zero, mnemonic, tmm)
 
     # -- row instructions (AMX-AVX512) --------------------------------------------------
 
@@ -629,5 +614,6 @@ def _nativelib_load():
     return _nativelib.load()
 
 
+isa.add_state_methods(NativeMachine, "native-method")
 isa.add_dot_methods(NativeMachine, "native-method")
 isa.add_row_methods(NativeMachine, "native-method")

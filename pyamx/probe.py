@@ -20,16 +20,33 @@ from .emulator.numerics import FP8_ACCUMS, FP8_NAN_RULES, NAN_RULES, STRUCTURES,
 from .testing import operands
 
 
+def _route(a: str, b: str) -> str:
+    """The name of the dot product pyamx.matmul runs for operand formats ``a`` x ``b`` (the table's route)."""
+    return isa.MATMUL_ROUTES[(a, b)].name
+
+
+def _complex(part: str) -> str:
+    """The name of the complex row that accumulates ``part`` (``"real"`` or ``"imaginary"``)."""
+    return next(i.name for i in isa.DOTS if i.kind == "dot-complex" and i.part == part)
+
+
+# The experiments' instructions, chosen from the table by what they compute: the default is the bf16
+# dot product; the others answer the same questions for their own formats.
+_BF16, _FP16 = _route("bf16", "bf16"), _route("fp16", "fp16")
+_BF8, _BF8_HF8, _HF8 = _route("bf8", "bf8"), _route("bf8", "hf8"), _route("hf8", "hf8")
+_REAL, _IMAGINARY = _complex("real"), _complex("imaginary")
+
+
 @dataclass
 class Experiment:
     name: str
     c: np.ndarray  # uint32 bits
     a: np.ndarray  # uint16 bf16 (or fp16) bits
     b: np.ndarray  # uint16 bits, pair-interleaved
-    instruction: str = "tdpbf16ps"
+    instruction: str = _BF16
 
 
-def _one(name, c, a_pairs, b_pairs, instruction="tdpbf16ps") -> Experiment:
+def _one(name, c, a_pairs, b_pairs, instruction=_BF16) -> Experiment:
     """One output element: c bits, A as a row of (even, odd) pairs per k, B as one row per k."""
     return Experiment(
         name,
@@ -55,10 +72,10 @@ def _random_fp16(name: str, seed: int) -> Experiment:
         return (sign | exponent | rng.integers(0, 1024, shape, dtype=np.uint16)).astype(np.uint16)
 
     c = (rng.integers(0, 2, (16, 16), dtype=np.uint32) << 31) | np.uint32(0x3F000000) | rng.integers(0, 1 << 23, (16, 16), dtype=np.uint32)
-    return Experiment(name, c.astype(np.uint32), halves((16, 32)), halves((16, 32)), "tdpfp16ps")
+    return Experiment(name, c.astype(np.uint32), halves((16, 32)), halves((16, 32)), _FP16)
 
 
-def _fp8(name, c, a_quads, b_quads, instruction="tdpbf8ps") -> Experiment:
+def _fp8(name, c, a_quads, b_quads, instruction=_BF8) -> Experiment:
     """One output element of an AMX-FP8 row: c bits, A as one (4 fp8 codes) dword per k, B one per k."""
     return Experiment(name, np.array([[c]], np.uint32), np.array([[x for quad in a_quads for x in quad]], np.uint8),
                       np.array([list(quad) for quad in b_quads], np.uint8), instruction)
@@ -105,7 +122,7 @@ def _is_fp16(instruction: str) -> bool:
     return isa.BY_NAME[instruction].family == "fp16"
 
 
-def point(name: str, instruction: str = "tdpbf16ps") -> Experiment:
+def point(name: str, instruction: str = _BF16) -> Experiment:
     """Probe ``name`` (P1, P2, P7) as an experiment: c (1, 1) uint32, a (1, 2K), b (K, 2) uint16 bits."""
     points, prefix = (FP16_POINTS, "FP16 ") if _is_fp16(instruction) else (POINTS, "")
     text, c, a_pairs, b_pairs = points[name]
@@ -156,27 +173,27 @@ EXPERIMENTS = {
     ],
     # TDPFP16PS (AMX-FP16): the same structure question, and whether fp16 denormals are honoured.
     "fp16_structure": [
-        point("P1", "tdpfp16ps"),
-        point("P2", "tdpfp16ps"),
-        point("P7", "tdpfp16ps"),
+        point("P1", _FP16),
+        point("P2", _FP16),
+        point("P7", _FP16),
         _random_fp16("random fp16 16x16x16", 17),
     ],
     "fp16_denormals": [
-        _one("fp16 2^-24 (denormal) * 1", 0, [(0x0001, 0)], [(HALF_ONE, 0)], "tdpfp16ps"),
-        _one("fp16 -(2^-15 - 2^-24) (denormal) * 2^15", 0, [(0x83FF, 0)], [(0x7800, 0)], "tdpfp16ps"),
+        _one("fp16 2^-24 (denormal) * 1", 0, [(0x0001, 0)], [(HALF_ONE, 0)], _FP16),
+        _one("fp16 -(2^-15 - 2^-24) (denormal) * 2^15", 0, [(0x83FF, 0)], [(0x7800, 0)], _FP16),
     ],
     # AMX-FP8 (docs/semantics.md "AMX-FP8", the vectors of amx-family.md section 10.1). BF8 0x78 = 2^15,
     # 0x3C = 1, 0x01 = 2^-16; HF8 0x78 = 2^8, 0x01 = 2^-9.
     "fp8_accum": [
         _fp8("BF8 2^15*2^15 + 1*1 - 2^15*2^15: exact 1, rounded 0", 0, [(0x78, 0x3C, 0xF8, 0)], [(0x78, 0x3C, 0x78, 0)]),
         _fp8("HF8 2^8*2^8 + 2^-9*2^-9 - 2^8*2^8: exact 2^-18, rounded 0", 0, [(0x78, 0x01, 0xF8, 0)],
-             [(0x78, 0x01, 0x78, 0)], "tdphf8ps"),
-        _random_fp8("random BF8 16x16x16", 18, "tdpbf8ps"),
-        _random_fp8("random BF8 x HF8 16x16x16", 19, "tdpbhf8ps"),
+             [(0x78, 0x01, 0x78, 0)], _HF8),
+        _random_fp8("random BF8 16x16x16", 18, _BF8),
+        _random_fp8("random BF8 x HF8 16x16x16", 19, _BF8_HF8),
     ],
     "fp8_input_daz": [
         _fp8("BF8 2^-16 (denormal) * 2^-16", 0, [(0x01, 0, 0, 0)], [(0x01, 0, 0, 0)]),
-        _fp8("BF8 -(3*2^-16) (denormal) * HF8 1", 0, [(0x83, 0, 0, 0)], [(0x38, 0, 0, 0)], "tdpbhf8ps"),
+        _fp8("BF8 -(3*2^-16) (denormal) * HF8 1", 0, [(0x83, 0, 0, 0)], [(0x38, 0, 0, 0)], _BF8_HF8),
     ],
     # a denormal C can only show through a zero sum (every non-zero sum is a multiple of 2^-32):
     # -2^-149 + (+0) is kept, flushed to -0 (FTZ of the result) or read as -0 (DAZ on C: -0 + +0 = +0)
@@ -185,38 +202,38 @@ EXPERIMENTS = {
     "fp8_nan": [
         _fp8("BF8 NaN 0x7D in A, C=0", 0, [(0x3C, 0x7D, 0, 0)], [(0x3C, 0x3C, 0, 0)]),
         _fp8("C=NaN 0x7FC12345, finite products", 0x7FC12345, [(0x3C, 0, 0, 0)], [(0x3C, 0, 0, 0)]),
-        _fp8("HF8 NaN 0xFF in B, C=1", 0x3F800000, [(0x38, 0, 0, 0)], [(0xFF, 0, 0, 0)], "tdphf8ps"),
+        _fp8("HF8 NaN 0xFF in B, C=1", 0x3F800000, [(0x38, 0, 0, 0)], [(0xFF, 0, 0, 0)], _HF8),
         _fp8("inf * 0 and a NaN C", 0x7FC00001, [(0x7C, 0, 0, 0)], [(0, 0, 0, 0)]),
     ],
     # AMX-COMPLEX (docs/semantics.md section 8): pairs are (real, imaginary) fp16.
     "complex_structure": [
         # 4096+4096i squared, real part: products 2^24 and -2^24 cancel in the SDM's even + odd before C = 1
         _one("complex order: (4096+4096i)^2, real, C=1", 0x3F800000, [(0x6C00, 0x6C00)], [(0x6C00, 0x6C00)],
-             "tcmmrlfp16ps"),
+             _REAL),
         _one("complex order: (1+2^-12 i)(2^-12+i), imaginary, C=1", 0x3F800000, [(HALF_ONE, 0x0C00)],
-             [(0x0C00, HALF_ONE)], "tcmmimfp16ps"),
+             [(0x0C00, HALF_ONE)], _IMAGINARY),
         # P3's question: C=2^-24, products 1 and 2^-25 (sdm 1.0; fused_pair and wide 1 + 2^-23)
         _one("C=2^-24, products (1, 2^-25), imaginary", 0x33800000, [(0x0C00, HALF_ONE)], [(HALF_ONE, 0x0800)],
-             "tcmmimfp16ps"),
+             _IMAGINARY),
         # P2's question: C=0, k0 products (1, 2^-24), k1 (0, 2^-24) (sdm 1 + 2^-23; fused_pair 1.0)
         _one("C=0, k0 (1, 2^-24), k1 (0, 2^-24), imaginary", 0, [(0x0C00, HALF_ONE), (0x0C00, 0)],
-             [(HALF_ONE, 0x0C00), (HALF_ONE, 0x0C00)], "tcmmimfp16ps"),
+             [(HALF_ONE, 0x0C00), (HALF_ONE, 0x0C00)], _IMAGINARY),
     ],
     "complex_dest_daz": [
         # A = B = 0: t = +0; a denormal C read as zero gives +0, kept it flushes to -0
-        _one("C=-2^-149 (denormal), A=B=0, real", 0x80000001, [(0, 0)], [(0, 0)], "tcmmrlfp16ps"),
-        _one("C=-2^-149 (denormal), A=B=0, imaginary", 0x80000001, [(0, 0)], [(0, 0)], "tcmmimfp16ps"),
+        _one("C=-2^-149 (denormal), A=B=0, real", 0x80000001, [(0, 0)], [(0, 0)], _REAL),
+        _one("C=-2^-149 (denormal), A=B=0, imaginary", 0x80000001, [(0, 0)], [(0, 0)], _IMAGINARY),
     ],
     "complex_nan_sign": [
         # the real part negates a_im: as an fp16 before conversion (SDM), or the product after (a NaN keeps its sign)
-        _one("a_im = +NaN (payload 0x205) * b_im = 1, real", 0, [(0, 0x7E05)], [(0, HALF_ONE)], "tcmmrlfp16ps"),
-        _one("a_im = -NaN (payload 0x100) * b_im = 1, real", 0, [(0, 0xFD00)], [(0, HALF_ONE)], "tcmmrlfp16ps"),
+        _one("a_im = +NaN (payload 0x205) * b_im = 1, real", 0, [(0, 0x7E05)], [(0, HALF_ONE)], _REAL),
+        _one("a_im = -NaN (payload 0x100) * b_im = 1, real", 0, [(0, 0xFD00)], [(0, HALF_ONE)], _REAL),
     ],
     "complex_nan_order": [
         # k0: inf * 0 makes the even lane the default NaN; k1 brings a NaN a: which wins?
-        _one("NaN lane then NaN a_re, real", 0, [(0x7C00, 0), (0x7E05, 0)], [(0, 0), (HALF_ONE, 0)], "tcmmrlfp16ps"),
+        _one("NaN lane then NaN a_re, real", 0, [(0x7C00, 0), (0x7E05, 0)], [(0, 0), (HALF_ONE, 0)], _REAL),
         _one("NaN lane then NaN a_im, imaginary", 0, [(0, 0x7C00), (0, 0x7E05)], [(0, 0), (HALF_ONE, 0)],
-             "tcmmimfp16ps"),
+             _IMAGINARY),
     ],
 }
 
@@ -265,11 +282,11 @@ def _emulate(e: Experiment, model: Numerics, flush_fp16: bool = False, negate_pr
     a, b = e.a, e.b
     if flush_fp16 and _is_fp16(e.instruction):  # denormal (exponent 0) inputs become zeros of their sign
         a, b = (np.where((x & 0x7C00) == 0, x & 0x8000, x).astype(np.uint16) for x in (a, b))
-    if negate_product and e.instruction == "tcmmrlfp16ps":  # pre-flip NaN a_im, so the row's flip restores it
+    if negate_product and isa.get(e.instruction).part == "real":  # pre-flip NaN a_im, so the row's flip restores it
         a = a.copy()
         a[:, 1::2] = np.where((a[:, 1::2] & 0x7FFF) > 0x7C00, a[:, 1::2] ^ 0x8000, a[:, 1::2])
     if a_first and isa.get(e.instruction).kind == "dot-complex":  # the same steps in TDPFP16PS's NaN order
-        return emulator.tdpfp16ps(e.c, fp16_operand(e.instruction, a), b, numerics=model).view(np.uint32)
+        return getattr(emulator, _FP16)(e.c, fp16_operand(e.instruction, a), b, numerics=model).view(np.uint32)
     return getattr(emulator, e.instruction)(e.c, a, b, numerics=model).view(np.uint32)
 
 
@@ -430,16 +447,21 @@ def _run_row(machine, e: RowExperiment):
 
     # A pending start_row comes only from LDTILECFG, which zeroes the tiles and a load would consume,
     # so such an experiment reads zeros and observes start_row alone.
-    machine.ldtilecfg(TileConfig.make({0: (e.rows, e.colsb)}, start_row=e.start_row))
+    _do(machine, "load-config", TileConfig.make({0: (e.rows, e.colsb)}, start_row=e.start_row))
     if not e.start_row:
-        machine.tileloadd(0, np.array(e.words, np.uint32).view(np.uint8), 64)
+        _do(machine, "load", 0, np.array(e.words, np.uint32).view(np.uint8), 64)
     try:
         lanes = tuple(int(x) for x in getattr(machine, e.instruction)(0, e.selector, imm=e.imm))
     except InvalidOpcodeFault:
         lanes = "#UD"
-    after = machine.sttilecfg()[1]
-    machine.tilerelease()
+    after = _do(machine, "store-config")[1]
+    _do(machine, "release")
     return lanes, after
+
+
+def _do(machine, action: str, *args):
+    """Run the machine's instruction of ``action`` (pyamx.isa.ACTIONS) on ``args``."""
+    return getattr(machine, isa.of_action(action).name)(*args)
 
 
 def probe_rows(backend: str = "emulator", numerics=None) -> dict:

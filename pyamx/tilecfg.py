@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from . import isa
 from .errors import GeneralProtectionFault, InvalidOpcodeFault
 
 NUM_TILES = 8
@@ -140,6 +141,10 @@ def as_config_bytes(cfg) -> bytes:
         return view.tobytes()
 
 
+#: the instruction that loads a configuration, named in the faults it raises and the hint to run it
+_CONFIGURING = isa.of_action("load-config").mnemonic
+
+
 def parse_tilecfg(cfg) -> TileConfig:
     """Decode a 64-byte image the way LDTILECFG does, raising #GP where it would."""
     raw = as_config_bytes(cfg)
@@ -148,28 +153,28 @@ def parse_tilecfg(cfg) -> TileConfig:
         return TileConfig()
     if palette > 1:
         raise GeneralProtectionFault(
-            "LDTILECFG", f"palette_id (byte 0) is {palette}; only 0 and 1 exist"
+            _CONFIGURING, f"palette_id (byte 0) is {palette}; only 0 and 1 exist"
         )
     for lo, hi in _RESERVED_RANGES:
         for i in range(lo, hi):
             if raw[i]:
                 raise GeneralProtectionFault(
-                    "LDTILECFG", f"reserved byte {i} is 0x{raw[i]:02x}; reserved bytes must be zero"
+                    _CONFIGURING, f"reserved byte {i} is 0x{raw[i]:02x}; reserved bytes must be zero"
                 )
     colsb = tuple(int.from_bytes(raw[16 + 2 * t : 18 + 2 * t], "little") for t in range(NUM_TILES))
     rows = tuple(raw[48 + t] for t in range(NUM_TILES))
     for t in range(NUM_TILES):
         if colsb[t] > MAX_COLSB:
             raise GeneralProtectionFault(
-                "LDTILECFG", f"tmm{t} colsb (bytes {16 + 2 * t}-{17 + 2 * t}) is {colsb[t]} > {MAX_COLSB}"
+                _CONFIGURING, f"tmm{t} colsb (bytes {16 + 2 * t}-{17 + 2 * t}) is {colsb[t]} > {MAX_COLSB}"
             )
         if rows[t] > MAX_ROWS:
             raise GeneralProtectionFault(
-                "LDTILECFG", f"tmm{t} rows (byte {48 + t}) is {rows[t]} > {MAX_ROWS}"
+                _CONFIGURING, f"tmm{t} rows (byte {48 + t}) is {rows[t]} > {MAX_ROWS}"
             )
         if (rows[t] == 0) != (colsb[t] == 0):
             raise GeneralProtectionFault(
-                "LDTILECFG",
+                _CONFIGURING,
                 f"tmm{t} has rows={rows[t]} and colsb={colsb[t]}; both must be zero or both non-zero",
             )
     return TileConfig(palette, raw[1], colsb, rows)
@@ -188,7 +193,7 @@ def check_tile_index(mnemonic: str, operand: str, tmm) -> int:
 def check_configured(mnemonic: str, cfg: TileConfig) -> None:
     if not cfg.configured:
         raise InvalidOpcodeFault(
-            mnemonic, "tiles are not configured (palette 0, init state); run LDTILECFG first"
+            mnemonic, f"tiles are not configured (palette 0, init state); run {_CONFIGURING} first"
         )
 
 

@@ -100,25 +100,27 @@ def generate(seed: int, per_class: int = 4, instructions=tuple(KINDS)) -> list:
     edges and random shapes, plus the probes; then the row and load cases."""
     rng = np.random.default_rng(seed)
     cases = []
-    if "tdpbf16ps" in instructions:
+    # the classes and probes are bf16's, the random bit patterns fp16's: each the matmul route of its format
+    bf16, fp16 = (isa.MATMUL_ROUTES[(f, f)].name for f in ("bf16", "fp16"))
+    if bf16 in instructions:
         for index, cls in enumerate(CLASSES):
             every = shapes(rng, 8 + per_class)  # the 8 edge shapes first, then random ones
             for m, k, n in every[index % 2 : 8 : 2] + every[8:]:
                 c, a, b = operands(rng, m, k, n, cls)
-                cases.append(Case("tdpbf16ps", f"{cls} {m}x{k}x{n}", c, a, b))
+                cases.append(Case(bf16, f"{cls} {m}x{k}x{n}", c, a, b))
         for point, experiments in EXPERIMENTS.items():
             # Each probe experiment runs through its own instruction (the FP16 points through TDPFP16PS).
             cases += [Case(e.instruction, f"probe {point}: {e.name}", e.c, e.a, e.b)
                       for e in experiments if e.instruction in instructions]
     fp16_specials = np.array([0x0001, 0x03FF, 0x8001, 0x7C00, 0xFC00, 0x7C01, 0x7E05, 0x0000, 0x8000, 0x7BFF], np.uint16)
     for m, k, n in shapes(rng, 10):
-        if "tdpfp16ps" in instructions:
+        if fp16 in instructions:
             a = rng.integers(0, 2**16, (m, 2 * k), dtype=np.uint16)
             b = rng.integers(0, 2**16, (k, 2 * n), dtype=np.uint16)
             a = np.where(rng.random(a.shape) < 0.2, rng.choice(fp16_specials, a.shape), a)
             b = np.where(rng.random(b.shape) < 0.2, rng.choice(fp16_specials, b.shape), b)
             c = rng.integers(0, 2**32, (m, n), dtype=np.uint64).astype(np.uint32)
-            cases.append(Case("tdpfp16ps", f"random bits {m}x{k}x{n}", c, a, b))
+            cases.append(Case(fp16, f"random bits {m}x{k}x{n}", c, a, b))
         for mnemonic in (insn.name for insn in isa.DOTS if insn.signed is not None):
             if mnemonic in instructions:
                 a = rng.integers(0, 256, (m, 4 * k), dtype=np.uint8)

@@ -30,34 +30,6 @@ if not (ROOT / "build.py").exists():
 GENERATED = {"csrc/pyamx_ops.h", "csrc/pyamx_op_traits.h", "pyamx/_dot_types.py", "pyamx/emulator/_dot_types.py"}
 MAX_FILES = 3
 
-#: Files whose code still names mnemonics by hand (file -> those mnemonics), with why. Listed exactly:
-#: a fix fails the test until its entry goes, and a new mention outside this list counts.
-PENDING_BY_FILE = {
-    # C: one exported function per config/memory instruction, and the trap's per-instruction cases
-    "csrc/kernels.c": "LDTILECFG STTILECFG TILERELEASE TILEZERO TILELOADD TILESTORED",
-    "csrc/pyamx.h": "LDTILECFG STTILECFG TILERELEASE TILEZERO TILELOADD TILESTORED",
-    "csrc/trap/semantics.c": "LDTILECFG STTILECFG TILERELEASE TILEZERO TILELOADD TILELOADDT1 TILESTORED "
-                             "TILELOADDRS TILELOADDRST1",
-    "csrc/trap/signals.c": "LDTILECFG STTILECFG TILERELEASE",
-    # both tile machines write one method per config/memory instruction (the dot and row methods
-    # are generated from the table)
-    "pyamx/emulator/machine.py": "LDTILECFG STTILECFG TILERELEASE TILEZERO TILELOADD TILELOADDT1 TILESTORED "
-                                 "TILELOADDRS TILELOADDRST1",
-    "pyamx/native.py": "LDTILECFG STTILECFG TILERELEASE TILEZERO TILELOADD TILELOADDT1 TILESTORED "
-                       "TILELOADDRS TILELOADDRST1",
-    # messages that say which instruction faulted or what the detection child ran
-    "pyamx/tilecfg.py": "LDTILECFG",
-    "pyamx/detect.py": "LDTILECFG TILERELEASE TILEZERO",
-    # tools whose experiments are written for one instruction
-    "pyamx/probe.py": "LDTILECFG STTILECFG TILERELEASE TILELOADD TDPBF16PS TDPFP16PS TCMMIMFP16PS TCMMRLFP16PS",
-    "pyamx/vectors.py": "TDPBF16PS TDPFP16PS",
-    "pyamx/cli.py": "TDPBF16PS",
-}
-PENDING: dict[str, set[str]] = {}
-for _rel, _names in PENDING_BY_FILE.items():
-    for _name in _names.split():
-        PENDING.setdefault(_name, set()).add(_rel)
-
 
 def product_files() -> list[str]:
     """Every product source file: the package's Python, the C sources but the generated ones, build.py."""
@@ -125,16 +97,12 @@ def test_the_scanner_sees_code_and_skips_comments_and_docstrings():
 
 
 def test_isa_and_its_kernels_are_the_only_code_that_names_an_instruction(sources):
-    too_many, stale = [], []
+    too_many = []
     for insn in isa.TABLE:
         files = naming_files(insn.mnemonic, sources)
-        pending = PENDING.get(insn.mnemonic, set())
-        stale += [f"{insn.mnemonic}: {rel} is listed as pending but no longer names it" for rel in pending - set(files)]
-        counted = {rel: lines for rel, lines in files.items() if rel not in pending}
-        if len(counted) > MAX_FILES:
-            where = "; ".join(f"{rel}:{','.join(map(str, lines))}" for rel, lines in sorted(counted.items()))
-            too_many.append(f"{insn.mnemonic} in {len(counted)} files: {where}")
-    assert not stale, "\n".join(stale)
+        if len(files) > MAX_FILES:
+            where = "; ".join(f"{rel}:{','.join(map(str, lines))}" for rel, lines in sorted(files.items()))
+            too_many.append(f"{insn.mnemonic} in {len(files)} files: {where}")
     assert not too_many, "\n".join(too_many)
 
 

@@ -49,11 +49,11 @@ def cfg_ptr(image):
 
 def state():
     out = ffi.new("uint8_t[64]")
-    assert lib.pyamx_sttilecfg(out) == 0
+    assert lib.pyamx_store_config(out) == 0
     return bytes(ffi.buffer(out))
 
 legal = TileConfig.make({0: (2, 8), 1: (2, 8), 2: (2, 8)}).to_bytes()
-assert lib.pyamx_ldtilecfg(cfg_ptr(legal)) == 0
+assert lib.pyamx_load_config(cfg_ptr(legal)) == 0
 assert state() == legal
 
 def illegal(index, value, base=legal):
@@ -79,7 +79,7 @@ bad_cfgs = {
     "colsb without rows": illegal(22, 4),
 }
 for name, image in bad_cfgs.items():
-    results["ldtilecfg " + name] = [lib.pyamx_ldtilecfg(cfg_ptr(image)), state() == legal, "PYAMX_E_GP_CONFIG"]
+    results["ldtilecfg " + name] = [lib.pyamx_load_config(cfg_ptr(image)), state() == legal, "PYAMX_E_GP_CONFIG"]
 for name, image in bad_cfgs.items():
     tiles = ffi.new("uint8_t[8192]")
     results["restore_tiles " + name] = [lib.pyamx_restore_tiles(cfg_ptr(image), tiles), state() == legal,
@@ -105,11 +105,11 @@ for op in (-1, max(i.op_id for i in isa.TABLE) + 1, 2**31 - 1, -(2**31)):
 buf = np.zeros(2048, np.uint8)
 ptr = ffi.cast("uint8_t *", buf.ctypes.data)
 for tmm in (-1, 8, 16):
-    results[f"tileloadd tmm {tmm}"] = [lib.pyamx_tileloadd(tmm, ptr, buf.size, 0, 64, 0), state() == legal,
+    results[f"tileloadd tmm {tmm}"] = [lib.pyamx_load_tile(tmm, ptr, buf.size, 0, 64, 0), state() == legal,
                                        "PYAMX_E_UD_REGISTER"]
-    results[f"tilestored tmm {tmm}"] = [lib.pyamx_tilestored(tmm, ptr, buf.size, 0, 64), state() == legal,
+    results[f"tilestored tmm {tmm}"] = [lib.pyamx_store_tile(tmm, ptr, buf.size, 0, 64), state() == legal,
                                         "PYAMX_E_UD_REGISTER"]
-    results[f"tilezero tmm {tmm}"] = [lib.pyamx_tilezero(tmm), state() == legal, "PYAMX_E_UD_REGISTER"]
+    results[f"tilezero tmm {tmm}"] = [lib.pyamx_zero_tile(tmm), state() == legal, "PYAMX_E_UD_REGISTER"]
 c = ffi.new("uint32_t[256]")
 dot = isa.BY_NAME["tdpbf16ps"].op_id
 for name, (op, m, k, n) in {"op TILESTORED": (isa.BY_NAME["tilestored"].op_id, 1, 1, 1),
@@ -118,7 +118,7 @@ for name, (op, m, k, n) in {"op TILESTORED": (isa.BY_NAME["tilestored"].op_id, 1
                             "m 0": (dot, 0, 1, 1), "m 17": (dot, 17, 1, 1), "k 0": (dot, 1, 0, 1),
                             "k 17": (dot, 1, 17, 1), "n 0": (dot, 1, 1, 0), "n 17": (dot, 1, 1, 17)}.items():
     results["dp_oneshot " + name] = [lib.pyamx_dp_oneshot(op, c, ptr, ptr, m, k, n), state() == legal, "PYAMX_E_ARG"]
-lib.pyamx_tilerelease()
+lib.pyamx_release_tiles()
 print(json.dumps({"codes": CODES, "results": results}))
 """
 

@@ -361,7 +361,7 @@ c = np.zeros((16, 16), np.uint32); a = np.zeros((16, 32), np.uint16); b = np.zer
 cfg = bytearray(64); cfg[0] = 1
 for t in range(3):
     cfg[16 + 2 * t] = 64; cfg[48 + t] = 16
-assert lib.pyamx_ldtilecfg(ffi.from_buffer(bytes(cfg))) == lib.PYAMX_OK
+assert lib.pyamx_load_config(ffi.from_buffer(bytes(cfg))) == lib.PYAMX_OK
 for insn in (i for i in isa.DOTS if i.kind == "dot-complex"):
     op = getattr(lib, insn.c_op)
     ptr = lambda x: ffi.cast("void *", x.ctypes.data)

@@ -268,24 +268,24 @@ FAULT_CHECKS = {}  # (method, expected outcome) -> count, over the random sequen
 _FAULT_BUDGET = 3  # children per (method, outcome): enough to prove the path, cheap enough to run always
 
 
-#: pyamx_tileloadd's hint argument per load
+#: pyamx_load_tile's hint argument per load
 _LOAD_HINTS = {"tileloadd": 0, "tileloaddt1": 1, "tileloaddrs": 2, "tileloaddrst1": 3}
 
 
 def _raw_step(ffi, lib, method, args, buf) -> int:
     ptr = ffi.cast("uint8_t *", buf.ctypes.data)
     if method == "ldtilecfg":
-        return lib.pyamx_ldtilecfg(ffi.from_buffer("uint8_t[]", args[0]))
+        return lib.pyamx_load_config(ffi.from_buffer("uint8_t[]", args[0]))
     if method in _LOAD_HINTS:
-        return lib.pyamx_tileloadd(args[0], ptr, buf.size, 0, 64, _LOAD_HINTS[method])
+        return lib.pyamx_load_tile(args[0], ptr, buf.size, 0, 64, _LOAD_HINTS[method])
     if method in isa.ROW_NAMES:
         tmm, selector, imm = args
         kernel = lib.pyamx_tilerow_imm if imm else lib.pyamx_tilerow
         return kernel(isa.BY_NAME[method].op_id, tmm, selector, ffi.cast("uint32_t *", buf.ctypes.data))
     if method == "tilestored":
-        return lib.pyamx_tilestored(args[0], ptr, buf.size, 0, 64)
+        return lib.pyamx_store_tile(args[0], ptr, buf.size, 0, 64)
     if method == "tilezero":
-        return lib.pyamx_tilezero(args[0])
+        return lib.pyamx_zero_tile(args[0])
     return lib.pyamx_tdp(isa.BY_NAME[method].op_id, *args)
 
 
@@ -321,7 +321,7 @@ def _raw_in_child(cfg: TileConfig, method, args):
 
                 trap.ensure_installed()  # pyamx._trap's, not _native's
             image = cfg.to_bytes()
-            rc = lib.pyamx_tilerelease() if image[0] == 0 else lib.pyamx_ldtilecfg(ffi.from_buffer("uint8_t[]", image))
+            rc = lib.pyamx_release_tiles() if image[0] == 0 else lib.pyamx_load_config(ffi.from_buffer("uint8_t[]", image))
             code = 98 if rc != 0 else 0
             if rc == 0:
                 rc = _raw_step(ffi, lib, method, args, buf)

@@ -76,12 +76,12 @@ buf = ffi.new("uint8_t[8192]")
 c = ffi.new("uint32_t[256]")
 calls = {
     "dp_oneshot": lambda: lib.pyamx_dp_oneshot(0, c, buf, buf, 1, 1, 1),
-    "ldtilecfg": lambda: lib.pyamx_ldtilecfg(buf),
-    "sttilecfg": lambda: lib.pyamx_sttilecfg(buf),
-    "tileloadd": lambda: lib.pyamx_tileloadd(0, buf, 8192, 0, 64, 0),
-    "tilestored": lambda: lib.pyamx_tilestored(0, buf, 8192, 0, 64),
-    "tilezero": lambda: lib.pyamx_tilezero(0),
-    "tilerelease": lambda: lib.pyamx_tilerelease(),
+    "ldtilecfg": lambda: lib.pyamx_load_config(buf),
+    "sttilecfg": lambda: lib.pyamx_store_config(buf),
+    "tileloadd": lambda: lib.pyamx_load_tile(0, buf, 8192, 0, 64, 0),
+    "tilestored": lambda: lib.pyamx_store_tile(0, buf, 8192, 0, 64),
+    "tilezero": lambda: lib.pyamx_zero_tile(0),
+    "tilerelease": lambda: lib.pyamx_release_tiles(),
     "tdp": lambda: lib.pyamx_tdp(lib.PYAMX_OP_TDPBF16PS, 0, 1, 2),
     "save": lambda: lib.pyamx_save_tiles(buf, buf),
     "restore": lambda: lib.pyamx_restore_tiles(buf, buf),

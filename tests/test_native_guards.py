@@ -151,19 +151,19 @@ def test_c_tile_machine_refuses_what_the_loaded_config_forbids_and_runs_nothing(
         small = GuardedBuffer(64, rng)
         base = ffi.from_buffer(small.view)
         cfg = TileConfig.make({0: (4, 16), 1: (2, 8), 2: (2, 8), 3: (2, 12)})
-        assert lib.pyamx_ldtilecfg(cfg.to_bytes()) == lib.PYAMX_OK
-        assert lib.pyamx_tileloadd(0, base, 64, 0, 16, 0) == lib.PYAMX_OK  # exactly the whole buffer
+        assert lib.pyamx_load_config(cfg.to_bytes()) == lib.PYAMX_OK
+        assert lib.pyamx_load_tile(0, base, 64, 0, 16, 0) == lib.PYAMX_OK  # exactly the whole buffer
         before = state()
         refused = {
-            "row 3 one byte past the end": lib.pyamx_tileloadd(0, base, 64, 1, 16, 0),
-            "negative offset": lib.pyamx_tilestored(0, base, 64, -1, 16),
-            "len smaller than the buffer's rows": lib.pyamx_tilestored(0, base, 63, 0, 16),
-            "stride wrapping to row 0": lib.pyamx_tilestored(0, base, 64, 0, 2**62),
-            "t1 form": lib.pyamx_tileloadd(0, base, 64, 48, 16, 1),
+            "row 3 one byte past the end": lib.pyamx_load_tile(0, base, 64, 1, 16, 0),
+            "negative offset": lib.pyamx_store_tile(0, base, 64, -1, 16),
+            "len smaller than the buffer's rows": lib.pyamx_store_tile(0, base, 63, 0, 16),
+            "stride wrapping to row 0": lib.pyamx_store_tile(0, base, 64, 0, 2**62),
+            "t1 form": lib.pyamx_load_tile(0, base, 64, 48, 16, 1),
         }
         assert set(refused.values()) == {lib.PYAMX_E_MEMORY}, refused
-        assert lib.pyamx_tilestored(8, base, 64, 0, 16) == lib.PYAMX_E_UD_REGISTER
-        assert lib.pyamx_tilezero(-1) == lib.PYAMX_E_UD_REGISTER
+        assert lib.pyamx_store_tile(8, base, 64, 0, 16) == lib.PYAMX_E_UD_REGISTER
+        assert lib.pyamx_zero_tile(-1) == lib.PYAMX_E_UD_REGISTER
         bf16 = lib.PYAMX_OP_TDPBF16PS
         # Each of these is a #UD on silicon (SIGILL, and in trap mode too): the process survives.
         assert lib.pyamx_tdp(bf16, 1, 1, 2) == lib.PYAMX_E_UD_SHAPE  # not distinct
@@ -173,12 +173,12 @@ def test_c_tile_machine_refuses_what_the_loaded_config_forbids_and_runs_nothing(
         assert lib.pyamx_tdp(bf16, 1, 2, 9) == lib.PYAMX_E_UD_REGISTER
         assert state()[0] == before[0] and np.array_equal(state()[1], before[1])
         assert small.damage() is None
-        assert lib.pyamx_ldtilecfg(bytes([1, 0, 1]) + bytes(61)) == lib.PYAMX_E_GP_CONFIG  # reserved byte
+        assert lib.pyamx_load_config(bytes([1, 0, 1]) + bytes(61)) == lib.PYAMX_E_GP_CONFIG  # reserved byte
         assert state()[0] == before[0]
         assert lib.pyamx_tdp(bf16, 1, 2, 0) == lib.PYAMX_E_UD_SHAPE  # colsb(tmm1)/4 = 2 != rows(tmm0) = 4
-        assert lib.pyamx_tilerelease() == lib.PYAMX_OK
-        for rc in (lib.pyamx_tileloadd(0, base, 64, 0, 16, 0), lib.pyamx_tilestored(0, base, 64, 0, 16),
-                   lib.pyamx_tilezero(0), lib.pyamx_tdp(bf16, 1, 2, 3)):
+        assert lib.pyamx_release_tiles() == lib.PYAMX_OK
+        for rc in (lib.pyamx_load_tile(0, base, 64, 0, 16, 0), lib.pyamx_store_tile(0, base, 64, 0, 16),
+                   lib.pyamx_zero_tile(0), lib.pyamx_tdp(bf16, 1, 2, 3)):
             assert rc == lib.PYAMX_E_UD_UNCONFIGURED
         assert small.damage() is None and GUARD > 0
 
@@ -201,7 +201,7 @@ def test_a_refusal_by_the_c_guard_is_worded_from_the_registers(native):
         machine = native.NativeMachine()
         machine.ldtilecfg(TileConfig.make({0: (1, 4)}))
         ffi, lib = _nativelib.load()
-        assert lib.pyamx_ldtilecfg(TileConfig.make({0: (16, 64)}).to_bytes()) == lib.PYAMX_OK
+        assert lib.pyamx_load_config(TileConfig.make({0: (16, 64)}).to_bytes()) == lib.PYAMX_OK
         buf = bytearray(4)
         with pytest.raises(MemoryAccessFault, match=r"row 0 spans bytes \[0, 64\) of a 4-byte buffer"):
             machine.tilestored(0, buf, 4)

@@ -169,7 +169,7 @@ def test_the_native_machine_refuses_an_extension_the_cpu_lacks_before_anything_r
 
 
 def test_the_c_layer_refuses_them_too_without_the_cpuid_bit():
-    """Python is not the only guard: pyamx_tilerow and the MOVRS hints of pyamx_tileloadd ask CPUID."""
+    """Python is not the only guard: pyamx_tilerow and the MOVRS hints of pyamx_load_tile ask CPUID."""
     from pyamx import _nativelib
 
     ffi, lib = _nativelib.load()
@@ -197,5 +197,5 @@ def test_the_c_layer_refuses_them_too_without_the_cpuid_bit():
         rc_imm = lib.pyamx_tilerow_imm(insn.op_id, 0, 0, ffi.cast("uint32_t *", out.ctypes.data))
         assert rc in allowed and rc_imm in allowed, (insn.mnemonic, rc, rc_imm)
     for hint in (2, 3):
-        rc = lib.pyamx_tileloadd(0, ffi.cast("uint8_t *", buf.ctypes.data), buf.size, 0, 64, hint)
+        rc = lib.pyamx_load_tile(0, ffi.cast("uint8_t *", buf.ctypes.data), buf.size, 0, 64, hint)
         assert rc in allowed, (hint, rc)

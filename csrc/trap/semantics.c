@@ -11,6 +11,8 @@
 #include <immintrin.h>
 #include <string.h>
 
+_Static_assert(sizeof pyamx_op_actions == N_OPS, "one action entry per enum pyamx_op id");
+
 static int gp_cfg(struct msg *m, const char *rule, int64_t a, int64_t b)
 {
     m_str(m, rule);
@@ -25,7 +27,7 @@ static int gp_cfg(struct msg *m, const char *rule, int64_t a, int64_t b)
     return EXEC_GP;
 }
 
-static int do_ldtilecfg(struct tile_state *st, const uint8_t *mem, struct msg *m)
+static int do_load_config(struct tile_state *st, const uint8_t *mem, struct msg *m)
 {
     uint8_t c[64];
     memcpy(c, mem, 64); /* a bad address faults here: SIGSEGV, as the #PF would */
@@ -55,7 +57,7 @@ static int do_ldtilecfg(struct tile_state *st, const uint8_t *mem, struct msg *m
     return EXEC_OK;
 }
 
-static void do_sttilecfg(const struct tile_state *st, uint8_t *mem)
+static void do_store_config(const struct tile_state *st, uint8_t *mem)
 {
     uint8_t c[64];
     state_config_to_bytes(st, c);
@@ -66,7 +68,9 @@ static int need_configured(const struct tile_state *st, struct msg *m)
 {
     if (st->palette)
         return 0;
-    m_str(m, "tiles are not configured (init state; no LDTILECFG)");
+    m_str(m, "tiles are not configured (init state; no ");
+    m_str(m, pyamx_op_names[PYAMX_OP_OF_LOAD_CONFIG]);
+    m_str(m, ")");
     return 1;
 }
 
@@ -125,7 +129,7 @@ static void zero_tail(struct tile_state *st, int t, int rows, int bytes)
     }
 }
 
-static void do_tileloadd(struct tile_state *st, int t, uint64_t base, int64_t stride)
+static void do_load_tile(struct tile_state *st, int t, uint64_t base, int64_t stride)
 {
     int rows = st->rows[t], colsb = st->colsb[t];
     for (int r = st->start_row; r < rows; r++) {
@@ -141,7 +145,7 @@ static void do_tileloadd(struct tile_state *st, int t, uint64_t base, int64_t st
     st->start_row = 0;
 }
 
-static void do_tilestored(struct tile_state *st, int t, uint64_t base, int64_t stride)
+static void do_store_tile(struct tile_state *st, int t, uint64_t base, int64_t stride)
 {
     int rows = st->rows[t], colsb = st->colsb[t];
     for (int r = st->start_row; r < rows; r++) {
@@ -398,16 +402,18 @@ static int do_dot(struct tile_state *st, const struct pyamx_trap_insn *in, struc
 
 int trap_execute(struct tile_state *st, const struct pyamx_trap_insn *in, struct msg *m)
 {
-    switch (in->op) {
-    case PYAMX_OP_LDTILECFG:
-        return do_ldtilecfg(st, (const uint8_t *)(uintptr_t)in->addr, m);
-    case PYAMX_OP_STTILECFG:
-        do_sttilecfg(st, (uint8_t *)(uintptr_t)in->addr);
+    /* The config and memory rows by what they do (pyamx/isa.py's actions, through the generated
+     * traits), never by op id: a new hinted load joins by its row alone. */
+    switch (in->op > 0 && in->op < N_OPS ? pyamx_op_actions[in->op] : PYAMX_ACTION_NONE) {
+    case PYAMX_ACTION_LOAD_CONFIG:
+        return do_load_config(st, (const uint8_t *)(uintptr_t)in->addr, m);
+    case PYAMX_ACTION_STORE_CONFIG:
+        do_store_config(st, (uint8_t *)(uintptr_t)in->addr);
         return EXEC_OK;
-    case PYAMX_OP_TILERELEASE:
+    case PYAMX_ACTION_RELEASE:
         state_init(st);
         return EXEC_OK;
-    case PYAMX_OP_TILEZERO:
+    case PYAMX_ACTION_ZERO:
         /* Silicon (Sapphire Rapids, docs/semantics.md section 7) also faults on an
          * unconfigured tdest, which the SDM's class AMX-E5 does not list. The
          * whole 16x64 tile is zeroed; start_row is ignored and reset. */
@@ -416,18 +422,18 @@ int trap_execute(struct tile_state *st, const struct pyamx_trap_insn *in, struct
         memset(st->tiles[in->tdst], 0, 1024);
         st->start_row = 0;
         return EXEC_OK;
-    case PYAMX_OP_TILELOADD:
-    case PYAMX_OP_TILELOADDT1:
-    case PYAMX_OP_TILELOADDRS:   /* AMX-MOVRS: a read-shared hint, the same load */
-    case PYAMX_OP_TILELOADDRST1:
+    case PYAMX_ACTION_LOAD:
+    case PYAMX_ACTION_LOAD_T1:
+    case PYAMX_ACTION_LOAD_RS:   /* AMX-MOVRS: a read-shared hint, the same load */
+    case PYAMX_ACTION_LOAD_RS_T1:
         if (need_configured(st, m) || need_memory_tile(st, "tdest", in->tdst, m))
             return EXEC_UD;
-        do_tileloadd(st, in->tdst, in->addr, in->stride);
+        do_load_tile(st, in->tdst, in->addr, in->stride);
         return EXEC_OK;
-    case PYAMX_OP_TILESTORED:
+    case PYAMX_ACTION_STORE:
         if (need_configured(st, m) || need_memory_tile(st, "tsrc", in->tsrc1, m))
             return EXEC_UD;
-        do_tilestored(st, in->tsrc1, in->addr, in->stride);
+        do_store_tile(st, in->tsrc1, in->addr, in->stride);
         return EXEC_OK;
     default:
         break;

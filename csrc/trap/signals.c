@@ -272,7 +272,7 @@ static void deliver_sigsegv(void *ctx)
  * kernel's permission (and XFD) guards. */
 static int touches_tile_data(int op)
 {
-    return op != PYAMX_OP_LDTILECFG && op != PYAMX_OP_STTILECFG && op != PYAMX_OP_TILERELEASE;
+    return op <= 0 || op >= N_OPS || pyamx_op_traits[op].kind != PYAMX_KIND_CONFIG; /* the whole-state rows */
 }
 
 static void load_gprs(const greg_t *g, uint64_t *r)
@@ -521,7 +521,7 @@ HIDDEN void trap_handler_c(int sig, siginfo_t *si, void *vctx)
 int32_t pyamx_trap_cpu_amx_bits(void)
 {
     int32_t bits = 0;
-    if (pyamx_cpu_has_row_feature(&pyamx_op_traits[PYAMX_OP_LDTILECFG]))
+    if (pyamx_cpu_has_row_feature(&pyamx_op_traits[PYAMX_OP_OF_LOAD_CONFIG]))
         bits |= 1;
     if (pyamx_cpu_has(PYAMX_CPU_OSXSAVE)) {
         bits |= 2;

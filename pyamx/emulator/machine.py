@@ -76,17 +76,17 @@ class TileMachine:
 
     # -- configuration ------------------------------------------------------
 
-    def ldtilecfg(self, cfg) -> None:
-        """LDTILECFG: load a 64-byte config (or TileConfig); #GP on an illegal one; zeroes every tile."""
+    # The public methods (one per config or memory row) are bound from the table at the end of
+    # this module (pyamx.isa.add_state_methods); each passes its row's name for the messages.
+
+    def _load_config(self, mnemonic, cfg) -> None:
         self._config = parse_tilecfg(cfg)
         self._tiles[:] = 0
 
-    def sttilecfg(self) -> bytes:
-        """STTILECFG: the 64-byte config image; 64 zero bytes in the init state."""
+    def _store_config(self, mnemonic) -> bytes:
         return self._config.to_bytes()
 
-    def tilerelease(self) -> None:
-        """TILERELEASE: back to the init state (config cleared, tiles zeroed)."""
+    def _release(self, mnemonic) -> None:
         self._config = TileConfig()
         self._tiles[:] = 0
 
@@ -98,7 +98,8 @@ class TileMachine:
         starts = _memory.row_offsets(mnemonic, memory.size, offset, stride, self._config.start_row, rows, colsb)
         return tmm, rows, colsb, starts
 
-    def _load(self, mnemonic, tmm, buf, stride, offset) -> None:
+    def _load_tile(self, mnemonic, tmm, buf, stride, offset) -> None:
+        # Every load hint has the same architectural effect: one implementation for all of them.
         memory = _memory.byte_view(mnemonic, buf, writable=False)
         tmm, rows, colsb, starts = self._row_offsets(mnemonic, tmm, memory, stride, offset)
         start_row = self._config.start_row
@@ -109,36 +110,15 @@ class TileMachine:
         self._tiles[tmm] = tile
         self._config = self._config.with_start_row(0)
 
-    def tileloadd(self, tmm: int, buf, stride: int, offset: int = 0) -> None:
-        """TILELOADD: rows start_row..rows-1 of ``colsb`` bytes from ``offset + r * stride``.
-
-        Bytes past colsb and rows past ``rows`` become zero; start_row resets to 0.
-        """
-        self._load("TILELOADD", tmm, buf, stride, offset)
-
-    def tileloaddt1(self, tmm: int, buf, stride: int, offset: int = 0) -> None:
-        """TILELOADDT1: TILELOADD with a cache hint; the same architectural effect."""
-        self._load("TILELOADDT1", tmm, buf, stride, offset)
-
-    def tileloaddrs(self, tmm: int, buf, stride: int, offset: int = 0) -> None:
-        """TILELOADDRS (AMX-MOVRS): TILELOADD with a read-shared hint; the same architectural effect."""
-        self._load("TILELOADDRS", tmm, buf, stride, offset)
-
-    def tileloaddrst1(self, tmm: int, buf, stride: int, offset: int = 0) -> None:
-        """TILELOADDRST1 (AMX-MOVRS): TILELOADDT1 with a read-shared hint; the same architectural effect."""
-        self._load("TILELOADDRST1", tmm, buf, stride, offset)
-
-    def tilestored(self, tmm: int, buf, stride: int, offset: int = 0) -> None:
-        """TILESTORED: store rows start_row..rows-1 (``colsb`` bytes each); start_row resets to 0."""
-        memory = _memory.byte_view("TILESTORED", buf, writable=True)
-        tmm, rows, colsb, starts = self._row_offsets("TILESTORED", tmm, memory, stride, offset)
+    def _store_tile(self, mnemonic, tmm, buf, stride, offset) -> None:
+        memory = _memory.byte_view(mnemonic, buf, writable=True)
+        tmm, rows, colsb, starts = self._row_offsets(mnemonic, tmm, memory, stride, offset)
         for row, start in zip(range(self._config.start_row, rows), starts):
             memory[start : start + colsb] = self._tiles[tmm, row, :colsb]
         self._config = self._config.with_start_row(0)
 
-    def tilezero(self, tmm: int) -> None:
-        """TILEZERO: all 16 x 64 bytes of a configured tile become zero."""
-        self._tiles[check_tile_usable("TILEZERO", "tdest", self._config, tmm)] = 0
+    def _zero_tile(self, mnemonic, tmm) -> None:
+        self._tiles[check_tile_usable(mnemonic, "tdest", self._config, tmm)] = 0
         self._config = self._config.with_start_row(0)
 
     # -- row instructions (AMX-AVX512) -----------------------------------------
@@ -238,5 +218,6 @@ def row_source(mnemonic: str, numerics, index: int, rows: int):
     return index
 
 
+isa.add_state_methods(TileMachine, "method")
 isa.add_dot_methods(TileMachine, "method")
 isa.add_row_methods(TileMachine, "method")
