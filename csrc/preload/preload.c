@@ -5,8 +5,9 @@
  * It links no Python: it goes into any dynamically linked x86-64 program.
  * Built with -fvisibility=hidden, so the trap's functions stay private to
  * it (a Python program that also loads pyamx._trap keeps two separate
- * copies); only pthread_create (interposed) and pyamx_preload_* are
- * exported.
+ * copies); only the functions it interposes (pthread_create, the
+ * sigaction family, the longjmp family in handlers.c) and pyamx_preload_*
+ * are exported.
  *
  * Environment (set by pyamx run, inherited by children and exec'd programs):
  *   PYAMX_RUN_STATS    FD:DEV:INO, an inherited descriptor of the counters

@@ -279,6 +279,61 @@ static const char *jump_case(void)
     return NULL;
 }
 
+/* ---- a handler on the sigaltstack that uses tiles and is interrupted by another ---- */
+
+static volatile sig_atomic_t outer_ok;
+
+static void outer_handler(int sig)
+{
+    (void)sig;
+    static int32_t c[16][16];
+    uint8_t cfg_now[64] __attribute__((aligned(64)));
+    ldtilecfg(handler_shape.cfg);
+    load0(handler_shape.want, 64);
+    memset(cfg_in_handler, 0xAA, 64);
+    raise(SIGUSR2); /* cfg_handler, nested on this stack */
+    sttilecfg(cfg_now);
+    store0(c, 64);
+    tilerelease();
+    outer_ok = all_zero(cfg_in_handler, 64) ? 1 : 2;
+    if (outer_ok == 1 && (memcmp(cfg_now, handler_shape.cfg, 64) != 0 || !equal(&handler_shape, c)))
+        outer_ok = 3;
+}
+
+static const char *nested_case(void)
+{
+    static uint8_t alt[256 * 1024] __attribute__((aligned(64)));
+    static int32_t c[16][16];
+    uint8_t cfg_now[64] __attribute__((aligned(64)));
+    stack_t ss = {.ss_sp = alt, .ss_size = sizeof alt, .ss_flags = 0};
+    struct sigaction sa;
+    if (sigaltstack(&ss, NULL) != 0)
+        return "sigaltstack failed";
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = outer_handler;
+    sa.sa_flags = SA_ONSTACK;
+    sigemptyset(&sa.sa_mask);
+    if (sigaction(SIGUSR1, &sa, NULL) != 0 || signal(SIGUSR2, cfg_handler) == SIG_ERR)
+        return "sigaction(SIGUSR1, SA_ONSTACK) failed";
+    ldtilecfg(main_shape.cfg);
+    load0(main_shape.want, 64);
+    raise(SIGUSR1);
+    sttilecfg(cfg_now);
+    store0(c, 64);
+    tilerelease();
+    ss.ss_flags = SS_DISABLE;
+    sigaltstack(&ss, NULL);
+    if (outer_ok == 0)
+        return "the handler on the sigaltstack did not run";
+    if (outer_ok == 2)
+        return "a handler nested in a handler did not start with TILECFG in the init state";
+    if (outer_ok == 3)
+        return "the outer handler's tiles were not back after the nested handler";
+    if (memcmp(cfg_now, main_shape.cfg, 64) != 0 || !equal(&main_shape, c))
+        return "the main code's tiles were not back after the nested handlers";
+    return NULL;
+}
+
 /* ---- what sigaction() and its kin report: the program's own actions ---- */
 
 static volatile sig_atomic_t plain_runs, info_runs, info_ok;
@@ -351,6 +406,7 @@ int main(void)
     failed += report("actions", actions_case());
     failed += report("cfg_read", cfg_case());
     failed += report("longjmp", jump_case());
+    failed += report("nested_altstack", nested_case());
     failed += report("timer", timer_case());
     return failed ? 1 : 0;
 }
