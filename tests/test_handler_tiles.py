@@ -18,7 +18,7 @@ import pytest
 
 from childproc import pyamx_run, require_pyamx_run
 
-EXPECTED = ["actions ok", "cfg_read ok", "longjmp ok", "nested_altstack ok", "timer ok"]
+EXPECTED = ["actions ok", "cfg_read ok", "longjmp ok", "bare_longjmp ok", "nested_altstack ok", "timer ok"]
 
 
 @pytest.fixture(scope="module")

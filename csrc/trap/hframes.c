@@ -10,19 +10,21 @@
  * (hframes_at_trap), into memory of the thread's tile state slot (state.c),
  * never onto the signal stack, which may be a few hundred bytes.
  *
- * A handler that leaves by siglongjmp never closes its record.  The preload
- * closes such records when it sees the jump (its longjmp interposers), but
- * a jump it cannot see (a call inside libc, an exception unwinding out of
- * a handler) would leave a stale record, and a stale record taken for a
- * live one would replace the main code's live tiles with the init state at
- * its next tile instruction.  So a record also counts as live only while
- * the context that traps runs inside the handler's part of the stack
- * (below the kernel's frame, on the stack the handler was given) and a
- * word the trampoline keeps in its own frame still holds the record's
- * value: code that unwound past the frame and ran deeper again overwrites
- * it in all but unlucky cases.  The interrupted context of every new
- * handler and every trapping instruction prunes stale records from the
- * top, so the depth is that of the live nesting.
+ * A handler that leaves by siglongjmp never closes its record, and the
+ * state it leaves is its own, as on Linux: what it left if it touched
+ * tiles, else the init state it started with.  The preload drops such
+ * records when it sees the jump (its longjmp interposers).  A jump it
+ * cannot see (a call inside libc, an exception unwinding out of a handler)
+ * leaves a stale record, so a record also counts as live only while the
+ * context that traps runs inside the handler's part of the stack (below
+ * the kernel's frame, on the stack the handler was given) and a word the
+ * trampoline keeps in its own frame still holds the record's value; each
+ * trapping instruction drops the stale records on top (a new handler does
+ * too when the records are full).  A stale record taken for live after all
+ * changes nothing visible: its handler never returns, and the save and
+ * init at the first tile instruction under it is what Linux's jump out of
+ * a handler that used no tiles leaves; a record it took for stale in a
+ * live handler that switched stacks would lose that handler's frame.
  *
  * Everything here runs in signal handlers: no locks, no malloc.
  */
@@ -41,16 +43,36 @@ static int frame_holds(const struct hframe *f, uintptr_t rsp)
     return rsp >= f->lo && rsp < f->top && *f->cookie_at == f->cookie;
 }
 
-static void prune(struct hframes *h, uintptr_t rsp)
+/* Drops the records of the handlers the context at rsp has left.  The
+ * state is then the innermost dropped handler's, as on Linux after a jump
+ * out of it: what it left when it touched tiles (st holds that already),
+ * else the init state it started with.  st: the thread's state, or NULL to
+ * look it up only when needed. */
+static void prune(struct hframes *h, uintptr_t rsp, struct tile_state *st)
 {
-    while (h->depth > 0 && !frame_holds(&h->f[h->depth - 1], rsp))
+    int unsaved = -1;
+    while (h->depth > 0 && !frame_holds(&h->f[h->depth - 1], rsp)) {
+        if (unsaved < 0)
+            unsaved = !h->f[h->depth - 1].saved;
         h->depth--;
+    }
+    /* The complement mode's state is a scratch copy of the frame's registers. */
+    if (unsaved == 1 && !pyamx_trap_complementing()) {
+        if (st == NULL)
+            st = state_current();
+        if (st)
+            state_init(st);
+    }
 }
 
 int hframes_enter(struct hframes *h, const ucontext_t *uc, const volatile uint64_t *cookie_at, uint64_t cookie)
 {
     uintptr_t top = (uintptr_t)uc;
-    prune(h, (uintptr_t)uc->uc_mcontext.gregs[REG_RSP]);
+    /* Pruned here only when full: the interrupted context may be the trap's
+     * own handler on a stack of its own (hstack.c), inside a live handler
+     * without lying in its part of the program's stack. */
+    if (h->depth >= HFRAME_MAX)
+        prune(h, (uintptr_t)uc->uc_mcontext.gregs[REG_RSP], NULL);
     /* A signal nested into this entry (its handler returns before this one
      * goes on) takes the slot above the one being written. */
     int32_t busy = h->busy;
@@ -91,7 +113,7 @@ void hframes_leave(struct hframes *h, int index, uint64_t cookie)
 
 void hframes_jump(struct hframes *h, uintptr_t target_rsp)
 {
-    prune(h, target_rsp);
+    prune(h, target_rsp, NULL);
 }
 
 struct hframes *hframes_current(void)
@@ -105,7 +127,7 @@ void hframes_at_trap(struct tile_state *st, const ucontext_t *uc)
     struct hframes *h = hframes_current();
     if (h == NULL || h->depth == 0)
         return;
-    prune(h, (uintptr_t)uc->uc_mcontext.gregs[REG_RSP]);
+    prune(h, (uintptr_t)uc->uc_mcontext.gregs[REG_RSP], st);
     if (h->depth == 0)
         return;
     int index = h->depth - 1;

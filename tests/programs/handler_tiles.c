@@ -279,6 +279,61 @@ static const char *jump_case(void)
     return NULL;
 }
 
+/* ---- a handler that leaves by siglongjmp without touching tiles ---- */
+
+static void bare_jumping_handler(int sig)
+{
+    (void)sig;
+    siglongjmp(jump_env, 1);
+}
+
+/* The handler started in the init state and never left it: that is the
+ * state the jump leaves, however deep the code then runs. */
+static __attribute__((noinline)) const char *deep_after_bare_jump(void)
+{
+    volatile uint8_t untouched[65536];
+    uint8_t cfg_now[64] __attribute__((aligned(64)));
+    static int32_t c[16][16];
+    __asm__ volatile("" ::"r"(untouched) : "memory");
+    sttilecfg(cfg_now);
+    if (!all_zero(cfg_now, 64))
+        return "after siglongjmp out of a handler that used no tiles, TILECFG is not in the init state";
+    ldtilecfg(main_shape.cfg);
+    compute(&main_shape, c);
+    tilerelease();
+    if (!equal(&main_shape, c))
+        return "after siglongjmp, the main code's product differs from the reference";
+    return NULL;
+}
+
+static const char *bare_jump_case(void)
+{
+    uint8_t cfg_now[64] __attribute__((aligned(64)));
+    if (signal(SIGUSR1, bare_jumping_handler) == SIG_ERR)
+        return "signal(SIGUSR1) failed";
+    ldtilecfg(main_shape.cfg);
+    load0(main_shape.want, 64);
+    if (sigsetjmp(jump_env, 1) == 0) {
+        raise(SIGUSR1);
+        return "the handler returned instead of jumping";
+    }
+    const char *why = deep_after_bare_jump();
+    if (why)
+        return why;
+    /* Once more, with the first tile instruction after the jump right here,
+     * above the handler's frame. */
+    ldtilecfg(main_shape.cfg);
+    load0(main_shape.want, 64);
+    if (sigsetjmp(jump_env, 1) == 0) {
+        raise(SIGUSR1);
+        return "the handler returned instead of jumping";
+    }
+    sttilecfg(cfg_now);
+    if (!all_zero(cfg_now, 64))
+        return "after siglongjmp out of a handler that used no tiles, TILECFG is not in the init state";
+    return NULL;
+}
+
 /* ---- a handler on the sigaltstack that uses tiles and is interrupted by another ---- */
 
 static volatile sig_atomic_t outer_ok;
@@ -406,6 +461,7 @@ int main(void)
     failed += report("actions", actions_case());
     failed += report("cfg_read", cfg_case());
     failed += report("longjmp", jump_case());
+    failed += report("bare_longjmp", bare_jump_case());
     failed += report("nested_altstack", nested_case());
     failed += report("timer", timer_case());
     return failed ? 1 : 0;
