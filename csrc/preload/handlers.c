@@ -198,6 +198,10 @@ EXPORT void __longjmp_chk(struct __jmp_buf_tag env[1], int val)
     __builtin_unreachable();
 }
 
+/* A fork while another thread held the lock would leave it held for good
+ * in the child, whose only thread is not that one. */
+static void unlock_in_child(void) { __atomic_store_n(&g_lock, 0, __ATOMIC_RELAXED); }
+
 void handlers_enable(void)
 {
     g_longjmp = resolve("longjmp");
@@ -207,6 +211,7 @@ void handlers_enable(void)
     /* Records are kept only where every jump out of a handler is seen. */
     if (!g_longjmp || !g_ulongjmp || !g_siglongjmp || !g_longjmp_chk)
         return;
+    pthread_atfork(NULL, NULL, unlock_in_child);
     hframes_set_source(frames_here);
     __atomic_store_n(&g_enabled, 1, __ATOMIC_RELEASE);
 }
