@@ -5,8 +5,9 @@
  * It links no Python: it goes into any dynamically linked x86-64 program.
  * Built with -fvisibility=hidden, so the trap's functions stay private to
  * it (a Python program that also loads pyamx._trap keeps two separate
- * copies); only pthread_create (interposed) and pyamx_preload_* are
- * exported.
+ * copies); only the functions it interposes (pthread_create, the
+ * sigaction family, the longjmp family in handlers.c) and pyamx_preload_*
+ * are exported.
  *
  * Environment (set by pyamx run, inherited by children and exec'd programs):
  *   PYAMX_RUN_STATS    FD:DEV:INO, an inherited descriptor of the counters
@@ -23,6 +24,7 @@
  */
 #define _GNU_SOURCE 1
 #include "../trap/internal.h"
+#include "handlers.h"
 
 #include <dlfcn.h>
 #include <errno.h>
@@ -189,6 +191,10 @@ __attribute__((constructor)) static void preload_init(void)
         if (pyamx_trap_install_complement() == PYAMX_TRAP_OK) {
             add32(&g_stats->complemented);
             pyamx_trap_thread_prepare();
+            /* Silicon keeps each frame's tiles itself; the handlers are
+             * wrapped all the same, so the wrapping runs (and is tested)
+             * wherever pyamx run does. */
+            handlers_enable();
             if (g_stats || g_verbose)
                 trap_set_observer(observe);
         }
@@ -202,6 +208,7 @@ __attribute__((constructor)) static void preload_init(void)
     /* The main thread's slot, keyed for the handler's fast lookup (new
      * threads do the same in thread_start). */
     pyamx_trap_thread_prepare();
+    handlers_enable();
     if (g_stats || g_verbose) {
         trap_set_observer(observe);
         xcomp_set_observer(observe_xcomp);
@@ -274,8 +281,6 @@ EXPORT int pthread_create(pthread_t *t, const pthread_attr_t *attr, void *(*fn)(
  * a program started by a preloaded shell or make (fork, then exec) has no
  * guard of its own.  signal(), bsd_signal() and sysv_signal() go through
  * glibc-internal aliases, so they are interposed too. */
-typedef int (*sigaction_fn)(int, const struct sigaction *, struct sigaction *);
-
 static sigaction_fn real_sigaction(void)
 {
     static sigaction_fn real;
@@ -316,6 +321,11 @@ static int virtual_sigill(const struct sigaction *act, struct sigaction *old)
 
 static int intercepts(int sig) { return sig == SIGILL && pyamx_trap_installed(); }
 
+/* signal() and its kin call glibc's internal sigaction, which this library
+ * cannot interpose: while handlers are wrapped they are rebuilt on the
+ * interposed one.  What siginterrupt() set is not seen (SA_RESTART always). */
+static int rebuilt(int sig) { return intercepts(sig) || handlers_wrapping(); }
+
 EXPORT int sigaction(int sig, const struct sigaction *act, struct sigaction *old)
 {
     if (intercepts(sig))
@@ -325,16 +335,23 @@ EXPORT int sigaction(int sig, const struct sigaction *act, struct sigaction *old
         errno = ENOSYS;
         return -1;
     }
-    return r(sig, act, old);
+    return handlers_sigaction(r, sig, act, old);
 }
 
 static sighandler_t set_handler(int sig, sighandler_t h, int flags)
 {
     struct sigaction sa, old;
+    if (h == SIG_ERR) {
+        errno = EINVAL;
+        return SIG_ERR;
+    }
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = h;
     sa.sa_flags = flags;
     sigemptyset(&sa.sa_mask);
+    /* glibc's signal() blocks the signal in its handler (SA_RESTART without SA_NODEFER) */
+    if (sig != SIGILL && !(flags & SA_NODEFER))
+        sigaddset(&sa.sa_mask, sig);
     if (sigaction(sig, &sa, &old) != 0)
         return SIG_ERR;
     return old.sa_handler;
@@ -354,22 +371,49 @@ static sighandler_t forward(const char *name, int sig, sighandler_t h)
 
 EXPORT sighandler_t signal(int sig, sighandler_t h)
 {
-    return intercepts(sig) ? set_handler(sig, h, SA_RESTART) : forward("signal", sig, h);
+    return rebuilt(sig) ? set_handler(sig, h, SA_RESTART) : forward("signal", sig, h);
 }
 
 EXPORT sighandler_t bsd_signal(int sig, sighandler_t h)
 {
-    return intercepts(sig) ? set_handler(sig, h, SA_RESTART) : forward("bsd_signal", sig, h);
+    return rebuilt(sig) ? set_handler(sig, h, SA_RESTART) : forward("bsd_signal", sig, h);
 }
 
 EXPORT sighandler_t sysv_signal(int sig, sighandler_t h)
 {
-    return intercepts(sig) ? set_handler(sig, h, SA_RESETHAND | SA_NODEFER) : forward("sysv_signal", sig, h);
+    return rebuilt(sig) ? set_handler(sig, h, SA_RESETHAND | SA_NODEFER) : forward("sysv_signal", sig, h);
 }
 
 EXPORT sighandler_t __sysv_signal(int sig, sighandler_t h)
 {
-    return intercepts(sig) ? set_handler(sig, h, SA_RESETHAND | SA_NODEFER) : forward("__sysv_signal", sig, h);
+    return rebuilt(sig) ? set_handler(sig, h, SA_RESETHAND | SA_NODEFER) : forward("__sysv_signal", sig, h);
+}
+
+/* System V's sigset(), on the interposed sigaction() as glibc's does it on
+ * its internal one: SIG_HOLD blocks the signal, anything else installs the
+ * disposition (no flags, empty mask) and unblocks it; the result is
+ * SIG_HOLD when the signal was blocked. */
+EXPORT sighandler_t sigset(int sig, sighandler_t disp)
+{
+    if (!rebuilt(sig))
+        return forward("sigset", sig, disp);
+    sigset_t one, was;
+    struct sigaction sa, old;
+    if (sigemptyset(&one) != 0 || sigaddset(&one, sig) != 0 || disp == SIG_ERR) {
+        errno = EINVAL;
+        return SIG_ERR;
+    }
+    if (disp == SIG_HOLD) {
+        if (sigaction(sig, NULL, &old) != 0 || sigprocmask(SIG_BLOCK, &one, &was) != 0)
+            return SIG_ERR;
+        return sigismember(&was, sig) ? SIG_HOLD : old.sa_handler;
+    }
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = disp;
+    sigemptyset(&sa.sa_mask);
+    if (sigaction(sig, &sa, &old) != 0 || sigprocmask(SIG_UNBLOCK, &one, &was) != 0)
+        return SIG_ERR;
+    return sigismember(&was, sig) ? SIG_HOLD : old.sa_handler;
 }
 
 /* For test programs (through dlsym): how many tile state slots are held. */

@@ -79,6 +79,49 @@ int32_t state_inherit_config(const uint8_t *cfg);
 void state_forget_current(void);
 /* pthread key and fork handler; from pthread_once in install. */
 void state_setup_once(void);
+/* Room for st's thread to keep a whole tile_state for handler frame `index`
+ * (0..HFRAME_MAX-1), mapped on first need and kept with the slot; NULL
+ * when st is NULL or the mapping fails.  Async-signal-safe. */
+struct tile_state *state_save_area(struct tile_state *st, int index);
+
+/* ---- hframes.c: the program's signal handler frames (full trap mode) ---- */
+
+/* Nesting past this many handlers of one thread is not tracked: such a
+ * handler shares the tile state of the handler it interrupted. */
+enum { HFRAME_MAX = 8 };
+
+struct hframe {
+    uintptr_t lo, top; /* the handler runs on [lo, top): its stack, below the kernel's frame */
+    const volatile uint64_t *cookie_at; /* a word in the trampoline's frame ... */
+    uint64_t cookie;                    /* ... and what it holds while the frame lives */
+    int32_t saved;                      /* the interrupted state is in the slot's save area */
+};
+
+/* One thread's open handler frames, outermost first; written only by that
+ * thread (its handlers included). */
+struct hframes {
+    int32_t depth;
+    int32_t busy; /* while a record is being written: its index + 1 */
+    struct hframe f[HFRAME_MAX];
+};
+
+/* Where the calling thread's records live (the preload's initial-exec TLS);
+ * until one is set, no handler is tracked and traps cost one load. */
+typedef struct hframes *(*hframes_fn)(void);
+void hframes_set_source(hframes_fn fn);
+struct hframes *hframes_current(void);
+/* A handler of the program begins on frame uc; cookie_at: a word in the
+ * caller's frame holding cookie until hframes_leave.  Returns the record's
+ * index, or -1 past HFRAME_MAX. */
+int hframes_enter(struct hframes *h, const ucontext_t *uc, const volatile uint64_t *cookie_at, uint64_t cookie);
+/* The handler of record `index` returned: the interrupted state back if it was saved. */
+void hframes_leave(struct hframes *h, int index, uint64_t cookie);
+/* A jump to a context whose stack pointer is target_rsp: records it leaves are dropped. */
+void hframes_jump(struct hframes *h, uintptr_t target_rsp);
+/* From the full trap mode's handler before it runs a tile instruction on st
+ * for context uc: the first one inside a handler saves the interrupted state
+ * and gives the handler the init state. */
+void hframes_at_trap(struct tile_state *st, const ucontext_t *uc);
 
 /* ---- msg.c: one line for fd 2, built on the stack ---- */
 

@@ -458,6 +458,7 @@ static int trap_work(siginfo_t *si, ucontext_t *uc)
     if (st == NULL) {
         return refuse(in.op, rip, "cannot emulate: all per-thread tile state slots are in use -> SIGILL");
     }
+    hframes_at_trap(st, uc);
     return execute(uc, st, &in, len, 0, observer, t0);
 }
 

@@ -19,13 +19,20 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #define MAX_SLOTS PYAMX_TRAP_MAX_THREADS
 
 struct slot {
     int32_t tid; /* 0 = free; accessed with __atomic builtins */
     struct tile_state st;
+    /* HFRAME_MAX states saved for handler frames (hframes.c).  Kept when
+     * the slot changes hands, so the table bounds the memory; inherited
+     * by a fork child like the rest of the slot (a child forked inside a
+     * handler returns from it too). */
+    struct tile_state *saves;
 } __attribute__((aligned(64)));
 
 static struct slot slots[MAX_SLOTS];
@@ -131,6 +138,24 @@ struct tile_state *state_current(void)
         memcpy(st->colsb, from->colsb, sizeof st->colsb);
     }
     return &slots[s].st;
+}
+
+struct tile_state *state_save_area(struct tile_state *st, int index)
+{
+    if (st == NULL || index < 0 || index >= HFRAME_MAX)
+        return NULL;
+    struct slot *sl = (struct slot *)(void *)((char *)st - offsetof(struct slot, st));
+    struct tile_state *saves = __atomic_load_n(&sl->saves, __ATOMIC_ACQUIRE);
+    if (saves == NULL) {
+        /* mmap is a plain system call: safe here, where malloc is not. */
+        void *p = mmap(NULL, HFRAME_MAX * sizeof *saves, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+                       -1, 0);
+        if (p == MAP_FAILED)
+            return NULL;
+        saves = p;
+        __atomic_store_n(&sl->saves, saves, __ATOMIC_RELEASE);
+    }
+    return &saves[index];
 }
 
 static void slot_release_destructor(void *v)

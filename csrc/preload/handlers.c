@@ -1,0 +1,217 @@
+/* The program's signal handlers under pyamx run, each given a tile state
+ * frame of its own (csrc/trap/hframes.c), as Linux gives a handler the init
+ * tile state and the interrupted code its tiles back at sigreturn.
+ *
+ * sigaction() for any signal but SIGILL (whose handler the trap chains to,
+ * preload.c) installs a trampoline in place of the program's handler, with
+ * the program's own flags and mask, so the kernel blocks, resets and
+ * restarts as it would for the program's handler.  The program's handler
+ * sits in a table, one word per signal, so the trampoline reads it with
+ * one load, whatever a concurrent sigaction() is doing.  An old action
+ * that is the trampoline is reported as the program's own, so the wrapping
+ * is invisible to the program: a raw rt_sigaction system call sees the
+ * trampoline, and one that installs a handler bypasses it (docs/run.md).
+ *
+ * The trampoline's records live in this library's initial-exec TLS: the
+ * preload is loaded with the program, so its TLS is in every thread's
+ * static block, reached from %fs without a call, safe in a handler.
+ */
+#define _GNU_SOURCE 1
+#include "../trap/internal.h"
+#include "handlers.h"
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <pthread.h>
+#include <sched.h>
+#include <setjmp.h>
+#include <string.h>
+
+#define EXPORT __attribute__((visibility("default")))
+
+/* Signals 1..64, the kernel's range on x86-64. */
+#define N_SIGNALS 65
+/* User-space addresses stay below 2^47, so the top bit of a handler's
+ * word is free to say it takes (sig, info, ucontext). */
+#define SIGINFO_BIT (1ull << 63)
+
+static uint64_t g_act[N_SIGNALS];
+static int32_t g_enabled;
+static int32_t g_lock;
+
+static __thread struct hframes t_frames __attribute__((tls_model("initial-exec")));
+static __thread uint64_t t_cookie __attribute__((tls_model("initial-exec")));
+
+static struct hframes *frames_here(void) { return &t_frames; }
+
+int handlers_wrapping(void) { return __atomic_load_n(&g_enabled, __ATOMIC_ACQUIRE); }
+
+static void trampoline(int sig, siginfo_t *si, void *ctx)
+{
+    uint64_t w = sig > 0 && sig < N_SIGNALS ? __atomic_load_n(&g_act[sig], __ATOMIC_ACQUIRE) : 0;
+    uintptr_t fn = (uintptr_t)(w & ~SIGINFO_BIT);
+    if (fn == (uintptr_t)SIG_DFL || fn == (uintptr_t)SIG_IGN)
+        return; /* only a raw rt_sigaction can install this trampoline without a table entry */
+    struct hframes *h = &t_frames;
+    /* A value the thread never used before: a stale frame's word cannot
+     * match a live one. */
+    t_cookie += 0x9e3779b97f4a7c15ull;
+    volatile uint64_t cookie = t_cookie;
+    int index = ctx ? hframes_enter(h, ctx, &cookie, t_cookie) : -1;
+    if (w & SIGINFO_BIT)
+        ((void (*)(int, siginfo_t *, void *))fn)(sig, si, ctx);
+    else
+        ((void (*)(int))fn)(sig);
+    hframes_leave(h, index, cookie);
+}
+
+static uint64_t encode(const struct sigaction *act)
+{
+    if (act->sa_flags & SA_SIGINFO)
+        return (uint64_t)(uintptr_t)act->sa_sigaction | SIGINFO_BIT;
+    return (uint64_t)(uintptr_t)act->sa_handler;
+}
+
+/* old as the kernel would report the program's own action: the trampoline
+ * was installed with the program's flags plus SA_SIGINFO. */
+static void report(uint64_t w, struct sigaction *old)
+{
+    uintptr_t fn = (uintptr_t)(w & ~SIGINFO_BIT);
+    if (w & SIGINFO_BIT) {
+        old->sa_sigaction = (void (*)(int, siginfo_t *, void *))fn;
+    } else {
+        old->sa_handler = (void (*)(int))fn;
+        old->sa_flags &= ~SA_SIGINFO;
+    }
+}
+
+static int is_trampoline(const struct sigaction *a)
+{
+    return (a->sa_flags & SA_SIGINFO) && a->sa_sigaction == trampoline;
+}
+
+/* Writers hold all signals blocked while they hold the lock, so a handler
+ * that calls sigaction() can never spin on its own thread's lock. */
+static void lock(sigset_t *saved)
+{
+    sigset_t all;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, saved);
+    while (__atomic_exchange_n(&g_lock, 1, __ATOMIC_ACQUIRE))
+        sched_yield();
+}
+
+static void unlock(const sigset_t *saved)
+{
+    __atomic_store_n(&g_lock, 0, __ATOMIC_RELEASE);
+    pthread_sigmask(SIG_SETMASK, saved, NULL);
+}
+
+int handlers_sigaction(sigaction_fn real, int sig, const struct sigaction *act, struct sigaction *old)
+{
+    if (!handlers_wrapping() || sig <= 0 || sig >= N_SIGNALS)
+        return real(sig, act, old);
+    if (act == NULL) {
+        int rc = real(sig, NULL, old);
+        if (rc == 0 && old && is_trampoline(old))
+            report(__atomic_load_n(&g_act[sig], __ATOMIC_ACQUIRE), old);
+        return rc;
+    }
+    int wrap = act->sa_handler != SIG_DFL && act->sa_handler != SIG_IGN;
+    struct sigaction mine = *act;
+    if (wrap) {
+        mine.sa_sigaction = trampoline;
+        mine.sa_flags |= SA_SIGINFO;
+    }
+    sigset_t saved;
+    lock(&saved);
+    uint64_t before = __atomic_load_n(&g_act[sig], __ATOMIC_RELAXED);
+    /* The entry before the real action: a signal that finds the trampoline
+     * finds the handler it stands for. */
+    if (wrap)
+        __atomic_store_n(&g_act[sig], encode(act), __ATOMIC_RELEASE);
+    int rc = real(sig, &mine, old);
+    int err = errno;
+    if (rc != 0 && wrap)
+        __atomic_store_n(&g_act[sig], before, __ATOMIC_RELEASE);
+    unlock(&saved);
+    if (rc == 0 && old && is_trampoline(old))
+        report(before, old);
+    errno = err;
+    return rc;
+}
+
+/* ------------------------------------------------------------------------
+ * Leaving a handler by a jump.  glibc keeps the target's stack pointer in
+ * the jmp_buf mangled with the thread's pointer guard (%fs:0x30, rotated
+ * left by 17 after the xor; glibc's x86-64 PTR_MANGLE, slot 6 of the
+ * buffer); the records the jump leaves are dropped before it happens, so a
+ * handler that siglongjmps out never leaves one that could later pass for
+ * live.
+ * ---------------------------------------------------------------------- */
+
+typedef void (*jump_fn)(struct __jmp_buf_tag *, int);
+static jump_fn g_longjmp, g_siglongjmp, g_ulongjmp, g_longjmp_chk;
+
+static void leaving(struct __jmp_buf_tag *env)
+{
+    struct hframes *h = &t_frames;
+    if (h->depth == 0)
+        return;
+    uint64_t guard, v = (uint64_t)env->__jmpbuf[6];
+    __asm__("movq %%fs:0x30, %0" : "=r"(guard));
+    v = ((v >> 17) | (v << 47)) ^ guard;
+    hframes_jump(h, (uintptr_t)v);
+}
+
+/* Resolved by handlers_enable; a jump made before it (a constructor that
+ * ran before the preload's) resolves on the spot, from normal context. */
+static jump_fn resolve(const char *name) { return (jump_fn)dlsym(RTLD_NEXT, name); }
+
+EXPORT void longjmp(struct __jmp_buf_tag env[1], int val)
+{
+    leaving(env);
+    (g_longjmp ? g_longjmp : resolve("longjmp"))(env, val);
+    __builtin_unreachable();
+}
+
+EXPORT void _longjmp(struct __jmp_buf_tag env[1], int val)
+{
+    leaving(env);
+    (g_ulongjmp ? g_ulongjmp : resolve("_longjmp"))(env, val);
+    __builtin_unreachable();
+}
+
+EXPORT void siglongjmp(struct __jmp_buf_tag env[1], int val)
+{
+    leaving(env);
+    (g_siglongjmp ? g_siglongjmp : resolve("siglongjmp"))(env, val);
+    __builtin_unreachable();
+}
+
+/* What longjmp becomes under _FORTIFY_SOURCE. */
+void __longjmp_chk(struct __jmp_buf_tag env[1], int val);
+EXPORT void __longjmp_chk(struct __jmp_buf_tag env[1], int val)
+{
+    leaving(env);
+    (g_longjmp_chk ? g_longjmp_chk : resolve("__longjmp_chk"))(env, val);
+    __builtin_unreachable();
+}
+
+/* A fork while another thread held the lock would leave it held for good
+ * in the child, whose only thread is not that one. */
+static void unlock_in_child(void) { __atomic_store_n(&g_lock, 0, __ATOMIC_RELAXED); }
+
+void handlers_enable(void)
+{
+    g_longjmp = resolve("longjmp");
+    g_ulongjmp = resolve("_longjmp");
+    g_siglongjmp = resolve("siglongjmp");
+    g_longjmp_chk = resolve("__longjmp_chk");
+    /* Records are kept only where every jump out of a handler is seen. */
+    if (!g_longjmp || !g_ulongjmp || !g_siglongjmp || !g_longjmp_chk)
+        return;
+    pthread_atfork(NULL, NULL, unlock_in_child);
+    hframes_set_source(frames_here);
+    __atomic_store_n(&g_enabled, 1, __ATOMIC_RELEASE);
+}
