@@ -309,7 +309,7 @@ def test_a_failed_compile_is_named_by_its_file_not_its_command_line():
 
 def test_the_built_module_reports_the_reason_it_was_built_with():
     native = pytest.importorskip("pyamx._native", reason="the C extension is not built (python build.py)")
-    from pyamx import _nativelib
+    from pyamx.cpu import _nativelib
 
     reason = native.ffi.string(native.lib.pyamx_build_kernels_reason()).decode()
     info = _nativelib.build_info()
@@ -320,7 +320,7 @@ def test_the_built_module_reports_the_reason_it_was_built_with():
 
 
 def test_not_built_message_names_the_recorded_cause():
-    from pyamx import _nativelib
+    from pyamx.cpu import _nativelib
 
     class Info:
         EXTENSION = False
@@ -573,7 +573,7 @@ def _sdist(tmp_path):
 @slow_build
 @pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
 def test_the_reinstall_advice_rebuilds_where_a_plain_reinstall_gets_the_cached_pure_wheel(tmp_path):
-    from pyamx import _nativelib
+    from pyamx.cpu import _nativelib
 
     sdist = _sdist(tmp_path)
     venv = tmp_path / "venv"

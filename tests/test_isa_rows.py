@@ -1,4 +1,4 @@
-"""pyamx/isa.py's rows: every mapping is a view of them, and no new row can take over an existing key."""
+"""pyamx/table/isa.py's rows: every mapping is a view of them, and no new row can take over an existing key."""
 
 from __future__ import annotations
 
