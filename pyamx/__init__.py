@@ -12,7 +12,10 @@ from __future__ import annotations
 import importlib
 import os
 
+from . import _compat
 from . import errors as errors
+
+_compat.install()  # `import pyamx.detect` and the other public paths of modules that moved into a layer
 from ._version import __version__ as __version__
 from .errors import (  # "X as X": re-exported for type checkers (mypy --strict)
     AMXError as AMXError,
@@ -75,6 +78,8 @@ def _dot_names() -> tuple[str, ...]:
 
 def _is_submodule(name: str) -> bool:
     """``from pyamx import cli`` asks this module for ``cli`` before importing it: not a reason to load isa."""
+    if f"{__name__}.{name}" in _compat.MOVED:
+        return True
     return any(os.path.exists(os.path.join(d, name + ".py")) or os.path.isdir(os.path.join(d, name))
                for d in __path__)  # noqa: F405  (the package path, not a star import's name)
 

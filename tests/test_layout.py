@@ -3,9 +3,10 @@
 ``pyamx/table/`` (the instruction table and formats), ``pyamx/emulator/`` (the emulator and its
 engines), ``pyamx/cpu/`` (detection, the native kernels, trap control), ``pyamx/tools/`` (the command,
 probe, vectors, bench, run, the pytest plugin); the top level keeps the public front. A module that
-moved out of the top level keeps its public path as a compat module that *is* the moved module
-(docs/architecture.md, "Where the public names live"). These tests keep the layout from flattening
-again and the compat paths from drifting into copies.
+moved out of the top level keeps its public path: pyamx/_compat.py's finder makes ``import pyamx.detect``
+the very module ``pyamx.cpu.detect`` and ``pyamx/detect.pyi`` says so to type checkers (docs/architecture.md,
+"Where the public names live"). These tests keep the layout from flattening again and the public paths
+from drifting into copies.
 """
 
 from __future__ import annotations
@@ -37,10 +38,12 @@ FRONT = {
     "_backend", "_numerics_rule",                          # which backend and which numerics a call gets
     "_validate", "_result", "_types",                      # operands in, labelled results out, their types
     "_env", "_fpenv", "_docs", "_version",                 # shared by every layer (_fpenv: bf16 and the engines)
+    "_compat",                                             # the public paths of the modules that moved
     "_buildinfo", "_dot_types",                            # written by build.py
 }
 
-#: public path -> the module it is (one compat module each at pyamx/<name>.py)
+#: public path -> the module it is (a type stub each at pyamx/<name>.pyi), written out independently of
+#: pyamx/_compat.py so a path dropped there fails here
 COMPAT = {
     "isa": "pyamx.table.isa", "tilecfg": "pyamx.table.tilecfg", "bf16": "pyamx.table.bf16",
     "layout": "pyamx.table.layout",
@@ -55,10 +58,10 @@ COMPAT = {
 NOT_PYTHON = {"pyamx.h", "pyamx.git", "pyamx.invalid", "pyamx._amxpreload"}  # _amxpreload: no Python in it
 
 
-def test_the_top_level_holds_the_front_and_the_compat_modules_only():
+def test_the_top_level_holds_the_front_and_the_public_paths_stubs_only():
     modules = {p.stem for p in PACKAGE.glob("*.py")}
-    assert modules - FRONT - set(COMPAT) == set(), "a new module belongs in one of the layers' packages"
-    assert set(COMPAT) <= modules
+    assert modules - FRONT == set(), "a new module belongs in one of the layers' packages"
+    assert {p.stem for p in PACKAGE.glob("*.pyi")} == set(COMPAT)
     packages = {p.parent.name for p in PACKAGE.glob("*/__init__.py")}
     assert packages == LAYERS
 
@@ -71,21 +74,21 @@ def test_every_layer_package_imports_nothing():
         assert [type(node) for node in tree.body] == [ast.Expr], layer
 
 
-def _shape(path: Path) -> list[str]:
-    return [ast.unparse(node) for node in ast.parse(path.read_text(encoding="utf-8")).body[1:]]
+def test_the_finder_knows_exactly_these_paths():
+    from pyamx import _compat
+
+    assert _compat.MOVED == {f"pyamx.{name}": home for name, home in COMPAT.items()}
+    assert _compat.AliasFinder.find_spec("pyamx.no_such_module") is None
+    assert _compat.AliasFinder.find_spec("pyamx.errors") is None  # a real module is not the finder's
 
 
 @pytest.mark.parametrize("name", sorted(COMPAT))
-def test_a_compat_module_is_a_bare_alias_of_its_home(name):
-    """No code of its own: a star import for type checkers, then the very module in sys.modules."""
+def test_a_public_paths_stub_names_its_home_and_nothing_else(name):
+    """A docstring and a star import of the home: what type checkers see is what runs."""
     package, _, leaf = COMPAT[name].removeprefix("pyamx.").rpartition(".")
-    assert leaf == name
-    assert _shape(PACKAGE / f"{name}.py") == [
-        "import sys",
-        f"from .{package} import {name} as _home",
-        f"from .{package}.{name} import *",
-        "sys.modules[__name__] = _home",
-    ]
+    assert leaf == name and package in LAYERS
+    body = ast.parse((PACKAGE / f"{name}.pyi").read_text(encoding="utf-8")).body
+    assert [ast.unparse(node) for node in body[1:]] == [f"from .{package}.{name} import *"]
 
 
 @pytest.mark.parametrize("name", sorted(COMPAT))
@@ -139,14 +142,12 @@ def _imports(path: Path, module: str) -> set[str]:
 
 
 def test_no_pyamx_module_imports_a_compat_path():
-    """The package's own code names the homes: the compat modules are for users, and an import of one
+    """The package's own code names the homes: the public paths are for users, and an import of one
     would hide a layer's edge from tests/test_architecture.py's graph."""
     public = {f"pyamx.{name}" for name in COMPAT}
     offenders = {}
     for path in PACKAGE.rglob("*.py"):
         rel = path.relative_to(ROOT).with_suffix("")
-        if rel.parent == Path("pyamx") and rel.name in COMPAT:
-            continue
         module = ".".join(rel.parts[:-1] if rel.name == "__init__" else rel.parts)
         if hits := _imports(path, module) & public:
             offenders[module] = sorted(hits)
