@@ -11,6 +11,7 @@ import shutil
 import subprocess
 import sys
 import zipfile
+from pathlib import Path
 
 import pytest
 
@@ -492,6 +493,10 @@ def test_python_m_build_at_the_root_builds_an_abi3_wheel_and_a_complete_sdist(tm
         names = whl.namelist()
     assert any(n.startswith("pyamx/_native.abi3") for n in names)
     assert "pyamx/py.typed" in names and "pyamx/_buildinfo.py" in names
+    # every package of the layout and the public paths' type stubs (an explicit packages list forgets quietly)
+    package = Path(CHECKOUT) / "pyamx"
+    sources = {p.relative_to(CHECKOUT).as_posix() for p in (*package.rglob("*.py"), *package.glob("*.pyi"))}
+    assert {s for s in sources if "/__pycache__/" not in s} <= set(names)
     # the docs the messages point at travel inside the package, and the metadata says where the project lives
     assert {f"pyamx/docs/{n}" for n in os.listdir(os.path.join(CHECKOUT, "docs")) if n.endswith(".md")} <= set(names)
     with zipfile.ZipFile(src / "dist" / wheels[0]) as whl:
