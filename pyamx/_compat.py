@@ -53,10 +53,11 @@ class AliasFinder:
     def find_spec(name: str, path: object = None, target: object = None) -> importlib.machinery.ModuleSpec | None:
         """The spec of a public path that moved, else None (not ours)."""
         home = MOVED.get(name)
-        return None if home is None else importlib.machinery.ModuleSpec(name, _Alias(home))
+        # _Alias is a loader by its two methods; subclassing importlib.abc.Loader would cost `pyamx run` that import
+        return None if home is None else importlib.machinery.ModuleSpec(name, _Alias(home))  # type: ignore[arg-type]
 
 
 def install() -> None:
     """Put the finder on ``sys.meta_path`` once (a second import of pyamx must not add another)."""
     if not any(type(f).__qualname__ == "AliasFinder" and type(f).__module__ == __name__ for f in sys.meta_path):
-        sys.meta_path.append(AliasFinder())  # type: ignore[arg-type]
+        sys.meta_path.append(AliasFinder())
