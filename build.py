@@ -363,20 +363,20 @@ def cdef_text(header: Path = CSRC / "pyamx.h") -> str:
     return "\n".join(out)
 
 
-# -- the C op table, generated from pyamx/isa.py ---------------------------------------------
+# -- the C op table, generated from pyamx/table/isa.py ---------------------------------------------
 
-ISA_PY = HERE / "pyamx" / "isa.py"
+ISA_PY = HERE / "pyamx" / "table" / "isa.py"
 #: generated file -> the function of the instruction table that writes it
 OPS_HEADER = Path("csrc") / "pyamx_ops.h"
 TRAITS_HEADER = Path("csrc") / "pyamx_op_traits.h"
 #: what type checkers see of the functions and methods pyamx.isa generates at import (read under TYPE_CHECKING)
 TYPES_PY = Path("pyamx") / "_dot_types.py"
 EMULATOR_TYPES_PY = Path("pyamx") / "emulator" / "_dot_types.py"
-_GENERATED_NOTE = "Generated from pyamx/isa.py by build.py: do not edit; python build.py regenerates it."
+_GENERATED_NOTE = "Generated from pyamx/table/isa.py by build.py: do not edit; python build.py regenerates it."
 
 
 def load_isa():
-    """pyamx/isa.py as a module of its own: the package's __init__ needs numpy, a build may not have it."""
+    """pyamx/table/isa.py as a module of its own: the package's __init__ needs numpy, a build may not have it."""
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("pyamx_isa_for_build", ISA_PY)
@@ -411,7 +411,7 @@ def ops_header_text(isa) -> str:
 #define PYAMX_OPS_H
 
 /* Instruction ids: the trap decoder's results, the dot-product op of
- * pyamx_dp_oneshot()/pyamx_tdp(), and the ids pyamx/isa.py reads from lib.
+ * pyamx_dp_oneshot()/pyamx_tdp(), and the ids pyamx/table/isa.py reads from lib.
  * Dot products are the contiguous range {first}..{last}. */
 enum pyamx_op {{
     PYAMX_OP_NONE = 0,
@@ -544,7 +544,7 @@ def traits_header_text(isa) -> str:
     action_ops = ",\n".join(f"    PYAMX_OP_OF_{_c_name(a)} = PYAMX_OP_{isa.BY_ACTION[a].mnemonic}" for a in isa.ACTIONS)
     imm_rows = [(insn.mnemonic, *i) for insn, i in zip(isa.TABLE, imm) if insn.imm_encoding is not None]
     imm_xrows = " \\\n".join(f"    X({', '.join(str(v) for v in row)})" for row in imm_rows) or "    /* none */"
-    return f"""/* Traits of every AMX instruction row of pyamx/isa.py, for C.
+    return f"""/* Traits of every AMX instruction row of pyamx/table/isa.py, for C.
  *
  * {_GENERATED_NOTE}
  *
@@ -886,7 +886,7 @@ def setuptools_options() -> dict:
 
         def run(self):
             for rel in write_generated_headers():
-                print(f"pyamx build: regenerated {rel.as_posix()} from pyamx/isa.py", file=sys.stderr)
+                print(f"pyamx build: regenerated {rel.as_posix()} from pyamx/table/isa.py", file=sys.stderr)
             p = plan()
             require = self.require or parse_flag(os.environ, REQUIRE_ENV)
             if not p.decision.extension:

@@ -99,7 +99,7 @@ def main() -> None:
     # would otherwise compile pyamx's modules on every start and count that too.
     import compileall
 
-    compileall.compile_dir(os.path.dirname(run.__file__), quiet=1, maxlevels=0)
+    compileall.compile_dir(os.path.dirname(os.path.dirname(run.__file__)), quiet=1, maxlevels=1)  # pyamx/ and its subpackages
     true = shutil.which("true") or "/bin/true"
     script = os.path.join(os.path.dirname(sys.executable), "pyamx")
     commands = [("bare", [true], bare), ("with the preload", [true], pre),

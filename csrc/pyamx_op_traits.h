@@ -1,6 +1,6 @@
-/* Traits of every AMX instruction row of pyamx/isa.py, for C.
+/* Traits of every AMX instruction row of pyamx/table/isa.py, for C.
  *
- * Generated from pyamx/isa.py by build.py: do not edit; python build.py regenerates it.
+ * Generated from pyamx/table/isa.py by build.py: do not edit; python build.py regenerates it.
  *
  * PYAMX_FOR_EACH_OP(X) calls X(mnemonic, kind, a_format, b_format,
  * acc_format, a_signed, b_signed, lanes, prefix, map, pp, w, l, opcode, form,

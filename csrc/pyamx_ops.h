@@ -1,6 +1,6 @@
 /* The one numbering of the AMX instructions, shared by every layer.
  *
- * Generated from pyamx/isa.py by build.py: do not edit; python build.py regenerates it.
+ * Generated from pyamx/table/isa.py by build.py: do not edit; python build.py regenerates it.
  *
  * Included by csrc/pyamx.h (pyamx._native) and csrc/trap/trap.h
  * (pyamx._trap); build.py inlines it into both cdefs, so Python reads the
@@ -11,7 +11,7 @@
 #define PYAMX_OPS_H
 
 /* Instruction ids: the trap decoder's results, the dot-product op of
- * pyamx_dp_oneshot()/pyamx_tdp(), and the ids pyamx/isa.py reads from lib.
+ * pyamx_dp_oneshot()/pyamx_tdp(), and the ids pyamx/table/isa.py reads from lib.
  * Dot products are the contiguous range TDPBF16PS..TDPHF8PS. */
 enum pyamx_op {
     PYAMX_OP_NONE = 0,

@@ -12,7 +12,10 @@ from __future__ import annotations
 import importlib
 import os
 
+from . import _compat
 from . import errors as errors
+
+_compat.install()  # `import pyamx.detect` and the other public paths of modules that moved into a layer
 from ._version import __version__ as __version__
 from .errors import (  # "X as X": re-exported for type checkers (mypy --strict)
     AMXError as AMXError,
@@ -33,17 +36,17 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     # What the lazy names below resolve to, so a type checker sees real types instead of Any.
     from . import _backend
-    from . import bf16 as bf16
+    from .table import bf16 as bf16
     from . import emulator as emulator
-    from . import isa as isa
-    from . import layout as layout
+    from .table import isa as isa
+    from .table import layout as layout
     from ._dot_types import *  # noqa: F403  (the one-instruction functions, generated from the table)
     from ._matmul import matmul as matmul
     from ._ops import tile_machine as tile_machine
     from ._result import AMXResult as AMXResult
     from .emulator import Numerics as Numerics
     from .emulator import TileMachine as TileMachine
-    from .tilecfg import TileConfig as TileConfig
+    from .table.tilecfg import TileConfig as TileConfig
 
     backend = _backend.default_backend
     backend_reason = _backend.default_reason
@@ -54,9 +57,9 @@ if TYPE_CHECKING:
 # it names (isa.DOT_NAMES) resolve in
 # __getattr__, and so does __all__, which lists them.
 _LAZY = {
-    "isa": ("isa", None),
-    "bf16": ("bf16", None),
-    "layout": ("layout", None),
+    "isa": ("table.isa", None),
+    "bf16": ("table.bf16", None),
+    "layout": ("table.layout", None),
     "emulator": ("emulator", None),
     "backend": ("_backend", "default_backend"),
     "backend_reason": ("_backend", "default_reason"),
@@ -65,16 +68,18 @@ _LAZY = {
     "matmul": ("_matmul", "matmul"),
     "Numerics": ("emulator", "Numerics"),
     "TileMachine": ("emulator", "TileMachine"),
-    "TileConfig": ("tilecfg", "TileConfig"),
+    "TileConfig": ("table.tilecfg", "TileConfig"),
 }
 
 
 def _dot_names() -> tuple[str, ...]:
-    return importlib.import_module(".isa", __name__).DOT_NAMES
+    return importlib.import_module(".table.isa", __name__).DOT_NAMES
 
 
 def _is_submodule(name: str) -> bool:
     """``from pyamx import cli`` asks this module for ``cli`` before importing it: not a reason to load isa."""
+    if f"{__name__}.{name}" in _compat.MOVED:
+        return True
     return any(os.path.exists(os.path.join(d, name + ".py")) or os.path.isdir(os.path.join(d, name))
                for d in __path__)  # noqa: F405  (the package path, not a star import's name)
 
@@ -103,7 +108,7 @@ def __dir__() -> list[str]:
 
 def cpu_features() -> dict[str, object]:
     """Every detection stage as a dict (see :mod:`pyamx.detect`)."""
-    from .detect import cpu_features as _cpu_features
+    from .cpu.detect import cpu_features as _cpu_features
 
     return _cpu_features()
 
@@ -111,7 +116,7 @@ def cpu_features() -> dict[str, object]:
 def show_runtime() -> None:
     """Print what a bug report needs: pyamx/python/numpy versions, the backend decision and why,
     the PYAMX_* settings, how the emulator controls MXCSR, then every detection stage and the kernels."""
-    from ._runtime import show_runtime as _show_runtime
+    from .cpu._runtime import show_runtime as _show_runtime
 
     _show_runtime()
 

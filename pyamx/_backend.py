@@ -51,7 +51,7 @@ def requested() -> str:
     """
     global _requested
     if _requested is None:
-        from . import trap  # pure environment parsing; the C module is not loaded here
+        from .cpu import trap  # pure environment parsing; the C module is not loaded here
 
         choice = _env.choice(ENV_VAR, CHOICES, "auto", error=EnvironmentVariableError)
         trap.requested()  # a typo must not quietly leave native off
@@ -89,7 +89,7 @@ class Backend(str):
         if not self.is_native:
             return None
         if self.report is None:  # unpickled: the report stays in the process that resolved it
-            from .detect import report
+            from .cpu.detect import report
 
             self.report = report()
         return self.report.mode_for(insn)
@@ -99,7 +99,7 @@ class Backend(str):
         """``(ffi, lib)`` of pyamx._native for native (loaded once per process); None for the emulator."""
         if not self.is_native:
             return None
-        from ._nativelib import load
+        from .cpu._nativelib import load
 
         return load()
 
@@ -141,20 +141,20 @@ EMULATOR = Backend("emulator")  # the one emulator backend: resolve() returns th
 def native_status(family: str = "bf16", report=None):
     """``(usable, reason)`` of the native ``family`` kernels (bf16, int8, fp16), from ``report`` (None:
     the cached one)."""
-    from . import native
+    from .cpu import native
 
     return native.available(family) if report is None else native.availability(report, family)
 
 
 def native_mode():
     """``"silicon"`` or ``"trap"`` when native is usable, else None."""
-    from .detect import report
+    from .cpu.detect import report
 
     return report().mode
 
 
 def _native() -> Backend:
-    from .detect import report
+    from .cpu.detect import report
 
     rep = report()
     return Backend("native", rep.mode, rep)
@@ -223,7 +223,7 @@ def _engine_parser():
     # and kept: this runs on every one-instruction call that names an engine.
     global _parse_engine_name
     if _parse_engine_name is None:
-        from .engine import parse_name
+        from .emulator.engine import parse_name
 
         _parse_engine_name = parse_name
     return _parse_engine_name

@@ -47,7 +47,7 @@ class _Extension:
     name = "pyamx._native"
 
     def __init__(self):
-        from . import _nativelib
+        from .cpu import _nativelib
 
         _, lib = _nativelib.load()
         if not hasattr(lib, "pyamx_fpenv_supported") or not lib.pyamx_fpenv_supported():

@@ -19,9 +19,10 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from . import _backend, _matmul_complex, _validate, isa
-from . import bf16 as _bf16
-from . import engine as _engine
+from . import _backend, _matmul_complex, _validate
+from .table import isa
+from .table import bf16 as _bf16
+from .emulator import engine as _engine
 from ._fpenv import default_fpenv
 from ._result import AMXResult, label
 from ._validate import dtype_name
@@ -277,7 +278,7 @@ def _run_native(p: Plan, threads, backend=None):
     dwords, B interleaved, C bits; it raises NativeUnavailableError where its
     kernel family cannot run.
     """
-    from ._native_matmul import matmul_native
+    from .cpu._native_matmul import matmul_native
 
     return matmul_native(p.mnemonic, p.a, p.b_vnni, p.c, p.k_dwords, threads, backend=backend)
 

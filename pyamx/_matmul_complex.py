@@ -16,8 +16,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from . import _backend, _validate, isa
-from . import engine as _engine
+from . import _backend, _validate
+from .table import isa
+from .emulator import engine as _engine
 from ._result import AMXResult, label
 
 if TYPE_CHECKING:
@@ -81,7 +82,7 @@ def complex_matmul(a, b, c=None, *, backend=None, engine=None, threads=None,
     chosen = _backend.resolve(backend, KIND, numerics=numerics, engine=engine)
     out = np.empty((m, n2 // 2), np.complex64)
     if chosen == "native":
-        from ._native_matmul import matmul_native
+        from .cpu._native_matmul import matmul_native
 
         for part, name, c_bits in ((out.real, REAL, c_parts[0]), (out.imag, IMAGINARY, c_parts[1])):
             part[...] = matmul_native(name, a_pairs, b_pairs, c_bits, k, threads).view(np.float32)

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import isa
+from .table import isa
 
 MAX_M = 16
 MAX_K = 16  # tmul_maxk

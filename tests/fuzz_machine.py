@@ -73,7 +73,9 @@ def main(argv=None) -> int:
     if args.seed < 0 or args.iterations < 0 or args.time_limit < 0 or not 0 <= args.interrupt_rate <= 1:
         parser.error("--seed, --iterations and --time-limit must be >= 0, --interrupt-rate in [0, 1]")
 
-    from pyamx import _memory, _nativelib, native
+    from pyamx.table import _memory
+    from pyamx.cpu import _nativelib
+    from pyamx import native
     from pyamx.errors import InvalidOpcodeFault, MemoryAccessFault
     from pyamx.tilecfg import check_dot_product, check_memory_tile
 

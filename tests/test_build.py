@@ -11,6 +11,7 @@ import shutil
 import subprocess
 import sys
 import zipfile
+from pathlib import Path
 
 import pytest
 
@@ -309,7 +310,7 @@ def test_a_failed_compile_is_named_by_its_file_not_its_command_line():
 
 def test_the_built_module_reports_the_reason_it_was_built_with():
     native = pytest.importorskip("pyamx._native", reason="the C extension is not built (python build.py)")
-    from pyamx import _nativelib
+    from pyamx.cpu import _nativelib
 
     reason = native.ffi.string(native.lib.pyamx_build_kernels_reason()).decode()
     info = _nativelib.build_info()
@@ -320,7 +321,7 @@ def test_the_built_module_reports_the_reason_it_was_built_with():
 
 
 def test_not_built_message_names_the_recorded_cause():
-    from pyamx import _nativelib
+    from pyamx.cpu import _nativelib
 
     class Info:
         EXTENSION = False
@@ -492,6 +493,10 @@ def test_python_m_build_at_the_root_builds_an_abi3_wheel_and_a_complete_sdist(tm
         names = whl.namelist()
     assert any(n.startswith("pyamx/_native.abi3") for n in names)
     assert "pyamx/py.typed" in names and "pyamx/_buildinfo.py" in names
+    # every package of the layout and the public paths' type stubs (an explicit packages list forgets quietly)
+    package = Path(CHECKOUT) / "pyamx"
+    sources = {p.relative_to(CHECKOUT).as_posix() for p in (*package.rglob("*.py"), *package.glob("*.pyi"))}
+    assert {s for s in sources if "/__pycache__/" not in s} <= set(names)
     # the docs the messages point at travel inside the package, and the metadata says where the project lives
     assert {f"pyamx/docs/{n}" for n in os.listdir(os.path.join(CHECKOUT, "docs")) if n.endswith(".md")} <= set(names)
     with zipfile.ZipFile(src / "dist" / wheels[0]) as whl:
@@ -573,7 +578,7 @@ def _sdist(tmp_path):
 @slow_build
 @pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
 def test_the_reinstall_advice_rebuilds_where_a_plain_reinstall_gets_the_cached_pure_wheel(tmp_path):
-    from pyamx import _nativelib
+    from pyamx.cpu import _nativelib
 
     sdist = _sdist(tmp_path)
     venv = tmp_path / "venv"

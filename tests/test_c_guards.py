@@ -36,7 +36,8 @@ usable, reason = native.available()
 if not usable:
     print(json.dumps({"skip": reason}))
     raise SystemExit(0)
-from pyamx import _nativelib, detect, trap
+from pyamx.cpu import _nativelib
+from pyamx import detect, trap
 ffi, lib = _nativelib.load()
 if detect.report().mode == "trap":
     trap.ensure_installed()
@@ -146,7 +147,7 @@ def _run_guards():
 @pytest.fixture(scope="module")
 def guards():
     try:
-        from pyamx import _nativelib
+        from pyamx.cpu import _nativelib
 
         _nativelib.load()
     except ImportError as exc:

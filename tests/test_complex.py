@@ -320,7 +320,7 @@ def test_complex_matmul_of_numpy_complex_values():
 @pytest.mark.skipif(not _engine.resolve("auto").compiled, reason="needs a compiled engine")
 def test_complex_matmul_under_a_changed_mxcsr():
     """Round toward zero with FTZ and DAZ set in the caller's MXCSR changes no bit (the engines set their own)."""
-    from pyamx import _nativelib
+    from pyamx.cpu import _nativelib
 
     _, lib = _nativelib.load()
     rng = np.random.default_rng(8)
@@ -372,7 +372,7 @@ for insn in (i for i in isa.DOTS if i.kind == "dot-complex"):
 print("refused")
 """
     # from the installed package's parent: a checkout's root holds an unbuilt pyamx/ that -c would import
-    parent = str(Path(native.__file__).resolve().parent.parent)
+    parent = str(Path(pyamx.__file__).resolve().parent.parent)
     proc = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, timeout=120, cwd=parent)
     assert proc.returncode == 0 and "refused" in proc.stdout, (proc.returncode, proc.stderr[-2000:])
 

@@ -296,7 +296,8 @@ def _raw_in_child(cfg: TileConfig, method, args):
     """
     import faulthandler
 
-    from pyamx import _nativelib, detect
+    from pyamx.cpu import _nativelib
+    from pyamx import detect
 
     ffi, lib = _nativelib.load()
     trapped = detect.report().mode == "trap"
@@ -357,7 +358,7 @@ def _expected_in_c(lib, method, args, err):
 
 
 def _check_fault_in_c(cfg, method, args, err):
-    from pyamx import _nativelib
+    from pyamx.cpu import _nativelib
 
     _, lib = _nativelib.load()
     expected = _expected_in_c(lib, method, args, err)
@@ -432,7 +433,8 @@ def run_sequence(native, seed: int, families, check_faults_in_c: bool = False) -
 
 
 def test_random_sequences_match_emulator_and_faults_reach_the_c_guards_and_the_trap(native):
-    from pyamx import _nativelib, detect
+    from pyamx.cpu import _nativelib
+    from pyamx import detect
 
     _, lib = _nativelib.load()
     STATS.clear()

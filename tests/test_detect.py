@@ -20,7 +20,8 @@ from dataclasses import replace
 
 import pytest
 
-from pyamx import _runtime, detect, isa
+from pyamx.cpu import _runtime
+from pyamx import detect, isa
 from pyamx.detect import BuildFacts, RawFacts, TrapFacts, evaluate
 
 from childproc import PYAMX_HOME as ROOT  # the pyamx under test, not necessarily this checkout

@@ -318,7 +318,7 @@ def test_auto_engine_is_the_best_compiled_one_and_named_engines_run(name):
 
 def test_the_compiled_engine_entry_refuses_fp8_rows():
     try:
-        from pyamx import _nativelib
+        from pyamx.cpu import _nativelib
 
         ffi, lib = _nativelib.load()
     except ImportError as exc:
@@ -355,7 +355,7 @@ def test_results_do_not_depend_on_the_callers_mxcsr(mode):
     if platform.machine().lower() not in ("x86_64", "amd64"):
         pytest.skip("MXCSR is an x86-64 register")
     try:
-        from pyamx import _nativelib
+        from pyamx.cpu import _nativelib
 
         _, lib = _nativelib.load()
     except ImportError as exc:
@@ -412,7 +412,8 @@ def test_native_refuses_without_amx_fp8_naming_the_feature():
 def test_the_native_matmul_kernel_refuses_fp8_without_the_cpuid_bit():
     if _has_amx_fp8():
         pytest.skip("this CPU has AMX-FP8")
-    from pyamx import _native_matmul, native
+    from pyamx.cpu import _native_matmul
+    from pyamx import native
 
     try:
         ffi, lib = native._lib("bf16")
@@ -471,7 +472,7 @@ def test_the_native_kernels_hold_the_tables_fp8_instructions():
     built = sorted(Path(package.__file__).parent.glob("_native*.so"))
     if not built:
         pytest.skip("pyamx._native is not built")
-    from pyamx import _nativelib
+    from pyamx.cpu import _nativelib
 
     if not _nativelib.load()[1].pyamx_build_kernels():
         pytest.skip("this build of pyamx._native has no AMX kernels (a toolchain without AMX, or disabled)")

@@ -23,7 +23,7 @@ from pyamx.testing import CLASSES, operands, shapes
 if platform.machine().lower() not in ("x86_64", "amd64"):
     pytest.skip("MXCSR is an x86-64 register", allow_module_level=True)
 try:
-    from pyamx import _nativelib
+    from pyamx.cpu import _nativelib
 
     _FFI, _LIB = _nativelib.load()
 except ImportError as exc:

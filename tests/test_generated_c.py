@@ -1,5 +1,5 @@
 """csrc/pyamx_ops.h, csrc/pyamx_op_traits.h and the _dot_types.py type declarations: generated from
-pyamx/isa.py, committed; the headers are valid C."""
+pyamx/table/isa.py, committed; the headers are valid C."""
 
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ build = _build_script()
 def test_the_committed_header_is_what_the_table_generates_byte_for_byte(rel):
     committed = (ROOT / rel).read_bytes()
     assert committed == build.generated_headers()[rel].encode("utf-8"), (
-        f"{rel} differs from what pyamx/isa.py generates: run python build.py and commit the result")
+        f"{rel} differs from what pyamx/table/isa.py generates: run python build.py and commit the result")
     assert b"do not edit; python build.py regenerates it" in committed
 
 

@@ -1,4 +1,4 @@
-"""pyamx/isa.py, the one instruction table: complete, consistent with C, and documented row by row."""
+"""pyamx/table/isa.py, the one instruction table: complete, consistent with C, and documented row by row."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ ISA_MD = ROOT / "docs" / "isa.md"
 
 def _lib():
     try:
-        from pyamx import _nativelib
+        from pyamx.cpu import _nativelib
 
         return _nativelib.load()
     except ImportError as exc:

@@ -1,4 +1,4 @@
-"""pyamx/isa.py's rows: every mapping is a view of them, and no new row can take over an existing key."""
+"""pyamx/table/isa.py's rows: every mapping is a view of them, and no new row can take over an existing key."""
 
 from __future__ import annotations
 
@@ -54,10 +54,10 @@ _PROBE = r"""
 import importlib.util, json, sys
 import numpy as np
 extra = sys.argv[1] == "extra"
-if extra:  # load pyamx.isa first, add the row, then let the package import this very module
-    spec = importlib.util.spec_from_file_location("pyamx.isa", sys.argv[2])
+if extra:  # load pyamx.table.isa first, add the row, then let the package import this very module
+    spec = importlib.util.spec_from_file_location("pyamx.table.isa", sys.argv[2])
     isa = importlib.util.module_from_spec(spec)
-    sys.modules["pyamx.isa"] = isa
+    sys.modules["pyamx.table.isa"] = isa
     spec.loader.exec_module(isa)
     import dataclasses
     row = dataclasses.replace(isa.BY_NAME["tdpfp16ps"], mnemonic="TDPFP16PSX", matmul=False)

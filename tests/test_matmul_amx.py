@@ -18,8 +18,9 @@ import time
 import numpy as np
 import pytest
 
-from pyamx import _native_matmul, emulator, isa, native, testing
-from pyamx._native_matmul import matmul_native
+from pyamx.cpu import _native_matmul
+from pyamx import emulator, isa, native, testing
+from pyamx.cpu._native_matmul import matmul_native
 from pyamx.errors import BackendError
 
 from childproc import PYAMX_HOME, child_env
@@ -584,7 +585,7 @@ def test_kernel_refuses_before_detection_and_permission_said_yes():
     """In a process that never asked for permission the C entry answers E_NOT_READY and runs nothing."""
     code = (
         "import numpy as np\n"
-        "from pyamx import _nativelib\n"
+        "from pyamx.cpu import _nativelib\n"
         "ffi, lib = _nativelib.load()\n"
         "c = np.zeros((1, 1), np.uint32); a = np.zeros((1, 2), np.uint16); b = np.zeros((1, 2), np.uint16)\n"
         "p = lambda x: ffi.cast('void *', x.ctypes.data)\n"
@@ -593,7 +594,7 @@ def test_kernel_refuses_before_detection_and_permission_said_yes():
         "print(rc == lib.PYAMX_E_NOT_READY or (rc == lib.PYAMX_E_NO_KERNEL and lib.pyamx_build_kernels() == 0))\n"
     )
     try:
-        from pyamx import _nativelib
+        from pyamx.cpu import _nativelib
 
         _nativelib.load()
     except ImportError as exc:

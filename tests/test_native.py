@@ -10,7 +10,8 @@ import threading
 import numpy as np
 import pytest
 
-from pyamx import _nativelib, emulator
+from pyamx.cpu import _nativelib
+from pyamx import emulator
 from pyamx.emulator import PRESETS, instructions
 from pyamx.errors import (
     BackendError,

@@ -17,7 +17,8 @@ import numpy as np
 import pytest
 
 from lockstep import GUARD, GuardedBuffer, random_config
-from pyamx import _memory, _nativelib
+from pyamx.table import _memory
+from pyamx.cpu import _nativelib
 from pyamx.errors import GeneralProtectionFault, InvalidOpcodeFault, MemoryAccessFault
 from pyamx.tilecfg import TileConfig, check_dot_product, check_memory_tile
 

@@ -236,7 +236,7 @@ def test_bf16_widening_by_shift_is_the_top_half():
 
 def _mxcsr_lib():
     try:
-        from pyamx._nativelib import load
+        from pyamx.cpu._nativelib import load
 
         lib = load()[1]
     except ImportError as exc:

@@ -137,7 +137,7 @@ MXCSR_CASES = {"RZ": 0x1F80 | 0x6000, "round-up": 0x1F80 | 0x4000, "FTZ|DAZ": 0x
 
 @contextlib.contextmanager
 def _mxcsr(value):
-    from pyamx import _nativelib
+    from pyamx.cpu import _nativelib
 
     _, lib = _nativelib.load()
     saved = lib.pyamx_get_mxcsr()

@@ -85,7 +85,7 @@ def test_clang_assembles_what_the_test_lists(tmp_path):
 
 def _module_path() -> Path:
     try:
-        from pyamx import _nativelib
+        from pyamx.cpu import _nativelib
 
         _nativelib.load()
     except ImportError as exc:
@@ -170,7 +170,7 @@ def test_the_native_machine_refuses_an_extension_the_cpu_lacks_before_anything_r
 
 def test_the_c_layer_refuses_them_too_without_the_cpuid_bit():
     """Python is not the only guard: pyamx_tilerow and the MOVRS hints of pyamx_load_tile ask CPUID."""
-    from pyamx import _nativelib
+    from pyamx.cpu import _nativelib
 
     ffi, lib = _nativelib.load()
     # The C check reads each row's CPUID feature from the generated traits; detection decodes the

@@ -1,4 +1,4 @@
-"""The trap-and-emulate mode (pyamx._trap from csrc/trap/, pyamx/trap.py), end to end.
+"""The trap-and-emulate mode (pyamx._trap from csrc/trap/, pyamx/cpu/trap.py), end to end.
 
 Real AMX instructions compiled for the tests only (tests/csrc/trap_selftest.c,
 built by tests/trap_selftest_build.py) run under the SIGILL handler in this very pytest process -- whose
@@ -134,9 +134,9 @@ def test_enable_refuses_without_the_extension(monkeypatch):
     from pyamx import trap
 
     try:
-        from pyamx import _nativelib
+        from pyamx.cpu import _nativelib
     except ModuleNotFoundError:
-        pytest.skip("no pyamx._nativelib to make fail")
+        pytest.skip("no pyamx.cpu._nativelib to make fail")
 
     def boom():
         raise ImportError("no module named pyamx._native")
@@ -203,7 +203,7 @@ def test_build_script_makes_the_trap_module_from_csrc_trap():
 
 
 def test_the_product_module_holds_no_trap_code_and_no_self_test_kernels():
-    from pyamx import _nativelib
+    from pyamx.cpu import _nativelib
 
     try:
         _, nlib = _nativelib.load()
@@ -216,7 +216,7 @@ def test_the_product_module_holds_no_trap_code_and_no_self_test_kernels():
 
 
 def test_op_ids_are_one_numbering_in_both_modules():
-    from pyamx import _nativelib
+    from pyamx.cpu import _nativelib
 
     try:
         _, nlib = _nativelib.load()
@@ -237,7 +237,7 @@ def test_op_ids_are_one_numbering_in_both_modules():
 @needs_trap
 def test_native_permission_goes_through_the_hook_only_after_enable():
     res = run_py("""
-        from pyamx import _nativelib
+        from pyamx.cpu import _nativelib
         nffi, nlib = _nativelib.load()
         from pyamx import trap
         before = lib.pyamx_trap_permission_granted()

@@ -20,7 +20,7 @@ from childproc import PYAMX_HOME, child_env
 
 SCRIPT = r"""
 import numpy as np, pyamx, pyamx.detect
-from pyamx._nativelib import load_trap
+from pyamx.cpu._nativelib import load_trap
 from pyamx import isa
 pyamx.detect.report()  # installs the trap first: installing sets the path to the CPU's best
 ffi, lib = load_trap()

@@ -15,7 +15,7 @@ import pytest
 import reference_rows
 from childproc import PYAMX_HOME, child_env
 from pyamx import isa, vectors
-from pyamx._vector_tiles import LoadCase, RowCase
+from pyamx.tools._vector_tiles import LoadCase, RowCase
 from pyamx.vectors import VectorFileError
 from test_vectors import tile_case_reference
 

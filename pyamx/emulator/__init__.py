@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .. import _validate, isa
-from .. import engine as _engine
+from .. import _validate
+from ..table import isa
+from . import engine as _engine
 from .._result import AMXResult
 from . import instructions  # noqa: F401  (public: pyamx.emulator.instructions.tdpbf16ps and its kin, docs/isa.md)
 from .call import run_one

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import isa
+from ..table import isa
 from .._result import AMXResult, new_result, tag
 
 #: name -> (result dtype, c bits dtype, a/b bits dtype)

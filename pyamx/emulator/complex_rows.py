@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import isa
+from ..table import isa
 
 #: the complex rows whose A halves are swapped (the imaginary part); the other negates a_im
 _SWAPS = {insn.name: {"imaginary": True, "real": False}[insn.part] for insn in isa.DOTS if insn.kind == "dot-complex"}

@@ -28,7 +28,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from .. import isa
+from ..table import isa
 from . import fp32
 from .numerics import Numerics
 from .onetile import one_tile
@@ -501,7 +501,7 @@ def engine_dot(op_name: str, c_bits, a, b_vnni, k_dwords: int, threads: int, num
                        m, n, k_dwords)
         if out is not None:
             return out
-    from ..bf16 import widen_bits
+    from ..table.bf16 import widen_bits
     from .fp16 import widen_fp16_bits
 
     if op_name in _FLOAT_OPS:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import isa
+from ..table import isa
 from .numerics import Numerics
 
 #: dwords per instruction: the K block of the matmul schedule

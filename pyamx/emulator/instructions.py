@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import isa
+from ..table import isa
 from .._fpenv import default_fpenv
-from ..bf16 import widen_bits
+from ..table.bf16 import widen_bits
 from .complex_rows import fp16_operand
 from . import fp8
 from .dot import float_dot, integer_dot

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import _memory, isa
+from ..table import _memory, isa
 from ..errors import InvalidOpcodeFault
-from ..tilecfg import (
+from ..table.tilecfg import (
     MAX_COLSB,
     MAX_ROWS,
     NUM_TILES,
@@ -27,7 +27,7 @@ from ..tilecfg import (
     check_tile_usable,
     parse_tilecfg,
 )
-from .. import engine as _engine
+from . import engine as _engine
 from . import rows as _rows
 from .numerics import resolve
 

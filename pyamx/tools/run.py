@@ -42,7 +42,7 @@ def preload_file() -> str:
     machine = os.uname().machine if hasattr(os, "uname") else ""
     if not sys.platform.startswith("linux") or machine.lower() not in ("x86_64", "amd64"):
         raise RunError(f"pyamx run needs x86-64 Linux; this is {sys.platform}/{machine}")
-    here = os.path.dirname(os.path.realpath(__file__))
+    here = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))  # the package root, where build.py puts it
     found = sorted(name for name in os.listdir(here)
                    if name.startswith(PRELOAD_PREFIX) and name.endswith(PRELOAD_SUFFIX))
     if not found:
@@ -125,16 +125,16 @@ class RunStats(tuple):
 def _trap_module():
     """``(ffi, lib)`` of pyamx._trap, for the counters' layout: the cffi module alone (the
     loader, which imports more, only to word the error when it is missing or stale)."""
-    from ._version import __version__
+    from .._version import __version__
 
     try:
-        from . import _trap
+        from .. import _trap
 
         if _trap.ffi.string(_trap.lib.pyamx_trap_build_version()).decode() == __version__:
             return _trap.ffi, _trap.lib
     except ImportError:
         pass
-    from ._nativelib import load_trap
+    from ..cpu._nativelib import load_trap
 
     return load_trap()  # raises ImportError saying what is wrong
 
@@ -249,7 +249,7 @@ def sigill_message(stats: RunStats) -> str:
 
 
 def _run_doc() -> str:
-    from ._docs import doc
+    from .._docs import doc
 
     return doc("run.md")
 
@@ -314,7 +314,7 @@ def run(argv: Sequence[str], *, verbose: bool = False, stats: bool = False, stat
     if not argv:
         raise RunError("pyamx run: no program given (pyamx run [--verbose] [--stats] [--no-guard] -- PROGRAM "
                        "[ARGS...])")
-    from . import _env
+    from .. import _env
 
     guard = guard and _env.flag(GUARD_ENV, True, error=_guard_variable_error)
     preload = preload_file()

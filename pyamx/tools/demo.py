@@ -16,7 +16,8 @@ import sys
 import numpy as np
 
 import pyamx
-from pyamx import _backend, bf16, isa
+from pyamx import _backend
+from pyamx.table import bf16, isa
 
 #: the instruction pyamx.matmul runs for bf16 operands: the demo's one product
 INSTRUCTION = isa.MATMUL_ROUTES[("bf16", "bf16")]

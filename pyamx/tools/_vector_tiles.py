@@ -15,8 +15,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import isa
-from .tilecfg import MAX_COLSB, MAX_ROWS, NUM_TILES, TileConfig
+from ..table import isa
+from ..table.tilecfg import MAX_COLSB, MAX_ROWS, NUM_TILES, TileConfig
 
 #: dwords of a zmm result
 LANES = 16
@@ -220,10 +220,10 @@ def generate(seed: int, instructions) -> list:
 
 def _machine(backend: str):
     if backend == "native":
-        from .native import NativeMachine
+        from ..cpu.native import NativeMachine
 
         return NativeMachine()
-    from .emulator import TileMachine
+    from ..emulator import TileMachine
 
     return TileMachine("sdm")
 

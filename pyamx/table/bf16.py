@@ -12,14 +12,14 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ._fpenv import default_fpenv
-from ._validate import bf16_bits, bf16_view, dtype_name, require_array
+from .._fpenv import default_fpenv
+from .._validate import bf16_bits, bf16_view, dtype_name, require_array
 from .layout import pack_pairs, pack_quads, unpack_pairs, unpack_quads
 
 if TYPE_CHECKING:
     import numpy.typing as npt
 
-    from ._types import ArrayInput
+    from .._types import ArrayInput
 
 __all__ = ["from_float32", "to_float32", "widen_bits", "pack_pairs", "unpack_pairs", "pack_quads", "unpack_quads"]
 

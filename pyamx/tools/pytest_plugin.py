@@ -33,10 +33,10 @@ def pytest_configure(config):
     mode = config.getoption("pyamx_amx")
     if mode is None:
         return
-    from .errors import BackendError
+    from ..errors import BackendError
 
     if mode == "emulate":
-        from .trap import emulate_process
+        from ..cpu.trap import emulate_process
 
         try:
             how = emulate_process()
@@ -57,12 +57,12 @@ def pytest_report_header(config):
 
 def amx_available():
     """``(available, reason)``: usable AMX silicon, or pyamx emulating AMX for the whole process."""
-    from . import trap
+    from ..cpu import trap
 
     if trap.process_emulated():
         return True, "emulated by pyamx for this whole process"
     try:
-        from . import detect
+        from ..cpu import detect
 
         rep = detect.report()
         if trap.active():
@@ -81,7 +81,7 @@ def pytest_runtest_setup(item):
         # Where the trap's guard is unavailable (this pytest runs under another guarded process:
         # the kernel allows one seccomp listener per tree), faulthandler, enabled after
         # pytest_configure, has displaced the handler: put it back on top, chaining to it.
-        from .trap import ensure_installed
+        from ..cpu.trap import ensure_installed
 
         ensure_installed()
     if item.get_closest_marker("amx") is None:

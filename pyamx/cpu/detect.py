@@ -32,7 +32,8 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Mapping, NamedTuple, Optional, Tuple
 
-from . import _trapmode, isa
+from . import _trapmode
+from ..table import isa
 from ._trapmode import TrapFacts as TrapFacts  # RawFacts.trap; tests build it from here
 
 # -- constants of the hardware and kernel interfaces --------------------------
@@ -68,7 +69,7 @@ _C_STATUS = ("E_NOT_READY", "E_NO_KERNEL", "E_ARG", "E_START_ROW", "E_UNSUPPORTE
 
 
 def _c(name: str):
-    from .isa import c_constant
+    from ..table.isa import c_constant
 
     return c_constant("PYAMX_" + name)
 
@@ -763,7 +764,7 @@ def format_report(rep: Report) -> str:
     if rep.warning:
         bar = "!" * 78
         lines += [bar, rep.warning, bar]
-    from ._result import backend_label
+    from .._result import backend_label
 
     native = backend_label("native", rep.mode) if rep.native_usable else "not usable"
     lines.append(f"AMX silicon usable: {_yes(rep.amx_usable)}   native backend: {native}   "

@@ -85,7 +85,7 @@ def _count(fn, name, value, low, high=None):
 
 def default_threads() -> int:
     """What ``threads=None`` uses: :func:`pyamx.engine.default_threads` (``PYAMX_ENGINE_THREADS``, else the usable CPUs)."""
-    from .engine import default_threads as engine_default
+    from ..emulator.engine import default_threads as engine_default
 
     return engine_default()
 

@@ -56,7 +56,7 @@ def build_parser(command: Optional[str] = None) -> argparse.ArgumentParser:
     """
     import argparse
 
-    from ._version import __version__
+    from .._version import __version__
 
     parser = argparse.ArgumentParser(prog="pyamx", description="Intel AMX tile instructions from Python.")
     parser.add_argument("--version", action="version", version=f"pyamx {__version__}")
@@ -78,8 +78,8 @@ def main(argv=None) -> int:
     exit status 2, never a traceback; a closed stdout (``| head``) ends the
     command quietly.
     """
-    from ._env import EnvVarError
-    from .errors import AMXError
+    from .._env import EnvVarError
+    from ..errors import AMXError
 
     words = sys.argv[1:] if argv is None else list(argv)
     args = None
@@ -113,7 +113,8 @@ def check_environment() -> None:
     emulator never reads PYAMX_ENGINE_THREADS): without this, a typo failed `matmul` and
     was silently ignored by `demo`, `record` and the rest.
     """
-    from . import _backend, engine
+    from .. import _backend
+    from ..emulator import engine
 
     _backend.requested()
     engine.requested()
@@ -125,7 +126,7 @@ def _one_line_warnings() -> None:
     line of this module, which means nothing to someone who typed a command."""
     import warnings
 
-    from .errors import ExtensionWarning
+    from ..errors import ExtensionWarning
 
     shown = warnings.showwarning
     if getattr(shown, "pyamx_one_line", False):  # main() ran before in this process
@@ -150,7 +151,7 @@ def _quiet_stdout() -> None:
 
 def error_message(exc: BaseException, command: str) -> str:
     """The one line a command prints for ``exc``, with command-line (not Python) advice."""
-    from .errors import NativeUnavailableError
+    from ..errors import NativeUnavailableError
 
     if isinstance(exc, NativeUnavailableError) and exc.reason is not None:
         return (
@@ -176,7 +177,7 @@ MAX_SHOW = 10_000
 def backend_decision():
     """``(backend or None, why)`` as the process default would decide it; never raises."""
     try:
-        from . import _backend
+        from .. import _backend
 
         return _backend.default_backend(), _backend.default_reason()
     except Exception as exc:  # PYAMX_BACKEND=native where native is unusable, or a bad value
@@ -189,9 +190,9 @@ def _info_arguments(parser: argparse.ArgumentParser) -> None:
 
 @subcommand("info", "report every AMX detection stage, the build's kernels and the backend choice", _info_arguments)
 def info(args: argparse.Namespace) -> int:
-    from . import _runtime, detect
-    from ._result import backend_label
-    from ._version import __version__
+    from ..cpu import _runtime, detect
+    from .._result import backend_label
+    from .._version import __version__
 
     rep = detect.report()
     backend, why = backend_decision()
@@ -201,7 +202,7 @@ def info(args: argparse.Namespace) -> int:
         out = {"version": __version__, "backend": backend, "backend_reason": why,
                "backend_label": backend_label(backend, rep.mode if backend == "native" else None)}
         out.update(rep.as_dict())
-        from . import engine
+        from ..emulator import engine
 
         out["engine"] = engine.describe()
         json.dump(out, sys.stdout, indent=2)
@@ -216,7 +217,7 @@ def info(args: argparse.Namespace) -> int:
 
 
 def _backend_argument(parser: argparse.ArgumentParser) -> None:
-    from ._backend import CHOICES
+    from .._backend import CHOICES
 
     parser.add_argument("--backend", choices=CHOICES, default=None,
                         help="backend to run (default: the process default, PYAMX_BACKEND)")
@@ -224,7 +225,7 @@ def _backend_argument(parser: argparse.ArgumentParser) -> None:
 
 def _probe_arguments(parser: argparse.ArgumentParser) -> None:
     _backend_argument(parser)
-    from .emulator.numerics import PRESETS
+    from ..emulator.numerics import PRESETS
 
     parser.add_argument("--numerics", choices=sorted(PRESETS), default=None,
                         help="emulator model to probe (emulator backend only)")
@@ -235,7 +236,7 @@ def _probe_arguments(parser: argparse.ArgumentParser) -> None:
 def probe_command(args: argparse.Namespace) -> int:
     from . import probe
 
-    from . import _backend
+    from .. import _backend
 
     try:
         report = probe.probe(args.backend, args.numerics)
@@ -290,9 +291,10 @@ def _replay_arguments(parser: argparse.ArgumentParser) -> None:
 
 @subcommand("replay", "check a backend against a golden-vector file, bit for bit", _replay_arguments, computes=True)
 def replay_command(args: argparse.Namespace) -> int:
-    from . import _backend, vectors
+    from .. import _backend
+    from . import vectors
 
-    from ._result import backend_label
+    from .._result import backend_label
 
     result = vectors.replay(args.file, args.backend)
     chosen = _backend.resolve(args.backend)
@@ -362,7 +364,7 @@ def _run_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _run_help() -> str:
-    from ._docs import doc
+    from .._docs import doc
 
     return f"run a program with its AMX instructions emulated ({doc('run.md')})"
 

@@ -14,9 +14,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import _backend, emulator, isa
-from .emulator.complex_rows import fp16_operand
-from .emulator.numerics import FP8_ACCUMS, FP8_NAN_RULES, NAN_RULES, STRUCTURES, TININESS, Numerics, resolve
+from .. import _backend, emulator
+from ..table import isa
+from ..emulator.complex_rows import fp16_operand
+from ..emulator.numerics import FP8_ACCUMS, FP8_NAN_RULES, NAN_RULES, STRUCTURES, TININESS, Numerics, resolve
 from .testing import operands
 
 
@@ -294,7 +295,7 @@ def _runner(backend, numerics):
     model = backend.numerics(numerics)  # the numerics rule of pyamx._backend: ValueError on native
     if not backend.is_native:
         return lambda e: _emulate(e, model)
-    from . import _ops
+    from .. import _ops
 
     return lambda e: getattr(_ops, e.instruction)(e.c, e.a, e.b, backend=backend).view(np.uint32)
 
@@ -442,8 +443,8 @@ ROW_EXPERIMENTS = {
 
 def _run_row(machine, e: RowExperiment):
     """(result dwords or "#UD", start_row afterwards) of one experiment on a fresh tile state."""
-    from .errors import InvalidOpcodeFault
-    from .tilecfg import TileConfig
+    from ..errors import InvalidOpcodeFault
+    from ..table.tilecfg import TileConfig
 
     # A pending start_row comes only from LDTILECFG, which zeroes the tiles and a load would consume,
     # so such an experiment reads zeros and observes start_row alone.
@@ -469,11 +470,11 @@ def probe_rows(backend: str = "emulator", numerics=None) -> dict:
     ``"native"``): ``{field: {"verdict", "candidates", "observed"}}``. On native the instructions need
     AMX-AVX512 (NativeUnavailableError otherwise); its guard refuses a row index of 16 or more before
     the instruction runs, so those experiments show pyamx's rule there, not silicon's."""
-    from .emulator import numerics as _numerics
-    from .emulator.machine import TileMachine
+    from ..emulator import numerics as _numerics
+    from ..emulator.machine import TileMachine
 
     if backend == "native":
-        from .native import NativeMachine
+        from ..cpu.native import NativeMachine
 
         machine = NativeMachine()
     elif backend == "emulator":
@@ -496,7 +497,7 @@ def rows_report(backend: str = "emulator", numerics=None) -> dict:
     """:func:`probe_rows` for the CLI: ``{"probed": True, "points": ...}``, or ``{"probed": False,
     "reason": why}`` where ``backend`` cannot run the row instructions (native without AMX-AVX512:
     the native machine refuses before anything runs)."""
-    from .errors import NativeUnavailableError
+    from ..errors import NativeUnavailableError
 
     try:
         return {"probed": True, "points": probe_rows(str(backend), numerics)}

@@ -23,10 +23,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import _backend, _ops, _vector_tiles, isa
+from .. import _backend, _ops
+from . import _vector_tiles
+from ..table import isa
 from ._files import atomic_writer
-from ._version import __version__
-from .errors import AMXError
+from .._version import __version__
+from ..errors import AMXError
 from .probe import EXPERIMENTS
 from .testing import CLASSES, operands, shapes
 
@@ -184,7 +186,7 @@ def unsupported(backend: str) -> dict:
     (executing one would be SIGILL)."""
     if backend == "emulator":
         return {}
-    from . import detect, native
+    from ..cpu import detect, native
 
     why = {}
     report = detect.report()
@@ -378,7 +380,7 @@ def replay(path, backend: str = "emulator") -> ReplayResult:
 
 def describe_provenance(prov: dict) -> str:
     cpu = prov.get("cpu", {})
-    from ._result import backend_label
+    from .._result import backend_label
 
     label = backend_label(prov.get("backend"), prov.get("native_mode"))
     where = f"{label}: SILICON" if prov.get("silicon") else f"{label} (NOT silicon)"

@@ -15,7 +15,7 @@ import os
 import sys
 import warnings
 
-from ._version import __version__
+from .._version import __version__
 
 REBUILD_HINT = "rebuild it with `pip install .` (or `python build.py` in a source checkout)"
 
@@ -37,7 +37,7 @@ def stale_build_message(built_version: str, package_version: str, module: str = 
 def build_info():
     """``pyamx._buildinfo`` (what the build decided and why), or None where no build wrote it."""
     try:
-        return importlib.import_module(f"{__package__}._buildinfo")
+        return importlib.import_module(".._buildinfo", __package__)
     except ImportError:
         return None
 
@@ -49,7 +49,7 @@ REINSTALL_HINT = ("install a C compiler (GCC >= 11 or clang >= 12 for the AMX ke
                   "(or the path or URL you installed from)")
 
 
-def source_checkout(package_dir: str = os.path.dirname(os.path.abspath(__file__))):
+def source_checkout(package_dir: str = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))):
     """The root of the source checkout this pyamx is imported from, or None for an installed one."""
     root = os.path.dirname(package_dir)
     if os.path.isfile(os.path.join(root, "build.py")) and os.path.isdir(os.path.join(root, "csrc")):
@@ -76,7 +76,7 @@ def not_built_message(info, import_error, checkout=None) -> str:
 
 def _outside_pyamx() -> int:
     """The ``stacklevel`` of the first caller outside the pyamx package (the user's line)."""
-    package = os.path.dirname(os.path.abspath(__file__)) + os.sep
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
     frame, level = sys._getframe(1), 1
     while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(package):
         frame, level = frame.f_back, level + 1
@@ -89,7 +89,7 @@ def warn_once(message: str) -> None:
     if _warned:
         return
     _warned = True
-    from .errors import ExtensionWarning
+    from ..errors import ExtensionWarning
 
     try:
         warnings.warn(message, ExtensionWarning, stacklevel=_outside_pyamx())
@@ -109,7 +109,7 @@ def load():
     build's own warning, and a checkout would silently run the numpy engine.
     """
     try:
-        from . import _native
+        from .. import _native
     except ImportError as exc:
         info = build_info()
         checkout = source_checkout()
@@ -128,7 +128,7 @@ def load():
 def load_trap():
     """``(ffi, lib)`` of the trap mode's module pyamx._trap; ImportError (or StaleBuildError) saying why not."""
     try:
-        from . import _trap
+        from .. import _trap
     except ImportError as exc:
         raise ImportError(f"the trap mode's C extension pyamx._trap is not built ({exc}); {REBUILD_HINT}") from exc
     built = _trap.ffi.string(_trap.lib.pyamx_trap_build_version()).decode()

@@ -10,9 +10,10 @@ from __future__ import annotations
 import os
 import platform
 
-from . import _backend, _env, _fpenv, detect
-from ._result import backend_label
-from ._version import __version__
+from .. import _backend, _env, _fpenv
+from . import detect
+from .._result import backend_label
+from .._version import __version__
 
 
 def runtime_lines() -> list:
@@ -38,7 +39,7 @@ def runtime_lines() -> list:
 
 def engine_lines() -> list:
     """The emulator's engines (pyamx.engine): which one runs by default, with what SIMD level."""
-    from . import engine
+    from ..emulator import engine
 
     return engine.describe_lines()
 

@@ -24,8 +24,9 @@ import weakref
 
 import numpy as np
 
-from . import _memory, detect, isa
-from .errors import (
+from ..table import _memory, isa
+from . import detect
+from ..errors import (
     AMXError,
     BackendError,
     GeneralProtectionFault,
@@ -35,7 +36,7 @@ from .errors import (
     ReentrantUseError,
     WrongThreadError,
 )
-from .tilecfg import (
+from ..table.tilecfg import (
     MAX_COLSB,
     MAX_ROWS,
     NUM_TILES,
@@ -308,7 +309,7 @@ class NativeMachine:
     backend = "native"
 
     def __init__(self, numerics=None):
-        from ._numerics_rule import native_numerics_error, native_runs
+        from .._numerics_rule import native_numerics_error, native_runs
 
         if not native_runs(numerics):  # the one numerics rule (pyamx._numerics_rule)
             raise native_numerics_error(numerics)
@@ -538,9 +539,9 @@ class NativeMachine:
     # -- row instructions (AMX-AVX512) --------------------------------------------------
 
     def _tilerow(self, name: str, tmm, row, imm) -> np.ndarray:
-        from .emulator.machine import check_row_selector, row_source
-        from .emulator.numerics import PRESETS
-        from .emulator.rows import LANES
+        from ..emulator.machine import check_row_selector, row_source
+        from ..emulator.numerics import PRESETS
+        from ..emulator.rows import LANES
 
         insn = isa.BY_NAME[name]
         cfg = self._config_now()

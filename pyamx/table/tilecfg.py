@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import isa
-from .errors import GeneralProtectionFault, InvalidOpcodeFault
+from ..errors import GeneralProtectionFault, InvalidOpcodeFault
 
 NUM_TILES = 8
 MAX_ROWS = 16

@@ -17,8 +17,8 @@ import time
 
 import numpy as np
 
-from . import isa
-from .engine import COMPILED_GROUPS
+from ..table import isa
+from ..emulator.engine import COMPILED_GROUPS
 
 #: the groups pyamx.matmul routes real operands to (AMX-COMPLEX's complex product is not benchmarked here:
 #: its numpy reference would be a complex64 product, not the float32 one every row is compared with)
@@ -35,7 +35,7 @@ AMX_OPS_PER_CYCLE = {"bf16": 1024, "fp16": 1024, "int8": 2048, "fp8": 2048}
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from ._argtypes import bounded_float, bounded_int
-    from .engine import MAX_THREADS
+    from ..emulator.engine import MAX_THREADS
 
     parser.add_argument("--sizes", type=bounded_int(1, MAX_SIZE, "a size"), nargs="+", default=list(DEFAULT_SIZES),
                         metavar="N", help=f"square sizes M = N = K to time, 1..{MAX_SIZE} (default: %(default)s)")
@@ -121,7 +121,7 @@ def amx_peak_gflops(family: str, threads: int):
 
 
 def _operands(family: str, n: int, rng):
-    from . import bf16
+    from ..table import bf16
 
     if family == "int8":
         return rng.integers(-128, 128, (n, n)).astype(np.int8), rng.integers(-128, 128, (n, n)).astype(np.int8)
@@ -138,9 +138,9 @@ def _operands(family: str, n: int, rng):
 
 def _targets(engines):
     """[(backend, engine or None, why-not or None)] for every backend/engine pair asked for."""
-    from . import _backend
-    from .errors import AMXError
-    from .engine import NAMES, resolve
+    from .. import _backend
+    from ..errors import AMXError
+    from ..emulator.engine import NAMES, resolve
 
     out = []
     for name in [e for e in NAMES if e != "auto"] if engines is None else engines:
@@ -205,8 +205,8 @@ def run(sizes=DEFAULT_SIZES, *, threads=None, engines=None, families=FAMILIES, b
         progress=None) -> dict:
     """Time everything; returns {"environment": ..., "results": [...], "skipped": [...]}."""
     import pyamx
-    from . import _backend
-    from .errors import AMXError
+    from .. import _backend
+    from ..errors import AMXError
 
     say = progress or (lambda message: None)
     rng = np.random.default_rng(0)
@@ -306,7 +306,7 @@ def main(args: argparse.Namespace) -> int:
         print(f"pyamx bench: --families takes {', '.join(FAMILIES)}, not {args.families!r}", file=sys.stderr)
         return 2
     engines = split(args.engines)
-    from .engine import NAMES
+    from ..emulator.engine import NAMES
 
     if engines is not None and [e for e in engines if e not in NAMES]:
         print(f"pyamx bench: --engines takes {', '.join(NAMES)}, not {args.engines!r}", file=sys.stderr)

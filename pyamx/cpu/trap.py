@@ -38,9 +38,10 @@ import platform
 import sys
 from typing import NamedTuple
 
-from . import _env, isa
+from .. import _env
+from ..table import isa
 from ._nativelib import load_trap as _load  # the one loader of the compiled modules (cached)
-from .errors import BackendError, EnvironmentVariableError
+from ..errors import BackendError, EnvironmentVariableError
 
 ENV_VAR = "PYAMX_TRAP_EMULATION"
 #: ``0`` leaves out the seccomp guard (its cost: some tens of ns on every system call of the process)
@@ -338,7 +339,7 @@ def _preload_for_children() -> None:
     loader does not preload (a static or setuid program) still does
     (docs/run.md, "What differs from silicon").
     """
-    from . import run
+    from ..tools import run
 
     try:
         preload = run.preload_file()

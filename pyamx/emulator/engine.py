@@ -43,11 +43,11 @@ import threading
 
 import numpy as np
 
-from . import _env as env_parser  # the one PYAMX_* parser (this module's own _env caches what it said)
-from . import isa
-from ._fpenv import default_fpenv
-from ._validate import contiguous_bits
-from .errors import BackendError, EnvironmentVariableError, UnknownBackendError
+from .. import _env as env_parser  # the one PYAMX_* parser (this module's own _env caches what it said)
+from ..table import isa
+from .._fpenv import default_fpenv
+from .._validate import contiguous_bits
+from ..errors import BackendError, EnvironmentVariableError, UnknownBackendError
 
 ENV_VAR = "PYAMX_ENGINE"
 THREADS_ENV_VAR = "PYAMX_ENGINE_THREADS"
@@ -68,7 +68,7 @@ BLOCK_DWORDS = 16  # K dwords per tile instruction (tmul_maxk)
 
 
 def _sdm():
-    from ._numerics_rule import default
+    from .._numerics_rule import default
 
     return default()
 
@@ -146,7 +146,7 @@ def default_threads() -> int:
 def _lib():
     """``(ffi, lib)`` of the extension, or None when it is not built."""
     try:
-        from ._nativelib import load
+        from ..cpu._nativelib import load
 
         return load()
     except ImportError:
@@ -386,7 +386,7 @@ class Engine:
     def _numpy_dot(self, op_name, is_float, c, a, b, kd, threads):
         # the whole schedule at once (pyamx/emulator/dot.py): operands scanned once, every K
         # block per row chunk, the output rows split over ``threads`` (default 1)
-        from .emulator.dot import engine_dot
+        from .dot import engine_dot
 
         return engine_dot(op_name, c, a, b, kd, threads or 1, self._numerics)
 
@@ -507,7 +507,7 @@ def resolve(name=None, numerics="sdm", op=None) -> Engine:
 def numpy_for(op: str, name=None, numerics="sdm") -> Engine:
     """The numpy engine for ``op``, which no compiled engine implements: ``auto`` and
     ``PYAMX_ENGINE`` give it; naming a compiled engine for ``op`` raises ValueError."""
-    from ._numerics_rule import resolve as resolve_numerics
+    from .._numerics_rule import resolve as resolve_numerics
 
     if name is not None and parse_name(name, "engine") in _KINDS:
         insn = isa.get(op)
@@ -519,7 +519,7 @@ def numpy_for(op: str, name=None, numerics="sdm") -> Engine:
 
 
 def _resolve(name, numerics) -> Engine:
-    from . import _numerics_rule
+    from .. import _numerics_rule
 
     from_env = name is None
     if from_env:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .errors import MemoryAccessFault
+from ..errors import MemoryAccessFault
 
 
 def byte_view(mnemonic: str, buf, *, writable: bool) -> np.ndarray:

@@ -535,7 +535,7 @@ _LIB = []  # [lib or None], filled on first use
 def _lib():
     if not _LIB:
         try:
-            from . import _nativelib
+            from ..cpu import _nativelib
 
             _LIB.append(_nativelib.load()[1])
         except ImportError:  # no compiler at install time, or a stale build: no C ids here

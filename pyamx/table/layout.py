@@ -11,12 +11,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ._validate import require_array
+from .._validate import require_array
 
 if TYPE_CHECKING:
     import numpy.typing as npt
 
-    from ._types import ArrayInput
+    from .._types import ArrayInput
 
 __all__ = ["pack_pairs", "unpack_pairs", "pack_quads", "unpack_quads"]
 
