@@ -1,0 +1,157 @@
+"""docs/isa.md's instruction table, derived from the rows of :mod:`pyamx.isa`.
+
+Each row's own cells (mnemonic, kind, kernel group, CPUID feature, encoding) come from the row; the
+kernels and tests that serve it come from its *group*: the action of a config or memory row, the kind
+of a row instruction, the kind and kernel group of a dot product. A new instruction of an existing
+group gets its line with no edit here; a new group needs one entry in ``GROUPS`` (and fails
+tests/test_isa.py until it has one). ``python tests/isa_doc.py`` rewrites the table in place;
+tests/test_isa.py checks that the committed table is what this makes.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Dict, Tuple
+
+ROOT = Path(__file__).resolve().parent.parent
+ISA_MD = ROOT / "docs" / "isa.md"
+BEGIN = "<!-- instruction table: generated from pyamx/table/isa.py by tests/isa_doc.py (python tests/isa_doc.py rewrites it) -->"
+END = "<!-- end of the generated instruction table -->"
+HEADER = ("| Instruction | Kind | Family | CPUID | Encoding | Emulator | Kernel | Trap case | Tests |\n"
+          "|---|---|---|---|---|---|---|---|---|")
+
+MACHINE = "`pyamx.emulator.machine.TileMachine.{name}`"
+FUNCTION = "`pyamx.emulator.{name}`"
+DOT_KERNELS = "[`pyamx_tdp`, `pyamx_dp_oneshot`](../csrc/kernels.c)"
+LOAD_KERNELS = "[`pyamx_load_tile`, `pyamx_check_memory_operand`, `load_tile`](../csrc/kernels.c)"
+MEMORY_GUARD_TESTS = ("test_native_guards.py::test_c_memory_guard_agrees_with_the_emulator_rule_on_extreme_operands",
+                      "test_native_interrupts.py::test_an_exception_at_every_call_boundary_leaves_no_stale_config_"
+                      "and_no_stray_access")
+DOT_GUARD_TEST = "test_native_guards.py::test_c_dot_guard_agrees_with_check_dot_product"
+FLOAT_TRAP_TEST = "test_trap.py::test_float_dot_products_match_the_reference_bit_for_bit"
+ROW_TESTS = ("test_rows.py::test_every_selector_matches_the_reference",
+             "test_rows.py::test_start_row_resets_and_the_movrow_option_keeps_it",
+             "test_rows_native.py::test_the_built_row_kernel_issues_the_rows_encoding_on_every_tile_then_stores_zmm0",
+             "test_rows_native.py::test_the_built_imm8_kernel_issues_the_imm_encoding_for_every_tile_and_row_below_16",
+             "test_rows_native.py::test_the_native_machine_refuses_an_extension_the_cpu_lacks_before_anything_runs")
+MOVRS_TESTS = ("test_rows.py::test_movrs_loads_equal_tileloadd_including_faults_and_start_row",
+               "test_rows_native.py::test_the_built_movrs_loads_issue_the_encodings_on_every_tile",
+               "test_rows_native.py::test_the_native_machine_refuses_an_extension_the_cpu_lacks_before_anything_runs")
+
+#: group -> (emulator, native kernel, trap case, tests); ``{name}`` is the row's lower-case name
+GROUPS: Dict[str, Tuple[str, str, str, Tuple[str, ...]]] = {
+    "load-config": (MACHINE + ", `pyamx.table.tilecfg.parse_tilecfg`",
+                    "[`pyamx_load_config`, `cfg_legal`](../csrc/kernels.c)", "`do_load_config`",
+                    ("test_machine.py::test_ldtilecfg_gp_rules",
+                     "test_c_guards.py::test_ldtilecfg_returns_e_gp_config_for_every_gp_rule_and_keeps_the_config",
+                     "test_trap.py::test_illegal_ldtilecfg_is_sigsegv")),
+    "store-config": (MACHINE, "[`pyamx_store_config`](../csrc/kernels.c)", "`do_store_config`",
+                     ("test_machine.py::test_sttilecfg_of_init_state_is_zero_and_tilerelease_returns_there",
+                      "test_trap.py::test_config_roundtrip_and_counts")),
+    "release": (MACHINE, "[`pyamx_release_tiles`](../csrc/kernels.c)", "`state_init`",
+                ("test_machine.py::test_sttilecfg_of_init_state_is_zero_and_tilerelease_returns_there",
+                 "test_trap.py::test_palette_zero_is_the_init_state")),
+    "zero": (MACHINE, "[`pyamx_zero_tile`](../csrc/kernels.c)", "`trap_execute`",
+             ("test_machine.py::test_tilezero_zeroes_the_whole_tile",
+              "test_c_guards.py::test_register_numbers_out_of_range_return_e_ud_register",
+              "test_trap.py::test_ud_cases_die_with_sigill")),
+    "load": (MACHINE + ", `pyamx.table._memory.row_offsets`", LOAD_KERNELS, "`do_load_tile`",
+             ("test_machine.py::test_load_zeroes_row_tails_and_upper_rows",
+              "test_machine.py::test_start_row_restarts_load_and_store_then_resets",
+              "test_trap.py::test_load_store_addressing_forms", *MEMORY_GUARD_TESTS)),
+    "load-t1": (MACHINE, LOAD_KERNELS, "`do_load_tile`",
+                ("test_machine.py::test_load_zeroes_row_tails_and_upper_rows",
+                 "test_machine.py::test_load_store_ud_rules_and_bounds", *MEMORY_GUARD_TESTS)),
+    "load-rs": (MACHINE, "[`pyamx_load_tile`, `pyamx_check_memory_operand`, `load_tile_movrs`](../csrc/kernels.c)",
+                "`do_load_tile`", MOVRS_TESTS),
+    "load-rs-t1": (MACHINE, "[`pyamx_load_tile`, `pyamx_check_memory_operand`, `load_tile_movrs`](../csrc/kernels.c)",
+                   "`do_load_tile`", MOVRS_TESTS),
+    "store": (MACHINE, "[`pyamx_store_tile`, `pyamx_check_memory_operand`, `store_tile`](../csrc/kernels.c)",
+              "`do_store_tile`",
+              ("test_machine.py::test_store_writes_only_configured_bytes",
+               "test_machine.py::test_store_refuses_read_only_buffers",
+               "test_trap.py::test_load_store_addressing_forms", *MEMORY_GUARD_TESTS)),
+    "dot-pairs/bf16": (FUNCTION + ", `pyamx.emulator.dot.float_dot`", DOT_KERNELS, "`dp_float_rows`",
+                       ("test_emulator_exact.py::test_every_input_class_matches_reference",
+                        "test_machine.py::test_dot_product_ud_rules",
+                        "test_crosscheck.py::test_oneshot_tdpbf16ps_matches_emulator", FLOAT_TRAP_TEST, DOT_GUARD_TEST)),
+    "dot-pairs/fp16": (FUNCTION + ", `pyamx.emulator.fp16.widen_fp16_bits`", DOT_KERNELS, "`dp_float_rows`",
+                       ("test_formats.py::test_fp16_dot_product_matches_reference",
+                        "test_formats.py::test_fp16_denormals_are_honoured",
+                        "test_crosscheck.py::test_oneshot_fp16_matches_emulator", FLOAT_TRAP_TEST, DOT_GUARD_TEST)),
+    "dot-quads/int8": (FUNCTION + ", `pyamx.emulator.instructions.tdpb_int8`, `pyamx.emulator.dot.integer_dot`",
+                       DOT_KERNELS, "`dp_int8_rows`",
+                       ("test_formats.py::test_int8_dot_products_match_reference_including_wraparound_and_extremes",
+                        "test_machine.py::test_int8_machine_matches_reference",
+                        "test_crosscheck.py::test_oneshot_int8_matches_emulator",
+                        "test_trap.py::test_int8_dot_products_match_the_reference_with_wraparound", DOT_GUARD_TEST)),
+    "dot-complex/complex": (FUNCTION + ", `pyamx.emulator.complex_rows.fp16_operand`", DOT_KERNELS, "`complex_rows`",
+                            ("test_complex.py::test_every_engine_matches_the_reference",
+                             "test_complex.py::test_the_tile_machine_matches_the_reference",
+                             "test_complex.py::test_the_row_encodes_as_clang_assembles_the_mnemonic", DOT_GUARD_TEST)),
+    "dot-quads/fp8": (FUNCTION + ", `pyamx.emulator.instructions.fp8_dot`, `pyamx.emulator.fp8.block`",
+                      DOT_KERNELS, "`trap_dp_fp8_rows`",
+                      ("test_fp8.py::test_every_code_of_both_operands_matches_the_reference",
+                       "test_fp8.py::test_hand_vectors_hold_for_the_reference_and_every_path",
+                       "test_fp8.py::test_the_tile_machine_matches_the_reference_and_clears_the_rest",
+                       "test_fp8.py::test_every_option_matches_the_reference",
+                       "test_fp8.py::test_table_encodings_are_what_clang_assembles",
+                       "test_fp8.py::test_native_refuses_without_amx_fp8_naming_the_feature")),
+    "row": (MACHINE + ", `pyamx.emulator.rows.{name}`",
+            "[`pyamx_tilerow`, `pyamx_tilerow_imm`, `row_state_enabled`](../csrc/kernels.c)", "`trap_do_row`",
+            ROW_TESTS),
+}
+
+
+def group_of(insn) -> str:
+    """The key of ``insn``'s kernels and tests in :data:`GROUPS`."""
+    if insn.action is not None:
+        return insn.action
+    if insn.is_row:
+        return insn.kind
+    return f"{insn.kind}/{insn.group}"
+
+
+def encoding_cell(insn) -> str:
+    """The encoding as the SDM writes it: prefix bytes, map, opcode, ModRM, operand form."""
+    pp = {0: "NP", 1: "66", 2: "F3", 3: "F2"}
+    enc = insn.encoding
+    if insn.is_row:
+        imm = insn.imm_encoding
+        return (f"EVEX.512 {pp[enc.pp]} {enc.map_name} {enc.opcode:02X} /r, reg; "
+                f"imm8: EVEX.512 {pp[imm.pp]} {imm.map_name} {imm.opcode:02X} /r ib")
+    fields = {field for _, field in enc.roles}
+    # ModRM.reg is an operand (/r), else a fixed digit (/0) for a memory form, else the whole byte is fixed
+    # (TILERELEASE's C0)
+    modrm = "/r" if "reg" in fields else ("/0" if enc.form != "reg" else "C0")
+    return f"{pp[enc.pp]} {enc.map_name} {enc.opcode:02X} {modrm}, {enc.form}"
+
+
+def _test_links(tests: Tuple[str, ...]) -> str:
+    return ", ".join(f"[{t}](../tests/{t.split('::')[0]})" for t in tests)
+
+
+def table_text() -> str:
+    """The whole table, header included, one line per row of ``pyamx.isa.TABLE`` in table order."""
+    from pyamx import isa
+
+    lines = [HEADER]
+    for insn in isa.TABLE:
+        emulator, kernel, trap, tests = GROUPS[group_of(insn)]
+        cells = (f"`{insn.mnemonic}`", insn.kind, insn.family or "-", insn.cpuid, encoding_cell(insn),
+                 emulator.format(name=insn.name), kernel, trap, _test_links(tests))
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def rewritten(text: str) -> str:
+    """``text`` (docs/isa.md) with the part between the markers replaced by :func:`table_text`."""
+    start, end = text.index(BEGIN) + len(BEGIN), text.index(END)
+    return text[:start] + "\n" + table_text() + "\n" + text[end:]
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(ROOT))
+    ISA_MD.write_text(rewritten(ISA_MD.read_text(encoding="utf-8")), encoding="utf-8")
+    print(f"rewrote the instruction table of {ISA_MD.relative_to(ROOT)}")
