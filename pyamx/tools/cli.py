@@ -331,7 +331,7 @@ def _demo_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _demo_help() -> str:
-    from . import isa  # here, not at the top: `pyamx run` starts without pyamx.isa (docs/run.md)
+    from ..table import isa  # here, not at the top: `pyamx run` starts without pyamx.isa (docs/run.md)
 
     return f"the main job: one bf16 product through {isa.MATMUL_ROUTES[('bf16', 'bf16')].mnemonic}, checked against float64"
 
