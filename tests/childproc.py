@@ -50,3 +50,25 @@ def pyamx_run(*args, timeout=240, **kwargs):
 
     return subprocess.run([sys.executable, "-m", "pyamx", "run", *map(str, args)], capture_output=True,
                           text=True, timeout=timeout, cwd=PYAMX_HOME, **kwargs)
+
+
+def require_a_listener_of_their_own():
+    """Skip unless children of this process can hold a seccomp listener of their own.
+
+    The kernel allows one listener per filter chain and children inherit the chain: a test process
+    that already sits under a filter (this pytest worker's own trap-mode guard, with
+    PYAMX_TRAP_EMULATION=1 on a CPU without AMX, or an outer sandbox) makes every child's guard
+    refuse with EBUSY, so what these tests check cannot happen in its children.
+    """
+    import re
+
+    import pytest
+
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            found = re.search(r"^Seccomp_filters:\s+(\d+)", status.read(), re.M)
+    except OSError:
+        return
+    if found and int(found.group(1)) > 0:
+        pytest.skip(f"this test process already sits under {found.group(1)} seccomp filter(s) (its own trap-mode "
+                    "guard, or a sandbox): its children cannot hold a listener of their own")

@@ -20,7 +20,7 @@ import os
 
 import pytest
 
-from childproc import pyamx_run
+from childproc import pyamx_run, require_a_listener_of_their_own
 from test_run import _cpu_has_amx, pytestmark  # noqa: F401  (same platform skip)
 
 LINE = "asked seccomp for a listener of its own: it gets EBUSY"
@@ -31,6 +31,7 @@ def program(c_program):
     path = c_program("own_listener", "-O1", needs_run=True)
     if _cpu_has_amx():
         pytest.skip("this CPU has usable AMX: the complement mode installs no guard")
+    require_a_listener_of_their_own()
     return path
 
 

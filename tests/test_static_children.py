@@ -24,7 +24,7 @@ import textwrap
 
 import pytest
 
-from childproc import PYAMX_HOME, compiler, pyamx_run, require_pyamx_run
+from childproc import PYAMX_HOME, compiler, pyamx_run, require_a_listener_of_their_own, require_pyamx_run
 from test_run import _cpu_has_amx, pytestmark  # noqa: F401  (same platform skip)
 
 
@@ -36,6 +36,7 @@ def static_program(tmp_path_factory):
     require_pyamx_run()
     if _cpu_has_amx():
         pytest.skip("this CPU has usable AMX: the trap mode and its arch_prctl filters are refused here")
+    require_a_listener_of_their_own()
     out = tmp_path_factory.mktemp("static") / "static_xcomp"
     proc = subprocess.run([cc, "-O1", "-static", "-o", str(out),
                            os.path.join(os.path.dirname(__file__), "programs", "static_xcomp.c")],
