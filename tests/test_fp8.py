@@ -67,7 +67,8 @@ def _reference(name, c, a, b, **options):
 
 def test_the_table_names_the_formats_the_mnemonics_spell():
     assert [ref.formats(insn.mnemonic) for insn in FP8_ROWS] == [_formats(name) for name in NAMES]
-    assert NAMES == ["tdpbf8ps", "tdpbhf8ps", "tdphbf8ps", "tdphf8ps"]
+    # the four AMX-FP8 rows are there; a further fp8 row may join them without editing this test
+    assert {"tdpbf8ps", "tdpbhf8ps", "tdphbf8ps", "tdphf8ps"} <= set(NAMES)
 
 
 # -- hand vectors: expected bits worked out from the spec, not by any code ----------------------

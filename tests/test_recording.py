@@ -33,7 +33,8 @@ def test_an_instruction_filter_drops_the_probes_that_need_another_instruction():
 
 
 def test_the_shipped_vector_file_is_what_pyamx_record_writes_today(tmp_path):
-    """Regenerate with `pyamx record --seed 2026 tests/data/emulator-sdm-seed2026.json` when this fails."""
+    """Regenerate with `pyamx record --backend emulator --seed 2026 tests/data/emulator-sdm-seed2026.json`
+    when this fails."""
     with open(SHIPPED, encoding="utf-8") as f:
         shipped = json.load(f)
     prov = shipped["provenance"]
