@@ -569,28 +569,28 @@ def export_functions(namespace: dict, make, layer: str) -> None:
         namespace[insn.name] = fn
 
 
-def add_dot_methods(machine: type, layer: str) -> None:
-    """One method per dot product on a tile machine class, each ``self._dot(name, dst, src1, src2)``,
-    documented by :func:`docstring` of ``layer`` (``"method"`` or ``"native-method"``)."""
-    for insn in DOTS:
-        method = _dot_method(insn.name)
+def _bind_methods(machine: type, rows: Tuple[Instruction, ...], make, doc, layer: str) -> None:
+    """``make(insn)`` as the method ``insn.name`` of ``machine`` for each of ``rows``, named as if
+    written there and documented by ``doc(insn, layer)``."""
+    for insn in rows:
+        method = make(insn)
         method.__name__ = insn.name
         method.__qualname__ = f"{machine.__name__}.{insn.name}"
         method.__module__ = machine.__module__
-        method.__doc__ = docstring(insn, layer)
+        method.__doc__ = doc(insn, layer)
         setattr(machine, insn.name, method)
+
+
+def add_dot_methods(machine: type, layer: str) -> None:
+    """One method per dot product on a tile machine class, each ``self._dot(name, dst, src1, src2)``,
+    documented by :func:`docstring` of ``layer`` (``"method"`` or ``"native-method"``)."""
+    _bind_methods(machine, DOTS, lambda insn: _dot_method(insn.name), docstring, layer)
 
 
 def add_row_methods(machine: type, layer: str) -> None:
     """One method per row instruction on a tile machine class, each ``self._row(name, tmm, row, imm)``,
     documented by :func:`row_docstring` of ``layer`` (``"method"`` or ``"native-method"``)."""
-    for insn in ROWS:
-        method = _row_method(insn.name)
-        method.__name__ = insn.name
-        method.__qualname__ = f"{machine.__name__}.{insn.name}"
-        method.__module__ = machine.__module__
-        method.__doc__ = row_docstring(insn, layer)
-        setattr(machine, insn.name, method)
+    _bind_methods(machine, ROWS, lambda insn: _row_method(insn.name), row_docstring, layer)
 
 
 #: action -> the name of the tile machines' implementation a row of that action is bound to, and the
@@ -609,14 +609,11 @@ def add_state_methods(machine: type, layer: str) -> None:
     """One method per config or memory row on a tile machine class, bound to the machine's
     implementation of its action (:data:`STATE_IMPLEMENTATIONS`), documented by :func:`state_docstring`
     of ``layer`` (``"method"`` or ``"native-method"``)."""
-    for insn in STATE_OPS:
+    def make(insn: Instruction):
         implementation, _ = STATE_IMPLEMENTATIONS[insn.action]
-        method = _STATE_METHODS[implementation](insn.mnemonic, implementation)
-        method.__name__ = insn.name
-        method.__qualname__ = f"{machine.__name__}.{insn.name}"
-        method.__module__ = machine.__module__
-        method.__doc__ = state_docstring(insn, layer)
-        setattr(machine, insn.name, method)
+        return _STATE_METHODS[implementation](insn.mnemonic, implementation)
+
+    _bind_methods(machine, STATE_OPS, make, state_docstring, layer)
 
 
 def _image_method(mnemonic: str, implementation: str):
