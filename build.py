@@ -675,7 +675,7 @@ def emulator_types_text(isa) -> str:
     """pyamx/emulator/_dot_types.py: the emulator's array-level functions (``numerics=`` on float rows)."""
     out = [_py_header("Types of pyamx.emulator's array-level per-instruction functions.",
                       "from .._result import AMXResult\nfrom .._types import ArrayInput\n"
-                      "from .numerics import Numerics\n")]
+                      "from ..table.numerics import Numerics\n")]
     out.append("__all__ = [\n" + "".join(f"    \"{n}\",\n" for n in isa.DOT_NAMES) + "]\n")
     for insn in isa.DOTS:
         numerics = " numerics: str | Numerics = \"sdm\"," if insn.is_float else ""

@@ -26,11 +26,11 @@ from .emulator import engine as _engine
 from ._fpenv import default_fpenv
 from ._result import AMXResult, label
 from ._validate import dtype_name
-from .emulator import numerics as _numerics
+from .table import numerics as _numerics
 
 if TYPE_CHECKING:
     from ._types import ArrayInput
-    from .emulator.numerics import Numerics
+    from .table.numerics import Numerics
 
 #: the values of ``kind=``: the kernel groups of pyamx.isa. Which instruction runs is the row
 #: that isa.MATMUL_ROUTES names for the operands' formats (the padding A's last dword gets is

@@ -22,7 +22,7 @@ from .emulator import engine as _engine
 from ._result import AMXResult, label
 
 if TYPE_CHECKING:
-    from .emulator.numerics import Numerics
+    from .table.numerics import Numerics
 
 #: the kernel group (``kind=``) and its two rows: the real part, then the imaginary part
 KIND = "complex"

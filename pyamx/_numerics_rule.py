@@ -21,14 +21,14 @@ from __future__ import annotations
 def resolve(numerics):
     """The :class:`~pyamx.Numerics` of a preset name or a Numerics (ValueError for an unknown name)."""
     # Imported on use: the CLI builds its parser from pyamx._backend without loading numpy.
-    from .emulator.numerics import resolve as _resolve
+    from .table.numerics import resolve as _resolve
 
     return _resolve(numerics)
 
 
 def default():
     """The default model, ``"sdm"``: the one silicon and the compiled engines compute."""
-    from .emulator.numerics import PRESETS
+    from .table.numerics import PRESETS
 
     return PRESETS["sdm"]
 

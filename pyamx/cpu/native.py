@@ -540,7 +540,7 @@ class NativeMachine:
 
     def _tilerow(self, name: str, tmm, row, imm) -> np.ndarray:
         from ..emulator.machine import check_row_selector, row_source
-        from ..emulator.numerics import PRESETS
+        from ..table.numerics import PRESETS
         from ..emulator.rows import LANES
 
         insn = isa.BY_NAME[name]

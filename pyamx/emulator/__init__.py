@@ -15,7 +15,7 @@ from . import engine as _engine
 from .._result import AMXResult
 from . import instructions  # noqa: F401  (public: pyamx.emulator.instructions.tdpbf16ps and its kin, docs/isa.md)
 from .call import run_one
-from .numerics import PRESETS, Numerics
+from ..table.numerics import PRESETS, Numerics
 
 if TYPE_CHECKING:
     import numpy as np

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from .._result import AMXResult
 from .._types import ArrayInput
-from .numerics import Numerics
+from ..table.numerics import Numerics
 
 __all__ = [
     "tdpbf16ps",

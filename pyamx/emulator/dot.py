@@ -30,7 +30,7 @@ import numpy as np
 
 from ..table import isa
 from . import fp32
-from .numerics import Numerics
+from ..table.numerics import Numerics
 from .onetile import one_tile
 
 #: dwords per dot-product instruction (tmul_maxk): the K block of the matmul schedule

@@ -22,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..table import isa
-from .numerics import Numerics
+from ..table.numerics import Numerics
 
 #: dwords per instruction: the K block of the matmul schedule
 BLOCK_DWORDS = 16

@@ -18,7 +18,7 @@ from .complex_rows import fp16_operand
 from . import fp8
 from .dot import float_dot, integer_dot
 from .fp16 import widen_fp16_bits
-from .numerics import Numerics
+from ..table.numerics import Numerics
 
 #: sign extension per operand for TDPB[SU][SU]D: (tsrc1 signed, tsrc2 signed), from pyamx.isa
 INT8_SIGNEDNESS = {insn.name: insn.signed for insn in isa.DOTS if insn.signed is not None}

@@ -29,7 +29,7 @@ from ..table.tilecfg import (
 )
 from . import engine as _engine
 from . import rows as _rows
-from .numerics import resolve
+from ..table.numerics import resolve
 
 
 class TileMachine:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .numerics import Numerics
+from ..table.numerics import Numerics
 
 #: bytes of the zmm result and its dword lanes
 ZMM_BYTES = 64

@@ -225,7 +225,7 @@ def _backend_argument(parser: argparse.ArgumentParser) -> None:
 
 def _probe_arguments(parser: argparse.ArgumentParser) -> None:
     _backend_argument(parser)
-    from ..emulator.numerics import PRESETS
+    from ..table.numerics import PRESETS
 
     parser.add_argument("--numerics", choices=sorted(PRESETS), default=None,
                         help="emulator model to probe (emulator backend only)")

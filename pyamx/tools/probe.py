@@ -17,7 +17,7 @@ import numpy as np
 from .. import _backend, emulator
 from ..table import isa
 from ..emulator.complex_rows import fp16_operand
-from ..emulator.numerics import FP8_ACCUMS, FP8_NAN_RULES, NAN_RULES, STRUCTURES, TININESS, Numerics, resolve
+from ..table.numerics import FP8_ACCUMS, FP8_NAN_RULES, NAN_RULES, STRUCTURES, TININESS, Numerics, resolve
 from .testing import operands
 
 
@@ -470,7 +470,7 @@ def probe_rows(backend: str = "emulator", numerics=None) -> dict:
     ``"native"``): ``{field: {"verdict", "candidates", "observed"}}``. On native the instructions need
     AMX-AVX512 (NativeUnavailableError otherwise); its guard refuses a row index of 16 or more before
     the instruction runs, so those experiments show pyamx's rule there, not silicon's."""
-    from ..emulator import numerics as _numerics
+    from ..table import numerics as _numerics
     from ..emulator.machine import TileMachine
 
     if backend == "native":
