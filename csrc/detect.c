@@ -1,7 +1,7 @@
 /* Build facts and the raw values of AMX detection.
  *
  * Compiled for baseline x86-64: nothing here executes a tile instruction in
- * this process. The judgement of the raw values lives in pyamx/detect.py
+ * this process. The judgement of the raw values lives in pyamx/cpu/detect.py
  * (pure, tested with recorded values); this file only reads registers and
  * asks the kernel, and owns the flag that lets the kernels run.
  */
@@ -36,7 +36,7 @@
  * by the permission request and the child probe, read by every kernel. */
 static volatile int g_native_state = 0;
 
-/* Set by pyamx/trap.py: the trap module's emulated permission request and
+/* Set by pyamx/cpu/trap.py: the trap module's emulated permission request and
  * its per-thread preparation (the one link between pyamx._trap and this
  * module). */
 static int (*volatile g_trap_grant)(void);

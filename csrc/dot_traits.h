@@ -1,5 +1,5 @@
 /* The dot-product rows of the generated traits table, as the C layers ask
- * for them: signedness, lanes and formats come from pyamx/isa.py's rows,
+ * for them: signedness, lanes and formats come from pyamx/table/isa.py's rows,
  * never from comparisons of op ids. Not fed to cffi's cdef (the table is an
  * initialised array); only .c files include it, through internal.h and
  * engine_internal.h.

@@ -803,7 +803,7 @@ static int run(const struct eng_variant *v, int kind, int op, const void *a, int
 /* The operand formats the packing and the loops above know (complex fp16 pairs as fp16 ones). Any
  * other row (AMX-FP8's bf8/hf8)
  * would be widened as if it were fp16 and give garbage, so the entries refuse it (E_ARG);
- * pyamx/engine.py sends those rows to the numpy engine before ever calling here. */
+ * pyamx/emulator/engine.py sends those rows to the numpy engine before ever calling here. */
 static int engine_implements(const struct pyamx_op_traits *t)
 {
     switch (t->a_format) {

@@ -9,7 +9,7 @@
  * buffer) and checks the instruction against it -- register numbers, the
  * #UD shape rules, every row of a memory operand against the buffer's
  * length -- before executing it, in the same call, with no Python code in
- * between. The Python layer (pyamx/native.py) checks the same rules first
+ * between. The Python layer (pyamx/cpu/native.py) checks the same rules first
  * only to word its error messages; a copy of the configuration kept there
  * can go stale (an exception from a signal handler after the C call
  * returned), the registers cannot. In trap mode STTILECFG is trapped like

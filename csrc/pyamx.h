@@ -64,7 +64,7 @@ int pyamx_request_permission(void);
 int pyamx_probe_child(int *wait_status);
 int pyamx_native_ready(void);
 /* The one hook between this module and the trap mode (pyamx._trap),
- * registered by pyamx/trap.py after installing the trap with the addresses
+ * registered by pyamx/cpu/trap.py after installing the trap with the addresses
  * of pyamx_trap_grant_permission and pyamx_trap_thread_prepare (NULL, NULL
  * clears it).  While set, pyamx_request_permission() calls `grant` (the
  * trap's emulated ARCH_REQ_XCOMP_PERM: 0 or an errno) instead of
@@ -100,7 +100,7 @@ int pyamx_dp_oneshot(int op, uint32_t *c, const void *a, const void *b, int m, i
  * each at offset + r * stride, must all lie inside [0, len). */
 int pyamx_load_config(const uint8_t *cfg64);
 int pyamx_store_config(uint8_t *cfg64);
-/* The config and memory kernels are named by what they do, as pyamx/isa.py files their rows
+/* The config and memory kernels are named by what they do, as pyamx/table/isa.py files their rows
  * (Instruction.action); kernels.c says which instruction each executes. pyamx_load_tile's hint is
  * the index of the row's action in pyamx.isa.LOAD_ACTIONS: 0 TILELOADD, 1 TILELOADDT1, 2 TILELOADDRS,
  * 3 TILELOADDRST1 (the last two return PYAMX_E_NO_KERNEL, running nothing, where CPUID lacks AMX-MOVRS). */

@@ -199,7 +199,7 @@ def test_isa_md_table_is_the_one_the_rows_make():
     import isa_doc
 
     assert ISA_MD.read_text(encoding="utf-8") == isa_doc.rewritten(ISA_MD.read_text(encoding="utf-8")), (
-        "docs/isa.md's instruction table is not what pyamx/isa.py makes: run python tests/isa_doc.py")
+        "docs/isa.md's instruction table is not what pyamx/table/isa.py makes: run python tests/isa_doc.py")
     groups = {isa_doc.group_of(insn) for insn in isa.TABLE}
     assert groups == set(isa_doc.GROUPS), "a group without kernels and tests in tests/isa_doc.py, or one no row has"
 

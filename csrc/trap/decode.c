@@ -4,7 +4,7 @@
  * it RIP with len 15 even when the instruction ends at the last byte of a
  * mapped page.
  *
- * Which instruction a byte sequence is comes from the table (pyamx/isa.py,
+ * Which instruction a byte sequence is comes from the table (pyamx/table/isa.py,
  * generated into pyamx_op_traits.h): a row matches on prefix, map, opcode,
  * pp and ModRM form, then W, L and every field the row leaves unused are
  * checked against what silicon requires (docs/trap.md, "What the decoder

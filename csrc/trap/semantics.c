@@ -375,7 +375,7 @@ static int do_dot(struct tile_state *st, const struct pyamx_trap_insn *in, struc
         return EXEC_UD;
     }
 
-    /* The row's operand formats (pyamx/isa.py, through the generated
+    /* The row's operand formats (pyamx/table/isa.py, through the generated
      * traits) pick the arithmetic; only the two complex rows, which share
      * their formats, are told apart by id. */
     const struct pyamx_op_traits *t = &pyamx_op_traits[in->op];
@@ -402,7 +402,7 @@ static int do_dot(struct tile_state *st, const struct pyamx_trap_insn *in, struc
 
 int trap_execute(struct tile_state *st, const struct pyamx_trap_insn *in, struct msg *m)
 {
-    /* The config and memory rows by what they do (pyamx/isa.py's actions, through the generated
+    /* The config and memory rows by what they do (pyamx/table/isa.py's actions, through the generated
      * traits), never by op id: a new hinted load joins by its row alone. */
     switch (in->op > 0 && in->op < N_OPS ? pyamx_op_actions[in->op] : PYAMX_ACTION_NONE) {
     case PYAMX_ACTION_LOAD_CONFIG:
@@ -438,7 +438,7 @@ int trap_execute(struct tile_state *st, const struct pyamx_trap_insn *in, struct
     default:
         break;
     }
-    /* The rest by the row's kind (pyamx/isa.py through the generated traits):
+    /* The rest by the row's kind (pyamx/table/isa.py through the generated traits):
      * do_dot picks the arithmetic by the operand formats. */
     switch (in->op > 0 && in->op < N_OPS ? pyamx_op_traits[in->op].kind : PYAMX_KIND_NONE) {
     case PYAMX_KIND_DOT_PAIRS:

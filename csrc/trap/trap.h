@@ -4,7 +4,7 @@
  * stripped and pyamx_ops.h inlined, so it holds plain declarations only.
  * The module is built for x86-64 Linux alone (build.py skips it elsewhere);
  * it never executes a tile instruction itself, so any C compiler builds it.
- * Its one link to pyamx._native is a hook: pyamx/trap.py hands the
+ * Its one link to pyamx._native is a hook: pyamx/cpu/trap.py hands the
  * addresses of pyamx_trap_grant_permission and pyamx_trap_thread_prepare to
  * pyamx_set_trap_hook() in csrc/pyamx.h.
  */
@@ -188,7 +188,7 @@ uint64_t pyamx_trap_guard_listeners_refused(void);
 /* ---- the counters file of `pyamx run` (csrc/preload/preload.c) ----
  * One per run, shared (mmap) by every process of the program's tree and
  * updated from the handlers, so _exit, fatal signals and exec lose
- * nothing; pyamx/run.py reads it through this declaration. */
+ * nothing; pyamx/tools/run.py reads it through this declaration. */
 enum { PYAMX_RUN_STATS_MAGIC = 0x72756e31 /* "run1" */ };
 struct pyamx_run_stats {
     uint32_t magic;        /* PYAMX_RUN_STATS_MAGIC once a process has attached */
