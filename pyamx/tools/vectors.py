@@ -117,12 +117,7 @@ def generate(seed: int, per_class: int = 4, instructions=tuple(KINDS)) -> list:
     fp16_specials = np.array([0x0001, 0x03FF, 0x8001, 0x7C00, 0xFC00, 0x7C01, 0x7E05, 0x0000, 0x8000, 0x7BFF], np.uint16)
     for m, k, n in shapes(rng, 10):
         if fp16 in instructions:
-            a = rng.integers(0, 2**16, (m, 2 * k), dtype=np.uint16)
-            b = rng.integers(0, 2**16, (k, 2 * n), dtype=np.uint16)
-            a = np.where(rng.random(a.shape) < 0.2, rng.choice(fp16_specials, a.shape), a)
-            b = np.where(rng.random(b.shape) < 0.2, rng.choice(fp16_specials, b.shape), b)
-            c = rng.integers(0, 2**32, (m, n), dtype=np.uint64).astype(np.uint32)
-            cases.append(Case(fp16, f"random bits {m}x{k}x{n}", c, a, b))
+            cases.append(Case(fp16, f"random bits {m}x{k}x{n}", *_fp16_pair_operands(rng, m, k, n, fp16_specials, 0.2)))
         for mnemonic in (insn.name for insn in isa.DOTS if insn.signed is not None):
             if mnemonic in instructions:
                 a = rng.integers(0, 256, (m, 4 * k), dtype=np.uint8)
@@ -139,6 +134,17 @@ def generate(seed: int, per_class: int = 4, instructions=tuple(KINDS)) -> list:
     return cases + _vector_tiles.generate(seed, instructions)
 
 
+def _fp16_pair_operands(rng, m: int, k: int, n: int, specials, share: float) -> tuple:
+    """(C, A, B) of an fp16-pair row: random bits with ``share`` of each operand's values drawn from
+    ``specials``, C any bits. The draws keep one order, so recorded files stay reproducible."""
+    a = rng.integers(0, 2**16, (m, 2 * k), dtype=np.uint16)
+    b = rng.integers(0, 2**16, (k, 2 * n), dtype=np.uint16)
+    a = np.where(rng.random(a.shape) < share, rng.choice(specials, a.shape), a)
+    b = np.where(rng.random(b.shape) < share, rng.choice(specials, b.shape), b)
+    c = rng.integers(0, 2**32, (m, n), dtype=np.uint64).astype(np.uint32)
+    return c, a, b
+
+
 def _complex_cases(rng, instructions, specials) -> list:
     """AMX-COMPLEX rows: fp16 bits of every code and the specials in both halves, C any bits.
 
@@ -148,12 +154,8 @@ def _complex_cases(rng, instructions, specials) -> list:
     for m, k, n in shapes(rng, 10):
         for name in (insn.name for insn in isa.DOTS if insn.kind == "dot-complex"):
             if name in instructions:
-                a = rng.integers(0, 2**16, (m, 2 * k), dtype=np.uint16)
-                b = rng.integers(0, 2**16, (k, 2 * n), dtype=np.uint16)
-                a = np.where(rng.random(a.shape) < 0.3, rng.choice(specials, a.shape), a)
-                b = np.where(rng.random(b.shape) < 0.3, rng.choice(specials, b.shape), b)
-                c = rng.integers(0, 2**32, (m, n), dtype=np.uint64).astype(np.uint32)
-                cases.append(Case(name, f"random complex fp16 {m}x{k}x{n}", c, a, b))
+                cases.append(Case(name, f"random complex fp16 {m}x{k}x{n}",
+                                  *_fp16_pair_operands(rng, m, k, n, specials, 0.3)))
     return cases
 
 
