@@ -72,3 +72,16 @@ def require_a_listener_of_their_own():
     if found and int(found.group(1)) > 0:
         pytest.skip(f"this test process already sits under {found.group(1)} seccomp filter(s) (its own trap-mode "
                     "guard, or a sandbox): its children cannot hold a listener of their own")
+
+
+def run_directly_on_silicon(program, timeout):
+    """Run a test program straight on the CPU (the reference for Linux's rules), or skip without AMX silicon."""
+    import subprocess
+
+    import pytest
+
+    from pyamx import detect
+
+    if not detect.report().cpu_runs_amx:
+        pytest.skip("no AMX silicon here to run the program on directly")
+    return subprocess.run([str(program)], capture_output=True, text=True, timeout=timeout)

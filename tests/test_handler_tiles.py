@@ -12,11 +12,10 @@ trampoline in place. The full trap mode runs it in the QEMU guest of docs/testin
 
 from __future__ import annotations
 
-import subprocess
 
 import pytest
 
-from childproc import pyamx_run, require_pyamx_run
+from childproc import pyamx_run, require_pyamx_run, run_directly_on_silicon
 
 EXPECTED = ["actions ok", "cfg_read ok", "longjmp ok", "bare_longjmp ok", "nested_altstack ok", "timer ok"]
 
@@ -33,9 +32,5 @@ def test_tile_state_is_per_signal_frame_under_pyamx_run(program):
 
 
 def test_tile_state_is_per_signal_frame_on_silicon(program):
-    from pyamx import detect
-
-    if not detect.report().cpu_runs_amx:
-        pytest.skip("no AMX silicon here to run the program on directly")
-    proc = subprocess.run([str(program)], capture_output=True, text=True, timeout=120)
+    proc = run_directly_on_silicon(program, timeout=120)
     assert proc.returncode == 0 and proc.stdout.splitlines() == EXPECTED, proc.stdout + proc.stderr

@@ -11,11 +11,10 @@ rule itself.
 
 from __future__ import annotations
 
-import subprocess
 
 import pytest
 
-from childproc import pyamx_run, require_pyamx_run
+from childproc import pyamx_run, require_pyamx_run, run_directly_on_silicon
 
 EXPECTED = ["vfork ok", "clone_vm ok"]
 
@@ -32,9 +31,5 @@ def test_tile_state_is_per_task_under_pyamx_run(program):
 
 
 def test_tile_state_is_per_task_on_silicon(program):
-    from pyamx import detect
-
-    if not detect.report().cpu_runs_amx:
-        pytest.skip("no AMX silicon here to run the program on directly")
-    proc = subprocess.run([str(program)], capture_output=True, text=True, timeout=60)
+    proc = run_directly_on_silicon(program, timeout=60)
     assert proc.returncode == 0 and proc.stdout.splitlines() == EXPECTED, proc.stdout + proc.stderr
