@@ -125,6 +125,8 @@ def test_committed_vectors_replay_on_the_emulator(path):
     assert not result.mismatches, vectors.format_replay(path, result, "emulator")
 
 
+# static: the committed data against the slow references, no pyamx kernel in between.
+@pytest.mark.static
 @pytest.mark.parametrize("path", VECTOR_FILES, ids=lambda p: p.name)
 def test_committed_vectors_agree_with_the_independent_reference(path):
     """The recorded outputs are not just the emulator's word: the Fraction reference gives them too."""
