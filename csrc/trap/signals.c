@@ -36,6 +36,11 @@ static uint64_t g_op_count[N_OPS];
  * was called from (see pass_on_sigill). */
 static int32_t g_chain_tid;
 static uintptr_t g_chain_frame;
+/* How far below that frame a re-raise from inside the chained handler can
+ * be: the handler's frames and raise()'s, far less than this; the nearest
+ * other stack is farther (the kernel keeps 128 MiB or more between the
+ * main stack and mappings, threads' stacks are separate mappings). */
+#define CHAINED_CALL_REACH ((uintptr_t)256 << 10)
 
 static trap_observer_fn g_observer;
 
@@ -200,25 +205,33 @@ static void pass_on_sigill(siginfo_t *si, void *ctx, int fault)
     /* A previous handler that re-raises (faulthandler does) may land back
      * here if it restored this handler as its own "previous"; the second
      * time round, take the default action instead of looping. Only a sent
-     * SIGILL (raise, kill) can loop that way, and only from inside the
-     * chained call, so deeper on the stack than the frame that made it: a
-     * handler that left by siglongjmp (a CPU-feature probe) leaves a stale
-     * mark that a later SIGILL, in a frame no deeper, ignores. A fault is
-     * always handed on, nested or not, as silicon hands a SA_NODEFER
-     * handler its own faults. */
+     * SIGILL (raise, kill) can loop that way, and only from code running
+     * inside the chained call, whether that call was for a fault
+     * (faulthandler on a bad instruction) or for a sent SIGILL: marking
+     * only the latter let faulthandler print twice before the loop was
+     * caught. Inside means the interrupted code's stack pointer lies below
+     * the frame that made the call, and near it (a handler's own frames;
+     * another stack, a sigaltstack elsewhere, is megabytes away). A handler
+     * that left by siglongjmp (a CPU-feature probe) leaves a stale mark: the
+     * code it jumped to runs above the mark's frame, which sits below a
+     * whole kernel signal frame. A fault is always handed on, nested or not,
+     * as silicon hands a SA_NODEFER handler its own faults. */
     uintptr_t frame = (uintptr_t)__builtin_frame_address(0);
-    int nested = !fault && __atomic_load_n(&g_chain_tid, __ATOMIC_ACQUIRE) == me &&
-                 frame < __atomic_load_n(&g_chain_frame, __ATOMIC_ACQUIRE);
+    uintptr_t interrupted_sp = (uintptr_t)uc->uc_mcontext.gregs[REG_RSP];
+    int32_t outer_tid = __atomic_load_n(&g_chain_tid, __ATOMIC_ACQUIRE);
+    uintptr_t outer_frame = __atomic_load_n(&g_chain_frame, __ATOMIC_ACQUIRE);
+    int nested = !fault && outer_tid == me && interrupted_sp < outer_frame &&
+                 outer_frame - interrupted_sp < CHAINED_CALL_REACH;
 
     if (!nested && !trap_is_ours(&prev) && !is_dfl_or_ign(&prev)) {
         greg_t rip_before = uc->uc_mcontext.gregs[REG_RIP];
-        if (!fault) {
-            __atomic_store_n(&g_chain_frame, frame, __ATOMIC_RELEASE);
-            __atomic_store_n(&g_chain_tid, me, __ATOMIC_RELEASE);
-        }
+        __atomic_store_n(&g_chain_frame, frame, __ATOMIC_RELEASE);
+        __atomic_store_n(&g_chain_tid, me, __ATOMIC_RELEASE);
         call_handler(&prev, SIGILL, si, ctx);
-        if (!fault)
-            __atomic_store_n(&g_chain_tid, 0, __ATOMIC_RELEASE);
+        /* The mark of an enclosing chained call (a fault inside a handler
+         * for a sent SIGILL) is that call's again. */
+        __atomic_store_n(&g_chain_frame, outer_frame, __ATOMIC_RELEASE);
+        __atomic_store_n(&g_chain_tid, outer_tid, __ATOMIC_RELEASE);
         if (fault && uc->uc_mcontext.gregs[REG_RIP] == rip_before) {
             /* The previous handler returned without moving RIP: on
              * silicon the instruction would fault forever.  Die instead
