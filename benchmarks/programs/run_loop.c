@@ -5,7 +5,11 @@
  *                      that only skips the instruction, no emulation),
  *                      sttilecfg, tilezero, tileloadd, tilestored,
  *                      tdpbf16ps, tdpfp16ps, tdpbssd (16x16x16, on finite
- *                      non-zero operands loaded once before the loop)
+ *                      non-zero operands loaded once before the loop),
+ *                      signal (raise(SIGUSR1) to a handler installed
+ *                      through libc's sigaction: under pyamx run it runs
+ *                      through the preload's trampoline, which gives each
+ *                      handler frame its own tile state)
  * Prints "KIND N SECONDS".
  */
 #define _GNU_SOURCE 1
@@ -24,6 +28,14 @@ static void skip_ud2(int sig, siginfo_t *si, void *vctx)
 {
     (void)sig; (void)si;
     ((ucontext_t *)vctx)->uc_mcontext.gregs[REG_RIP] += 2;
+}
+
+static volatile sig_atomic_t delivered;
+
+static void count_signal(int sig)
+{
+    (void)sig;
+    delivered++;
 }
 
 static double now(void)
@@ -82,6 +94,18 @@ int main(int argc, char **argv)
         t0 = now();
         for (long i = 0; i < n; i++)
             __asm__ volatile("ud2");
+    } else if (!strcmp(kind, "signal")) {
+        struct sigaction sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_handler = count_signal;
+        sigaction(SIGUSR1, &sa, NULL);
+        t0 = now();
+        for (long i = 0; i < n; i++)
+            raise(SIGUSR1);
+        if (delivered != n) {
+            fprintf(stderr, "run_loop: %ld signals raised, %ld delivered\n", n, (long)delivered);
+            return 4;
+        }
     } else {
         if (syscall(SYS_arch_prctl, 0x1023, 18) != 0) {
             fprintf(stderr, "run_loop: no AMX permission (run it under pyamx run)\n");
