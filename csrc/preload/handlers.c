@@ -274,6 +274,8 @@ void handlers_enable(void)
     hframes_set_source(frames_here);
     __atomic_store_n(&g_enabled, 1, __ATOMIC_RELEASE);
     wrap_existing();
+    /* Before the guard: its filter then covers every signal's raw calls. */
+    rawsig_set_wrapper(handlers_ksigaction);
 }
 
 /* For test programs (through dlsym): 1 when sig's real disposition is the
