@@ -14,6 +14,7 @@ reports libc's action.
 
 from __future__ import annotations
 
+import signal
 import subprocess
 
 import pytest
@@ -54,3 +55,24 @@ def test_raw_rt_sigaction_on_silicon(program):
     # The case the guard answers in the full trap mode: here the kernel itself answers it.
     proc = subprocess.run([str(program), "mixed"], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0 and proc.stdout.splitlines() == BASE + REST + ["mixed ok"], proc.stdout + proc.stderr
+
+
+@pytest.fixture(scope="module")
+def copied_trampoline(c_program):
+    return c_program("trampoline_default", "-O1")
+
+
+def test_a_copied_trampoline_does_the_default_action(copied_trampoline):
+    """A raw install of the action a raw query of a wrapped signal returned (the trampoline, without
+    the guard) stands for SIG_DFL where the program installed nothing: ignored for SIGWINCH, the
+    end of the process for SIGTERM, as signal(7) defines SIG_DFL."""
+    require_pyamx_run()
+    proc = pyamx_run("--", copied_trampoline, timeout=300)
+    if proc.stdout == "hidden\n" and not _cpu_has_amx():
+        pytest.skip("the guard answers raw queries with the program's own handler: the trampoline cannot be copied")
+    assert proc.returncode == -signal.SIGTERM and proc.stdout.splitlines() == ["winch ok"], proc.stdout + proc.stderr
+
+
+def test_raw_queries_report_the_program_handler_on_silicon(copied_trampoline):
+    proc = run_directly_on_silicon(copied_trampoline, timeout=120)
+    assert proc.returncode == 0 and proc.stdout == "hidden\n", proc.stdout + proc.stderr

@@ -26,6 +26,8 @@
 #include <sched.h>
 #include <setjmp.h>
 #include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #define EXPORT __attribute__((visibility("default")))
 
@@ -50,12 +52,38 @@ static struct hframes *frames_here(void) { return &t_frames; }
 
 int handlers_wrapping(void) { return __atomic_load_n(&g_enabled, __ATOMIC_ACQUIRE); }
 
+/* The default action of signal(7) for sig, from its handler: nothing for
+ * the ones ignored by default (SIGCONT continued the process when it was
+ * sent); for the others the real disposition goes back to SIG_DFL and the
+ * signal is sent again and unblocked, so the kernel ends (or stops) the
+ * process by it, core dump included. */
+static void default_action(int sig)
+{
+    if (sig == SIGCHLD || sig == SIGURG || sig == SIGWINCH || sig == SIGCONT)
+        return;
+    struct ksigaction dfl = {(uint64_t)(uintptr_t)SIG_DFL, 0, 0, 0};
+    uint64_t one = 1ull << (sig - 1);
+    /* A handler installed meanwhile keeps its place. */
+    if (__atomic_load_n(&g_act[sig], __ATOMIC_ACQUIRE) != (uintptr_t)SIG_DFL)
+        return;
+    trap_raw_sigaction(sig, &dfl, NULL);
+    syscall(SYS_tgkill, getpid(), trap_tid(), sig);
+    syscall(SYS_rt_sigprocmask, SIG_UNBLOCK, &one, NULL, sizeof one);
+}
+
 static void trampoline(int sig, siginfo_t *si, void *ctx)
 {
     uint64_t w = sig > 0 && sig < N_SIGNALS ? __atomic_load_n(&g_act[sig], __ATOMIC_ACQUIRE) : 0;
     uintptr_t fn = (uintptr_t)(w & ~SIGINFO_BIT);
-    if (fn == (uintptr_t)SIG_DFL || fn == (uintptr_t)SIG_IGN)
-        return; /* only a raw rt_sigaction can install this trampoline without a table entry */
+    /* Reached only where the trampoline was installed without an entry: a
+     * raw rt_sigaction that copied it from a raw query of another signal
+     * (without the guard, which hides it). */
+    if (fn == (uintptr_t)SIG_IGN)
+        return;
+    if (fn == (uintptr_t)SIG_DFL) {
+        default_action(sig);
+        return;
+    }
     struct hframes *h = &t_frames;
     /* A value the thread never used before: a stale frame's word cannot
      * match a live one. */
