@@ -173,13 +173,17 @@ long handlers_ksigaction(int sig, const struct ksigaction *act, struct ksigactio
 
 /* glibc's sigaction, on the marked site: the same struct conversion, its
  * own restorer in place of glibc's (the same two instructions), and the
- * same refusal of the two signals glibc keeps for itself. */
+ * same refusal of the two signals glibc keeps for itself.  On the marked
+ * site before the wrapping starts too: a process exec'd in place by a
+ * guarded one sits under a filter whose listener is gone, which answers
+ * every other rt_sigaction with ENOSYS until its own guard is in place
+ * (a constructor that runs before the preload's). */
 #define SIGCANCEL_GLIBC 32
 #define SIGSETXID_GLIBC 33
 
 int handlers_sigaction(sigaction_fn real, int sig, const struct sigaction *act, struct sigaction *old)
 {
-    if (!handlers_wrapping() || sig <= 0 || sig >= N_SIGNALS || sig == SIGCANCEL_GLIBC || sig == SIGSETXID_GLIBC)
+    if (sig <= 0 || sig >= N_SIGNALS || sig == SIGCANCEL_GLIBC || sig == SIGSETXID_GLIBC)
         return real(sig, act, old);
     struct ksigaction k, o;
     if (act) {

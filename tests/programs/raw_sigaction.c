@@ -48,10 +48,22 @@ __asm__(".text\n"
         "    syscall\n");
 extern char raw_restore_rt[];
 
+/* The last call's result and old action, printed with a failure. */
+static long last_rc;
+static struct ksa last_old;
+
+static long note(long rc, const struct ksa *old)
+{
+    last_rc = rc;
+    if (old && (uintptr_t)old > 4096 && rc == 0)
+        last_old = *old;
+    return rc;
+}
+
 static long via_libc(long sig, const struct ksa *act, struct ksa *old, long size)
 {
     long r = syscall(SYS_rt_sigaction, sig, act, old, size);
-    return r < 0 ? -errno : r;
+    return note(r < 0 ? -errno : r, old);
 }
 
 static long via_insn(long sig, const struct ksa *act, struct ksa *old, long size)
@@ -62,7 +74,7 @@ static long via_insn(long sig, const struct ksa *act, struct ksa *old, long size
                      : "=a"(r)
                      : "0"((long)SYS_rt_sigaction), "D"(sig), "S"(act), "d"(old), "r"(r10)
                      : "rcx", "r11", "memory");
-    return r;
+    return note(r, old);
 }
 
 static uint8_t cfg_main[64] __attribute__((aligned(64)));
@@ -105,7 +117,8 @@ static void libc_handler(int sig) { (void)sig; }
 static int report(const char *name, const char *why)
 {
     if (why)
-        printf("%s FAIL: %s\n", name, why);
+        printf("%s FAIL: %s (last call: %ld, old %p %#lx %p %#llx)\n", name, why, last_rc, last_old.handler,
+               last_old.flags, last_old.restorer, (unsigned long long)last_old.mask);
     else
         printf("%s ok\n", name);
     fflush(stdout);
