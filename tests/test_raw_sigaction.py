@@ -23,12 +23,12 @@ from childproc import pyamx_run, require_a_listener_of_their_own, require_pyamx_
     run_directly_on_silicon
 
 BASE = ["raw ok", "insn ok"]
-REST = ["query ok", "errors ok"]
+REST = ["query ok", "errors ok", "cancel ok"]
 
 
 @pytest.fixture(scope="module")
 def program(c_program):
-    return c_program("raw_sigaction", "-O1")
+    return c_program("raw_sigaction", "-O1", "-pthread")
 
 
 def _cpu_has_amx() -> bool:

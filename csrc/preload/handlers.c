@@ -9,8 +9,11 @@
  * sits in a table, one word per signal, so the trampoline reads it with
  * one load, whatever a concurrent sigaction() is doing.  An old action
  * that is the trampoline is reported as the program's own, so the wrapping
- * is invisible to the program: a raw rt_sigaction system call sees the
- * trampoline, and one that installs a handler bypasses it (docs/run.md).
+ * is invisible to the program.  The handlers installed before the
+ * preload's constructor are wrapped by it; raw rt_sigaction system calls
+ * reach handlers_ksigaction() through the guard's supervisor where the
+ * guard is on (csrc/trap/rawsig.c), and bypass the wrapping where it is
+ * not (docs/run.md).
  *
  * The trampoline's records live in this library's initial-exec TLS: the
  * preload is loaded with the program, so its TLS is in every thread's
@@ -135,12 +138,18 @@ static void unlock(const sigset_t *saved)
     pthread_sigmask(SIG_SETMASK, saved, NULL);
 }
 
+/* The two signals glibc keeps for itself (thread cancellation, setxid
+ * across threads): its handlers for them are not the program's, and a
+ * cancellation unwinds out of its handler. */
+#define SIGCANCEL_GLIBC 32
+#define SIGSETXID_GLIBC 33
+
 /* Through the trap's marked call site: under the guard, whose filter is
  * notified of every other rt_sigaction, these never take the round trip
  * through its supervisor. */
 long handlers_ksigaction(int sig, const struct ksigaction *act, struct ksigaction *old)
 {
-    if (!handlers_wrapping() || sig <= 0 || sig >= N_SIGNALS)
+    if (!handlers_wrapping() || sig <= 0 || sig >= N_SIGNALS || sig == SIGCANCEL_GLIBC || sig == SIGSETXID_GLIBC)
         return trap_raw_sigaction(sig, act, old);
     if (act == NULL) {
         long rc = trap_raw_sigaction(sig, NULL, old);
@@ -178,9 +187,6 @@ long handlers_ksigaction(int sig, const struct ksigaction *act, struct ksigactio
  * guarded one sits under a filter whose listener is gone, which answers
  * every other rt_sigaction with ENOSYS until its own guard is in place
  * (a constructor that runs before the preload's). */
-#define SIGCANCEL_GLIBC 32
-#define SIGSETXID_GLIBC 33
-
 int handlers_sigaction(sigaction_fn real, int sig, const struct sigaction *act, struct sigaction *old)
 {
     if (sig <= 0 || sig >= N_SIGNALS || sig == SIGCANCEL_GLIBC || sig == SIGSETXID_GLIBC)

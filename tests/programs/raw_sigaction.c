@@ -4,7 +4,8 @@
  * and the interrupted code has its configuration and tiles back after it
  * returns; a raw query reports the action as installed (the kernel drops
  * SIGKILL and SIGSTOP from the mask), and so does libc's sigaction(); the
- * kernel's errors come back as the kernel gives them.
+ * kernel's errors come back as the kernel gives them; glibc's own raw
+ * call for its cancellation signal works as it does.
  *
  * Arguments: "mixed" adds the case of a handler installed through libc and
  * queried raw (its action as libc installed it), "wrapped" checks that the
@@ -14,6 +15,7 @@
 #define _GNU_SOURCE 1
 #include <dlfcn.h>
 #include <errno.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -234,6 +236,29 @@ static const char *errors_case(void)
     return NULL;
 }
 
+/* glibc installs its cancellation handler (signal 32) with its own raw
+ * call at the first pthread_cancel, and an asynchronous cancellation
+ * unwinds out of that handler. */
+static void *spin(void *arg)
+{
+    (void)arg;
+    pthread_setcanceltype(PTHREAD_CANCEL_ASYNCHRONOUS, NULL);
+    for (;;)
+        __asm__ volatile("" ::: "memory");
+    return NULL;
+}
+
+static const char *cancel_case(void)
+{
+    pthread_t t;
+    void *result = NULL;
+    if (pthread_create(&t, NULL, spin, NULL) != 0)
+        return "pthread_create failed";
+    if (pthread_cancel(t) != 0 || pthread_join(t, &result) != 0)
+        return "pthread_cancel or pthread_join failed";
+    return result == PTHREAD_CANCELED ? NULL : "the thread was not cancelled";
+}
+
 /* A handler installed through libc, queried raw: libc's action. */
 static const char *mixed_case(void)
 {
@@ -280,6 +305,7 @@ int main(int argc, char **argv)
     }
     failed += report("query", query_case());
     failed += report("errors", errors_case());
+    failed += report("cancel", cancel_case());
     if (mixed)
         failed += report("mixed", mixed_case());
     return failed ? 1 : 0;
