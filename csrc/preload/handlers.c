@@ -9,8 +9,11 @@
  * sits in a table, one word per signal, so the trampoline reads it with
  * one load, whatever a concurrent sigaction() is doing.  An old action
  * that is the trampoline is reported as the program's own, so the wrapping
- * is invisible to the program: a raw rt_sigaction system call sees the
- * trampoline, and one that installs a handler bypasses it (docs/run.md).
+ * is invisible to the program.  The handlers installed before the
+ * preload's constructor are wrapped by it; raw rt_sigaction system calls
+ * reach handlers_ksigaction() through the guard's supervisor where the
+ * guard is on (csrc/trap/rawsig.c), and bypass the wrapping where it is
+ * not (docs/run.md).
  *
  * The trampoline's records live in this library's initial-exec TLS: the
  * preload is loaded with the program, so its TLS is in every thread's
@@ -26,8 +29,14 @@
 #include <sched.h>
 #include <setjmp.h>
 #include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #define EXPORT __attribute__((visibility("default")))
+
+#ifndef SA_RESTORER
+#define SA_RESTORER 0x04000000 /* the kernel's, which glibc's headers do not export */
+#endif
 
 /* Signals 1..64, the kernel's range on x86-64. */
 #define N_SIGNALS 65
@@ -46,12 +55,38 @@ static struct hframes *frames_here(void) { return &t_frames; }
 
 int handlers_wrapping(void) { return __atomic_load_n(&g_enabled, __ATOMIC_ACQUIRE); }
 
+/* The default action of signal(7) for sig, from its handler: nothing for
+ * the ones ignored by default (SIGCONT continued the process when it was
+ * sent); for the others the real disposition goes back to SIG_DFL and the
+ * signal is sent again and unblocked, so the kernel ends (or stops) the
+ * process by it, core dump included. */
+static void default_action(int sig)
+{
+    if (sig == SIGCHLD || sig == SIGURG || sig == SIGWINCH || sig == SIGCONT)
+        return;
+    struct ksigaction dfl = {(uint64_t)(uintptr_t)SIG_DFL, 0, 0, 0};
+    uint64_t one = 1ull << (sig - 1);
+    /* A handler installed meanwhile keeps its place. */
+    if (__atomic_load_n(&g_act[sig], __ATOMIC_ACQUIRE) != (uintptr_t)SIG_DFL)
+        return;
+    trap_raw_sigaction(sig, &dfl, NULL);
+    syscall(SYS_tgkill, getpid(), trap_tid(), sig);
+    syscall(SYS_rt_sigprocmask, SIG_UNBLOCK, &one, NULL, sizeof one);
+}
+
 static void trampoline(int sig, siginfo_t *si, void *ctx)
 {
     uint64_t w = sig > 0 && sig < N_SIGNALS ? __atomic_load_n(&g_act[sig], __ATOMIC_ACQUIRE) : 0;
     uintptr_t fn = (uintptr_t)(w & ~SIGINFO_BIT);
-    if (fn == (uintptr_t)SIG_DFL || fn == (uintptr_t)SIG_IGN)
-        return; /* only a raw rt_sigaction can install this trampoline without a table entry */
+    /* Reached only where the trampoline was installed without an entry: a
+     * raw rt_sigaction that copied it from a raw query of another signal
+     * (without the guard, which hides it). */
+    if (fn == (uintptr_t)SIG_IGN)
+        return;
+    if (fn == (uintptr_t)SIG_DFL) {
+        default_action(sig);
+        return;
+    }
     struct hframes *h = &t_frames;
     /* A value the thread never used before: a stale frame's word cannot
      * match a live one. */
@@ -65,30 +100,26 @@ static void trampoline(int sig, siginfo_t *si, void *ctx)
     hframes_leave(h, index, cookie);
 }
 
-static uint64_t encode(const struct sigaction *act)
+static uint64_t encode(const struct ksigaction *act)
 {
-    if (act->sa_flags & SA_SIGINFO)
-        return (uint64_t)(uintptr_t)act->sa_sigaction | SIGINFO_BIT;
-    return (uint64_t)(uintptr_t)act->sa_handler;
+    return act->handler | (act->flags & SA_SIGINFO ? SIGINFO_BIT : 0);
 }
 
 /* old as the kernel would report the program's own action: the trampoline
  * was installed with the program's flags plus SA_SIGINFO. */
-static void report(uint64_t w, struct sigaction *old)
+static void report(uint64_t w, struct ksigaction *old)
 {
-    uintptr_t fn = (uintptr_t)(w & ~SIGINFO_BIT);
-    if (w & SIGINFO_BIT) {
-        old->sa_sigaction = (void (*)(int, siginfo_t *, void *))fn;
-    } else {
-        old->sa_handler = (void (*)(int))fn;
-        old->sa_flags &= ~SA_SIGINFO;
-    }
+    old->handler = w & ~SIGINFO_BIT;
+    if (!(w & SIGINFO_BIT))
+        old->flags &= ~(uint64_t)SA_SIGINFO;
 }
 
-static int is_trampoline(const struct sigaction *a)
+static int is_trampoline(const struct ksigaction *a)
 {
-    return (a->sa_flags & SA_SIGINFO) && a->sa_sigaction == trampoline;
+    return (a->flags & SA_SIGINFO) && a->handler == (uint64_t)(uintptr_t)trampoline;
 }
+
+static int wraps(uint64_t handler) { return handler != (uintptr_t)SIG_DFL && handler != (uintptr_t)SIG_IGN; }
 
 /* Writers hold all signals blocked while they hold the lock, so a handler
  * that calls sigaction() can never spin on its own thread's lock. */
@@ -107,38 +138,104 @@ static void unlock(const sigset_t *saved)
     pthread_sigmask(SIG_SETMASK, saved, NULL);
 }
 
-int handlers_sigaction(sigaction_fn real, int sig, const struct sigaction *act, struct sigaction *old)
+/* The two signals glibc keeps for itself (thread cancellation, setxid
+ * across threads): its handlers for them are not the program's, and a
+ * cancellation unwinds out of its handler. */
+#define SIGCANCEL_GLIBC 32
+#define SIGSETXID_GLIBC 33
+
+/* Through the trap's marked call site: under the guard, whose filter is
+ * notified of every other rt_sigaction, these never take the round trip
+ * through its supervisor. */
+long handlers_ksigaction(int sig, const struct ksigaction *act, struct ksigaction *old)
 {
-    if (!handlers_wrapping() || sig <= 0 || sig >= N_SIGNALS)
-        return real(sig, act, old);
+    if (!handlers_wrapping() || sig <= 0 || sig >= N_SIGNALS || sig == SIGCANCEL_GLIBC || sig == SIGSETXID_GLIBC)
+        return trap_raw_sigaction(sig, act, old);
     if (act == NULL) {
-        int rc = real(sig, NULL, old);
+        long rc = trap_raw_sigaction(sig, NULL, old);
         if (rc == 0 && old && is_trampoline(old))
             report(__atomic_load_n(&g_act[sig], __ATOMIC_ACQUIRE), old);
         return rc;
     }
-    int wrap = act->sa_handler != SIG_DFL && act->sa_handler != SIG_IGN;
-    struct sigaction mine = *act;
+    int wrap = wraps(act->handler);
+    struct ksigaction mine = *act;
     if (wrap) {
-        mine.sa_sigaction = trampoline;
-        mine.sa_flags |= SA_SIGINFO;
+        mine.handler = (uint64_t)(uintptr_t)trampoline;
+        mine.flags |= SA_SIGINFO;
     }
     sigset_t saved;
     lock(&saved);
     uint64_t before = __atomic_load_n(&g_act[sig], __ATOMIC_RELAXED);
     /* The entry before the real action: a signal that finds the trampoline
-     * finds the handler it stands for. */
+     * finds the handler it stands for.  The kernel validates the rest
+     * (SIGKILL, SIGSTOP), and the entry goes back if it refuses. */
     if (wrap)
         __atomic_store_n(&g_act[sig], encode(act), __ATOMIC_RELEASE);
-    int rc = real(sig, &mine, old);
-    int err = errno;
+    long rc = trap_raw_sigaction(sig, &mine, old);
     if (rc != 0 && wrap)
         __atomic_store_n(&g_act[sig], before, __ATOMIC_RELEASE);
     unlock(&saved);
     if (rc == 0 && old && is_trampoline(old))
         report(before, old);
-    errno = err;
     return rc;
+}
+
+/* glibc's sigaction, on the marked site: the same struct conversion, its
+ * own restorer in place of glibc's (the same two instructions), and the
+ * same refusal of the two signals glibc keeps for itself.  On the marked
+ * site before the wrapping starts too: a process exec'd in place by a
+ * guarded one sits under a filter whose listener is gone, which answers
+ * every other rt_sigaction with ENOSYS until its own guard is in place
+ * (a constructor that runs before the preload's). */
+int handlers_sigaction(sigaction_fn real, int sig, const struct sigaction *act, struct sigaction *old)
+{
+    if (sig <= 0 || sig >= N_SIGNALS || sig == SIGCANCEL_GLIBC || sig == SIGSETXID_GLIBC)
+        return real(sig, act, old);
+    struct ksigaction k, o;
+    if (act) {
+        k.handler = (uint64_t)(uintptr_t)act->sa_handler;
+        k.flags = (uint64_t)(unsigned)act->sa_flags | SA_RESTORER;
+        k.restorer = trap_restorer();
+        memcpy(&k.mask, &act->sa_mask, sizeof k.mask);
+    }
+    long rc = handlers_ksigaction(sig, act ? &k : NULL, old ? &o : NULL);
+    if (rc < 0) {
+        errno = (int)-rc;
+        return -1;
+    }
+    if (old) {
+        memset(old, 0, sizeof *old);
+        old->sa_handler = (void (*)(int))(uintptr_t)o.handler;
+        old->sa_flags = (int)o.flags;
+        old->sa_restorer = (void (*)(void))(uintptr_t)o.restorer;
+        memcpy(&old->sa_mask, &o.mask, sizeof o.mask);
+    }
+    return 0;
+}
+
+/* Handlers installed before handlers_enable(): by constructors that ran
+ * before the preload's (exec leaves every other signal at SIG_DFL or
+ * SIG_IGN, which need no wrapping).  Each is wrapped as if installed now,
+ * under the lock, so a concurrent sigaction() either comes before (and is
+ * wrapped here) or after (and wraps itself). */
+static void wrap_existing(void)
+{
+    for (int sig = 1; sig < N_SIGNALS; sig++) {
+        if (sig == SIGILL || sig == SIGKILL || sig == SIGSTOP || sig == SIGCANCEL_GLIBC || sig == SIGSETXID_GLIBC)
+            continue;
+        struct ksigaction cur, mine;
+        sigset_t saved;
+        lock(&saved);
+        if (trap_raw_sigaction(sig, NULL, &cur) == 0 && wraps(cur.handler) && !is_trampoline(&cur)) {
+            __atomic_store_n(&g_act[sig], encode(&cur), __ATOMIC_RELEASE);
+            mine = cur;
+            mine.handler = (uint64_t)(uintptr_t)trampoline;
+            mine.flags |= SA_SIGINFO;
+            if (trap_raw_sigaction(sig, &mine, NULL) != 0)
+                __atomic_store_n(&g_act[sig], 0, __ATOMIC_RELEASE);
+        }
+        unlock(&saved);
+    }
 }
 
 /* ------------------------------------------------------------------------
@@ -214,4 +311,17 @@ void handlers_enable(void)
     pthread_atfork(NULL, NULL, unlock_in_child);
     hframes_set_source(frames_here);
     __atomic_store_n(&g_enabled, 1, __ATOMIC_RELEASE);
+    wrap_existing();
+    /* Before the guard: its filter then covers every signal's raw calls. */
+    rawsig_set_wrapper(handlers_ksigaction);
+}
+
+/* For test programs (through dlsym): 1 when sig's real disposition is the
+ * trampoline, 0 when not, -1 when it cannot be read. */
+EXPORT int pyamx_preload_wrapped(int sig)
+{
+    struct ksigaction cur;
+    if (trap_raw_sigaction(sig, NULL, &cur) != 0)
+        return -1;
+    return is_trampoline(&cur);
 }

@@ -323,8 +323,19 @@ static int intercepts(int sig) { return sig == SIGILL && pyamx_trap_installed();
 
 /* signal() and its kin call glibc's internal sigaction, which this library
  * cannot interpose: while handlers are wrapped they are rebuilt on the
- * interposed one.  What siginterrupt() set is not seen (SA_RESTART always). */
+ * interposed one, and so is siginterrupt(), which changes what signal()
+ * installs. */
 static int rebuilt(int sig) { return intercepts(sig) || handlers_wrapping(); }
+
+/* glibc's _sigintr: the signals siginterrupt(sig, 1) made interrupting,
+ * which signal() and bsd_signal() then install without SA_RESTART. */
+static uint64_t g_sigintr;
+
+static int restart_flag(int sig)
+{
+    uint64_t bit = sig > 0 && sig < 65 ? 1ull << (sig - 1) : 0;
+    return __atomic_load_n(&g_sigintr, __ATOMIC_ACQUIRE) & bit ? 0 : SA_RESTART;
+}
 
 EXPORT int sigaction(int sig, const struct sigaction *act, struct sigaction *old)
 {
@@ -371,12 +382,38 @@ static sighandler_t forward(const char *name, int sig, sighandler_t h)
 
 EXPORT sighandler_t signal(int sig, sighandler_t h)
 {
-    return rebuilt(sig) ? set_handler(sig, h, SA_RESTART) : forward("signal", sig, h);
+    return rebuilt(sig) ? set_handler(sig, h, restart_flag(sig)) : forward("signal", sig, h);
 }
 
 EXPORT sighandler_t bsd_signal(int sig, sighandler_t h)
 {
-    return rebuilt(sig) ? set_handler(sig, h, SA_RESTART) : forward("bsd_signal", sig, h);
+    return rebuilt(sig) ? set_handler(sig, h, restart_flag(sig)) : forward("bsd_signal", sig, h);
+}
+
+/* As glibc's: the current action with SA_RESTART cleared or set, and the
+ * choice remembered for signal(). */
+EXPORT int siginterrupt(int sig, int interrupt)
+{
+    if (!rebuilt(sig)) {
+        int (*real)(int, int) = (int (*)(int, int))dlsym(RTLD_NEXT, "siginterrupt");
+        if (!real) {
+            errno = ENOSYS;
+            return -1;
+        }
+        return real(sig, interrupt);
+    }
+    struct sigaction sa;
+    if (sigaction(sig, NULL, &sa) < 0)
+        return -1;
+    uint64_t bit = 1ull << (sig - 1);
+    if (interrupt) {
+        __atomic_fetch_or(&g_sigintr, bit, __ATOMIC_ACQ_REL);
+        sa.sa_flags &= ~SA_RESTART;
+    } else {
+        __atomic_fetch_and(&g_sigintr, ~bit, __ATOMIC_ACQ_REL);
+        sa.sa_flags |= SA_RESTART;
+    }
+    return sigaction(sig, &sa, NULL) < 0 ? -1 : 0;
 }
 
 EXPORT sighandler_t sysv_signal(int sig, sighandler_t h)

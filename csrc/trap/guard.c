@@ -182,6 +182,21 @@ static int answer_xcomp(int fd, const struct seccomp_notif *req, struct seccomp_
     return 1;
 }
 
+/* SIGILL's on the virtual disposition; any other signal's (notified only
+ * where a wrapper is registered) by the wrapper, rawsig.c. */
+static void answer_rt_sigaction(int fd, const struct seccomp_notif *req, struct seccomp_notif_resp *resp)
+{
+    struct pending p = {fd, req->id};
+    long r = 0;
+    if ((int)req->data.args[0] == SIGILL)
+        answer(&req->data, resp);
+    else if (rawsig_answer(g_pid, (int)req->data.args[0], req->data.args[1], req->data.args[2], req->data.args[3],
+                           still_pending, &p, &r))
+        resp->error = (int32_t)r;
+    else
+        resp->flags = SECCOMP_USER_NOTIF_FLAG_CONTINUE;
+}
+
 /* Whether any other thread of this process is still alive.  Not
  * /proc/self/stat's thread count: a main thread that left with
  * pthread_exit() stays a zombie, counted, until the whole group ends.
@@ -250,7 +265,7 @@ static void serve(int fd)
          * real system call. */
         if (guard_active() && pyamx_trap_installed() && req.data.nr == SYS_rt_sigaction &&
             from_this_process((pid_t)req.pid))
-            answer(&req.data, &resp);
+            answer_rt_sigaction(fd, &req, &resp);
         else if (!(req.data.nr == SYS_arch_prctl && answer_xcomp(fd, &req, &resp)))
             resp.flags = SECCOMP_USER_NOTIF_FLAG_CONTINUE;
         if (req.data.nr == SYS_seccomp)
@@ -270,10 +285,12 @@ static void serve(int fd)
 
 /* Decided by architecture and number first, so the kernel's per-syscall
  * cache (Linux >= 5.11) skips the filter for every other system call.
- * Notified: rt_sigaction(SIGILL) except from this module's own site, which
- * carries TRAP_SITE_MARK in r9 (args[5], unused by rt_sigaction; see
- * sigaction.c for why a mark and not the address); arch_prctl with the
- * three AMX permission codes (xcomp.c answers those of emulated tasks); and
+ * Notified: rt_sigaction except from this module's own site, which carries
+ * TRAP_SITE_MARK in r9 (args[5], unused by rt_sigaction; see sigaction.c
+ * for why a mark and not the address): SIGILL's only, or every signal's
+ * where a wrapper of the program's handlers is registered (rawsig.c);
+ * arch_prctl with the three AMX permission codes (xcomp.c answers those of
+ * emulated tasks); and
  * seccomp(SECCOMP_SET_MODE_FILTER) asking for a listener of its own, which
  * the kernel refuses (EBUSY) while this one holds the process tree's, so
  * that the supervisor can say why -- except this module's own attempt (the
@@ -286,9 +303,10 @@ static void serve(int fd)
 enum {
     I_ARCH = 1,
     I_NR_SIGACTION = 3,
-    I_SIGNUM = 5,
-    I_MARK_LO = 7,
-    I_MARK_HI = 9,
+    I_MARK_LO = 5,
+    I_MARK_HI = 7,
+    I_LD_SIGNUM = 8,
+    I_SIGNUM = 9,
     I_NR_ARCH_PRCTL = 10,
     I_SUPP = 12,
     I_PERM = 13,
@@ -306,17 +324,18 @@ enum {
 static long attach_filter(unsigned long extra_flags)
 {
     uint32_t mark_lo = (uint32_t)TRAP_SITE_MARK, mark_hi = (uint32_t)(TRAP_SITE_MARK >> 32);
+    int all_signals = rawsig_wrapping();
     struct sock_filter code[] = {
         LD_ABS(offsetof(struct seccomp_data, arch)),
         JEQ(AUDIT_ARCH_X86_64, 0, TO(I_ARCH, I_ALLOW)),
         LD_ABS(offsetof(struct seccomp_data, nr)),
         JEQ(SYS_rt_sigaction, 0, TO(I_NR_SIGACTION, I_NR_ARCH_PRCTL)),
-        LD_ABS(offsetof(struct seccomp_data, args[0])), /* int signum: low half */
-        JEQ(SIGILL, 0, TO(I_SIGNUM, I_ALLOW)),
         LD_ABS(offsetof(struct seccomp_data, args[5])),
-        JEQ(mark_lo, 0, TO(I_MARK_LO, I_NOTIFY)),
+        JEQ(mark_lo, 0, TO(I_MARK_LO, I_LD_SIGNUM)),
         LD_ABS(offsetof(struct seccomp_data, args[5]) + 4),
-        JEQ(mark_hi, TO(I_MARK_HI, I_ALLOW), TO(I_MARK_HI, I_NOTIFY)),
+        JEQ(mark_hi, TO(I_MARK_HI, I_ALLOW), TO(I_MARK_HI, I_LD_SIGNUM)),
+        LD_ABS(offsetof(struct seccomp_data, args[0])), /* int signum: low half */
+        JEQ(SIGILL, TO(I_SIGNUM, I_NOTIFY), TO(I_SIGNUM, all_signals ? I_NOTIFY : I_ALLOW)),
         JEQ(SYS_arch_prctl, 0, TO(I_NR_ARCH_PRCTL, I_NR_SECCOMP)), /* A still holds nr */
         LD_ABS(offsetof(struct seccomp_data, args[0])),            /* int code: low half */
         JEQ(XCOMP_GET_SUPP, TO(I_SUPP, I_NOTIFY), 0),

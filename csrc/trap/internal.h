@@ -254,6 +254,22 @@ void xcomp_set_observer(xcomp_observer_fn fn);
 int xcomp_notified(pid_t tid, int own, long code, uint64_t arg, int (*still_valid)(void *), void *ctx,
                    long *result);
 
+/* ---- rawsig.c ---- */
+
+/* rt_sigaction for a signal other than SIGILL as the kernel answers it,
+ * with whatever the wrapper puts in place of the handler: 0 or -errno. */
+typedef long (*rawsig_fn)(int sig, const struct ksigaction *act, struct ksigaction *old);
+/* Set before the guard is installed: its filter is then notified of every
+ * signal's rt_sigaction, not only SIGILL's. */
+void rawsig_set_wrapper(rawsig_fn fn);
+int rawsig_wrapping(void);
+/* From the guard's supervisor: rt_sigaction(sig, act, oact, sigsetsize) of
+ * a thread of process pid.  1 with *result (0 or -errno) when answered; 0
+ * (no wrapper) to let the kernel answer.  still_valid(ctx) is asked before
+ * anything changes. */
+int rawsig_answer(pid_t pid, int sig, uint64_t act, uint64_t oact, uint64_t sigsetsize, int (*still_valid)(void *),
+                  void *ctx, long *result);
+
 /* ---- guard.c ---- */
 
 /* Nonzero while the guard answers this process's sigaction(SIGILL) calls. */

@@ -27,6 +27,9 @@ __asm__(".text\n"
         ".globl pyamx_trap__sigaction_after\n"
         ".hidden pyamx_trap__sigaction_after\n"
         "pyamx_trap__sigaction_after:\n"
+        /* The mark must not outlive the call: a raw rt_sigaction the
+         * program makes next with r9 untouched would pass for this site's. */
+        "    xorl %r9d, %r9d\n"
         "    ret\n"
         ".size pyamx_trap__sigaction_site, .-pyamx_trap__sigaction_site\n");
 
