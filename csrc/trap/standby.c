@@ -13,10 +13,11 @@
  * it), holding a copy of the listener.
  *
  * While the emulating image lives, the standby only waits: the supervisor
- * answers.  The image is gone when the standby's end of a socketpair reports
- * end of file (the image's end is close-on-exec; forks drop theirs in the
- * atfork child) or, should a fork made without atfork handlers still hold
- * it, when the supervisor thread is no longer in /proc.  Then it answers
+ * answers.  The image is gone when the supervisor thread is no longer in
+ * /proc, which the standby checks when its end of a socketpair reports end
+ * of file (the image's end is close-on-exec; forks drop theirs in the atfork
+ * child) and now and then besides (a fork made without atfork handlers may
+ * still hold it).  Then it answers
  * alone: CONTINUE for everything (the kernel answers as it would anywhere),
  * except the AMX arch_prctl of forks that still run the emulating image,
  * answered as their supervisor would (xcomp.c).  It exits when the listener
@@ -51,6 +52,7 @@
 #include <sys/socket.h>
 #include <sys/utsname.h>
 #include <sys/wait.h>
+#include <time.h>
 
 #ifndef SYS_close_range
 #define SYS_close_range 436
@@ -68,7 +70,7 @@
 #define RELEASE_MARK 0x70796d786c657473ull /* "pymxlets" */
 
 /* How often the waiting standby looks for the supervisor thread in /proc. */
-#define IMAGE_CHECK_MS 250
+#define IMAGE_CHECK_MS 500
 
 enum { MSG_LISTENER = 1, MSG_XCOMP = 2 };
 
@@ -177,11 +179,14 @@ static int thread_of_image(pid_t tid)
     return SYS0(faccessat, AT_FDCWD, path, F_OK, 0) == 0 ? 1 : errno == ENOENT ? 0 : -1;
 }
 
-static int image_gone(void)
+/* 1: the supervisor thread is there; 0: gone; -1: no /proc to tell (then
+ * the socket alone decides). */
+static int image_state(void)
 {
-    if (thread_of_image(g_thread) != 0)
-        return 0;
-    return SYS0(faccessat, AT_FDCWD, "/proc/self/task", F_OK, 0) == 0; /* without /proc: the socket decides */
+    int t = thread_of_image(g_thread);
+    if (t != 0)
+        return t;
+    return SYS0(faccessat, AT_FDCWD, "/proc/self/task", F_OK, 0) == 0 ? 0 : -1;
 }
 
 /* 1: a message was taken; 0: end of file (the image is gone); -1: error. */
@@ -223,7 +228,7 @@ static int wait_for_the_image(int sock)
         if (n < 0 && errno == EINTR)
             continue;
         if (n == 0) {
-            if (image_gone())
+            if (image_state() == 0)
                 break;
             continue;
         }
@@ -231,6 +236,15 @@ static int wait_for_the_image(int sock)
             break;
     }
     SYS0(close, sock);
+    /* End of file alone is not enough: the program may have closed the
+     * descriptor itself (closefrom, dup2 over it) while the supervisor still
+     * answers, and two readers of one listener would split its calls.  At
+     * exec the other threads are gone before the descriptors close; at exit
+     * the supervisor may still be on its way out for a moment. */
+    for (int i = 0; image_state() == 1; i++) {
+        struct timespec t = {0, (i < 20 ? 5 : IMAGE_CHECK_MS) * 1000000L};
+        SYS0(nanosleep, &t, NULL);
+    }
     return listener;
 }
 
