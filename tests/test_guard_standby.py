@@ -92,6 +92,20 @@ NO_CHILDREN = textwrap.dedent("""
         print("wait", os.wait(), flush=True)
     except ChildProcessError:
         print("no children", flush=True)
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as stat:
+                ppid = int(stat.read().rsplit(")", 1)[1].split()[1])
+            if ppid != os.getpid():
+                continue
+            with open(f"/proc/{entry}/comm") as comm, open(f"/proc/{entry}/cmdline", "rb") as cmdline:
+                print("child", comm.read().strip(), cmdline.read(), flush=True)
+            fds = os.listdir(f"/proc/{entry}/fd")
+            print("descriptors", sorted(os.readlink(f"/proc/{entry}/fd/{fd}").split(":")[0] for fd in fds), flush=True)
+        except (OSError, IndexError, ValueError):
+            continue
 """)
 
 
@@ -111,7 +125,13 @@ def test_the_standby_leaves_nothing_behind(static_program, tmp_path):
     assert child.returncode == 0, child.stdout + child.stderr
     if child.stdout.split("\n")[0] != "emulated True":
         pytest.skip(f"no guard in an emulating Python here: {child.stdout.strip()}")
-    assert child.stdout.split("\n")[1] == "no children", child.stdout + child.stderr
+    lines = child.stdout.splitlines()
+    assert lines[1] == "no children", child.stdout + child.stderr
+    # wait() does not see it, but it is there: named, its own command line, holding only /dev/null,
+    # its socket to this process and the listener.
+    assert lines[2:] == ["child pyamx-guard b'pyamx-guard\\x00'",
+                         "descriptors ['/dev/null', '/dev/null', '/dev/null', 'anon_inode', 'socket']"], \
+        child.stdout + child.stderr
     # Each standby exits once no task uses its filter; let init reap them.
     deadline = time.monotonic() + 30
     while _standbys_tagged(tag) and time.monotonic() < deadline:

