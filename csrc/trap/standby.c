@@ -282,6 +282,8 @@ static int wait_for_the_image(int sock)
             break;
     }
     SYS0(close, sock);
+    if (listener < 0)
+        return -1; /* nothing to hold: the guard was refused (standby_cancel) or the image went first */
     /* End of file alone is not enough: the program may have closed the
      * descriptor itself (closefrom, dup2 over it) while the supervisor still
      * answers, and two readers of one listener would split its calls.  At
