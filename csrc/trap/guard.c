@@ -372,8 +372,13 @@ static void *supervisor(void *arg)
         fd = attach_either();
         /* The listener may be the one of the image this process exec'd from,
          * kept by that image's standby. */
-        if (fd < 0 && errno == EBUSY && standby_release_previous() == 0)
-            fd = attach_either();
+        if (fd < 0 && errno == EBUSY) {
+            /* The reason stays EBUSY unless a listener could be had after all. */
+            if (standby_release_previous() == 0)
+                fd = attach_either();
+            else
+                errno = EBUSY;
+        }
         s->err = fd < 0 ? errno : 0;
         if (fd >= 0)
             standby_arm((int)fd);
