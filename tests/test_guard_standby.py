@@ -101,7 +101,8 @@ NO_CHILDREN = textwrap.dedent("""
             if ppid != os.getpid():
                 continue
             with open(f"/proc/{entry}/comm") as comm, open(f"/proc/{entry}/cmdline", "rb") as cmdline:
-                print("child", comm.read().strip(), cmdline.read(), flush=True)
+                # The kernel shows the whole argument area: the name, then NULs.
+                print("child", comm.read().strip(), cmdline.read().rstrip(b"\\0"), flush=True)
             fds = os.listdir(f"/proc/{entry}/fd")
             print("descriptors", sorted(os.readlink(f"/proc/{entry}/fd/{fd}").split(":")[0] for fd in fds), flush=True)
         except (OSError, IndexError, ValueError):
@@ -129,7 +130,7 @@ def test_the_standby_leaves_nothing_behind(static_program, tmp_path):
     assert lines[1] == "no children", child.stdout + child.stderr
     # wait() does not see it, but it is there: named, its own command line, holding only /dev/null,
     # its socket to this process and the listener.
-    assert lines[2:] == ["child pyamx-guard b'pyamx-guard\\x00'",
+    assert lines[2:] == ["child pyamx-guard b'pyamx-guard'",
                          "descriptors ['/dev/null', '/dev/null', '/dev/null', 'anon_inode', 'socket']"], \
         child.stdout + child.stderr
     # Each standby exits once no task uses its filter; let init reap them.
