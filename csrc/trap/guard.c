@@ -79,23 +79,13 @@ static int g_listener = -1;
 static pid_t g_pid;
 static int g_result = -1; /* pyamx_trap_guard_install's answer, once decided */
 
-/* Copies through the kernel, so that a bad pointer from the caller becomes
- * EFAULT for the caller, as the real system call would answer, instead of
- * a SIGSEGV in the supervisor.  Falls back to a plain copy where a
- * container forbids process_vm_*. */
+/* The caller is a thread of this process: a bad pointer becomes EFAULT for
+ * it, as the real system call would answer, instead of a SIGSEGV in the
+ * supervisor (selfcopy.c, also where a container forbids process_vm_*). */
 static int copy_mem(void *dst, const void *src, size_t n, int to_caller)
 {
-    struct iovec local = {to_caller ? (void *)src : dst, n};
-    struct iovec remote = {to_caller ? dst : (void *)src, n};
-    ssize_t r = to_caller ? process_vm_writev(g_pid, &local, 1, &remote, 1, 0)
-                          : process_vm_readv(g_pid, &local, 1, &remote, 1, 0);
-    if (r == (ssize_t)n)
-        return 0;
-    if (r < 0 && (errno == ENOSYS || errno == EPERM)) {
-        memcpy(dst, src, n);
-        return 0;
-    }
-    return EFAULT;
+    (void)to_caller;
+    return self_copy(dst, src, n);
 }
 
 /* rt_sigaction(SIGILL, act, oldact, sigsetsize) of a thread of this
@@ -153,17 +143,22 @@ static guard_observer_fn g_gobserver;
 void guard_set_observer(guard_observer_fn fn) { __atomic_store_n(&g_gobserver, fn, __ATOMIC_RELEASE); }
 uint64_t pyamx_trap_guard_listeners_refused(void) { return __atomic_load_n(&g_listeners_refused, __ATOMIC_RELAXED); }
 
-static void say_listener_refused(pid_t tid)
+void guard_listener_refused_line(struct msg *m, pid_t tid)
 {
-    struct msg m = {.n = 0};
     __atomic_fetch_add(&g_listeners_refused, 1, __ATOMIC_RELAXED);
     guard_observer_fn obs = __atomic_load_n(&g_gobserver, __ATOMIC_ACQUIRE);
     if (obs)
         obs();
-    m_str(&m, "pyamx trap emulation: task ");
-    m_dec(&m, tid);
-    m_str(&m, " asked seccomp for a listener of its own: it gets EBUSY, because the SIGILL guard holds the "
-              "one listener the kernel allows; run it with `pyamx run --no-guard` (PYAMX_TRAP_GUARD=0)");
+    m_str(m, "pyamx trap emulation: task ");
+    m_dec(m, tid);
+    m_str(m, " asked seccomp for a listener of its own: it gets EBUSY, because the SIGILL guard holds the "
+             "one listener the kernel allows; run it with `pyamx run --no-guard` (PYAMX_TRAP_GUARD=0)");
+}
+
+static void say_listener_refused(pid_t tid)
+{
+    struct msg m = {.n = 0};
+    guard_listener_refused_line(&m, tid);
     m_emit(&m);
 }
 
@@ -175,7 +170,13 @@ static int answer_xcomp(int fd, const struct seccomp_notif *req, struct seccomp_
     long r = 0;
     pid_t tid = (pid_t)req->pid;
     int own = guard_active() && from_this_process(tid);
-    if (!xcomp_notified(tid, own, (long)(int)req->data.args[0], req->data.args[1], still_pending, &p, &r))
+    int answered = xcomp_notified(tid, own, (long)(int)req->data.args[0], req->data.args[1], still_pending, &p, &r);
+    if (answered < 0) {
+        struct msg m = {.n = 0};
+        xcomp_unreadable_line(&m, tid, (long)(int)req->data.args[0]);
+        m_emit(&m);
+    }
+    if (answered <= 0)
         return 0;
     resp->error = r < 0 ? (int32_t)r : 0;
     resp->val = r < 0 ? 0 : r;
@@ -268,7 +269,7 @@ static void serve(int fd)
             answer_rt_sigaction(fd, &req, &resp);
         else if (!(req.data.nr == SYS_arch_prctl && answer_xcomp(fd, &req, &resp)))
             resp.flags = SECCOMP_USER_NOTIF_FLAG_CONTINUE;
-        if (req.data.nr == SYS_seccomp)
+        if (req.data.nr == SYS_seccomp && !standby_is_release_request(&req.data))
             say_listener_refused((pid_t)req.pid);
         /* ENOENT: the caller was interrupted by a signal meanwhile; the
          * kernel restarts its call, which arrives here again. */
@@ -367,6 +368,16 @@ struct start {
     int err;
 };
 
+static long attach_either(void)
+{
+    /* SPEC_ALLOW keeps older kernels from forcing the speculative
+     * store bypass mitigation on the whole process. */
+    long fd = attach_filter(SECCOMP_FILTER_FLAG_SPEC_ALLOW);
+    if (fd < 0 && errno == EINVAL)
+        fd = attach_filter(0);
+    return fd;
+}
+
 static void *supervisor(void *arg)
 {
     struct start *s = arg;
@@ -374,12 +385,24 @@ static void *supervisor(void *arg)
     if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) {
         s->err = errno;
     } else {
-        /* SPEC_ALLOW keeps older kernels from forcing the speculative
-         * store bypass mitigation on the whole process. */
-        fd = attach_filter(SECCOMP_FILTER_FLAG_SPEC_ALLOW);
-        if (fd < 0 && errno == EINVAL)
-            fd = attach_filter(0);
+        /* Started first: the standby must not be under the filter, whose
+         * listener reports POLLHUP only once no task uses it. */
+        standby_start();
+        fd = attach_either();
+        /* The listener may be the one of the image this process exec'd from,
+         * kept by that image's standby. */
+        if (fd < 0 && errno == EBUSY) {
+            /* The reason stays EBUSY unless a listener could be had after all. */
+            if (standby_release_previous() == 0)
+                fd = attach_either();
+            else
+                errno = EBUSY;
+        }
         s->err = fd < 0 ? errno : 0;
+        if (fd >= 0)
+            standby_arm((int)fd);
+        else
+            standby_cancel();
     }
     /* pthread_create may have given this thread a tile state slot (pyamx
      * run's interposer does, for every thread): the program's 256 are the
@@ -405,6 +428,7 @@ static void atfork_child(void)
         close(g_listener);
         g_listener = -1;
     }
+    standby_after_fork();
     __atomic_store_n(&g_on, 0, __ATOMIC_RELEASE);
     g_state = PYAMX_TRAP_GUARD_FAILED;
     g_result = ECHILD;

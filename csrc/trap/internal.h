@@ -240,19 +240,34 @@ void trap_unlock(void);
 typedef void (*trap_observer_fn)(const struct pyamx_trap_insn *in, uint64_t rip, uint64_t ns);
 void trap_set_observer(trap_observer_fn fn);
 
+/* ---- selfcopy.c ---- */
+
+/* memcpy within this process that answers EFAULT (returned) instead of
+ * faulting on a bad address; async-signal-safe. */
+int self_copy(void *dst, const void *src, size_t n);
+
 /* ---- xcomp.c ---- */
 
 /* Called by the SIGSYS handler after each emulated arch_prctl (code is
  * the ARCH_* value), while set; async-signal-safe like the observer. */
 typedef void (*xcomp_observer_fn)(long code, uint64_t arg, long result);
 void xcomp_set_observer(xcomp_observer_fn fn);
-/* From the guard's supervisor: task tid's arch_prctl(code, arg) (own: a
- * thread of this process), notified by the guard's filter.  1 with *result
- * (0 or -errno) when this module answered for it; 0 to let the kernel
- * answer.  still_valid(ctx) is asked before anything is written or
- * granted. */
+/* From the guard's supervisor (or its standby): task tid's arch_prctl(code,
+ * arg) (own: a thread of this process), notified by the guard's filter.  1
+ * with *result (0 or -errno) when this module answered for it; 0 to let the
+ * kernel answer; -1 to let the kernel answer a task whose memory may not be
+ * read (it may still run this image: say so, xcomp_unreadable_line).
+ * still_valid(ctx) is asked before anything is written or granted. */
 int xcomp_notified(pid_t tid, int own, long code, uint64_t arg, int (*still_valid)(void *), void *ctx,
                    long *result);
+/* What the answers to a fork of this image depend on, for the guard's
+ * standby (standby.c), which answers them once this image is gone. */
+struct xcomp_routed {
+    uint64_t cookie, supp, perm_base;
+};
+void xcomp_export(struct xcomp_routed *out);
+void xcomp_unreadable_line(struct msg *m, pid_t tid, long code);
+void xcomp_adopt(const struct xcomp_routed *in);
 
 /* ---- rawsig.c ---- */
 
@@ -279,5 +294,28 @@ int guard_active(void);
  * observer. */
 typedef void (*guard_observer_fn)(void);
 void guard_set_observer(guard_observer_fn fn);
+/* Counts a program's refused request for a listener of its own (task tid)
+ * and writes into m the line that says why; async-signal-safe. */
+void guard_listener_refused_line(struct msg *m, pid_t tid);
+
+/* ---- standby.c: the process that keeps the guard's listener after this image ---- */
+
+/* Before the guard's filter exists (the standby must not be under it): 0,
+ * or errno where none started (Linux < 5.8, clone refused). */
+int standby_start(void);
+/* The filter is attached: the standby gets a copy of its listener. */
+void standby_arm(int listener);
+/* The filter could not be attached: the standby ends, reaped here. */
+void standby_cancel(void);
+/* xcomp.c routes through the guard: the standby learns how to answer forks. */
+void standby_share_xcomp(void);
+/* In a forked child (atfork). */
+void standby_after_fork(void);
+/* Whether a notified seccomp call (struct seccomp_data) is a later image's
+ * request that the standby let go of the listener: not a program's. */
+int standby_is_release_request(const void *seccomp_data);
+/* After EBUSY: asks a standby that kept the listener of the image this
+ * process exec'd from to let go; 0 when it did (attach again). */
+int standby_release_previous(void);
 
 #endif

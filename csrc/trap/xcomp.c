@@ -68,26 +68,72 @@ void xcomp_set_observer(xcomp_observer_fn fn) { __atomic_store_n(&g_xobserver, f
 uint64_t pyamx_trap_xcomp_calls(void) { return __atomic_load_n(&g_calls, __ATOMIC_RELAXED); }
 int32_t pyamx_trap_xcomp_requests(void) { return __atomic_load_n(&g_requests, __ATOMIC_RELAXED); }
 
-/* A bad pointer becomes EFAULT for the caller, as from the kernel, instead
- * of a SIGSEGV inside this handler. */
-static long put_u64(uint64_t addr, uint64_t value)
-{
-    struct iovec local = {&value, sizeof value};
-    struct iovec remote = {(void *)(uintptr_t)addr, sizeof value};
-    if (process_vm_writev(getpid(), &local, 1, &remote, 1, 0) == (ssize_t)sizeof value)
-        return 0;
-    if (errno == EFAULT)
-        return -EFAULT;
-    if (addr == 0)
-        return -EFAULT;
-    memcpy((void *)(uintptr_t)addr, &value, sizeof value); /* process_vm_* forbidden here */
-    return 0;
-}
-
 /* Set while install asks the real kernel: a SIGSYS then means the filter
  * is already there, inherited across exec from a process that installed
  * it (pyamx run's preload in the parent program). */
 static volatile int g_probing, g_inherited;
+
+/* How an answer reaches the task that asked: it writes the queried bits
+ * into the caller's memory and grants it the permission.  The caller is
+ * this process (the SIGSYS handler; the guard's supervisor for a thread of
+ * this process) or a fork of this image (the supervisor, or the guard's
+ * standby once this image is gone). */
+struct xcomp_caller {
+    long (*put_u64)(const struct xcomp_caller *c, uint64_t addr, uint64_t value); /* 0 or -EFAULT */
+    long (*grant)(const struct xcomp_caller *c);                                  /* 0 or -EINVAL */
+    pid_t tid;
+    int own;
+    int32_t granted; /* the permission the caller holds now */
+};
+
+/* The kernel's answers, as Linux 6.18 on Sapphire Rapids gives them
+ * (measured 2026-12-03, docs/run.md): XTILECFG is permitted from the start
+ * and only XTILEDATA is requestable; every other component below
+ * XFEATURE_MAX (20 there) is EOPNOTSUPP, beyond it EINVAL. */
+static long kernel_answer(const struct xcomp_caller *c, long code, uint64_t arg)
+{
+    uint64_t mine = (c->granted ? (1ull << XTILEDATA) : 0) | (1ull << XTILECFG);
+    switch (code) {
+    case XCOMP_GET_SUPP: return c->put_u64(c, arg, g_supp | XTILE_MASK);
+    case XCOMP_GET_PERM: return c->put_u64(c, arg, g_perm_base | mine);
+    default: /* XCOMP_REQ_PERM */
+        if (c->own)
+            __atomic_fetch_add(&g_requests, 1, __ATOMIC_RELAXED);
+        if (arg == XTILEDATA)
+            return c->grant(c);
+        return arg < LINUX_XFEATURE_MAX ? -EOPNOTSUPP : -EINVAL;
+    }
+}
+
+/* A bad pointer is EFAULT for the caller, as from the kernel, never a
+ * SIGSEGV here (selfcopy.c). */
+static long own_put_u64(const struct xcomp_caller *c, uint64_t addr, uint64_t value)
+{
+    (void)c;
+    return self_copy((void *)(uintptr_t)addr, &value, sizeof value) == 0 ? 0 : -EFAULT;
+}
+
+static long own_grant(const struct xcomp_caller *c)
+{
+    (void)c;
+    return pyamx_trap_grant_permission() == 0 ? 0 : -EINVAL;
+}
+
+/* Another process's memory is touched only through the kernel. */
+static long fork_put_u64(const struct xcomp_caller *c, uint64_t addr, uint64_t value)
+{
+    struct iovec local = {&value, sizeof value};
+    struct iovec remote = {(void *)(uintptr_t)addr, sizeof value};
+    return process_vm_writev(c->tid, &local, 1, &remote, 1, 0) == (ssize_t)sizeof value ? 0 : -EFAULT;
+}
+
+static long fork_grant(const struct xcomp_caller *c)
+{
+    int32_t one = 1;
+    struct iovec local = {&one, sizeof one};
+    struct iovec remote = {trap_permission_word(), sizeof one};
+    return process_vm_writev(c->tid, &local, 1, &remote, 1, 0) == (ssize_t)sizeof one ? 0 : -EINVAL;
+}
 
 static long answer(long code, uint64_t arg)
 {
@@ -95,22 +141,8 @@ static long answer(long code, uint64_t arg)
         g_inherited = 1;
         return -ENOSYS;
     }
-    /* As Linux 6.18 on Sapphire Rapids answers (measured 2026-12-03,
-     * docs/run.md): XTILECFG is permitted from the start and only XTILEDATA
-     * is requestable; every other component below XFEATURE_MAX (20 there)
-     * is EOPNOTSUPP, beyond it EINVAL. */
-    uint64_t granted = pyamx_trap_permission_granted() ? (1ull << XTILEDATA) : 0;
-    switch (code) {
-    case XCOMP_GET_SUPP:
-        return put_u64(arg, g_supp | XTILE_MASK);
-    case XCOMP_GET_PERM:
-        return put_u64(arg, g_perm_base | (1ull << XTILECFG) | granted);
-    default: /* XCOMP_REQ_PERM */
-        __atomic_fetch_add(&g_requests, 1, __ATOMIC_RELAXED);
-        if (arg == XTILEDATA)
-            return pyamx_trap_grant_permission() == 0 ? 0 : -EINVAL;
-        return arg < LINUX_XFEATURE_MAX ? -EOPNOTSUPP : -EINVAL;
-    }
+    struct xcomp_caller me = {own_put_u64, own_grant, 0, 1, pyamx_trap_permission_granted()};
+    return kernel_answer(&me, code, arg);
 }
 
 static void pass_on_sigsys(int sig, siginfo_t *si, void *ctx)
@@ -184,21 +216,6 @@ static int vm_read(pid_t tid, const void *addr, void *out, size_t n)
     return process_vm_readv(tid, &local, 1, &remote, 1, 0) == (ssize_t)n ? 0 : -1;
 }
 
-/* A bad pointer is EFAULT for the caller, as from the kernel; the
- * supervisor never touches the task's memory itself, except in its own
- * process where a container forbids process_vm_*. */
-static long vm_put_u64(pid_t tid, int own, uint64_t addr, uint64_t value)
-{
-    struct iovec local = {&value, sizeof value};
-    struct iovec remote = {(void *)(uintptr_t)addr, sizeof value};
-    if (process_vm_writev(tid, &local, 1, &remote, 1, 0) == (ssize_t)sizeof value)
-        return 0;
-    if (errno == EFAULT || addr == 0 || !own)
-        return -EFAULT;
-    memcpy((void *)(uintptr_t)addr, &value, sizeof value);
-    return 0;
-}
-
 static uint64_t fresh_cookie(void)
 {
     uint64_t c = 0;
@@ -211,48 +228,49 @@ static uint64_t fresh_cookie(void)
     return c | 1;
 }
 
+void xcomp_export(struct xcomp_routed *out)
+{
+    out->cookie = __atomic_load_n(&g_cookie, __ATOMIC_RELAXED);
+    out->supp = g_supp;
+    out->perm_base = g_perm_base;
+}
+
+/* In the standby, a copy of this process made before routing began: the
+ * cookie and the permission word sit at the same addresses as in the forks
+ * it answers. */
+void xcomp_adopt(const struct xcomp_routed *in)
+{
+    g_supp = in->supp;
+    g_perm_base = in->perm_base;
+    g_result = 0;
+    __atomic_store_n(&g_cookie, in->cookie, __ATOMIC_RELAXED);
+    __atomic_store_n(&g_routed, in->cookie != 0, __ATOMIC_RELEASE);
+}
+
 int xcomp_notified(pid_t tid, int own, long code, uint64_t arg, int (*still_valid)(void *), void *ctx,
                    long *result)
 {
     if (!__atomic_load_n(&g_routed, __ATOMIC_ACQUIRE))
         return 0;
-    int32_t *perm = trap_permission_word();
-    int32_t granted = 0;
+    struct xcomp_caller c = own ? (struct xcomp_caller){own_put_u64, own_grant, tid, 1, 0}
+                                : (struct xcomp_caller){fork_put_u64, fork_grant, tid, 0, 0};
     if (own) {
-        granted = pyamx_trap_permission_granted();
+        c.granted = pyamx_trap_permission_granted();
     } else {
         /* A fork that still runs this image holds the cookie where this
          * process does; after exec the address holds something else or
          * nothing. */
         uint64_t theirs = 0;
-        if (vm_read(tid, &g_cookie, &theirs, sizeof theirs) != 0 || theirs != g_cookie ||
-            vm_read(tid, perm, &granted, sizeof granted) != 0)
+        if (vm_read(tid, &g_cookie, &theirs, sizeof theirs) != 0)
+            return errno == EPERM ? -1 : 0;
+        if (theirs != g_cookie || vm_read(tid, trap_permission_word(), &c.granted, sizeof c.granted) != 0)
             return 0;
     }
     /* The task (and its pid) may have gone since the notification came: act
      * only on one that still waits for this answer. */
     if (!still_valid(ctx))
         return 0;
-    uint64_t mine = (granted ? (1ull << XTILEDATA) : 0) | (1ull << XTILECFG);
-    long r;
-    switch (code) {
-    case XCOMP_GET_SUPP: r = vm_put_u64(tid, own, arg, g_supp | XTILE_MASK); break;
-    case XCOMP_GET_PERM: r = vm_put_u64(tid, own, arg, g_perm_base | mine); break;
-    default: /* XCOMP_REQ_PERM */
-        if (own)
-            __atomic_fetch_add(&g_requests, 1, __ATOMIC_RELAXED);
-        if (arg != XTILEDATA) {
-            r = arg < LINUX_XFEATURE_MAX ? -EOPNOTSUPP : -EINVAL;
-        } else if (own) {
-            r = pyamx_trap_grant_permission() == 0 ? 0 : -EINVAL;
-        } else {
-            int32_t one = 1;
-            struct iovec local = {&one, sizeof one};
-            struct iovec remote = {perm, sizeof one};
-            r = process_vm_writev(tid, &local, 1, &remote, 1, 0) == (ssize_t)sizeof one ? 0 : -EINVAL;
-        }
-        break;
-    }
+    long r = kernel_answer(&c, code, arg);
     if (own)
         __atomic_fetch_add(&g_calls, 1, __ATOMIC_RELAXED);
     xcomp_observer_fn obs = __atomic_load_n(&g_xobserver, __ATOMIC_ACQUIRE);
@@ -260,6 +278,16 @@ int xcomp_notified(pid_t tid, int own, long code, uint64_t arg, int (*still_vali
         obs(code, arg, r);
     *result = r;
     return 1;
+}
+
+void xcomp_unreadable_line(struct msg *m, pid_t tid, long code)
+{
+    m_str(m, "pyamx trap emulation: task ");
+    m_dec(m, tid);
+    m_str(m, " asked arch_prctl(");
+    m_hex(m, (uint64_t)code);
+    m_str(m, ") and the guard may not read its memory (ptrace rules: Yama's ptrace_scope, another ptracer), "
+             "so the kernel answers it; if it still runs the emulated program, it sees no AMX");
 }
 
 #if defined(SECCOMP_SET_MODE_FILTER) && defined(SECCOMP_RET_TRAP) && defined(SYS_seccomp)
@@ -307,6 +335,7 @@ int pyamx_trap_xcomp_install(void)
             if (guard_active() && !g_inherited) {
                 __atomic_store_n(&g_cookie, fresh_cookie(), __ATOMIC_RELAXED);
                 __atomic_store_n(&g_routed, 1, __ATOMIC_RELEASE);
+                standby_share_xcomp();
             } else if (!g_inherited) {
                 r = attach_filter();
             }
