@@ -43,24 +43,11 @@
 #include <sys/uio.h>
 
 /* Kernel headers are optional: without them the module builds with the
- * guard reporting itself unavailable. */
-#if defined(__has_include)
-#if __has_include(<linux/seccomp.h>) && __has_include(<linux/filter.h>) && __has_include(<linux/audit.h>)
-#include <linux/audit.h>
-#include <linux/filter.h>
-#include <linux/seccomp.h>
-#endif
-#endif
+ * guard reporting itself unavailable (listener.h decides). */
+#include "listener.h"
 
 #if defined(SECCOMP_SET_MODE_FILTER) && !defined(SECCOMP_FILTER_FLAG_TSYNC_ESRCH)
 #define SECCOMP_FILTER_FLAG_TSYNC_ESRCH (1UL << 4)
-#endif
-
-#if defined(SECCOMP_IOCTL_NOTIF_RECV) && defined(SECCOMP_IOCTL_NOTIF_ID_VALID) && defined(SECCOMP_USER_NOTIF_FLAG_CONTINUE) && \
-    defined(SECCOMP_FILTER_FLAG_NEW_LISTENER) && defined(SYS_seccomp)
-#define HAVE_LISTENER 1
-#else
-#define HAVE_LISTENER 0
 #endif
 
 static int32_t g_state = PYAMX_TRAP_GUARD_OFF;

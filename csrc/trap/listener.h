@@ -1,6 +1,6 @@
 /* Which seccomp listener features the kernel headers give this build: the
- * standby (standby.c) needs the ones the guard (guard.c, which tests the
- * same macros itself) needs.  Without them the guard reports itself
+ * standby (standby.c) needs the ones the guard (guard.c) needs: both
+ * include this one decision.  Without them the guard reports itself
  * unavailable and no standby starts. */
 #ifndef PYAMX_TRAP_LISTENER_H
 #define PYAMX_TRAP_LISTENER_H
