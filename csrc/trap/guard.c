@@ -66,18 +66,11 @@ static int g_listener = -1;
 static pid_t g_pid;
 static int g_result = -1; /* pyamx_trap_guard_install's answer, once decided */
 
-/* The caller is a thread of this process: a bad pointer becomes EFAULT for
- * it, as the real system call would answer, instead of a SIGSEGV in the
- * supervisor (selfcopy.c, also where a container forbids process_vm_*). */
-static int copy_mem(void *dst, const void *src, size_t n, int to_caller)
-{
-    (void)to_caller;
-    return self_copy(dst, src, n);
-}
 
 /* rt_sigaction(SIGILL, act, oldact, sigsetsize) of a thread of this
  * process, answered on the virtual disposition, in the kernel's order:
- * read act, swap, write oldact. */
+ * read act, swap, write oldact.  The caller shares this memory: a bad
+ * pointer is EFAULT for it through self_copy, never a SIGSEGV here. */
 static void answer(const struct seccomp_data *d, struct seccomp_notif_resp *resp)
 {
     uint64_t act = d->args[1], oact = d->args[2];
@@ -86,7 +79,7 @@ static void answer(const struct seccomp_data *d, struct seccomp_notif_resp *resp
         resp->error = -EINVAL;
         return;
     }
-    if (act && copy_mem(&newk, (const void *)(uintptr_t)act, sizeof newk, 0)) {
+    if (act && self_copy(&newk, (const void *)(uintptr_t)act, sizeof newk)) {
         resp->error = -EFAULT;
         return;
     }
@@ -96,7 +89,7 @@ static void answer(const struct seccomp_data *d, struct seccomp_notif_resp *resp
         chain_set(&newk);
     trap_unlock();
     __atomic_fetch_add(&g_calls, 1, __ATOMIC_RELAXED);
-    if (oact && copy_mem((void *)(uintptr_t)oact, &oldk, sizeof oldk, 1)) {
+    if (oact && self_copy((void *)(uintptr_t)oact, &oldk, sizeof oldk)) {
         resp->error = -EFAULT;
         return;
     }
@@ -178,7 +171,7 @@ static void answer_rt_sigaction(int fd, const struct seccomp_notif *req, struct 
     long r = 0;
     if ((int)req->data.args[0] == SIGILL)
         answer(&req->data, resp);
-    else if (rawsig_answer(g_pid, (int)req->data.args[0], req->data.args[1], req->data.args[2], req->data.args[3],
+    else if (rawsig_answer((int)req->data.args[0], req->data.args[1], req->data.args[2], req->data.args[3],
                            still_pending, &p, &r))
         resp->error = (int32_t)r;
     else

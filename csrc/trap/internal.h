@@ -279,10 +279,10 @@ typedef long (*rawsig_fn)(int sig, const struct ksigaction *act, struct ksigacti
 void rawsig_set_wrapper(rawsig_fn fn);
 int rawsig_wrapping(void);
 /* From the guard's supervisor: rt_sigaction(sig, act, oact, sigsetsize) of
- * a thread of process pid.  1 with *result (0 or -errno) when answered; 0
+ * a thread of this process.  1 with *result (0 or -errno) when answered; 0
  * (no wrapper) to let the kernel answer.  still_valid(ctx) is asked before
  * anything changes. */
-int rawsig_answer(pid_t pid, int sig, uint64_t act, uint64_t oact, uint64_t sigsetsize, int (*still_valid)(void *),
+int rawsig_answer(int sig, uint64_t act, uint64_t oact, uint64_t sigsetsize, int (*still_valid)(void *),
                   void *ctx, long *result);
 
 /* ---- guard.c ---- */
