@@ -23,19 +23,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#ifndef SA_RESTORER
-#define SA_RESTORER 0x04000000
-#endif
-
-static void ldtilecfg(const uint8_t *cfg) { __asm__ volatile(".byte 0xc4,0xe2,0x78,0x49,0x07" ::"D"(cfg) : "memory"); }
-static void sttilecfg(uint8_t *cfg) { __asm__ volatile(".byte 0xc4,0xe2,0x79,0x49,0x07" ::"D"(cfg) : "memory"); }
-static void tilerelease(void) { __asm__ volatile(".byte 0xc4,0xe2,0x78,0x49,0xc0" ::: "memory"); }
-static void load0(const void *p, long s) { __asm__ volatile(".byte 0xc4,0xe2,0x7b,0x4b,0x04,0x37" ::"D"(p), "S"(s) : "memory"); }
-static void load1(const void *p, long s) { __asm__ volatile(".byte 0xc4,0xe2,0x7b,0x4b,0x0c,0x37" ::"D"(p), "S"(s) : "memory"); }
-static void load2(const void *p, long s) { __asm__ volatile(".byte 0xc4,0xe2,0x7b,0x4b,0x14,0x37" ::"D"(p), "S"(s) : "memory"); }
-static void store0(void *p, long s) { __asm__ volatile(".byte 0xc4,0xe2,0x7a,0x4b,0x04,0x37" ::"D"(p), "S"(s) : "memory"); }
-/* TDPBSSD tmm0, tmm1, tmm2 */
-static void dp_ss(void) { __asm__ volatile(".byte 0xc4,0xe2,0x6b,0x5e,0xc1" ::: "memory"); }
+#include "case_kit.h"
 
 /* One int8 dot product shape: C (m x n int32) += A (m x 4k int8) . B (k x 4n int8). */
 struct shape {
@@ -100,24 +88,6 @@ static int equal(const struct shape *s, int32_t c[16][16])
         if (memcmp(c[i], s->want[i], 4 * (size_t)s->n) != 0)
             return 0;
     return 1;
-}
-
-static int all_zero(const uint8_t *p, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        if (p[i])
-            return 0;
-    return 1;
-}
-
-static int report(const char *name, const char *why)
-{
-    if (why)
-        printf("%s FAIL: %s\n", name, why);
-    else
-        printf("%s ok\n", name);
-    fflush(stdout);
-    return why != NULL;
 }
 
 /* ---- a handler that uses tiles, on a timer, while a loop keeps its own live ---- */
@@ -451,10 +421,7 @@ static const char *actions_case(void)
 
 int main(void)
 {
-    if (syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18 /* XTILEDATA */) != 0) {
-        perror("arch_prctl(ARCH_REQ_XCOMP_PERM)");
-        return 2;
-    }
+    request_tile_permission();
     prepare(&main_shape);
     prepare(&handler_shape);
     int failed = 0;

@@ -10,13 +10,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-static void ldtilecfg(const uint8_t *cfg) { __asm__ volatile(".byte 0xc4,0xe2,0x78,0x49,0x07" ::"D"(cfg) : "memory"); }
-static void load1(const void *p, long s) { __asm__ volatile(".byte 0xc4,0xe2,0x7b,0x4b,0x0c,0x37" ::"D"(p), "S"(s) : "memory"); }
-static void load2(const void *p, long s) { __asm__ volatile(".byte 0xc4,0xe2,0x7b,0x4b,0x14,0x37" ::"D"(p), "S"(s) : "memory"); }
-static void store0(void *p, long s) { __asm__ volatile(".byte 0xc4,0xe2,0x7a,0x4b,0x04,0x37" ::"D"(p), "S"(s) : "memory"); }
-static void tilezero0(void) { __asm__ volatile(".byte 0xc4,0xe2,0x7b,0x49,0xc0" ::: "memory"); }
-static void tdpbf16ps(void) { __asm__ volatile(".byte 0xc4,0xe2,0x6a,0x5c,0xc1" ::: "memory"); }
-static void tilerelease(void) { __asm__ volatile(".byte 0xc4,0xe2,0x78,0x49,0xc0" ::: "memory"); }
+#include "case_kit.h"
 
 static void *worker(void *arg)
 {
@@ -45,10 +39,7 @@ static void *worker(void *arg)
 
 int main(void)
 {
-    if (syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18 /* XTILEDATA */) != 0) {
-        perror("arch_prctl(ARCH_REQ_XCOMP_PERM)");
-        return 2;
-    }
+    request_tile_permission();
     pthread_t t;
     if (pthread_create(&t, NULL, worker, NULL) != 0)
         return 2;

@@ -24,23 +24,8 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#ifndef SA_RESTORER
-#define SA_RESTORER 0x04000000
-#endif
-
-static void ldtilecfg(const uint8_t *cfg) { __asm__ volatile(".byte 0xc4,0xe2,0x78,0x49,0x07" ::"D"(cfg) : "memory"); }
-static void sttilecfg(uint8_t *cfg) { __asm__ volatile(".byte 0xc4,0xe2,0x79,0x49,0x07" ::"D"(cfg) : "memory"); }
-static void tilerelease(void) { __asm__ volatile(".byte 0xc4,0xe2,0x78,0x49,0xc0" ::: "memory"); }
-static void load0(const void *p, long s) { __asm__ volatile(".byte 0xc4,0xe2,0x7b,0x4b,0x04,0x37" ::"D"(p), "S"(s) : "memory"); }
-static void store0(void *p, long s) { __asm__ volatile(".byte 0xc4,0xe2,0x7a,0x4b,0x04,0x37" ::"D"(p), "S"(s) : "memory"); }
-
-/* The kernel's struct sigaction on x86-64. */
-struct ksa {
-    void *handler;
-    unsigned long flags;
-    void *restorer;
-    uint64_t mask;
-};
+#include "case_kit.h"
+#include "tiles_across.h"
 
 /* The signal return a handler installed without libc needs. */
 __asm__(".text\n"
@@ -79,76 +64,19 @@ static long via_insn(long sig, const struct ksa *act, struct ksa *old, long size
     return note(r, old);
 }
 
-static uint8_t cfg_main[64] __attribute__((aligned(64)));
-static uint8_t cfg_seen[64] __attribute__((aligned(64)));
-static int32_t tile_main[16][16], tile_back[16][16];
-static volatile sig_atomic_t runs;
-
-static int all_zero(const uint8_t *p, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        if (p[i])
-            return 0;
-    return 1;
-}
-
 static void tile_handler(int sig)
 {
-    static uint8_t cfg[64] __attribute__((aligned(64)));
-    static int32_t junk[16][16];
     (void)sig;
-    sttilecfg(cfg_seen);
-    memset(cfg, 0, 64);
-    cfg[0] = 1;
-    cfg[16] = 12;
-    cfg[48] = 3;
-    memset(junk, 0x5a, sizeof junk);
-    ldtilecfg(cfg);
-    load0(junk, 64);
-    runs++;
+    handler_uses_tiles();
 }
 
 static void info_handler(int sig, siginfo_t *si, void *uc)
 {
     if (sig == SIGUSR2 && si && si->si_signo == SIGUSR2 && uc)
-        tile_handler(sig);
+        handler_uses_tiles();
 }
 
 static void libc_handler(int sig) { (void)sig; }
-
-static int report(const char *name, const char *why)
-{
-    if (why)
-        printf("%s FAIL: %s (last call: %ld, old %p %#lx %p %#llx)\n", name, why, last_rc, last_old.handler,
-               last_old.flags, last_old.restorer, (unsigned long long)last_old.mask);
-    else
-        printf("%s ok\n", name);
-    fflush(stdout);
-    return why != NULL;
-}
-
-static const char *tiles_across(int sig)
-{
-    uint8_t cfg_now[64] __attribute__((aligned(64)));
-    int before = runs;
-    memset(cfg_seen, 0xAA, 64);
-    memset(tile_back, 0, sizeof tile_back);
-    ldtilecfg(cfg_main);
-    load0(tile_main, 64);
-    raise(sig);
-    sttilecfg(cfg_now);
-    store0(tile_back, 64);
-    tilerelease();
-    if (runs != before + 1)
-        return "the handler did not run";
-    if (!all_zero(cfg_seen, 64))
-        return "the handler did not start with TILECFG in the init state";
-    if (memcmp(cfg_now, cfg_main, 64) != 0)
-        return "the interrupted TILECFG was not back after the handler";
-    if (memcmp(tile_back, tile_main, sizeof tile_main) != 0)
-        return "the interrupted tile data was not back after the handler";
-    return NULL;
-}
 
 static uint64_t bit(int sig) { return 1ull << (sig - 1); }
 
@@ -284,16 +212,8 @@ int main(int argc, char **argv)
         mixed |= strcmp(argv[i], "mixed") == 0;
         wrapped |= strcmp(argv[i], "wrapped") == 0;
     }
-    if (syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18 /* XTILEDATA */) != 0) {
-        perror("arch_prctl(ARCH_REQ_XCOMP_PERM)");
-        return 2;
-    }
-    cfg_main[0] = 1;
-    cfg_main[16] = 64;
-    cfg_main[48] = 16;
-    for (int i = 0; i < 16; i++)
-        for (int j = 0; j < 16; j++)
-            tile_main[i][j] = i * 1000 + j;
+    request_tile_permission();
+    tiles_across_prepare();
     int failed = 0;
     failed += report("raw", raw_case());
     failed += report("insn", insn_case());

@@ -14,15 +14,12 @@
 #include "internal.h"
 
 #include <errno.h>
-#include <linux/audit.h>
-#include <linux/filter.h>
-#include <linux/seccomp.h>
-#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/prctl.h>
 #include <sys/uio.h>
+
+#include "case_kit.h"
 
 static void cases(const char *how, char *readonly, char *unmapped)
 {
@@ -37,28 +34,13 @@ static void cases(const char *how, char *readonly, char *unmapped)
     printf("%s straddling-source %d\n", how, self_copy(&out, unmapped - 4, sizeof out));
 }
 
-static int forbid_process_vm(void)
-{
-    struct sock_filter code[] = {
-        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
-        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_process_vm_readv, 1, 0),
-        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_process_vm_writev, 0, 1),
-        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM),
-        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
-    };
-    struct sock_fprog prog = {(unsigned short)(sizeof code / sizeof code[0]), code};
-    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0)
-        return -1;
-    return (int)syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &prog);
-}
-
 int main(void)
 {
     char *pages = mmap(NULL, 2 * 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (pages == MAP_FAILED || munmap(pages + 4096, 4096) != 0 || mprotect(pages, 4096, PROT_READ) != 0)
         return 1;
     cases("direct", pages, pages + 4096);
-    if (forbid_process_vm() != 0) {
+    if (forbid_process_vm(0) != 0) {
         perror("seccomp");
         return 1;
     }

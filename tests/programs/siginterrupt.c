@@ -19,6 +19,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "case_kit.h"
+
 #pragma GCC diagnostic ignored "-Wdeprecated-declarations" /* siginterrupt(), what the test is about */
 
 static int fds[2];
@@ -90,16 +92,6 @@ static const char *expect(int restarts, int sig_flags_restart)
     if (!restarts && !(n == -1 && err == EINTR))
         return "read() did not fail with EINTR";
     return NULL;
-}
-
-static int report(const char *name, const char *why)
-{
-    if (why)
-        printf("%s FAIL: %s\n", name, why);
-    else
-        printf("%s ok\n", name);
-    fflush(stdout);
-    return why != NULL;
 }
 
 int main(void)

@@ -26,6 +26,8 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "case_kit.h"
+
 #ifndef AT_MINSIGSTKSZ
 #define AT_MINSIGSTKSZ 51
 #endif
@@ -36,13 +38,7 @@
 static size_t g_margin = 512;
 static int g_repeats = 20;
 
-static void ldtilecfg(const uint8_t *cfg) { __asm__ volatile(".byte 0xc4,0xe2,0x78,0x49,0x07" ::"D"(cfg) : "memory"); }
-static void load1(const void *p, long s) { __asm__ volatile(".byte 0xc4,0xe2,0x7b,0x4b,0x0c,0x37" ::"D"(p), "S"(s) : "memory"); }
-static void load2(const void *p, long s) { __asm__ volatile(".byte 0xc4,0xe2,0x7b,0x4b,0x14,0x37" ::"D"(p), "S"(s) : "memory"); }
-static void store0(void *p, long s) { __asm__ volatile(".byte 0xc4,0xe2,0x7a,0x4b,0x04,0x37" ::"D"(p), "S"(s) : "memory"); }
-static void tilezero0(void) { __asm__ volatile(".byte 0xc4,0xe2,0x7b,0x49,0xc0" ::: "memory"); }
 static void tdphf8ps(void) { __asm__ volatile(".byte 0xc4,0xe5,0x69,0xfd,0xc1" ::: "memory"); }
-static void tilerelease(void) { __asm__ volatile(".byte 0xc4,0xe2,0x78,0x49,0xc0" ::: "memory"); }
 
 static size_t smallest_accepted(uint8_t *top_region, size_t room)
 {
@@ -135,10 +131,7 @@ int main(int argc, char **argv)
         g_margin = (size_t)strtoul(argv[1], NULL, 0);
     if (argc > 2)
         g_repeats = atoi(argv[2]);
-    if (syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18 /* XTILEDATA */) != 0) {
-        perror("arch_prctl(ARCH_REQ_XCOMP_PERM)");
-        return 2;
-    }
+    request_tile_permission();
     const char *why = NULL;
     pthread_t t;
     if (pthread_create(&t, NULL, worker, &why) != 0 || pthread_join(t, NULL) != 0) {

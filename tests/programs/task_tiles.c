@@ -18,10 +18,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-static void ldtilecfg(const uint8_t *cfg) { __asm__ volatile(".byte 0xc4,0xe2,0x78,0x49,0x07" ::"D"(cfg) : "memory"); }
-static void sttilecfg(uint8_t *cfg) { __asm__ volatile(".byte 0xc4,0xe2,0x79,0x49,0x07" ::"D"(cfg) : "memory"); }
-static void load0(const void *p, long s) { __asm__ volatile(".byte 0xc4,0xe2,0x7b,0x4b,0x04,0x37" ::"D"(p), "S"(s) : "memory"); }
-static void store0(void *p, long s) { __asm__ volatile(".byte 0xc4,0xe2,0x7a,0x4b,0x04,0x37" ::"D"(p), "S"(s) : "memory"); }
+#include "case_kit.h"
 
 static uint8_t cfg_parent[64] __attribute__((aligned(64)));
 static uint8_t cfg_child[64] __attribute__((aligned(64)));
@@ -67,19 +64,12 @@ static int check(const char *name)
         why = "the child's LDTILECFG changed its creator's TILECFG";
     else if (memcmp(tile_now, pattern, sizeof pattern) != 0)
         why = "the child changed its creator's tile data";
-    if (why)
-        printf("%s FAIL: %s\n", name, why);
-    else
-        printf("%s ok\n", name);
-    return why != NULL;
+    return report(name, why);
 }
 
 int main(void)
 {
-    if (syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18 /* XTILEDATA */) != 0) {
-        perror("arch_prctl(ARCH_REQ_XCOMP_PERM)");
-        return 2;
-    }
+    request_tile_permission();
     for (int i = 0; i < 1024; i++)
         pattern[i] = (uint8_t)(i * 7 + 1);
     configure(cfg_parent, 16, 64);

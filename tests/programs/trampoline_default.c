@@ -15,12 +15,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-struct ksa {
-    void *handler;
-    unsigned long flags;
-    void *restorer;
-    uint64_t mask;
-};
+#include "case_kit.h"
 
 static volatile sig_atomic_t runs;
 
