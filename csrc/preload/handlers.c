@@ -244,7 +244,8 @@ static void wrap_existing(void)
  * left by 17 after the xor; glibc's x86-64 PTR_MANGLE, slot 6 of the
  * buffer); the records the jump leaves are dropped before it happens, so a
  * handler that siglongjmps out never leaves one that could later pass for
- * live.
+ * live.  So are the trap's marks of calls to the program's SIGILL handler
+ * (chainmark.c): a CPU-feature probe leaves its handler that way.
  * ---------------------------------------------------------------------- */
 
 typedef void (*jump_fn)(struct __jmp_buf_tag *, int);
@@ -252,13 +253,13 @@ static jump_fn g_longjmp, g_siglongjmp, g_ulongjmp, g_longjmp_chk;
 
 static void leaving(struct __jmp_buf_tag *env)
 {
-    struct hframes *h = &t_frames;
-    if (h->depth == 0)
-        return;
     uint64_t guard, v = (uint64_t)env->__jmpbuf[6];
     __asm__("movq %%fs:0x30, %0" : "=r"(guard));
     v = ((v >> 17) | (v << 47)) ^ guard;
-    hframes_jump(h, (uintptr_t)v);
+    chainmark_jump((uintptr_t)v);
+    struct hframes *h = &t_frames;
+    if (h->depth > 0)
+        hframes_jump(h, (uintptr_t)v);
 }
 
 /* Resolved by handlers_enable; a jump made before it (a constructor that

@@ -123,6 +123,20 @@ void hframes_jump(struct hframes *h, uintptr_t target_rsp);
  * and gives the handler the init state. */
 void hframes_at_trap(struct tile_state *st, const ucontext_t *uc);
 
+/* ---- chainmark.c: the threads inside a call to the program's SIGILL handler ---- */
+
+/* The calling thread begins a call to the program's handler from the frame
+ * `frame`; live_at: a word in that frame, set here, cleared by
+ * chainmark_leave.  Returns the mark's index, or -1 when not marked. */
+int chainmark_enter(uintptr_t frame, volatile uint64_t *live_at);
+void chainmark_leave(int index, volatile uint64_t *live_at);
+/* Whether code running with stack pointer interrupted_sp on the calling
+ * thread is inside one of its live calls. */
+int chainmark_inside(uintptr_t interrupted_sp);
+/* A jump to a context whose stack pointer is target_sp: the calls it
+ * leaves are over. */
+void chainmark_jump(uintptr_t target_sp);
+
 /* ---- msg.c: one line for fd 2, built on the stack ---- */
 
 struct msg {

@@ -32,15 +32,6 @@ static int32_t g_installed;  /* handler installed at least once */
 static int32_t g_permission; /* emulated ARCH_REQ_XCOMP_PERM; process-wide like the kernel's */
 static uint64_t g_count;
 static uint64_t g_op_count[N_OPS];
-/* The thread inside a chained handler for a *sent* SIGILL, and the frame it
- * was called from (see pass_on_sigill). */
-static int32_t g_chain_tid;
-static uintptr_t g_chain_frame;
-/* How far below that frame a re-raise from inside the chained handler can
- * be: the handler's frames and raise()'s, far less than this; the nearest
- * other stack is farther (the kernel keeps 128 MiB or more between the
- * main stack and mappings, threads' stacks are separate mappings). */
-#define CHAINED_CALL_REACH ((uintptr_t)256 << 10)
 
 static trap_observer_fn g_observer;
 
@@ -199,7 +190,6 @@ static void say_fatal_entry(void *uc) { say_fatal_sigill(uc); }
 static void pass_on_sigill(siginfo_t *si, void *ctx, int fault)
 {
     ucontext_t *uc = ctx;
-    int32_t me = trap_tid();
     struct ksigaction prev;
     chain_get(&prev);
     /* A previous handler that re-raises (faulthandler does) may land back
@@ -209,29 +199,23 @@ static void pass_on_sigill(siginfo_t *si, void *ctx, int fault)
      * inside the chained call, whether that call was for a fault
      * (faulthandler on a bad instruction) or for a sent SIGILL: marking
      * only the latter let faulthandler print twice before the loop was
-     * caught. Inside means the interrupted code's stack pointer lies below
-     * the frame that made the call, and near it (a handler's own frames;
-     * another stack, a sigaltstack elsewhere, is megabytes away). A handler
-     * that left by siglongjmp (a CPU-feature probe) leaves a stale mark: the
-     * code it jumped to runs above the mark's frame, which sits below a
-     * whole kernel signal frame. A fault is always handed on, nested or not,
-     * as silicon hands a SA_NODEFER handler its own faults. */
-    uintptr_t frame = (uintptr_t)__builtin_frame_address(0);
-    uintptr_t interrupted_sp = (uintptr_t)uc->uc_mcontext.gregs[REG_RSP];
-    int32_t outer_tid = __atomic_load_n(&g_chain_tid, __ATOMIC_ACQUIRE);
-    uintptr_t outer_frame = __atomic_load_n(&g_chain_frame, __ATOMIC_ACQUIRE);
-    int nested = !fault && outer_tid == me && interrupted_sp < outer_frame &&
-                 outer_frame - interrupted_sp < CHAINED_CALL_REACH;
+     * caught. chainmark.c keeps the marks per thread and tells a live one
+     * from one a siglongjmp left (a CPU-feature probe). A fault is always
+     * handed on, nested or not, as silicon hands a SA_NODEFER handler its
+     * own faults.
+     *   While the guard answers every sigaction(SIGILL), the handler a
+     * re-raise reaches is the one the program installed last (here, this
+     * very handler when it restored it: trap_is_ours below), as on
+     * silicon, and no mark is needed; a stale one could only do harm. */
+    int watch = !guard_active();
+    int nested = watch && !fault && chainmark_inside((uintptr_t)uc->uc_mcontext.gregs[REG_RSP]);
 
     if (!nested && !trap_is_ours(&prev) && !is_dfl_or_ign(&prev)) {
         greg_t rip_before = uc->uc_mcontext.gregs[REG_RIP];
-        __atomic_store_n(&g_chain_frame, frame, __ATOMIC_RELEASE);
-        __atomic_store_n(&g_chain_tid, me, __ATOMIC_RELEASE);
+        volatile uint64_t live = 0;
+        int mark = watch ? chainmark_enter((uintptr_t)__builtin_frame_address(0), &live) : -1;
         call_handler(&prev, SIGILL, si, ctx);
-        /* The mark of an enclosing chained call (a fault inside a handler
-         * for a sent SIGILL) is that call's again. */
-        __atomic_store_n(&g_chain_frame, outer_frame, __ATOMIC_RELEASE);
-        __atomic_store_n(&g_chain_tid, outer_tid, __ATOMIC_RELEASE);
+        chainmark_leave(mark, &live);
         if (fault && uc->uc_mcontext.gregs[REG_RIP] == rip_before) {
             /* The previous handler returned without moving RIP: on
              * silicon the instruction would fault forever.  Die instead

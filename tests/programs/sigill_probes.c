@@ -35,6 +35,18 @@ static void fault_inside(int sig)
     siglongjmp(escape, 1);
 }
 
+/* A sent SIGILL from far deeper on the stack than the probes ran: a mark
+ * the probes' jumps left behind must not make it look like a re-raise from
+ * inside a handler. */
+static __attribute__((noinline)) int raise_deep(int levels)
+{
+    volatile char frame[4096];
+    frame[0] = (char)levels;
+    if (levels > 0)
+        return raise_deep(levels - 1) + frame[0];
+    return raise(SIGILL);
+}
+
 static void install(void (*fn)(int), int flags)
 {
     struct sigaction sa;
@@ -60,6 +72,14 @@ int main(int argc, char **argv)
         printf("raised: returned\n");
     } else {
         printf("raised: SIGILL caught\n");
+    }
+    for (int levels = 1; levels <= 64; levels *= 4) {
+        if (sigsetjmp(escape, 1) == 0) {
+            raise_deep(levels);
+            printf("raised %d KiB deeper: returned\n", 4 * levels);
+        } else {
+            printf("raised %d KiB deeper: SIGILL caught\n", 4 * levels);
+        }
     }
     install(fault_inside, SA_NODEFER);
     depth = deepest = 0;
