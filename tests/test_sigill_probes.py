@@ -55,3 +55,14 @@ def test_a_fatal_sigill_is_named_with_its_address_and_bytes(program):
     line = next(x for x in proc.stderr.splitlines() if "SIGILL at 0x" in x)
     assert ", bytes 0f 0b" in line and "(not an AMX instruction)" in line, proc.stderr
     assert "named the instruction, its address and bytes on the line above" in proc.stderr
+
+
+def test_a_fatal_sent_sigill_is_not_blamed_on_an_instruction(program):
+    # raise(SIGILL) with no handler: the handler has no instruction to name, and pyamx run must not
+    # point at a line above that names one.
+    require_pyamx_run()
+    proc = pyamx_run("--", program, "--die-sent", timeout=60)
+    assert proc.returncode == -4, proc.stderr
+    assert proc.stdout.splitlines() == EXPECTED
+    assert "SIGILL at 0x" not in proc.stderr and "on the line above" not in proc.stderr, proc.stderr
+    assert "saw no instruction fault: the signal was sent" in proc.stderr, proc.stderr

@@ -124,6 +124,7 @@ static void observe_xcomp(long code, uint64_t arg, long result)
 }
 
 static void observe_listener_refused(void) { add32(&g_stats->listeners_refused); }
+static void observe_sigill_named(void) { add32(&g_stats->sigill_named); }
 
 static void map_stats(void)
 {
@@ -180,6 +181,8 @@ __attribute__((constructor)) static void preload_init(void)
     g_verbose = v && v[0] == '1';
     map_stats();
     add32(&g_stats->processes);
+    if (g_stats)
+        trap_set_fatal_observer(observe_sigill_named);
     int32_t rc = pyamx_trap_install();
     if (rc == PYAMX_TRAP_E_HAS_AMX) {
         /* Real AMX here: the program's instructions and arch_prctl run on

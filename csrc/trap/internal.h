@@ -253,6 +253,10 @@ void trap_unlock(void);
  * ns: time the handler spent on the instruction. */
 typedef void (*trap_observer_fn)(const struct pyamx_trap_insn *in, uint64_t rip, uint64_t ns);
 void trap_set_observer(trap_observer_fn fn);
+/* Called each time the handler names a faulting instruction on fd 2 before
+ * SIGILL's default action ends the process, while set; async-signal-safe. */
+typedef void (*trap_fatal_observer_fn)(void);
+void trap_set_fatal_observer(trap_fatal_observer_fn fn);
 
 /* ---- selfcopy.c ---- */
 

@@ -37,6 +37,10 @@ static trap_observer_fn g_observer;
 
 void trap_set_observer(trap_observer_fn fn) { __atomic_store_n(&g_observer, fn, __ATOMIC_RELEASE); }
 
+static trap_fatal_observer_fn g_fatal_observer;
+
+void trap_set_fatal_observer(trap_fatal_observer_fn fn) { __atomic_store_n(&g_fatal_observer, fn, __ATOMIC_RELEASE); }
+
 /* clock_gettime through the vDSO: async-signal-safe, tens of ns. */
 static uint64_t now_ns(void)
 {
@@ -185,7 +189,13 @@ static void say_fatal_sigill(const ucontext_t *uc)
     m_emit(&m);
 }
 
-static void say_fatal_entry(void *uc) { say_fatal_sigill(uc); }
+static void say_fatal_entry(void *uc)
+{
+    say_fatal_sigill(uc);
+    trap_fatal_observer_fn observer = __atomic_load_n(&g_fatal_observer, __ATOMIC_ACQUIRE);
+    if (observer)
+        observer();
+}
 
 static void pass_on_sigill(siginfo_t *si, void *ctx, int fault)
 {

@@ -199,6 +199,7 @@ struct pyamx_run_stats {
     uint32_t xcomp_calls;  /* all emulated arch_prctl calls */
     uint32_t complemented; /* of the processes, on AMX silicon with the missing extensions emulated */
     uint32_t listeners_refused; /* the program's seccomp listener requests that met the guard's (EBUSY) */
+    uint32_t sigill_named; /* faulting instructions the handler named before SIGILL's default action */
     uint64_t count[64];    /* emulated instructions, by enum pyamx_op */
     uint64_t ns[64];       /* time in the handler, by enum pyamx_op */
     char why[256];         /* the last reason a process could not install the trap */

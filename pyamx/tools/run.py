@@ -91,18 +91,19 @@ class RunStats(tuple):
     counts (mnemonic -> emulated instructions), seconds (mnemonic -> time in the handler),
     why (the last reason a process could not install the trap) and complemented (processes
     on AMX silicon with the complement mode installed: it emulates the AMX extensions the
-    CPU lacks, docs/run.md) and listeners_refused (the program's requests for a seccomp
-    listener of its own, which got EBUSY because the guard holds the one the kernel allows).
+    CPU lacks, docs/run.md), listeners_refused (the program's requests for a seccomp
+    listener of its own, which got EBUSY because the guard holds the one the kernel allows) and
+    sigill_named (faulting instructions the handler named on stderr before SIGILL's default action).
     """
 
     __slots__ = ()
     _fields = ("processes", "installed", "requests", "granted", "counts", "seconds", "why", "complemented",
-               "listeners_refused")
+               "listeners_refused", "sigill_named")
 
     def __new__(cls, processes: int, installed: int, requests: int, granted: int, counts: dict,
-                seconds: dict, why: str, complemented: int = 0, listeners_refused: int = 0):
+                seconds: dict, why: str, complemented: int = 0, listeners_refused: int = 0, sigill_named: int = 0):
         return tuple.__new__(cls, (processes, installed, requests, granted, counts, seconds, why, complemented,
-                                   listeners_refused))
+                                   listeners_refused, sigill_named))
 
     def __repr__(self) -> str:
         return "RunStats(" + ", ".join(f"{k}={v!r}" for k, v in zip(self._fields, self)) + ")"
@@ -116,6 +117,7 @@ class RunStats(tuple):
     why = property(lambda self: self[6])
     complemented = property(lambda self: self[7])
     listeners_refused = property(lambda self: self[8])
+    sigill_named = property(lambda self: self[9])
 
     @property
     def total(self) -> int:
@@ -194,7 +196,7 @@ def read_stats(fd: int) -> RunStats:
                 seconds[name] = buf.ns[op] / 1e9
     return RunStats(int(buf.processes), int(buf.installed), int(buf.requests), int(buf.granted), counts,
                     seconds, ffi.string(buf.why).decode(errors="replace"), int(buf.complemented),
-                    int(buf.listeners_refused))
+                    int(buf.listeners_refused), int(buf.sigill_named))
 
 
 def format_stats(stats: RunStats) -> str:
@@ -240,6 +242,10 @@ def sigill_message(stats: RunStats) -> str:
     if not (stats.installed or stats.complemented):
         return ("pyamx run: the program died of SIGILL, and no emulation was installed in it "
                 f"({stats.why or 'the preload never loaded'}): the CPU itself refused the instruction")
+    if not stats.sigill_named:
+        return ("pyamx run: the program died of SIGILL, but pyamx's handler saw no instruction fault: the "
+                "signal was sent (raise(), kill(), another process) and no handler of the program took it, as "
+                "on silicon, or something replaced pyamx's SIGILL handler (a raw rt_sigaction under --no-guard)")
     causes = ["an instruction this CPU lacks that pyamx does not emulate, or a genuine illegal instruction",
               "an AMX encoding or configuration silicon rejects (#UD)"]
     if stats.installed and not stats.requests:

@@ -7,7 +7,7 @@
  * instruction it emulates to the program's handler, every time, including
  * after a handler that never returned (siglongjmp) and a SA_NODEFER handler
  * that faults inside itself. With --die it then executes ud2 without a
- * handler, which ends it. tests/test_sigill_probes.py runs it.
+ * handler, which ends it; with --die-sent it raises SIGILL instead. tests/test_sigill_probes.py runs it.
  */
 #include <setjmp.h>
 #include <signal.h>
@@ -94,6 +94,10 @@ int main(int argc, char **argv)
     if (argc > 1 && strcmp(argv[1], "--die") == 0) { /* no handler any more: ud2 ends the program */
         install(SIG_DFL, 0);
         __asm__ volatile("ud2");
+    }
+    if (argc > 1 && strcmp(argv[1], "--die-sent") == 0) { /* the same by a sent SIGILL: no instruction to name */
+        install(SIG_DFL, 0);
+        raise(SIGILL);
     }
     return 0;
 }
