@@ -12,6 +12,12 @@ read them as indicative).
 * Per signal: ``raise(SIGUSR1)`` to a handler installed through libc's
   ``sigaction``, run bare and under pyamx run, where the handler runs
   through the preload's trampoline (its own tile state per signal frame).
+* Per raw ``rt_sigaction``: a query through the system call, bare and under
+  pyamx run (where the guard runs, each is a round trip to its supervisor
+  thread), and with the guard's mechanism alone, set up by the program for
+  itself (a seccomp filter notifying a listener that a thread of the process
+  answers with CONTINUE): the figure for AMX silicon, where the guard does
+  not run.
 * Start-up, on a program that executes no tile instruction (``/bin/true``):
   bare, with the preload in LD_PRELOAD (what ``eval "$(pyamx run --env)"``
   gives every later command), and the whole ``pyamx run -- /bin/true``,
@@ -111,6 +117,20 @@ def main() -> None:
         print(f"raise(SIGUSR1) to a libc-installed handler, bare:        {signal_cost['bare'] * 1e6:8.2f} us")
         print(f"  the same under pyamx run (through the trampoline):    {signal_cost['under pyamx run'] * 1e6:8.2f} us"
               f"   (+{(signal_cost['under pyamx run'] - signal_cost['bare']) * 1e9:.0f} ns)")
+        # The guard's price on a raw rt_sigaction (docs/run.md, "The guard"): under pyamx run with
+        # the guard each one is a round trip to its supervisor thread. The guard cannot run on AMX
+        # silicon, so the program also sets the same mechanism up for itself ("notify", run bare).
+        rawsig = {}
+        for _ in range(args.repeat):
+            for name, kind, env in (("bare", "rawsig", bare), ("under pyamx run", "rawsig", under_run),
+                                    ("notify", "notify", bare)):
+                t = per_instruction(exe, kind, args.n, env)
+                rawsig[name] = min(rawsig.get(name, t), t)
+        print(f"raw rt_sigaction(SIGUSR1) query, bare:                  {rawsig['bare'] * 1e6:8.2f} us")
+        print(f"  the same under pyamx run:                             {rawsig['under pyamx run'] * 1e6:8.2f} us"
+              f"   ({rawsig['under pyamx run'] / rawsig['bare']:.1f}x; the guard only where the trap mode runs)")
+        print(f"  notified to a listener a thread answers (CONTINUE):   {rawsig['notify'] * 1e6:8.2f} us"
+              f"   ({rawsig['notify'] / rawsig['bare']:.1f}x: the guard's mechanism on this CPU)")
         counted = run.read_stats(counters)
         os.close(counters)
         assert counted.total > 0 or not kinds, "the loops ran without the preload"

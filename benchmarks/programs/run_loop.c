@@ -9,16 +9,31 @@
  *                      signal (raise(SIGUSR1) to a handler installed
  *                      through libc's sigaction: under pyamx run it runs
  *                      through the preload's trampoline, which gives each
- *                      handler frame its own tile state)
+ *                      handler frame its own tile state),
+ *                      rawsig (a raw rt_sigaction query of SIGUSR1: under
+ *                      pyamx run's guard, a round trip to its supervisor),
+ *                      notify (the same query with the guard's mechanism
+ *                      set up by this program itself: a seccomp filter
+ *                      that notifies rt_sigaction to a listener a thread of
+ *                      this process answers with CONTINUE; run it bare,
+ *                      since a second listener is refused)
  * Prints "KIND N SECONDS".
  */
 #define _GNU_SOURCE 1
+#include <errno.h>
 #include <immintrin.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <poll.h>
+#include <pthread.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
+#include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <ucontext.h>
@@ -78,6 +93,58 @@ static int loop(const char *kind, long n)
     return 0;
 }
 
+static long raw_query(void)
+{
+    uint64_t old[4];
+    return syscall(SYS_rt_sigaction, SIGUSR1, NULL, old, 8);
+}
+
+/* Answers every notification with CONTINUE, as the guard's supervisor does
+ * for a call it lets through; the listener arrives through the pipe. */
+static void *answer_continue(void *arg)
+{
+    int fd;
+    if (read((int)(intptr_t)arg, &fd, sizeof fd) != (ssize_t)sizeof fd)
+        return NULL;
+    for (;;) {
+        struct seccomp_notif req;
+        struct seccomp_notif_resp resp;
+        memset(&req, 0, sizeof req);
+        if (ioctl(fd, SECCOMP_IOCTL_NOTIF_RECV, &req) != 0) {
+            if (errno == EINTR || errno == ENOENT)
+                continue;
+            return NULL;
+        }
+        memset(&resp, 0, sizeof resp);
+        resp.id = req.id;
+        resp.flags = SECCOMP_USER_NOTIF_FLAG_CONTINUE;
+        ioctl(fd, SECCOMP_IOCTL_NOTIF_SEND, &resp);
+    }
+}
+
+static int notify_rt_sigaction(void)
+{
+    struct sock_filter code[] = {
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_rt_sigaction, 0, 1),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_USER_NOTIF),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+    };
+    struct sock_fprog prog = {(unsigned short)(sizeof code / sizeof code[0]), code};
+    /* The answering thread before the filter: glibc's first pthread_create
+     * itself calls rt_sigaction, which nobody could answer yet. */
+    int handover[2];
+    pthread_t t;
+    if (pipe(handover) != 0 || pthread_create(&t, NULL, answer_continue, (void *)(intptr_t)handover[0]) != 0)
+        return -1;
+    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0)
+        return -1;
+    int fd = (int)syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_NEW_LISTENER, &prog);
+    if (fd < 0)
+        return -1;
+    return write(handover[1], &fd, sizeof fd) == (ssize_t)sizeof fd ? 0 : -1;
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 3)
@@ -94,6 +161,17 @@ int main(int argc, char **argv)
         t0 = now();
         for (long i = 0; i < n; i++)
             __asm__ volatile("ud2");
+    } else if (!strcmp(kind, "rawsig") || !strcmp(kind, "notify")) {
+        if (!strcmp(kind, "notify") && notify_rt_sigaction() != 0) {
+            perror("run_loop: seccomp listener");
+            return 5;
+        }
+        t0 = now();
+        for (long i = 0; i < n; i++)
+            if (raw_query() != 0) {
+                perror("run_loop: rt_sigaction");
+                return 4;
+            }
     } else if (!strcmp(kind, "signal")) {
         struct sigaction sa;
         memset(&sa, 0, sizeof sa);
