@@ -67,34 +67,21 @@ static pid_t g_pid;
 static int g_result = -1; /* pyamx_trap_guard_install's answer, once decided */
 
 
-/* rt_sigaction(SIGILL, act, oldact, sigsetsize) of a thread of this
- * process, answered on the virtual disposition, in the kernel's order:
- * read act, swap, write oldact.  The caller shares this memory: a bad
- * pointer is EFAULT for it through self_copy, never a SIGSEGV here. */
-static void answer(const struct seccomp_data *d, struct seccomp_notif_resp *resp)
+/* SIGILL's action as the program sees it: the handler this mode chains
+ * to (the virtual disposition), swapped under the trap's lock. */
+static long virtual_sigill(int sig, const struct ksigaction *act, struct ksigaction *old)
 {
-    uint64_t act = d->args[1], oact = d->args[2];
-    struct ksigaction newk, oldk;
-    if (d->args[3] != sizeof(uint64_t)) {
-        resp->error = -EINVAL;
-        return;
-    }
-    if (act && self_copy(&newk, (const void *)(uintptr_t)act, sizeof newk)) {
-        resp->error = -EFAULT;
-        return;
-    }
+    (void)sig;
+    struct ksigaction prev;
     trap_lock();
-    chain_get(&oldk);
+    chain_get(&prev);
     if (act)
-        chain_set(&newk);
+        chain_set(act);
     trap_unlock();
     __atomic_fetch_add(&g_calls, 1, __ATOMIC_RELAXED);
-    if (oact && self_copy((void *)(uintptr_t)oact, &oldk, sizeof oldk)) {
-        resp->error = -EFAULT;
-        return;
-    }
-    resp->error = 0;
-    resp->val = 0;
+    if (old)
+        *old = prev;
+    return 0;
 }
 
 static int from_this_process(pid_t tid)
@@ -163,19 +150,20 @@ static int answer_xcomp(int fd, const struct seccomp_notif *req, struct seccomp_
     return 1;
 }
 
-/* SIGILL's on the virtual disposition; any other signal's (notified only
- * where a wrapper is registered) by the wrapper, rawsig.c. */
+/* rt_sigaction of a thread of this process: SIGILL's on the virtual
+ * disposition, any other signal's (notified only where a wrapper is
+ * registered) through the wrapper; rawsig.c makes the call as the kernel
+ * would. */
 static void answer_rt_sigaction(int fd, const struct seccomp_notif *req, struct seccomp_notif_resp *resp)
 {
     struct pending p = {fd, req->id};
-    long r = 0;
-    if ((int)req->data.args[0] == SIGILL)
-        answer(&req->data, resp);
-    else if (rawsig_answer((int)req->data.args[0], req->data.args[1], req->data.args[2], req->data.args[3],
-                           still_pending, &p, &r))
-        resp->error = (int32_t)r;
-    else
+    int sig = (int)req->data.args[0];
+    rawsig_fn fn = sig == SIGILL ? virtual_sigill : rawsig_wrapper();
+    if (fn == NULL) {
         resp->flags = SECCOMP_USER_NOTIF_FLAG_CONTINUE;
+        return;
+    }
+    resp->error = (int32_t)rawsig_call(fn, sig, req->data.args[1], req->data.args[2], req->data.args[3], still_pending, &p);
 }
 
 /* Whether any other thread of this process is still alive.  Not
@@ -305,7 +293,7 @@ enum {
 static long attach_filter(unsigned long extra_flags)
 {
     uint32_t mark_lo = (uint32_t)TRAP_SITE_MARK, mark_hi = (uint32_t)(TRAP_SITE_MARK >> 32);
-    int all_signals = rawsig_wrapping();
+    int all_signals = rawsig_wrapper() != NULL;
     struct sock_filter code[] = {
         LD_ABS(offsetof(struct seccomp_data, arch)),
         JEQ(AUDIT_ARCH_X86_64, 0, TO(I_ARCH, I_ALLOW)),

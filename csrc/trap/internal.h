@@ -295,13 +295,15 @@ typedef long (*rawsig_fn)(int sig, const struct ksigaction *act, struct ksigacti
 /* Set before the guard is installed: its filter is then notified of every
  * signal's rt_sigaction, not only SIGILL's. */
 void rawsig_set_wrapper(rawsig_fn fn);
-int rawsig_wrapping(void);
+/* The registered wrapper, or NULL. */
+rawsig_fn rawsig_wrapper(void);
 /* From the guard's supervisor: rt_sigaction(sig, act, oact, sigsetsize) of
- * a thread of this process.  1 with *result (0 or -errno) when answered; 0
- * (no wrapper) to let the kernel answer.  still_valid(ctx) is asked before
- * anything changes. */
-int rawsig_answer(int sig, uint64_t act, uint64_t oact, uint64_t sigsetsize, int (*still_valid)(void *),
-                  void *ctx, long *result);
+ * a thread of this process, made through fn in the kernel's order
+ * (sigsetsize, read act, change, write oact), the caller's pointers read
+ * and written through self_copy.  still_valid(ctx) is asked before
+ * anything changes.  0 or -errno. */
+long rawsig_call(rawsig_fn fn, int sig, uint64_t act, uint64_t oact, uint64_t sigsetsize, int (*still_valid)(void *),
+                 void *ctx);
 
 /* ---- guard.c ---- */
 

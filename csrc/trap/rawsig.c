@@ -1,7 +1,9 @@
-/* The guard's answer to a raw rt_sigaction system call for a signal other
- * than SIGILL: the call the program makes without libc (an inline syscall
- * instruction, syscall(SYS_rt_sigaction, ...), libc's own internal
- * sigaction), which pyamx run's interposed sigaction() never sees.
+/* The guard's answer to a raw rt_sigaction system call: the call the
+ * program makes without libc (an inline syscall instruction,
+ * syscall(SYS_rt_sigaction, ...), libc's own internal sigaction), which
+ * pyamx run's interposed sigaction() never sees.  SIGILL's changes the
+ * virtual disposition (guard.c); any other signal's goes through the
+ * wrapper described here.
  *
  * Where a wrapper is registered (pyamx run's preload, whose handlers get a
  * tile state frame each: csrc/preload/handlers.c), the guard's filter is
@@ -23,33 +25,23 @@
 static rawsig_fn g_wrapper;
 
 void rawsig_set_wrapper(rawsig_fn fn) { __atomic_store_n(&g_wrapper, fn, __ATOMIC_RELEASE); }
-int rawsig_wrapping(void) { return __atomic_load_n(&g_wrapper, __ATOMIC_ACQUIRE) != NULL; }
+rawsig_fn rawsig_wrapper(void) { return __atomic_load_n(&g_wrapper, __ATOMIC_ACQUIRE); }
 
-int rawsig_answer(int sig, uint64_t act, uint64_t oact, uint64_t sigsetsize, int (*still_valid)(void *),
-                  void *ctx, long *result)
+long rawsig_call(rawsig_fn fn, int sig, uint64_t act, uint64_t oact, uint64_t sigsetsize, int (*still_valid)(void *),
+                 void *ctx)
 {
-    rawsig_fn wrapper = __atomic_load_n(&g_wrapper, __ATOMIC_ACQUIRE);
-    if (!wrapper)
-        return 0;
     struct ksigaction newk, oldk;
-    if (sigsetsize != sizeof(uint64_t)) {
-        *result = -EINVAL;
-        return 1;
-    }
-    if (act && self_copy(&newk, (const void *)(uintptr_t)act, sizeof newk) != 0) {
-        *result = -EFAULT;
-        return 1;
-    }
+    if (sigsetsize != sizeof(uint64_t))
+        return -EINVAL;
+    if (act && self_copy(&newk, (const void *)(uintptr_t)act, sizeof newk) != 0)
+        return -EFAULT;
     /* A caller interrupted meanwhile makes the call again once its handler
      * returns: changing the action now would make that second call report
      * the new action as the old one. */
-    if (!still_valid(ctx)) {
-        *result = -EINTR;
-        return 1;
-    }
-    long rc = wrapper(sig, act ? &newk : NULL, oact ? &oldk : NULL);
+    if (!still_valid(ctx))
+        return -EINTR;
+    long rc = fn(sig, act ? &newk : NULL, oact ? &oldk : NULL);
     if (rc == 0 && oact && self_copy((void *)(uintptr_t)oact, &oldk, sizeof oldk) != 0)
         rc = -EFAULT;
-    *result = rc;
-    return 1;
+    return rc;
 }
