@@ -29,14 +29,8 @@
 #include <sched.h>
 #include <setjmp.h>
 #include <string.h>
-#include <sys/syscall.h>
-#include <unistd.h>
 
 #define EXPORT __attribute__((visibility("default")))
-
-#ifndef SA_RESTORER
-#define SA_RESTORER 0x04000000 /* the kernel's, which glibc's headers do not export */
-#endif
 
 /* Signals 1..64, the kernel's range on x86-64. */
 #define N_SIGNALS 65
@@ -64,14 +58,10 @@ static void default_action(int sig)
 {
     if (sig == SIGCHLD || sig == SIGURG || sig == SIGWINCH || sig == SIGCONT)
         return;
-    struct ksigaction dfl = {(uint64_t)(uintptr_t)SIG_DFL, 0, 0, 0};
-    uint64_t one = 1ull << (sig - 1);
     /* A handler installed meanwhile keeps its place. */
     if (__atomic_load_n(&g_act[sig], __ATOMIC_ACQUIRE) != (uintptr_t)SIG_DFL)
         return;
-    trap_raw_sigaction(sig, &dfl, NULL);
-    syscall(SYS_tgkill, getpid(), trap_tid(), sig);
-    syscall(SYS_rt_sigprocmask, SIG_UNBLOCK, &one, NULL, sizeof one);
+    trap_take_default_action(sig);
 }
 
 static void trampoline(int sig, siginfo_t *si, void *ctx)

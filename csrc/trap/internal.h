@@ -199,6 +199,12 @@ void trap_simd_dp_int8(struct tile_state *st, int d, int s1, int s2, int s1_sign
 
 /* ---- sigaction.c: the kernel's view of a disposition ---- */
 
+/* The kernel's flag for a handler's own signal return, which glibc's
+ * headers do not export. */
+#ifndef SA_RESTORER
+#define SA_RESTORER 0x04000000
+#endif
+
 /* struct sigaction as the rt_sigaction system call takes it on x86-64. */
 struct ksigaction {
     uint64_t handler;
@@ -257,6 +263,9 @@ void trap_set_observer(trap_observer_fn fn);
  * SIGILL's default action ends the process, while set; async-signal-safe. */
 typedef void (*trap_fatal_observer_fn)(void);
 void trap_set_fatal_observer(trap_fatal_observer_fn fn);
+/* sig's real disposition back to SIG_DFL, then sig sent to the calling
+ * thread and unblocked: the kernel's default action for it, from a handler. */
+void trap_take_default_action(int sig);
 
 /* ---- selfcopy.c ---- */
 

@@ -127,6 +127,12 @@ static void raise_unblocked(int sig)
     syscall(SYS_tgkill, getpid(), trap_tid(), sig);
 }
 
+void trap_take_default_action(int sig)
+{
+    real_default(sig);
+    raise_unblocked(sig);
+}
+
 /* Runs a handler the way the kernel would have: its sa_mask blocked,
  * SA_RESETHAND honoured.  Returns after the handler returns.  The reset
  * goes through libc's sigaction, so that under the guard it resets the
@@ -267,8 +273,7 @@ static void deliver_sigsegv(void *ctx)
     }
     /* Default action (a fault is never ignorable), or a handler that
      * returned without fixing anything up. */
-    real_default(SIGSEGV);
-    raise_unblocked(SIGSEGV);
+    trap_take_default_action(SIGSEGV);
 }
 
 /* ------------------------------------------------------------------------
@@ -550,10 +555,6 @@ static int cpu_has_fma(void)
     return pyamx_cpu_has(PYAMX_CPU_FMA) && pyamx_cpu_has(PYAMX_CPU_AVX) && pyamx_cpu_has(PYAMX_CPU_OSXSAVE) &&
            pyamx_cpu_os_saves(PYAMX_XCR0_YMM);
 }
-
-#ifndef SA_RESTORER
-#define SA_RESTORER 0x04000000
-#endif
 
 /* SA_ONSTACK: run on faulthandler's altstack when there is one, as the
  * handlers we chain to expect; SA_NODEFER: a previous handler that
