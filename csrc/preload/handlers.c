@@ -111,6 +111,16 @@ static int is_trampoline(const struct ksigaction *a)
 
 static int wraps(uint64_t handler) { return handler != (uintptr_t)SIG_DFL && handler != (uintptr_t)SIG_IGN; }
 
+/* What the kernel gets in place of act: the trampoline, with act's flags
+ * (plus SA_SIGINFO), mask and restorer. */
+static struct ksigaction through_trampoline(const struct ksigaction *act)
+{
+    struct ksigaction mine = *act;
+    mine.handler = (uint64_t)(uintptr_t)trampoline;
+    mine.flags |= SA_SIGINFO;
+    return mine;
+}
+
 /* Writers hold all signals blocked while they hold the lock, so a handler
  * that calls sigaction() can never spin on its own thread's lock. */
 static void lock(sigset_t *saved)
@@ -148,11 +158,7 @@ long handlers_ksigaction(int sig, const struct ksigaction *act, struct ksigactio
         return rc;
     }
     int wrap = wraps(act->handler);
-    struct ksigaction mine = *act;
-    if (wrap) {
-        mine.handler = (uint64_t)(uintptr_t)trampoline;
-        mine.flags |= SA_SIGINFO;
-    }
+    struct ksigaction mine = wrap ? through_trampoline(act) : *act;
     sigset_t saved;
     lock(&saved);
     uint64_t before = __atomic_load_n(&g_act[sig], __ATOMIC_RELAXED);
@@ -218,9 +224,7 @@ static void wrap_existing(void)
         lock(&saved);
         if (trap_raw_sigaction(sig, NULL, &cur) == 0 && wraps(cur.handler) && !is_trampoline(&cur)) {
             __atomic_store_n(&g_act[sig], encode(&cur), __ATOMIC_RELEASE);
-            mine = cur;
-            mine.handler = (uint64_t)(uintptr_t)trampoline;
-            mine.flags |= SA_SIGINFO;
+            mine = through_trampoline(&cur);
             if (trap_raw_sigaction(sig, &mine, NULL) != 0)
                 __atomic_store_n(&g_act[sig], 0, __ATOMIC_RELEASE);
         }
