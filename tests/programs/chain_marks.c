@@ -34,18 +34,28 @@ static uintptr_t above_of(struct stack *s) { return frame_of(s) + 1024; }
 static struct stack stacks[3];
 static pthread_barrier_t step;
 
+/* A call begun on s by the calling thread, and live just below its frame;
+ * NULL when both hold. */
+static const char *enter_live(struct stack *s, int *mark)
+{
+    *mark = chainmark_enter(frame_of(s), word_of(s));
+    if (*mark < 0)
+        return "no mark was made";
+    if (!chainmark_inside(inside_of(s)))
+        return "code just below the call's frame was not inside it";
+    return NULL;
+}
+
 static const char *own_case(void)
 {
     struct stack *s = &stacks[0];
-    int mark = chainmark_enter(frame_of(s), word_of(s));
+    int mark;
+    const char *why = enter_live(s, &mark);
     if (mark < 0)
-        return "no mark was made";
-    const char *why = NULL;
-    if (!chainmark_inside(inside_of(s)))
-        why = "code just below the call's frame was not inside it";
-    else if (chainmark_inside(above_of(s)))
+        return why;
+    if (!why && chainmark_inside(above_of(s)))
         why = "code above the call's frame was inside it";
-    else if (chainmark_inside(far_below(s)))
+    else if (!why && chainmark_inside(far_below(s)))
         why = "code 512 KiB below the call's frame was inside it";
     chainmark_leave(mark, word_of(s));
     if (!why && chainmark_inside(inside_of(s)))
@@ -61,12 +71,9 @@ static void *thread_b(void *arg)
     (void)arg;
     pthread_barrier_wait(&step); /* A has marked */
     struct stack *s = &stacks[1];
-    int mark = chainmark_enter(frame_of(s), word_of(s));
-    if (mark < 0)
-        b_result = "B made no mark";
-    else if (!chainmark_inside(inside_of(s)))
-        b_result = "B's own call was not live";
-    else if (chainmark_inside(inside_of(&stacks[0])))
+    int mark;
+    b_result = enter_live(s, &mark);
+    if (!b_result && chainmark_inside(inside_of(&stacks[0])))
         b_result = "A's call counted as B's";
     pthread_barrier_wait(&step); /* A checks with B marked */
     pthread_barrier_wait(&step);
@@ -180,13 +187,9 @@ static const char *marker_result;
 static void *mark_after_them(void *arg)
 {
     (void)arg;
-    struct stack *s = &stacks[2];
-    int mark = chainmark_enter(frame_of(s), word_of(s));
-    if (mark < 0)
-        marker_result = "no mark once ended threads had filled the table";
-    else if (!chainmark_inside(inside_of(s)))
-        marker_result = "the new thread's call was not live";
-    chainmark_leave(mark, word_of(s));
+    int mark;
+    marker_result = enter_live(&stacks[2], &mark);
+    chainmark_leave(mark, word_of(&stacks[2]));
     return NULL;
 }
 
