@@ -62,6 +62,17 @@ def per_instruction(exe: str, kind: str, n: int, env) -> float:
     return float(out.split()[2]) / n
 
 
+def best_of(exe: str, runs: dict, n: int, repeat: int) -> dict:
+    """The least time per loop step of each run (name -> (kind, env)), taken round robin, so that a
+    load change on a shared machine hits every run alike."""
+    best: dict = {}
+    for _ in range(repeat):
+        for name, (kind, env) in runs.items():
+            t = per_instruction(exe, kind, n, env)
+            best[name] = min(best.get(name, t), t)
+    return best
+
+
 def start_time(argv, env, starts: int) -> float:
     times = []
     for _ in range(starts):
@@ -97,35 +108,23 @@ def main() -> None:
         if not kinds:
             print("this CPU has usable AMX: pyamx run leaves tile instructions to the silicon; the figures per "
                   "emulated instruction need a CPU without AMX (.ci/nonamx-vm, docs/testing.md)")
-        # Round robin, so that a load change on a shared machine hits the floor and every kind alike.
-        best = {}
-        for _ in range(args.repeat):
-            for kind in ["ud2"] + kinds:
-                t = per_instruction(exe, kind, args.n, bare if kind == "ud2" else under_run)
-                best[kind] = min(best.get(kind, t), t)
+        best = best_of(exe, {"ud2": ("ud2", bare), **{k: (k, under_run) for k in kinds}}, args.n, args.repeat)
         floor = best["ud2"]
         print(f"bare SIGILL round trip (ud2, own handler, no preload): {floor * 1e6:8.2f} us")
         for kind in kinds:
             cost = best[kind]
             print(f"{kind.upper():<10} under pyamx run:                      {cost * 1e6:8.2f} us"
                   f"   ({cost / floor:.2f}x the round trip)")
-        signal_cost = {}
-        for _ in range(args.repeat):
-            for name, env in (("bare", bare), ("under pyamx run", under_run)):
-                t = per_instruction(exe, "signal", args.n, env)
-                signal_cost[name] = min(signal_cost.get(name, t), t)
+        signal_cost = best_of(exe, {"bare": ("signal", bare), "under pyamx run": ("signal", under_run)}, args.n,
+                              args.repeat)
         print(f"raise(SIGUSR1) to a libc-installed handler, bare:        {signal_cost['bare'] * 1e6:8.2f} us")
         print(f"  the same under pyamx run (through the trampoline):    {signal_cost['under pyamx run'] * 1e6:8.2f} us"
               f"   (+{(signal_cost['under pyamx run'] - signal_cost['bare']) * 1e9:.0f} ns)")
         # The guard's price on a raw rt_sigaction (docs/run.md, "The guard"): under pyamx run with
         # the guard each one is a round trip to its supervisor thread. The guard cannot run on AMX
         # silicon, so the program also sets the same mechanism up for itself ("notify", run bare).
-        rawsig = {}
-        for _ in range(args.repeat):
-            for name, kind, env in (("bare", "rawsig", bare), ("under pyamx run", "rawsig", under_run),
-                                    ("notify", "notify", bare)):
-                t = per_instruction(exe, kind, args.n, env)
-                rawsig[name] = min(rawsig.get(name, t), t)
+        rawsig = best_of(exe, {"bare": ("rawsig", bare), "under pyamx run": ("rawsig", under_run),
+                               "notify": ("notify", bare)}, args.n, args.repeat)
         print(f"raw rt_sigaction(SIGUSR1) query, bare:                  {rawsig['bare'] * 1e6:8.2f} us")
         print(f"  the same under pyamx run:                             {rawsig['under pyamx run'] * 1e6:8.2f} us"
               f"   ({rawsig['under pyamx run'] / rawsig['bare']:.1f}x; the guard only where the trap mode runs)")
