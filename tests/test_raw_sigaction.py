@@ -21,6 +21,7 @@ import pytest
 
 from childproc import pyamx_run, require_a_listener_of_their_own, require_pyamx_run, \
     run_directly_on_silicon
+from test_run import _cpu_has_amx
 
 BASE = ["raw ok", "insn ok"]
 REST = ["query ok", "errors ok", "cancel ok"]
@@ -29,12 +30,6 @@ REST = ["query ok", "errors ok", "cancel ok"]
 @pytest.fixture(scope="module")
 def program(c_program):
     return c_program("raw_sigaction", "-O1", "-pthread")
-
-
-def _cpu_has_amx() -> bool:
-    from pyamx.trap import _load
-
-    return bool(_load()[1].pyamx_trap_cpu_has_amx())
 
 
 def test_raw_rt_sigaction_under_pyamx_run(program):
