@@ -209,6 +209,16 @@ def active() -> bool:
     return bool(lib.pyamx_trap_active())
 
 
+def complementing() -> bool:
+    """True while this process runs in the complement mode (:func:`complement`, or
+    :func:`emulate_process` on AMX silicon lacking some extensions), whatever the SIGILL disposition."""
+    try:
+        lib = _lib()
+    except BackendError:
+        return False
+    return bool(lib.pyamx_trap_complementing())
+
+
 def ensure_installed() -> bool:
     """Reinstall the handler if it was replaced; True if it had to. Call before native entries."""
     rc = _lib().pyamx_trap_ensure_installed()
