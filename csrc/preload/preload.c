@@ -295,9 +295,33 @@ static sigaction_fn real_sigaction(void)
     return r;
 }
 
+/* 0 where the process's seccomp filters let the program's own rt_sigaction
+ * for SIGILL through, else what they answer (-errno; SECCOMP_RET_KILL and
+ * _TRAP act on the probe itself, as on the program's call).  libc's
+ * sigaction() would make that system call, and a program's filter that
+ * denies it (a sandbox) must still deny it: answered on the virtual
+ * disposition alone the call succeeded.  The probe has the call's shape --
+ * the signal, act and oact null or not, the size -- with pointers the
+ * kernel refuses (EFAULT) before it reads or changes anything, so where
+ * the filters allow it nothing happens.  Made through the trap's own call
+ * site, which the guard's filter lets through: only filters other than
+ * pyamx's decide. */
+static long filters_answer(const struct sigaction *act, const struct sigaction *old)
+{
+    /* Not a user-space address: access_ok() fails, the kernel says EFAULT. */
+    void *unusable = (void *)(uintptr_t)0xffffffffffff0000ull;
+    long r = trap_raw_sigaction(SIGILL, act ? unusable : NULL, old ? unusable : NULL);
+    return r == -EFAULT || (r == 0 && !act && !old) ? 0 : r;
+}
+
 static int virtual_sigill(const struct sigaction *act, struct sigaction *old)
 {
     struct ksigaction prev, next;
+    long denied = filters_answer(act, old);
+    if (denied) {
+        errno = (int)-denied;
+        return -1;
+    }
     if (act) {
         memset(&next, 0, sizeof next);
         next.handler = (act->sa_flags & SA_SIGINFO) ? (uint64_t)(uintptr_t)act->sa_sigaction
