@@ -105,17 +105,17 @@ static void touch_tile_data(void)
                      : "memory");
 }
 
-int complement_load(ucontext_t *uc, struct tile_state *st)
+int complement_load(ucontext_t *uc, struct tile_state *st, uint8_t *enlarge_tried)
 {
     uint8_t *fx = frame_xsave(uc);
     if (!fx) {
-        if (st->enlarge_tried)
+        if (*enlarge_tried)
             return COMPLEMENT_NO_FRAME;
-        st->enlarge_tried = 1;
+        *enlarge_tried = 1;
         touch_tile_data();
         return COMPLEMENT_RETRY;
     }
-    st->enlarge_tried = 0;
+    *enlarge_tried = 0;
     uint64_t bv;
     memcpy(&bv, fx + XSTATE_BV_OFFSET, 8);
     /* A component in its init state (XSTATE_BV bit clear) is all zeros

@@ -236,6 +236,17 @@ static uint8_t *claim(int *index)
     return NULL;
 }
 
+int hstack_holds(const void *p)
+{
+    uintptr_t at = (uintptr_t)p;
+    for (int s = 0; s < HSTACK_POOL; s++) {
+        uintptr_t top = (uintptr_t)__atomic_load_n(&trap_hstack_top[s], __ATOMIC_ACQUIRE);
+        if (top && at < top && at >= top - HSTACK_BYTES)
+            return 1;
+    }
+    return 0;
+}
+
 void hstack_prearm(void)
 {
     int want = __atomic_add_fetch(&g_want, 1, __ATOMIC_RELAXED);

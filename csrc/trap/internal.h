@@ -49,8 +49,8 @@ struct tile_state {
     /* tsrc1 as it was, while a complex dot product runs the fp16 one on a
      * rearranged copy in its place (semantics.c, complex_rows). */
     uint8_t saved_src1[16][64];
-    /* complement mode: the handler already made the kernel enlarge this
-     * thread's FPU state once for the fault being retried */
+    /* complement mode, in the thread's slot: the handler already made the
+     * kernel enlarge this thread's FPU state once for the fault being retried */
     uint8_t enlarge_tried;
     /* a row instruction's result, for the handler to put into zmm<zdst> */
     uint8_t zmm[64];
@@ -171,11 +171,14 @@ int complement_setup(void);
 int complement_emulates(int op);
 /* 1 when the kernel granted this process XTILEDATA (the real arch_prctl). */
 int complement_permitted(void);
-/* The interrupted tile registers (from the signal frame) into st:
+/* The interrupted tile registers (from the signal frame) into st (scratch:
+ * every field the instruction reads is written here or by it);
+ * enlarge_tried: the thread's flag that the enlargement was tried for the
+ * fault being retried.
  * COMPLEMENT_LOADED; COMPLEMENT_RETRY after making the kernel enlarge the
  * thread's FPU state (return and let the instruction fault again);
  * COMPLEMENT_NO_FRAME when the frame cannot carry tile state. */
-int complement_load(ucontext_t *uc, struct tile_state *st);
+int complement_load(ucontext_t *uc, struct tile_state *st, uint8_t *enlarge_tried);
 /* st's tiles and start_row back into the frame, restored at sigreturn. */
 void complement_store(ucontext_t *uc, const struct tile_state *st);
 
@@ -225,6 +228,9 @@ long trap_raw_sigaction(int sig, const struct ksigaction *act, struct ksigaction
 uint64_t trap_restorer(void);
 /* fn(arg) on a stack of the handler's own (hstack.c); uc: the frame being handled, or NULL. */
 void trap_on_own_stack(void (*fn)(void *), void *arg, const ucontext_t *uc);
+/* Whether p lies on one of the handler's own stacks (the work of one SIGILL
+ * holds its stack alone until it ends: no nested SIGILL shares it). */
+int hstack_holds(const void *p);
 /* Maps one more pool stack, from normal context: the entry can use only stacks
  * mapped before the signal (one at install, one per prepared thread). */
 void hstack_prearm(void);

@@ -395,6 +395,28 @@ static int execute(ucontext_t *uc, struct tile_state *st, const struct pyamx_tra
     return ACT_SEGV;
 }
 
+static int complement_run(ucontext_t *uc, struct tile_state *st, struct tile_state *slot,
+                          const struct pyamx_trap_insn *in, int32_t len, trap_observer_fn observer, uint64_t t0)
+{
+    uint64_t rip = (uint64_t)uc->uc_mcontext.gregs[REG_RIP];
+    int loaded = complement_load(uc, st, &slot->enlarge_tried);
+    if (loaded == COMPLEMENT_RETRY)
+        return ACT_DONE; /* the kernel enlarged the FPU state: the instruction faults again, with room */
+    if (loaded != COMPLEMENT_LOADED) {
+        return refuse(in->op, rip, "cannot emulate: the signal frame carries no tile data -> SIGILL");
+    }
+    return execute(uc, st, in, len, 1, observer, t0);
+}
+
+/* ~11 KiB of frame: only on the handler's own stacks (128 KiB each). */
+__attribute__((noinline)) static int complement_on_scratch(ucontext_t *uc, struct tile_state *slot,
+                                                           const struct pyamx_trap_insn *in, int32_t len,
+                                                           trap_observer_fn observer, uint64_t t0)
+{
+    struct tile_state scratch;
+    return complement_run(uc, &scratch, slot, in, len, observer, t0);
+}
+
 /* The complement mode's SIGILL: a #UD (ILL_ILLOPN) at an instruction of an
  * extension this CPU lacks, with the AMX permission the real kernel granted.
  * Anything else is the program's own SIGILL, passed on untouched: an XFD
@@ -419,17 +441,21 @@ static int complement_work(siginfo_t *si, ucontext_t *uc, trap_observer_fn obser
                       "no AMX permission (arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) was not "
                       "called) -> SIGILL as on silicon");
     }
-    struct tile_state *st = state_current();
-    if (st == NULL) {
+    struct tile_state *slot = state_current();
+    if (slot == NULL) {
         return refuse(in.op, rip, "cannot emulate: all per-thread tile state slots are in use -> SIGILL");
     }
-    int loaded = complement_load(uc, st);
-    if (loaded == COMPLEMENT_RETRY)
-        return ACT_DONE; /* the kernel enlarged the FPU state: the instruction faults again, with room */
-    if (loaded != COMPLEMENT_LOADED) {
-        return refuse(in.op, rip, "cannot emulate: the signal frame carries no tile data -> SIGILL");
-    }
-    return execute(uc, st, &in, len, 1, observer, t0);
+    /* The work on the handler's own stack (always, but where no stack could
+     * be had or mapped) copies the frame's tiles into a scratch state on
+     * that stack: a handler of the program that interrupts this work and
+     * runs an emulated instruction of its own gets another stack, so
+     * another scratch state, and the interrupted thread's tiles are written
+     * back as they were. The thread's slot, shared by every frame of the
+     * thread, is the scratch only where the work runs on the program's stack,
+     * whose room is not known. */
+    if (hstack_holds(__builtin_frame_address(0)))
+        return complement_on_scratch(uc, slot, &in, len, observer, t0);
+    return complement_run(uc, slot, slot, &in, len, observer, t0);
 }
 
 /* A SIGILL the CPU raised: emulate it, or say what the handler must do
