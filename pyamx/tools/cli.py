@@ -257,7 +257,8 @@ def probe_command(args: argparse.Namespace) -> int:
 
 
 def _record_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("file", help="vector file to write (JSON); - writes to stdout")
+    parser.add_argument("file", help="vector file to write (JSON); - writes to stdout. An existing file is replaced "
+                                        "whole and keeps its mode; a symbolic link is written through to its target")
     _backend_argument(parser)
     parser.add_argument("--seed", type=_seed, default=2026, help="non-negative integer (default 2026)")
     parser.add_argument("--per-class", type=bounded_int(1, MAX_PER_CLASS, "the count"), default=4,
@@ -354,7 +355,9 @@ def _run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--verbose", action="store_true", help="print each emulated instruction (stderr)")
     parser.add_argument("--stats", action="store_true",
                         help="print emulated instructions by mnemonic and the time spent, at exit (stderr)")
-    parser.add_argument("--stats-file", metavar="FILE", help="write the --stats report to FILE instead")
+    parser.add_argument("--stats-file", metavar="FILE",
+                        help="write the --stats report to FILE instead (an existing FILE keeps its mode; "
+                             "a symbolic link is written through to its target)")
     parser.add_argument("--no-guard", action="store_true",
                         help="no seccomp guard for the SIGILL handler (no cost on the program's system calls; "
                              "a raw rt_sigaction(SIGILL) of the program then displaces the emulation)")
