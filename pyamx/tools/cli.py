@@ -76,7 +76,8 @@ def main(argv=None) -> int:
     A failure pyamx can explain (a backend that cannot run, a bad
     environment variable, an unreadable file) is one line on stderr and
     exit status 2, never a traceback; a closed stdout (``| head``) ends the
-    command quietly.
+    command quietly; Ctrl-C ends it with status 130 (128 + SIGINT, as shells
+    report it) and one line, no traceback.
     """
     from .._env import EnvVarError
     from ..errors import AMXError
@@ -100,6 +101,9 @@ def main(argv=None) -> int:
     except BrokenPipeError:
         _quiet_stdout()
         return 1
+    except KeyboardInterrupt:  # Ctrl-C: what a command had to say is said (bench: its partial table)
+        print(f"pyamx {args.command}: interrupted", file=sys.stderr)
+        return 130
     except (AMXError, EnvVarError, OSError) as exc:
         print(f"pyamx {args.command}: {error_message(exc, args.command)}", file=sys.stderr)
         return 2
