@@ -325,9 +325,24 @@ def test_a_run_that_cannot_start_leaves_the_previous_stats_file_as_it_was(tmp_pa
     stats = tmp_path / "stats.txt"
     stats.write_text("the previous run's report\n")
     proc = pyamx_run("--stats-file", stats, "--", tmp_path / "no-such-program")
-    assert proc.returncode == 2 and "no-such-program" in proc.stderr
+    assert proc.returncode == 127 and "no-such-program" in proc.stderr
     assert stats.read_text() == "the previous run's report\n"
     assert os.listdir(tmp_path) == ["stats.txt"]
     done = pyamx_run("--stats-file", stats, "--", "sh", "-c", "exit 0")
     assert done.returncode == 0, done.stderr
     assert stats.read_text().startswith("pyamx run:") and os.listdir(tmp_path) == ["stats.txt"]
+
+
+def test_a_missing_program_is_127_and_one_that_cannot_execute_126_as_shells_say(tmp_path):
+    require_pyamx_run()
+    not_executable = tmp_path / "script.sh"
+    not_executable.write_text("#!/bin/sh\nexit 0\n")
+    os.chmod(not_executable, 0o644)
+    cases = [("no-such-program-pyamx", 127, "No such file or directory"),
+             (tmp_path / "no-such-program", 127, "No such file or directory"),
+             (not_executable, 126, "Permission denied"),
+             (tmp_path, 126, "Permission denied")]
+    for program, status, words in cases:
+        proc = pyamx_run("--", program)
+        assert proc.returncode == status, (program, proc.returncode, proc.stderr)
+        assert proc.stderr == f"pyamx run: {program}: {words}\n", proc.stderr

@@ -407,5 +407,5 @@ def run_command(args: argparse.Namespace) -> int:
             rc = runner.run(program, verbose=args.verbose, stats=args.stats, guard=not args.no_guard)
     except runner.RunError as exc:
         print(exc, file=sys.stderr)
-        return 2
+        return exc.status
     return runner.exit_like(rc)

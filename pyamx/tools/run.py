@@ -34,7 +34,20 @@ GUARD_ENV = "PYAMX_TRAP_GUARD"  # 0: no seccomp guard (pyamx.trap.GUARD_ENV; rea
 
 
 class RunError(RuntimeError):
-    """``pyamx run`` cannot start the program (no preload library, not x86-64 Linux)."""
+    """``pyamx run`` cannot start the program (no preload library, not x86-64 Linux).
+
+    ``status``: the exit status ``pyamx run`` ends with: 127 for a program that is not there and
+    126 for one that cannot be executed, as shells say; 2 for the rest.
+    """
+
+    def __init__(self, message: str, status: int = 2):
+        super().__init__(message)
+        self.status = status
+
+
+#: the exit statuses shells give a command they cannot find or cannot execute (POSIX, "Command Search
+#: and Execution")
+NOT_FOUND_STATUS, NOT_EXECUTABLE_STATUS = 127, 126
 
 
 def preload_file() -> str:
@@ -290,7 +303,8 @@ def _spawn_and_wait(argv, env) -> int:
         try:
             pid = os.posix_spawnp(argv[0], list(argv), env, setsigdef=defaults, setsigmask=old_mask)
         except OSError as exc:
-            raise RunError(f"pyamx run: cannot start {argv[0]!r}: {exc}") from exc
+            status = NOT_FOUND_STATUS if isinstance(exc, FileNotFoundError) else NOT_EXECUTABLE_STATUS
+            raise RunError(f"pyamx run: {argv[0]}: {exc.strerror or exc}", status) from exc
         while True:
             done, status = os.waitpid(pid, os.WNOHANG)
             if done:
