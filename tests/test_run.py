@@ -224,11 +224,20 @@ def test_messages_for_runs_without_emulated_instructions():
         return RunStats(processes, installed, requests, requests, {}, {}, why)
 
     assert "never loaded" in nothing_emulated_message(stats(0, 0, 0))
-    assert "ran on silicon" in nothing_emulated_message(stats(1, 0, 0, "silicon"))
+    # on silicon the program ran as without pyamx run: no note on every run (--stats says it)
+    assert nothing_emulated_message(stats(1, 0, 0, "silicon")) is None
+    assert nothing_emulated_message(RunStats(1, 0, 0, 0, {}, {}, "silicon", complemented=1)) is None
     assert "could not be installed (no FMA)" in nothing_emulated_message(stats(1, 0, 0, "no FMA"))
     assert "asked for AMX permission (granted)" in nothing_emulated_message(stats(1, 1, 1))
     assert "never asked" in nothing_emulated_message(stats(1, 1, 0))
     assert nothing_emulated_message(RunStats(1, 1, 1, 1, {"TILEZERO": 1}, {"TILEZERO": 0.0}, "")) is None
+
+
+def test_stats_on_silicon_say_the_program_ran_there():
+    from pyamx.run import RunStats, format_stats
+
+    assert "ran AMX on the CPU" in format_stats(RunStats(1, 0, 0, 0, {}, {}, "silicon"))
+    assert "complement mode" in format_stats(RunStats(1, 0, 0, 0, {}, {}, "silicon", complemented=1))
 
 
 # ---- the command itself: its own argument reader, the process it starts ----

@@ -218,6 +218,8 @@ def format_stats(stats: RunStats) -> str:
     if stats.complemented:
         lines.append(f"  on AMX silicon: {stats.complemented} process(es) ran AMX on the CPU and had only the "
                      "extensions it lacks emulated (the complement mode)")
+    elif stats.why == "silicon" and not stats.installed:
+        lines.append("  on AMX silicon: the program ran AMX on the CPU; this CPU has every extension pyamx emulates")
     for name in sorted(stats.counts, key=lambda n: -stats.counts[n]):
         n, s = stats.counts[name], stats.seconds[name]
         lines.append(f"  {name:<12} {n:>12}  {s * 1e3:10.3f} ms in the handler  ({s / n * 1e6:.2f} us each)")
@@ -235,10 +237,9 @@ def nothing_emulated_message(stats: RunStats) -> Optional[str]:
         return ("pyamx run: the preload library never loaded: the program is statically linked, setuid, "
                 "or cleared LD_PRELOAD; nothing was emulated")
     if stats.installed == 0 and stats.why == "silicon":
-        if stats.complemented:
-            return ("pyamx run: this CPU has usable AMX: the program ran on silicon and used none of the AMX "
-                    "extensions this CPU lacks, which pyamx run would have emulated (the complement mode)")
-        return "pyamx run: this CPU has usable AMX: the program ran on silicon and nothing was emulated"
+        # The program ran as it would have without pyamx run: nothing the user must act on
+        # (--stats says it ran on silicon).
+        return None
     if stats.installed == 0:
         return f"pyamx run: emulation could not be installed ({stats.why or 'see above'}); nothing was emulated"
     if stats.requests:
