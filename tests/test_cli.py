@@ -183,3 +183,16 @@ def test_pyamx_run_and_version_never_import_numpy():
                            "assert 'numpy' not in sys.modules"], capture_output=True, text=True, timeout=120,
                           cwd=PYAMX_HOME, env=child_env(drop=("PYAMX_BACKEND",)))
     assert proc.returncode == 0, proc.stderr
+
+
+def test_help_names_no_path_of_this_machine():
+    import re
+
+    import pyamx
+
+    proc = _pyamx("--help")
+    assert proc.returncode == 0, proc.stderr
+    assert os.path.dirname(pyamx.__file__) not in proc.stdout and PYAMX_HOME not in proc.stdout, proc.stdout
+    assert not re.search(r"(^|[\s(])/\w", proc.stdout), proc.stdout
+    own = _pyamx("run", "--help")  # a command's own help may say where its docs are on this machine
+    assert own.returncode == 0 and "run.md" in own.stdout, own.stdout

@@ -23,25 +23,30 @@ if TYPE_CHECKING:
 class Command:
     """One subcommand: ``run(args) -> exit status``, its help line (or a function that words it when the
     parser is built, for a line read from the instruction table), the function adding its arguments;
-    ``computes``: it runs tile arithmetic, so every setting of the backends and engines must be valid."""
+    ``computes``: it runs tile arithmetic, so every setting of the backends and engines must be valid;
+    ``details``: a function wording what ``pyamx COMMAND --help`` adds to the help line (a path of this
+    machine, such as where the docs are, belongs there and not in ``pyamx --help``'s list)."""
 
-    __slots__ = ("run", "help", "add_arguments", "computes")
+    __slots__ = ("run", "help", "add_arguments", "computes", "details")
 
     def __init__(self, run: Callable[[argparse.Namespace], int], help: Union[str, Callable[[], str]],
-                 add_arguments: Optional[Callable[[argparse.ArgumentParser], None]], computes: bool = False):
+                 add_arguments: Optional[Callable[[argparse.ArgumentParser], None]], computes: bool = False,
+                 details: Optional[Callable[[], str]] = None):
         self.run, self.help, self.add_arguments, self.computes = run, help, add_arguments, computes
+        self.details = details
 
 
 COMMANDS: Dict[str, Command] = {}
 
 
-def subcommand(name: str, help: Union[str, Callable[[], str]], add_arguments=None, computes: bool = False):
+def subcommand(name: str, help: Union[str, Callable[[], str]], add_arguments=None, computes: bool = False,
+               details: Optional[Callable[[], str]] = None):
     """Register ``fn(args) -> exit status`` as ``python -m pyamx NAME``."""
 
     def register(fn):
         if name in COMMANDS:
             raise ValueError(f"subcommand {name!r} is registered twice")
-        COMMANDS[name] = Command(fn, help, add_arguments, computes)
+        COMMANDS[name] = Command(fn, help, add_arguments, computes, details)
         return fn
 
     return register
@@ -64,7 +69,8 @@ def build_parser(command: Optional[str] = None) -> argparse.ArgumentParser:
     sub.required = True
     for name, spec in COMMANDS.items():
         text = spec.help() if callable(spec.help) else spec.help
-        p = sub.add_parser(name, help=text, description=text)
+        details = spec.details() if spec.details and command == name else None
+        p = sub.add_parser(name, help=text, description=f"{text} ({details})" if details else text)
         if spec.add_arguments and command in (None, name):
             spec.add_arguments(p)
     return parser
@@ -370,10 +376,10 @@ def _run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("program", nargs=argparse.REMAINDER, help="-- PROGRAM [ARGS...]")
 
 
-def _run_help() -> str:
+def _run_details() -> str:
     from .._docs import doc
 
-    return f"run a program with its AMX instructions emulated ({doc('run.md')})"
+    return f"the full story: {doc('run.md')}"
 
 
 def _write_stats_file(path: str, text: str) -> None:
@@ -388,7 +394,7 @@ def _write_stats_file(path: str, text: str) -> None:
               f"the program's exit status stands. The report:\n{text}", file=sys.stderr, end="")
 
 
-@subcommand("run", _run_help(), _run_arguments)
+@subcommand("run", "run a program with its AMX instructions emulated", _run_arguments, details=_run_details)
 def run_command(args: argparse.Namespace) -> int:
     from . import run as runner
 
