@@ -288,8 +288,9 @@ def record_command(args: argparse.Namespace) -> int:
     # With the vectors on stdout, the summary goes to stderr so the JSON stays parseable.
     out = sys.stderr if to_stdout else sys.stdout
     print(f"wrote {'stdout' if to_stdout else args.file}: {vectors.describe_provenance(prov)}", file=out)
-    for mnemonic, why in prov.get("skipped", {}).items():
-        print(f"  skipped {mnemonic}: {why}", file=out)
+    skipped = vectors.describe_skipped(prov.get("skipped", {}))
+    if skipped:
+        print(f"  {skipped}", file=out)
     return 0
 
 

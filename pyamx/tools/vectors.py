@@ -393,6 +393,24 @@ def describe_provenance(prov: dict) -> str:
     )
 
 
+def describe_skipped(skipped: dict):
+    """One line for the instructions a recording left out (None where none was): their count and
+    CPUID features; each one's reason is in the file (provenance ``skipped``), not one line apiece."""
+    if not skipped:
+        return None
+    features = []
+    for mnemonic in skipped:
+        try:
+            feature = isa.get(mnemonic).feature.name
+        except KeyError:  # a name from a newer table: counted, its feature unknown here
+            continue
+        if feature not in features:
+            features.append(feature)
+    of = f" (of {', '.join(features)})" if features else ""
+    return (f"skipped {len(skipped)} instruction(s){of} that this backend cannot run here; the file's "
+            f"provenance (\"skipped\") has each one's reason")
+
+
 def format_replay(path, result: ReplayResult, backend: str, show: int = 5) -> str:
     ran = result.total - sum(result.skipped.values())
     lines = [f"{path}: {describe_provenance(result.provenance)}",
