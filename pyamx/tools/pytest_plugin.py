@@ -36,13 +36,13 @@ def pytest_configure(config):
     from ..errors import BackendError
 
     if mode == "emulate":
-        from ..cpu.trap import emulate_process
+        from ..cpu.trap import describe_emulation, emulate_process
 
         try:
             how = emulate_process()
         except BackendError as exc:
             raise pytest.UsageError(f"--amx=emulate: {exc}") from exc
-        config._pyamx_amx = f"AMX: {how}"
+        config._pyamx_amx = f"AMX: {describe_emulation(how)}"
         config._pyamx_emulating = how == "emulated"
     else:
         ok, reason = amx_available()
