@@ -279,6 +279,7 @@ def _time_every_size(report, sizes, families, runnable, threads, allowance, say)
         why_not = allowance.refusal(0.0)
         if why_not is not None:  # nothing at this size can start, not even numpy's reference
             step += 1 + len(families) * len(runnable)
+            say(f"[{step}/{total}] everything at {n}^3: skipped ({why_not})")
             skipped.append({"backend": None, "engine": None, "size": n, "reason": why_not})
             continue
         a32, b32 = rng.standard_normal((n, n)).astype(np.float32), rng.standard_normal((n, n)).astype(np.float32)
