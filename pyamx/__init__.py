@@ -103,7 +103,9 @@ if not TYPE_CHECKING:  # hidden from type checkers: a misspelt name is their err
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY) | set(_dot_names()) | {"__all__"})
+    # The public names (__all__), not this module's own machinery (os, importlib, TYPE_CHECKING,
+    # the lazy table) nor submodules an import happened to bind.
+    return sorted({*_ALL_HEAD, *_dot_names(), *_ALL_TAIL})
 
 
 def cpu_features() -> dict[str, object]:

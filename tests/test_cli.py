@@ -183,3 +183,37 @@ def test_pyamx_run_and_version_never_import_numpy():
                            "assert 'numpy' not in sys.modules"], capture_output=True, text=True, timeout=120,
                           cwd=PYAMX_HOME, env=child_env(drop=("PYAMX_BACKEND",)))
     assert proc.returncode == 0, proc.stderr
+
+
+def test_help_names_no_path_of_this_machine():
+    import re
+
+    import pyamx
+
+    proc = _pyamx("--help")
+    assert proc.returncode == 0, proc.stderr
+    assert os.path.dirname(pyamx.__file__) not in proc.stdout and PYAMX_HOME not in proc.stdout, proc.stdout
+    assert not re.search(r"(^|[\s(])/\w", proc.stdout), proc.stdout
+    own = _pyamx("run", "--help")  # a command's own help may say where its docs are on this machine
+    assert own.returncode == 0 and "run.md" in own.stdout, own.stdout
+
+
+def test_record_says_what_it_skipped_in_one_line(tmp_path, monkeypatch, capsys):
+    from pyamx import cli
+    from pyamx.table import isa
+    from pyamx.tools import vectors
+
+    left_out = [name for name in vectors.KINDS if isa.get(name).feature.name != "AMX-BF16"]
+    assert len(left_out) > 2
+    monkeypatch.setattr(vectors, "unsupported", lambda backend: {
+        name: f"{isa.get(name).feature.name} (CPUID bit): a long reason of several clauses. " * 3
+        for name in left_out})
+    path = tmp_path / "rec.json"
+    assert cli.main(["record", str(path), "--backend", "emulator", "--per-class", "1"]) == 0
+    out = capsys.readouterr().out
+    skipped = [line for line in out.splitlines() if "skipped" in line]
+    assert len(skipped) == 1, out
+    assert f"skipped {len(left_out)} instruction(s)" in skipped[0] and "AMX-FP16" in skipped[0]
+    assert "a long reason" not in out
+    recorded = json.loads(path.read_text())["provenance"]["skipped"]
+    assert set(recorded) == {isa.get(name).mnemonic for name in left_out}  # each reason is in the file

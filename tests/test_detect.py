@@ -113,6 +113,24 @@ def test_sapphire_rapids_is_usable_without_fp16():
     assert "exited 0" in stage(rep, "tile instruction").value
 
 
+def test_the_cpu_line_names_cpuid_facts_and_says_unknown_where_no_table_entry_matches():
+    # A VM seen with AMX reported family 6 model 167 (no AMX part has that model): named unknown,
+    # its features and the child's verdict said as CPUID and the probe found them.
+    vm = dict(SAPPHIRE_RAPIDS)
+    vm[(1, 0)] = (0x000A0671,) + tuple(SAPPHIRE_RAPIDS[(1, 0)][1:])
+    rep = evaluate(machine(vm))
+    assert (rep.cpu["family"], rep.cpu["model"], rep.cpu["stepping"]) == (6, 167, 1)
+    assert rep.cpu["name"] == "unknown" and "codename" not in rep.cpu
+    assert stage(rep, "cpu").value == (
+        "GenuineIntel family 6 model 167 stepping 1: unknown (no entry of pyamx's table of AMX CPU models "
+        "matches); CPUID reports AMX-TILE, AMX-BF16, AMX-INT8; a forked child executed a tile instruction")
+    known = evaluate(machine(SAPPHIRE_RAPIDS))
+    assert stage(known, "cpu").value.startswith(
+        "GenuineIntel family 6 model 143 stepping 8: Sapphire Rapids (pyamx's table of AMX CPU models")
+    assert detect.cpu_name("AuthenticAMD", 6, 143) == "unknown"  # the table is Intel's family 6 only
+    assert detect.cpu_name("GenuineIntel", 6, 207) == "Emerald Rapids"
+
+
 def test_granite_rapids_has_fp16():
     rep = evaluate(machine(GRANITE_RAPIDS))
     assert rep.amx_usable and rep.kernels == {"bf16", "int8", "fp16"}

@@ -447,6 +447,11 @@ def test_threads_environment_is_strict(clean_env):
         eng.default_threads()
     clean_env.setenv(eng.THREADS_ENV_VAR, "3")
     assert eng.default_threads() == 3
+    clean_env.setenv(eng.THREADS_ENV_VAR, str(eng.MAX_THREADS))
+    assert eng.default_threads() == eng.MAX_THREADS
+    clean_env.setenv(eng.THREADS_ENV_VAR, "1000")  # refused, as threads=1000 is, not capped
+    with pytest.raises(ValueError, match=f"{eng.THREADS_ENV_VAR}.*1 to {eng.MAX_THREADS}"):
+        eng.default_threads()
     clean_env.setenv(eng.THREADS_ENV_VAR, "")
     assert eng.default_threads() == (os.cpu_count() or 1)
 
@@ -554,11 +559,26 @@ def test_one_row_operands_with_any_row_stride_give_the_numpy_engines_bits(compil
         assert np.array_equal(as_bits(compiled.dot(op, c, a_odd, b_odd, 1)), as_bits(expected)), op
 
 
-def test_threads_beyond_the_cap_run_capped(compiled):
+def test_threads_beyond_the_cap_are_refused_not_capped(compiled):
     c, a, b = operands(np.random.default_rng(3), "tdpbf16ps", 5, 5, 5, "random")
     expected = compiled.dot("tdpbf16ps", c, a, b, 5, 1)
-    assert np.array_equal(compiled.dot("tdpbf16ps", c, a, b, 5, 2**40), expected)
+    assert np.array_equal(compiled.dot("tdpbf16ps", c, a, b, 5, eng.MAX_THREADS), expected)
     assert np.array_equal(compiled.dot("tdpbf16ps", c, a, b, 5, np.int64(3)), expected)
+    for engine in (compiled, eng.resolve("numpy")):
+        for too_many in (eng.MAX_THREADS + 1, 1000, 2**40, np.int64(1000)):
+            with pytest.raises(ValueError, match=f"threads={int(too_many)} is more than pyamx runs: at most "
+                                                 f"{eng.MAX_THREADS}"):
+                engine.dot("tdpbf16ps", c, a, b, 5, too_many)
+    a_rows = np.zeros((4, 8), np.uint16)
+    with pytest.raises(ValueError, match="threads=1000"):
+        compiled.matmul("tdpbf16ps", a_rows, a_rows.T.copy(), threads=1000)
+
+
+def test_one_place_checks_threads():
+    assert eng.check_threads(None) is None and eng.check_threads(np.int32(7)) == 7
+    for bad in (0, -1, 1.5, "2", True, eng.MAX_THREADS + 1):
+        with pytest.raises(ValueError, match="threads"):
+            eng.check_threads(bad, "fn")
 
 
 @pytest.mark.skipif(not eng._lib() or not eng._lib()[1].pyamx_engine_getcsr(), reason="x86-64 MXCSR only")

@@ -191,3 +191,12 @@ def test_setuptools_ships_every_package():
     assert listed is not None
     found = {".".join(p.parent.relative_to(ROOT).parts) for p in PACKAGE.rglob("__init__.py")}
     assert set(re.findall(r'"([\w.]+)"', listed.group(1))) == found
+
+
+def test_dir_lists_the_public_names_only():
+    names = dir(pyamx)
+    assert names == sorted(pyamx.__all__)
+    for machinery in ("os", "importlib", "TYPE_CHECKING", "_LAZY", "_compat", "annotations", "cpu", "tools"):
+        assert machinery not in names
+    for name in names:  # and each one it lists is there
+        getattr(pyamx, name)

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import builtins
 import json
+import signal
 import subprocess
 import sys
 
 import pytest
 
+from childproc import PYAMX_HOME, child_env
 from pyamx import bench, cli
 
 
@@ -54,12 +56,43 @@ def test_bench_says_when_threadpoolctl_is_missing(monkeypatch):
     assert "threadpoolctl is not installed" in info["thread_control"]
 
 
-def test_bench_skips_what_exceeds_the_budget():
+def test_a_spent_budget_starts_nothing_not_even_the_first_size():
     report = bench.run([4, 64], families=["bf16"], engines=["numpy"], budget=1e-9)
-    emulated = [r["size"] for r in report["results"] if r["backend"] == "emulator"]
-    assert emulated == [4]  # the first size calibrates, the next is estimated
-    assert any(s.get("size") == 64 and s["engine"] == "numpy" and "budget" in s["reason"] for s in report["skipped"])
-    assert all(r["size"] == 4 for r in report["results"])  # native too, where it runs
+    assert report["results"] == []
+    for size in (4, 64):
+        assert any(s.get("size") == size and "budget of 1e-09 s was spent" in s["reason"] for s in report["skipped"])
+    table = bench.format_report(report)
+    assert "skipped: everything at size 4: the budget of 1e-09 s was spent" in table
+
+
+def test_the_first_size_above_the_calibration_size_is_estimated_against_the_budget():
+    # The numpy engine takes seconds for one bf16 1024^3 product: its 256^3 calibration says so
+    # before it starts, and it is left out, with the estimate, instead of overrunning the budget.
+    report = bench.run([1024], families=["bf16"], engines=["numpy"], budget=0.5)
+    assert not [r for r in report["results"] if r["engine"] == "numpy"], report["results"]
+    reasons = [s["reason"] for s in report["skipped"] if s.get("engine") == "numpy" and s.get("size") == 1024]
+    assert len(reasons) == 1 and ("exceeds" in reasons[0] or "was spent" in reasons[0]), reasons
+
+
+def test_a_backend_nobody_named_that_cannot_run_is_one_short_line():
+    report = {"environment": {"pyamx": "0", "numpy": "0", "threads": None, "cpus": 1, "native_usable": False,
+                              "native": "AMX-TILE: " + "a long reason. " * 30, "blas": {
+                                  "name": "b", "version": None, "kernel": None, "thread_control": "none"}},
+              "results": [], "skipped": [{"backend": "native", "engine": None, "reason": "a long reason. " * 30,
+                                          "asked": False},
+                                         {"backend": "emulator", "engine": "avx2", "reason": "needs AVX2",
+                                          "asked": True}]}
+    table = bench.format_report(report)
+    assert "a long reason" not in table
+    assert "skipped: native: does not run here (`pyamx info` says why)" in table.splitlines()
+    assert "skipped: emulator/avx2: needs AVX2" in table.splitlines()  # named with --engines: the reason
+    assert max(len(line) for line in table.splitlines()) < 120
+
+
+def test_bench_marks_a_backend_it_was_not_asked_for():
+    report = bench.run([4], families=["bf16"], engines=["numpy"], budget=1e-9)
+    native = [s for s in report["skipped"] if s["backend"] == "native"]
+    assert all(s["asked"] is False for s in native)
 
 
 @pytest.mark.slow  # a benchmark's own run: seconds of warm-up and timing rounds
@@ -90,3 +123,32 @@ def test_bench_console_entry_point_runs():
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert "fp16" in proc.stdout and "numpy" in proc.stdout
+
+
+def test_ctrl_c_prints_the_partial_table_and_exits_130():
+    # Size 4 is timed at once; the numpy engine's 1024^3 bf16 product then takes seconds, long enough
+    # for SIGINT to arrive inside it.
+    proc = subprocess.Popen([sys.executable, "-m", "pyamx", "bench", "--sizes", "4", "1024", "--families", "bf16",
+                             "--engines", "numpy", "--budget", "600"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=PYAMX_HOME,
+                            env=child_env(drop=("PYAMX_BACKEND",)))
+    seen = []
+    try:
+        for line in proc.stderr:
+            seen.append(line)
+            if "emulator/numpy 1024^3" in line:
+                break
+        else:
+            pytest.fail(f"bench ended before the 1024^3 run: {''.join(seen)}")
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    err = "".join(seen) + err
+    assert proc.returncode == 130, (proc.returncode, out, err)
+    assert "Traceback" not in err and "Traceback" not in out, err
+    rows = [line for line in out.splitlines() if line.startswith("bf16 ")]
+    assert len(rows) == 1 and rows[0].split()[1:3] == ["emulator/numpy", "4"], out
+    assert "interrupted (Ctrl-C)" in out

@@ -224,11 +224,20 @@ def test_messages_for_runs_without_emulated_instructions():
         return RunStats(processes, installed, requests, requests, {}, {}, why)
 
     assert "never loaded" in nothing_emulated_message(stats(0, 0, 0))
-    assert "ran on silicon" in nothing_emulated_message(stats(1, 0, 0, "silicon"))
+    # on silicon the program ran as without pyamx run: no note on every run (--stats says it)
+    assert nothing_emulated_message(stats(1, 0, 0, "silicon")) is None
+    assert nothing_emulated_message(RunStats(1, 0, 0, 0, {}, {}, "silicon", complemented=1)) is None
     assert "could not be installed (no FMA)" in nothing_emulated_message(stats(1, 0, 0, "no FMA"))
     assert "asked for AMX permission (granted)" in nothing_emulated_message(stats(1, 1, 1))
     assert "never asked" in nothing_emulated_message(stats(1, 1, 0))
     assert nothing_emulated_message(RunStats(1, 1, 1, 1, {"TILEZERO": 1}, {"TILEZERO": 0.0}, "")) is None
+
+
+def test_stats_on_silicon_say_the_program_ran_there():
+    from pyamx.run import RunStats, format_stats
+
+    assert "ran AMX on the CPU" in format_stats(RunStats(1, 0, 0, 0, {}, {}, "silicon"))
+    assert "complement mode" in format_stats(RunStats(1, 0, 0, 0, {}, {}, "silicon", complemented=1))
 
 
 # ---- the command itself: its own argument reader, the process it starts ----
@@ -325,9 +334,24 @@ def test_a_run_that_cannot_start_leaves_the_previous_stats_file_as_it_was(tmp_pa
     stats = tmp_path / "stats.txt"
     stats.write_text("the previous run's report\n")
     proc = pyamx_run("--stats-file", stats, "--", tmp_path / "no-such-program")
-    assert proc.returncode == 2 and "no-such-program" in proc.stderr
+    assert proc.returncode == 127 and "no-such-program" in proc.stderr
     assert stats.read_text() == "the previous run's report\n"
     assert os.listdir(tmp_path) == ["stats.txt"]
     done = pyamx_run("--stats-file", stats, "--", "sh", "-c", "exit 0")
     assert done.returncode == 0, done.stderr
     assert stats.read_text().startswith("pyamx run:") and os.listdir(tmp_path) == ["stats.txt"]
+
+
+def test_a_missing_program_is_127_and_one_that_cannot_execute_126_as_shells_say(tmp_path):
+    require_pyamx_run()
+    not_executable = tmp_path / "script.sh"
+    not_executable.write_text("#!/bin/sh\nexit 0\n")
+    os.chmod(not_executable, 0o644)
+    cases = [("no-such-program-pyamx", 127, "No such file or directory"),
+             (tmp_path / "no-such-program", 127, "No such file or directory"),
+             (not_executable, 126, "Permission denied"),
+             (tmp_path, 126, "Permission denied")]
+    for program, status, words in cases:
+        proc = pyamx_run("--", program)
+        assert proc.returncode == status, (program, proc.returncode, proc.stderr)
+        assert proc.stderr == f"pyamx run: {program}: {words}\n", proc.stderr

@@ -114,6 +114,47 @@ def test_missing_file_is_a_clear_error(tmp_path):
         vectors.load(tmp_path / "absent.json")
 
 
+@pytest.mark.parametrize("path", VECTOR_FILES, ids=lambda p: p.name)
+def test_a_committed_file_is_named_from_its_cpuid_facts_not_a_guess(path):
+    prov, cases = vectors.load(path)
+    assert path.name == vectors.suggested_file_name(prov)
+    if prov.get("silicon"):  # what executed there is what its cases hold, as the file says
+        from pyamx.table import isa
+
+        features = dict.fromkeys(isa.get(case.instruction).feature.name for case in cases)
+        assert prov["cpu"]["executed_on_silicon"] == " ".join(features)
+
+
+def test_the_silicon_recording_names_its_cpu_unknown_and_says_what_executed():
+    path = DATA / "silicon-genuineintel-family6-model167-stepping1-seed2026.json"
+    text = vectors.describe_provenance(vectors.load(path)[0])
+    assert "CPU GenuineIntel family 6 model 167 stepping 1 (unknown)" in text
+    assert "executed on silicon: AMX-BF16 AMX-INT8" in text and "Sapphire" not in text
+
+
+def test_names_come_from_the_table_by_cpuid_signature():
+    cpu = {"vendor": "GenuineIntel", "family": "6", "model": "143", "stepping": "8"}
+    assert vectors.recorded_cpu_name(cpu) == "Sapphire Rapids"
+    assert vectors.recorded_cpu_name({**cpu, "model": "167"}) == "unknown"
+    assert vectors.recorded_cpu_name({}) == "unknown"
+    prov = {"backend": "native", "native_mode": "trap", "silicon": False, "cpu": cpu, "seed": 3}
+    assert vectors.suggested_file_name(prov) == "native-trap-genuineintel-family6-model143-stepping8-seed3.json"
+
+
+def test_a_recording_says_which_amx_features_cpuid_reports(recorded):
+    from pyamx.cpu import detect
+
+    _, prov = recorded
+    cpu = detect.report().cpu
+    if "vendor" not in cpu:
+        pytest.skip("CPUID was not read here (no native module or not x86-64 Linux)")
+    from pyamx.table import isa
+
+    reported = [f.name for f in isa.FEATURE_ROWS if cpu.get(f.key)]
+    assert prov["cpu"]["cpuid_amx"] == (" ".join(reported) or "none")
+    assert "executed_on_silicon" not in prov["cpu"]  # the emulator executes nothing on silicon
+
+
 def test_committed_vector_files_exist():
     assert VECTOR_FILES, "tests/data holds no vector file"
 

@@ -62,6 +62,35 @@ TMUL = MappingProxyType({"tmul_maxk": 16, "tmul_maxn": 64})
 AMX_MODELS = MappingProxyType(
     {143: "Sapphire Rapids", 207: "Emerald Rapids", 173: "Granite Rapids", 174: "Granite Rapids-D"}
 )
+#: the name of a CPU whose vendor, family and model match no entry of AMX_MODELS: pyamx does not guess
+UNKNOWN_CPU = "unknown"
+
+
+def cpu_name(vendor: str, family: int, model: int) -> str:
+    """The name AMX_MODELS gives CPUID's vendor, family and model, or :data:`UNKNOWN_CPU` (pure).
+
+    A name says which entry matched, nothing more: a hypervisor may report any signature (one
+    VM with AMX reported family 6 model 167, which no AMX part has), so what the CPU does is
+    told by the feature bits and the probes, never by the name.
+    """
+    if vendor == "GenuineIntel" and family == 6 and model in AMX_MODELS:
+        return AMX_MODELS[model]
+    return UNKNOWN_CPU
+
+
+def describe_cpu(cpu: Mapping, features: Mapping, executed: Optional[bool] = None) -> str:
+    """The CPU line of ``pyamx info`` from CPUID's facts (pure): signature, the table's name or
+    "unknown", the AMX feature bits set, and whether a forked child executed a tile instruction."""
+    name = cpu_name(cpu["vendor"], cpu["family"], cpu["model"])
+    source = ("no entry of pyamx's table of AMX CPU models matches" if name == UNKNOWN_CPU
+              else "pyamx's table of AMX CPU models, by family and model")
+    reported = [f.name for f in isa.FEATURE_ROWS if features.get(f.key)]
+    line = (f"{cpu['vendor']} family {cpu['family']} model {cpu['model']} stepping {cpu['stepping']}: "
+            f"{name} ({source}); CPUID reports {', '.join(reported) or 'no AMX feature'}")
+    if executed is not None:
+        line += ("; a forked child executed a tile instruction" if executed
+                 else "; a forked child did not execute a tile instruction")
+    return line
 
 #: C status codes (csrc/pyamx.h, enum pyamx_status): ``detect.E_ARG`` is ``lib.PYAMX_E_ARG``, read
 #: from the compiled module on first use (None without it: then no C code runs to return one)
@@ -411,9 +440,10 @@ def _cpu_info(cpuid: Mapping) -> dict:
     zero = (0, 0, 0, 0)
     family, model, stepping = decode_signature(cpuid.get((1, 0), zero)[0])
     vendor = decode_vendor(cpuid.get((0, 0), zero))
-    info = {"vendor": vendor, "family": family, "model": model, "stepping": stepping}
-    if vendor == "GenuineIntel" and family == 6 and model in AMX_MODELS:
-        info["codename"] = AMX_MODELS[model]
+    info = {"vendor": vendor, "family": family, "model": model, "stepping": stepping,
+            "name": cpu_name(vendor, family, model)}
+    if info["name"] != UNKNOWN_CPU:
+        info["codename"] = info["name"]
     return info
 
 
@@ -568,11 +598,11 @@ def evaluate(raw: RawFacts) -> Report:
         st.skip("cpu", *SILICON_STAGES_AFTER_CPUID)
     else:
         cpu = _cpu_info(raw.cpuid)
-        desc = f"{cpu['vendor']} family {cpu['family']} model {cpu['model']} stepping {cpu['stepping']}"
-        if "codename" in cpu:
-            desc += f" ({cpu['codename']})"
-        st.add("cpu", desc, None)
+        line = len(st.items)
+        st.add("cpu", "", None)  # worded below, once the forked child has said what executes
         families, feats = _silicon_stages(raw, st, cpu)
+        child = next(s for s in st.items if s.name == SILICON_STAGES_AFTER_CPUID[-1])
+        st.items[line] = Stage("cpu", describe_cpu(cpu, feats, child.ok), None)
         cpu.update(feats)
 
     built = set(build.kernels) if build else set()

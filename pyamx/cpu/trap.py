@@ -175,6 +175,11 @@ def complement() -> tuple:
         _native()[1].pyamx_set_complemented(1)
     except BackendError:
         pass  # no pyamx._native: other modules' instructions are still emulated
+    return _complemented_features(lib)
+
+
+def _complemented_features(lib) -> tuple:
+    """The CPUID features whose instructions the installed complement mode emulates."""
     return tuple(dict.fromkeys(insn.feature.name for insn in isa.TABLE
                                if lib.pyamx_trap_complement_emulates(getattr(lib, insn.c_op))))
 
@@ -376,3 +381,24 @@ def _load_or_backend_error():
         return _load()
     except ImportError as exc:
         raise BackendError(f"AMX emulation is unavailable: {exc}") from exc
+
+
+#: what each answer of emulate_process() means, for a line a user reads (the pytest plugin's header)
+_EMULATION_WORDS = {
+    "silicon": "silicon: the CPU runs every AMX extension pyamx knows; nothing is emulated",
+    "preload": "emulated by pyamx run's preload library for this whole process",
+    "emulated": "emulated by pyamx for this whole process (the CPU has no usable AMX)",
+}
+
+
+def describe_emulation(how: str) -> str:
+    """What ``how`` (an answer of :func:`emulate_process`) means, in words: in the complement mode,
+    which extensions are emulated ("silicon, with AMX-FP16, AMX-FP8 emulated (complement mode)")."""
+    if how != "complement":
+        return _EMULATION_WORDS.get(how, how)
+    try:
+        features = _complemented_features(_load_or_backend_error()[1])
+    except BackendError:
+        features = ()
+    emulated = ", ".join(features) if features else "the AMX extensions this CPU lacks"
+    return f"silicon, with {emulated} emulated by pyamx (complement mode)"

@@ -136,11 +136,30 @@ def _threads_default() -> int:
 def default_threads() -> int:
     """``PYAMX_ENGINE_THREADS`` (a positive integer) when set and not empty, else the usable CPUs.
 
-    The default of every ``threads=None`` in pyamx (engines and the native matmul kernels), capped
-    at :data:`MAX_THREADS`.
+    The default of every ``threads=None`` in pyamx (engines and the native matmul kernels). A
+    machine with more CPUs than :data:`MAX_THREADS` gets that many; a variable asking for more is
+    refused, as ``threads=`` is (:func:`check_threads`).
     """
     value = env_parser.integer(THREADS_ENV_VAR, _CPU_COUNT, minimum=1, error=EnvironmentVariableError)
+    if env_parser.raw(THREADS_ENV_VAR) is not None and value > MAX_THREADS:
+        raise EnvironmentVariableError(THREADS_ENV_VAR, str(value),
+                                       f"a decimal integer from 1 to {MAX_THREADS} (more never helps), "
+                                       f"or empty/unset for the usable CPUs")
     return min(value, MAX_THREADS)
+
+
+def check_threads(threads, fn: str = "threads"):
+    """``threads=`` as every pyamx function takes it: None, or an integer from 1 to :data:`MAX_THREADS`
+    (returned as an int); ValueError naming ``fn`` otherwise. More is refused rather than capped:
+    a caller who asked for 1000 threads would otherwise be told nothing of running 256."""
+    if threads is None:
+        return None
+    if isinstance(threads, bool) or not isinstance(threads, (int, np.integer)) or threads < 1:
+        raise ValueError(f"{fn}: threads must be None or an integer from 1 to {MAX_THREADS}, not {threads!r}")
+    if threads > MAX_THREADS:
+        raise ValueError(f"{fn}: threads={int(threads)} is more than pyamx runs: at most {MAX_THREADS} "
+                         f"(more never helps); pass a count from 1 to {MAX_THREADS}, or None for the default")
+    return int(threads)
 
 
 def _lib():
@@ -243,10 +262,7 @@ class Engine:
                 f"{op_name}: engine operands are {32 // lanes}-bit values in a and b and 32-bit words in c; "
                 f"got {a.dtype}, {b_vnni.dtype}, {c_bits.dtype}"
             )
-        if threads is not None:
-            if isinstance(threads, bool) or not isinstance(threads, (int, np.integer)) or threads < 1:
-                raise ValueError(f"threads must be a positive integer or None, not {threads!r}")
-            threads = min(int(threads), MAX_THREADS)
+        threads = check_threads(threads, op_name)
         if not self.compiled:
             return self._numpy_dot(op_name, is_float, c_bits, a, b_vnni, kd, threads)
         return self._compiled_dot(op_name, is_float, c_bits, a, b_vnni, m, n, kd, threads)
@@ -305,6 +321,7 @@ class Engine:
         if a.itemsize != 4 // lanes or b.itemsize != 4 // lanes or (c_bits is not None and c_bits.itemsize != 4):
             raise TypeError(f"{op_name}: engine operands are {32 // lanes}-bit values in a and b and 32-bit words "
                             f"in c; got {a.dtype}, {b.dtype}, {None if c_bits is None else c_bits.dtype}")
+        threads = check_threads(threads, op_name)
         if threads is None:
             threads = _threads_default()
         ffi, lib = self._ffi, self._lib
@@ -316,7 +333,6 @@ class Engine:
             c_bits = contiguous_bits(c_bits.view(np.uint32) if c_bits.dtype != np.uint32 else c_bits)
             c_ptr, ldc = ffi.from_buffer("uint32_t[]", c_bits), n
         out = np.empty((m, n), dtype=np.uint32)
-        threads = min(int(threads), MAX_THREADS)
         if op_name in FP8_OPS:  # K need not be whole dwords: the C side reads k values and pads with zeros
             rc = self._call(lib.pyamx_engine_fp8, m * n * k, threads, (
                 self._kind, self._op_ids[op_name], ffi.from_buffer(a), a.shape[1], ffi.from_buffer(b), b.shape[1],

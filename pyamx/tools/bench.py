@@ -5,6 +5,12 @@ numpy float32 matmul of the same shape, in the same process, with the same
 thread count (through threadpoolctl when it is installed; otherwise numpy's
 BLAS keeps its own thread count, and the report says so). Figures, not
 tests: on a shared machine they are indicative.
+
+``--budget`` bounds the whole run: no measurement starts once it is spent, or
+when its estimate (from the previous size, or from a 256^3 calibration call
+where there is no previous size of at least 256) exceeds what is left; each one left out is
+listed as skipped. Ctrl-C ends the run between or inside measurements and the
+table holds what was timed before (exit status 130).
 """
 
 from __future__ import annotations
@@ -24,7 +30,10 @@ from ..emulator.engine import COMPILED_GROUPS
 #: its numpy reference would be a complex64 product, not the float32 one every row is compared with)
 FAMILIES = tuple(g for g in isa.FAMILIES if any(i.matmul for i in isa.DOTS if i.group == g))
 DEFAULT_SIZES = (256, 512, 1024)
-DEFAULT_BUDGET_S = 30.0
+DEFAULT_BUDGET_S = 60.0
+#: the size that calibrates a backend's rate before a larger first size: a call takes milliseconds
+#: on the compiled engines and about 0.1 s on the numpy engine
+CALIBRATION_SIZE = 256
 #: the largest size: three float32 operands of 8192^2 already take 768 MiB, the operands of each family more
 MAX_SIZE = 8192
 MAX_BUDGET_S = 7 * 24 * 3600.0
@@ -46,7 +55,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--families", default=",".join(FAMILIES), help=f"comma-separated: {', '.join(FAMILIES)}")
     parser.add_argument("--budget", type=bounded_float(0.0, MAX_BUDGET_S, "the budget in seconds"),
                         default=DEFAULT_BUDGET_S,
-                        help="skip a run whose estimated time exceeds this many seconds (default: %(default)s)")
+                        help="seconds the whole run may take: no measurement starts once they are spent or when "
+                             "its estimate exceeds what is left, and each one left out is listed "
+                             "(default: %(default)s)")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
 
 
@@ -153,11 +164,12 @@ def _targets(engines):
     return out
 
 
-def _best_time(fn, budget: float) -> float:
-    """Best of a few runs, fewer when one run is long."""
-    start = time.perf_counter()
-    fn()
-    first = time.perf_counter() - start
+def _best_time(fn, budget: float, first=None) -> float:
+    """Best of a few runs, fewer when one run is long; ``first``: the time of a run already made."""
+    if first is None:
+        start = time.perf_counter()
+        fn()
+        first = time.perf_counter() - start
     best, spent, runs = first, first, 1
     while runs < 5 and spent + first < min(budget, 2.0):
         start = time.perf_counter()
@@ -201,32 +213,80 @@ def _best_interleaved(fn, reference, budget: float, rounds: int = 2, runs: int =
     return best_fn, best_ref
 
 
+class _Budget:
+    """The seconds the whole run may take, from its start."""
+
+    def __init__(self, seconds: float):
+        self.seconds, self.deadline = seconds, time.perf_counter() + seconds
+
+    def left(self) -> float:
+        return self.deadline - time.perf_counter()
+
+    def refusal(self, estimate: float):
+        """Why a measurement estimated at ``estimate`` seconds must not start (None: it may)."""
+        left = self.left()
+        if left <= 0:
+            return f"the budget of {self.seconds:g} s was spent"
+        if estimate > left:
+            return f"estimated {estimate:.1f} s exceeds the {left:.1f} s left of the budget of {self.seconds:g} s"
+        return None
+
+
 def run(sizes=DEFAULT_SIZES, *, threads=None, engines=None, families=FAMILIES, budget=DEFAULT_BUDGET_S,
         progress=None) -> dict:
-    """Time everything; returns {"environment": ..., "results": [...], "skipped": [...]}."""
+    """Time everything; returns {"environment": ..., "results": [...], "skipped": [...], "interrupted": bool}.
+
+    ``budget``: seconds for the whole run (module docstring). ``engines``: the emulator engines asked
+    for (None: every one); a target nobody named that cannot run here is skipped with a short reason.
+    Ctrl-C (KeyboardInterrupt) returns what was timed with ``interrupted`` true.
+    """
     import pyamx
     from .. import _backend
-    from ..errors import AMXError
 
     say = progress or (lambda message: None)
-    rng = np.random.default_rng(0)
+    allowance = _Budget(budget)
+    native_usable, native_reason = _backend.native_status("bf16")
     env = {"pyamx": pyamx.__version__, "numpy": np.__version__, "blas": blas_info(), "threads": threads,
-           "cpus": os.cpu_count(), "native": _backend.native_status("bf16")[1], "native_mode": _backend.native_mode()}
-    results, skipped = [], []
+           "cpus": os.cpu_count(), "native": native_reason, "native_usable": bool(native_usable),
+           "native_mode": _backend.native_mode(), "budget_s": budget}
+    report = {"environment": env, "results": [], "skipped": [], "interrupted": False}
     targets = _targets(engines)
     for backend, engine, why_not in targets:
         if why_not is not None:
-            skipped.append({"backend": backend, "engine": engine, "reason": why_not})
+            asked = backend == "emulator" and engines is not None
+            report["skipped"].append({"backend": backend, "engine": engine, "reason": why_not, "asked": asked})
     runnable = [(b, e) for b, e, why in targets if why is None]
+    try:
+        _time_every_size(report, sizes, families, runnable, threads, allowance, say)
+    except KeyboardInterrupt:
+        report["interrupted"] = True
+    return report
+
+
+def _time_every_size(report, sizes, families, runnable, threads, allowance, say) -> None:
+    import pyamx
+    from ..errors import AMXError
+
+    results, skipped = report["results"], report["skipped"]
+    rng = np.random.default_rng(0)
     total = len(sizes) * (1 + len(families) * len(runnable))
     step = 0
-    rate = {}  # (backend, engine, family) -> seconds per multiply-add, from the last size that ran
+    # (backend, engine, family) -> (seconds per multiply-add, the size it was measured at): from the
+    # last size that ran, or a calibration call where that size was too small to scale from (a call's
+    # fixed cost dominates there and, scaled by n^3, would skip what takes a second)
+    rate = {}
     for n in sizes:
+        why_not = allowance.refusal(0.0)
+        if why_not is not None:  # nothing at this size can start, not even numpy's reference
+            step += 1 + len(families) * len(runnable)
+            say(f"[{step}/{total}] everything at {n}^3: skipped ({why_not})")
+            skipped.append({"backend": None, "engine": None, "size": n, "reason": why_not})
+            continue
         a32, b32 = rng.standard_normal((n, n)).astype(np.float32), rng.standard_normal((n, n)).astype(np.float32)
         step += 1
         say(f"[{step}/{total}] numpy float32 matmul {n}^3")
-        with _BlasThreads(threads):
-            reference = _best_time(lambda: a32 @ b32, budget)
+        with _BlasThreads(threads):  # a share of what is left: the timed rounds below time it again
+            reference = _best_time(lambda: a32 @ b32, allowance.left() / 10)
         flops = 2.0 * n ** 3
         for family in families:
             a, b = _operands(family, n, rng)
@@ -238,26 +298,36 @@ def run(sizes=DEFAULT_SIZES, *, threads=None, engines=None, families=FAMILIES, b
                     skipped.append({"backend": backend, "engine": engine, "family": family, "size": n,
                                     "reason": f"the {engine} engine does not implement {family}: numpy only"})
                     continue
-                estimate = rate.get(key, 0.0) * n ** 3
-                if estimate > budget:
-                    say(f"[{step}/{total}] {family} {label} {n}^3: skipped (estimated {estimate:.0f} s > budget {budget:.0f} s)")
-                    skipped.append({"backend": backend, "engine": engine, "family": family, "size": n,
-                                    "reason": f"estimated {estimate:.0f} s exceeds the budget of {budget:.0f} s"})
-                    continue
-                say(f"[{step}/{total}] {family} {label} {n}^3" + (f" (about {estimate:.1f} s)" if estimate else ""))
+
+                def call(a=a, b=b, backend=backend, engine=engine):
+                    return pyamx.matmul(a, b, backend=backend, engine=engine, threads=threads)
+
                 try:
-                    call = lambda: pyamx.matmul(a, b, backend=backend, engine=engine, threads=threads)  # noqa: E731
                     with _BlasThreads(threads):  # an engine that calls BLAS (numpy: int8) gets the same count
+                        measured_at = rate.get(key, (0.0, 0))[1]
+                        if measured_at < CALIBRATION_SIZE < n and allowance.refusal(0.0) is None:
+                            rate[key] = (_calibrate(family, backend, engine, threads), CALIBRATION_SIZE)
+                        estimate = rate.get(key, (0.0, 0))[0] * n ** 3
+                        why_not = allowance.refusal(estimate)
+                        if why_not is not None:
+                            say(f"[{step}/{total}] {family} {label} {n}^3: skipped ({why_not})")
+                            skipped.append({"backend": backend, "engine": engine, "family": family, "size": n,
+                                            "reason": why_not})
+                            continue
+                        say(f"[{step}/{total}] {family} {label} {n}^3" + (f" (about {estimate:.1f} s)" if estimate else ""))
+                        started = time.perf_counter()
                         result = call()
-                        if estimate and estimate * 5 > budget:  # long runs: the reference timed once is enough
-                            seconds = _best_time(call, budget)
+                        first = time.perf_counter() - started
+                        left = allowance.left()
+                        if first * 10 > left:  # no room for the interleaved rounds: a few runs at most
+                            seconds = _best_time(call, left - first, first)
                         else:
-                            seconds, again = _best_interleaved(call, lambda: a32 @ b32, budget)
+                            seconds, again = _best_interleaved(call, lambda: a32 @ b32, left)
                             reference = min(reference, again)
                 except AMXError as exc:
                     skipped.append({"backend": backend, "engine": engine, "family": family, "size": n, "reason": str(exc)})
                     continue
-                rate[key] = seconds / n ** 3
+                rate[key] = (seconds / n ** 3, n)
                 record = {"family": family, "size": n, "backend": result.backend, "engine": result.engine,
                           "native_mode": result.native_mode, "seconds": seconds, "gflops": flops / seconds / 1e9,
                           "numpy_seconds": reference, "numpy_gflops": flops / reference / 1e9,
@@ -270,7 +340,21 @@ def run(sizes=DEFAULT_SIZES, *, threads=None, engines=None, families=FAMILIES, b
             if record["size"] == n:
                 record.update(numpy_seconds=reference, numpy_gflops=flops / reference / 1e9,
                               ratio=record["seconds"] / reference)
-    return {"environment": env, "results": results, "skipped": skipped}
+
+
+def _calibrate(family: str, backend: str, engine, threads) -> float:
+    """Seconds per multiply-add of one CALIBRATION_SIZE^3 call: the estimate of a larger first size."""
+    import pyamx
+
+    n = CALIBRATION_SIZE
+    a, b = _operands(family, n, np.random.default_rng(1))
+    pyamx.matmul(a, b, backend=backend, engine=engine, threads=threads)  # the first call pays one-time set-up
+    best = float("inf")
+    for _ in range(2):  # the better of two: a neighbour's load on a shared machine inflates one
+        started = time.perf_counter()
+        pyamx.matmul(a, b, backend=backend, engine=engine, threads=threads)
+        best = min(best, time.perf_counter() - started)
+    return best / n ** 3
 
 
 def format_report(report: dict) -> str:
@@ -280,7 +364,10 @@ def format_report(report: dict) -> str:
         f"pyamx {env['pyamx']}, numpy {env['numpy']}, BLAS {blas['name']} {blas['version'] or ''}".rstrip()
         + (f" (kernel {blas['kernel']})" if blas.get("kernel") else ""),
         f"threads: {env['threads'] or 'default'} (numpy BLAS thread control: {blas['thread_control']}); cpus: {env['cpus']}",
-        f"native: {env['native']}",
+    ]
+    if env.get("native_usable", True):  # where it is not, its skipped line says so
+        lines.append(f"native: {env['native']}")
+    lines += [
         "",
         f"{'family':6s} {'backend/engine':18s} {'size':>6s} {'time':>11s} {'GFLOP/s':>9s} {'numpy f32':>11s} {'ratio':>9s} {'AMX peak':>8s}",
     ]
@@ -291,9 +378,20 @@ def format_report(report: dict) -> str:
                      f"{r['numpy_seconds'] * 1e3:9.2f}ms {r['ratio']:8.2f}x {peak:>8s}")
     for s in report["skipped"]:
         where = " ".join(str(s[k]) for k in ("family", "size") if k in s)
+        if s["backend"] is None:  # the budget ran out before this size
+            lines.append(f"skipped: everything at size {s['size']}: {s['reason']}")
+            continue
         label = s["backend"] + (f"/{s['engine']}" if s.get("engine") else "")
-        lines.append(f"skipped: {' '.join(x for x in (label, where) if x)}: {s['reason']}")
+        # A backend or engine nobody named that cannot run here is one short line: its full reason
+        # (several sentences for native) is `pyamx info`'s job and in --json.
+        reason = _NOT_HERE if s.get("asked") is False else s["reason"]
+        lines.append(f"skipped: {' '.join(x for x in (label, where) if x)}: {reason}")
+    if report.get("interrupted"):
+        lines.append("interrupted (Ctrl-C): the rows above are what was timed before")
     return "\n".join(lines)
+
+
+_NOT_HERE = "does not run here (`pyamx info` says why)"
 
 
 def main(args: argparse.Namespace) -> int:
@@ -318,4 +416,4 @@ def main(args: argparse.Namespace) -> int:
         sys.stdout.write("\n")
     else:
         print(format_report(report))
-    return 0
+    return 130 if report["interrupted"] else 0  # 128 + SIGINT, as a shell reports a command Ctrl-C ended

@@ -23,25 +23,30 @@ if TYPE_CHECKING:
 class Command:
     """One subcommand: ``run(args) -> exit status``, its help line (or a function that words it when the
     parser is built, for a line read from the instruction table), the function adding its arguments;
-    ``computes``: it runs tile arithmetic, so every setting of the backends and engines must be valid."""
+    ``computes``: it runs tile arithmetic, so every setting of the backends and engines must be valid;
+    ``details``: a function wording what ``pyamx COMMAND --help`` adds to the help line (a path of this
+    machine, such as where the docs are, belongs there and not in ``pyamx --help``'s list)."""
 
-    __slots__ = ("run", "help", "add_arguments", "computes")
+    __slots__ = ("run", "help", "add_arguments", "computes", "details")
 
     def __init__(self, run: Callable[[argparse.Namespace], int], help: Union[str, Callable[[], str]],
-                 add_arguments: Optional[Callable[[argparse.ArgumentParser], None]], computes: bool = False):
+                 add_arguments: Optional[Callable[[argparse.ArgumentParser], None]], computes: bool = False,
+                 details: Optional[Callable[[], str]] = None):
         self.run, self.help, self.add_arguments, self.computes = run, help, add_arguments, computes
+        self.details = details
 
 
 COMMANDS: Dict[str, Command] = {}
 
 
-def subcommand(name: str, help: Union[str, Callable[[], str]], add_arguments=None, computes: bool = False):
+def subcommand(name: str, help: Union[str, Callable[[], str]], add_arguments=None, computes: bool = False,
+               details: Optional[Callable[[], str]] = None):
     """Register ``fn(args) -> exit status`` as ``python -m pyamx NAME``."""
 
     def register(fn):
         if name in COMMANDS:
             raise ValueError(f"subcommand {name!r} is registered twice")
-        COMMANDS[name] = Command(fn, help, add_arguments, computes)
+        COMMANDS[name] = Command(fn, help, add_arguments, computes, details)
         return fn
 
     return register
@@ -64,7 +69,8 @@ def build_parser(command: Optional[str] = None) -> argparse.ArgumentParser:
     sub.required = True
     for name, spec in COMMANDS.items():
         text = spec.help() if callable(spec.help) else spec.help
-        p = sub.add_parser(name, help=text, description=text)
+        details = spec.details() if spec.details and command == name else None
+        p = sub.add_parser(name, help=text, description=f"{text} ({details})" if details else text)
         if spec.add_arguments and command in (None, name):
             spec.add_arguments(p)
     return parser
@@ -76,7 +82,8 @@ def main(argv=None) -> int:
     A failure pyamx can explain (a backend that cannot run, a bad
     environment variable, an unreadable file) is one line on stderr and
     exit status 2, never a traceback; a closed stdout (``| head``) ends the
-    command quietly.
+    command quietly; Ctrl-C ends it with status 130 (128 + SIGINT, as shells
+    report it) and one line, no traceback.
     """
     from .._env import EnvVarError
     from ..errors import AMXError
@@ -100,6 +107,9 @@ def main(argv=None) -> int:
     except BrokenPipeError:
         _quiet_stdout()
         return 1
+    except KeyboardInterrupt:  # Ctrl-C: what a command had to say is said (bench: its partial table)
+        print(f"pyamx {args.command}: interrupted", file=sys.stderr)
+        return 130
     except (AMXError, EnvVarError, OSError) as exc:
         print(f"pyamx {args.command}: {error_message(exc, args.command)}", file=sys.stderr)
         return 2
@@ -257,7 +267,8 @@ def probe_command(args: argparse.Namespace) -> int:
 
 
 def _record_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("file", help="vector file to write (JSON); - writes to stdout")
+    parser.add_argument("file", help="vector file to write (JSON); - writes to stdout. An existing file is replaced "
+                                        "whole and keeps its mode; a symbolic link is written through to its target")
     _backend_argument(parser)
     parser.add_argument("--seed", type=_seed, default=2026, help="non-negative integer (default 2026)")
     parser.add_argument("--per-class", type=bounded_int(1, MAX_PER_CLASS, "the count"), default=4,
@@ -277,8 +288,9 @@ def record_command(args: argparse.Namespace) -> int:
     # With the vectors on stdout, the summary goes to stderr so the JSON stays parseable.
     out = sys.stderr if to_stdout else sys.stdout
     print(f"wrote {'stdout' if to_stdout else args.file}: {vectors.describe_provenance(prov)}", file=out)
-    for mnemonic, why in prov.get("skipped", {}).items():
-        print(f"  skipped {mnemonic}: {why}", file=out)
+    skipped = vectors.describe_skipped(prov.get("skipped", {}))
+    if skipped:
+        print(f"  {skipped}", file=out)
     return 0
 
 
@@ -354,7 +366,9 @@ def _run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--verbose", action="store_true", help="print each emulated instruction (stderr)")
     parser.add_argument("--stats", action="store_true",
                         help="print emulated instructions by mnemonic and the time spent, at exit (stderr)")
-    parser.add_argument("--stats-file", metavar="FILE", help="write the --stats report to FILE instead")
+    parser.add_argument("--stats-file", metavar="FILE",
+                        help="write the --stats report to FILE instead (an existing FILE keeps its mode; "
+                             "a symbolic link is written through to its target)")
     parser.add_argument("--no-guard", action="store_true",
                         help="no seccomp guard for the SIGILL handler (no cost on the program's system calls; "
                              "a raw rt_sigaction(SIGILL) of the program then displaces the emulation)")
@@ -363,10 +377,10 @@ def _run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("program", nargs=argparse.REMAINDER, help="-- PROGRAM [ARGS...]")
 
 
-def _run_help() -> str:
+def _run_details() -> str:
     from .._docs import doc
 
-    return f"run a program with its AMX instructions emulated ({doc('run.md')})"
+    return f"the full story: {doc('run.md')}"
 
 
 def _write_stats_file(path: str, text: str) -> None:
@@ -381,7 +395,7 @@ def _write_stats_file(path: str, text: str) -> None:
               f"the program's exit status stands. The report:\n{text}", file=sys.stderr, end="")
 
 
-@subcommand("run", _run_help(), _run_arguments)
+@subcommand("run", "run a program with its AMX instructions emulated", _run_arguments, details=_run_details)
 def run_command(args: argparse.Namespace) -> int:
     from . import run as runner
 
@@ -400,5 +414,5 @@ def run_command(args: argparse.Namespace) -> int:
             rc = runner.run(program, verbose=args.verbose, stats=args.stats, guard=not args.no_guard)
     except runner.RunError as exc:
         print(exc, file=sys.stderr)
-        return 2
+        return exc.status
     return runner.exit_like(rc)

@@ -51,13 +51,13 @@ def pytest_configure(config):
     from ..errors import BackendError
 
     if mode == "emulate":
-        from ..cpu.trap import emulate_process
+        from ..cpu.trap import describe_emulation, emulate_process
 
         try:
             how = emulate_process()
         except BackendError as exc:
             raise pytest.UsageError(f"--amx=emulate: {exc}") from exc
-        config._pyamx_amx = f"AMX: {how}"
+        config._pyamx_amx = f"AMX: {describe_emulation(how)}"
         config._pyamx_keep_handler = keeps_handler_on_top(how)
     else:
         ok, reason = amx_available()

@@ -34,7 +34,20 @@ GUARD_ENV = "PYAMX_TRAP_GUARD"  # 0: no seccomp guard (pyamx.trap.GUARD_ENV; rea
 
 
 class RunError(RuntimeError):
-    """``pyamx run`` cannot start the program (no preload library, not x86-64 Linux)."""
+    """``pyamx run`` cannot start the program (no preload library, not x86-64 Linux).
+
+    ``status``: the exit status ``pyamx run`` ends with: 127 for a program that is not there and
+    126 for one that cannot be executed, as shells say; 2 for the rest.
+    """
+
+    def __init__(self, message: str, status: int = 2):
+        super().__init__(message)
+        self.status = status
+
+
+#: the exit statuses shells give a command they cannot find or cannot execute (POSIX, "Command Search
+#: and Execution")
+NOT_FOUND_STATUS, NOT_EXECUTABLE_STATUS = 127, 126
 
 
 def preload_file() -> str:
@@ -205,6 +218,8 @@ def format_stats(stats: RunStats) -> str:
     if stats.complemented:
         lines.append(f"  on AMX silicon: {stats.complemented} process(es) ran AMX on the CPU and had only the "
                      "extensions it lacks emulated (the complement mode)")
+    elif stats.why == "silicon" and not stats.installed:
+        lines.append("  on AMX silicon: the program ran AMX on the CPU; this CPU has every extension pyamx emulates")
     for name in sorted(stats.counts, key=lambda n: -stats.counts[n]):
         n, s = stats.counts[name], stats.seconds[name]
         lines.append(f"  {name:<12} {n:>12}  {s * 1e3:10.3f} ms in the handler  ({s / n * 1e6:.2f} us each)")
@@ -222,10 +237,9 @@ def nothing_emulated_message(stats: RunStats) -> Optional[str]:
         return ("pyamx run: the preload library never loaded: the program is statically linked, setuid, "
                 "or cleared LD_PRELOAD; nothing was emulated")
     if stats.installed == 0 and stats.why == "silicon":
-        if stats.complemented:
-            return ("pyamx run: this CPU has usable AMX: the program ran on silicon and used none of the AMX "
-                    "extensions this CPU lacks, which pyamx run would have emulated (the complement mode)")
-        return "pyamx run: this CPU has usable AMX: the program ran on silicon and nothing was emulated"
+        # The program ran as it would have without pyamx run: nothing the user must act on
+        # (--stats says it ran on silicon).
+        return None
     if stats.installed == 0:
         return f"pyamx run: emulation could not be installed ({stats.why or 'see above'}); nothing was emulated"
     if stats.requests:
@@ -290,7 +304,8 @@ def _spawn_and_wait(argv, env) -> int:
         try:
             pid = os.posix_spawnp(argv[0], list(argv), env, setsigdef=defaults, setsigmask=old_mask)
         except OSError as exc:
-            raise RunError(f"pyamx run: cannot start {argv[0]!r}: {exc}") from exc
+            status = NOT_FOUND_STATUS if isinstance(exc, FileNotFoundError) else NOT_EXECUTABLE_STATUS
+            raise RunError(f"pyamx run: {argv[0]}: {exc.strerror or exc}", status) from exc
         while True:
             done, status = os.waitpid(pid, os.WNOHANG)
             if done:

@@ -76,7 +76,33 @@ def _cpu_provenance() -> dict:
         key, _, value = line.partition(":")
         if key.strip() in wanted:
             info[wanted[key.strip()]] = value.strip()
+    reported = _cpuid_amx_features()
+    if reported is not None:
+        info["cpuid_amx"] = " ".join(reported) or "none"
     return info
+
+
+def _cpuid_amx_features():
+    """The AMX features CPUID reports here, as detection read them (None where it could not read CPUID)."""
+    from ..cpu import detect
+
+    cpu = detect.report().cpu
+    if "vendor" not in cpu:
+        return None
+    return [f.name for f in isa.FEATURE_ROWS if cpu.get(f.key)]
+
+
+def executed_on_silicon(backend: str, native_mode, instructions) -> str:
+    """The CPUID features whose instructions a recording ran on the CPU itself ("" where none did):
+    what executed, which on a VM may be more than CPUID reports."""
+    if backend != "native" or native_mode != "silicon":
+        return ""
+    from ..cpu import detect
+
+    rep = detect.report()
+    features = [isa.get(name).feature.name for name in instructions
+                if rep.mode_for(isa.get(name)) == "silicon"]
+    return " ".join(dict.fromkeys(features))
 
 
 def provenance(backend: str, seed: int) -> dict:
@@ -219,10 +245,14 @@ def record(path, backend: str = "emulator", seed: int = 2026, per_class: int = 4
     cases = generate(seed, per_class, tuple(n for n in KINDS if isa.get(n).mnemonic not in skipped))
     for case in cases:
         case.out = run_case(case, chosen)
+    prov = {**provenance(chosen, seed), "skipped": skipped}
+    executed = executed_on_silicon(chosen, prov["native_mode"], dict.fromkeys(case.instruction for case in cases))
+    if executed:
+        prov["cpu"]["executed_on_silicon"] = executed
     document = {
         "format": FORMAT,
         "version": VERSION,
-        "provenance": {**provenance(chosen, seed), "skipped": skipped},
+        "provenance": prov,
         "cases": [_case_json(case) for case in cases],
     }
     if hasattr(path, "write"):  # an open text stream (the CLI's `record -`)
@@ -380,17 +410,62 @@ def replay(path, backend: str = "emulator") -> ReplayResult:
     return ReplayResult(prov, len(cases), mismatches, skipped, {n: why[n] for n in skipped}, tally)
 
 
+def recorded_cpu_name(cpu: dict) -> str:
+    """The name pyamx's table gives a recording's CPUID vendor, family and model, or "unknown"."""
+    from ..cpu import detect
+
+    try:
+        return detect.cpu_name(cpu.get("vendor", ""), int(cpu.get("family", "")), int(cpu.get("model", "")))
+    except ValueError:  # not recorded (an old file, no /proc/cpuinfo)
+        return detect.UNKNOWN_CPU
+
+
 def describe_provenance(prov: dict) -> str:
     cpu = prov.get("cpu", {})
     from .._result import backend_label
 
     label = backend_label(prov.get("backend"), prov.get("native_mode"))
     where = f"{label}: SILICON" if prov.get("silicon") else f"{label} (NOT silicon)"
+    facts = "".join(f"; {what}: {cpu[key]}" for key, what in (("cpuid_amx", "CPUID's AMX features"),
+                                                              ("executed_on_silicon", "executed on silicon"))
+                    if key in cpu)
     return (
         f"recorded on {where}; CPU {cpu.get('vendor', '?')} family {cpu.get('family', '?')} model "
-        f"{cpu.get('model', '?')} stepping {cpu.get('stepping', '?')} microcode {cpu.get('microcode', '?')}; "
-        f"kernel {prov.get('kernel', '?')}; pyamx {prov.get('pyamx', '?')}; {prov.get('date', '?')}"
+        f"{cpu.get('model', '?')} stepping {cpu.get('stepping', '?')} ({recorded_cpu_name(cpu)}) microcode "
+        f"{cpu.get('microcode', '?')}{facts}; kernel {prov.get('kernel', '?')}; pyamx {prov.get('pyamx', '?')}; "
+        f"{prov.get('date', '?')}"
     )
+
+
+def suggested_file_name(prov: dict) -> str:
+    """A name for a recording from its provenance: the backend, and for native the CPUID signature
+    (never a guessed CPU name); the seed. "emulator-sdm-seed2026.json",
+    "silicon-genuineintel-family6-model167-stepping1-seed2026.json"."""
+    seed = prov.get("seed", "unknown")
+    if prov.get("backend") == "emulator":
+        return f"emulator-{prov.get('numerics') or 'sdm'}-seed{seed}.json"
+    cpu = prov.get("cpu", {})
+    where = "silicon" if prov.get("silicon") else f"native-{prov.get('native_mode') or 'unknown'}"
+    signature = "-".join(f"{field}{cpu.get(field, 'unknown')}" for field in ("family", "model", "stepping"))
+    return f"{where}-{cpu.get('vendor', 'unknown').lower()}-{signature}-seed{seed}.json"
+
+
+def describe_skipped(skipped: dict):
+    """One line for the instructions a recording left out (None where none was): their count and
+    CPUID features; each one's reason is in the file (provenance ``skipped``), not one line apiece."""
+    if not skipped:
+        return None
+    features = []
+    for mnemonic in skipped:
+        try:
+            feature = isa.get(mnemonic).feature.name
+        except KeyError:  # a name from a newer table: counted, its feature unknown here
+            continue
+        if feature not in features:
+            features.append(feature)
+    of = f" (of {', '.join(features)})" if features else ""
+    return (f"skipped {len(skipped)} instruction(s){of} that this backend cannot run here; the file's "
+            f"provenance (\"skipped\") has each one's reason")
 
 
 def format_replay(path, result: ReplayResult, backend: str, show: int = 5) -> str:
