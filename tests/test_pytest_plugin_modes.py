@@ -42,7 +42,7 @@ def _configured(monkeypatch, how):
     monkeypatch.setattr(trap, "ensure_installed", lambda: reinstalls.append(1) or True)
     config = _Config("emulate")
     pytest_plugin.pytest_configure(config)
-    assert pytest_plugin.pytest_report_header(config) == f"AMX: {how}"
+    assert pytest_plugin.pytest_report_header(config) == f"AMX: {trap.describe_emulation(how)}"
     return config, reinstalls
 
 
