@@ -13,6 +13,7 @@ M x N output per K step.
 
 from __future__ import annotations
 
+import math
 import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -264,6 +265,46 @@ def _interleave(b_pad: np.ndarray, k_dwords: int, lanes: int) -> np.ndarray:
     return words.view(b_pad.dtype).reshape(k_dwords, n * lanes)
 
 
+def _stacked_rows(x: np.ndarray) -> "np.ndarray | None":
+    """``x`` (..., R, C) as one (prod(...) * R, C) matrix: a view where its leading dimensions step
+    through memory as one run of rows, else a copy of its own size; None for a stack broadcast by
+    zero strides, whose copy would be the whole stack rather than the matrix it repeats."""
+    *lead, columns = x.shape
+    rows = math.prod(lead)
+    runs = [(size, stride) for size, stride in zip(lead, x.strides[:-1]) if size != 1]
+    if any(stride == 0 for _, stride in runs):
+        return None
+    if any(outer != inner * size for (_, outer), (size, inner) in zip(runs, runs[1:])):
+        return np.ascontiguousarray(x).reshape(rows, columns)
+    row_stride = runs[-1][1] if runs else x.strides[-2]
+    return np.lib.stride_tricks.as_strided(x, (rows, columns), (row_stride, x.strides[-1]), writeable=False)
+
+
+def _shared_b_operands(call: Call, a_bits: np.ndarray, b_bits: np.ndarray) -> "Operands | None":
+    """A batch whose products all take the same b as one 2-D product: a's (batch * M, K) rows times b.
+
+    Every output element has its own chain of instructions (docs/matmul.md), which a's other rows
+    do not enter, so each element's bits are those of its own 2-D call. None where b differs
+    along the batch, a is broadcast along it (:func:`_stacked_rows`) or the batch is empty.
+    ``c`` broadcast along the batch is tiled to the output's size (once).
+    """
+    if math.prod(call.batch) == 0:
+        return None
+    b_all = np.broadcast_to(b_bits, call.batch + (call.k, call.n))
+    if any(stride != 0 and size != 1 for size, stride in zip(b_all.shape[:-2], b_all.strides[:-2])):
+        return None
+    a_rows = _stacked_rows(np.broadcast_to(a_bits, call.batch + (call.m, call.k)))
+    if a_rows is None:
+        return None
+    c_rows = None
+    if call.c is not None:
+        c_all = np.broadcast_to(call.c, call.batch + (call.m, call.n))
+        c_rows = _stacked_rows(c_all)
+        if c_rows is None:
+            c_rows = np.ascontiguousarray(c_all).reshape(-1, call.n)
+    return _materialize(call, a_rows, b_all[(0,) * len(call.batch)], c_rows)
+
+
 def _zero_accumulator(m: int, n: int, row: isa.Instruction) -> np.ndarray:
     return np.zeros((m, n), dtype=np.dtype(row.acc_format.bits).newbyteorder("="))
 
@@ -301,7 +342,8 @@ def matmul(a: ArrayInput, b: ArrayInput, c: ArrayInput | None = None, *, kind: s
     """``c + a @ b`` through AMX tile instructions, for any M, N, K >= 1: a new (..., M, N) array.
 
     ``a`` (M, K) and ``b`` (K, N) are ordinary row-major matrices (no packing), or stacks of them:
-    leading dimensions broadcast as in ``np.matmul``, each product computed as the 2-D call would.
+    leading dimensions broadcast as in ``np.matmul``, each product computed as the 2-D call would
+    (a stack times one shared ``b`` runs as one call on the stacked rows, same bits).
 
     - bf16 (uint16 or int16 bit patterns, or ``ml_dtypes.bfloat16``) -> float32 via TDPBF16PS;
     - float16 -> float32 via TDPFP16PS (pass ``kind="fp16"`` to give fp16 as uint16/int16 bits);
@@ -369,9 +411,16 @@ def _product(ops: Operands, eng, threads, backend=None) -> np.ndarray:
 def _batched(call: Call, a_bits: np.ndarray, b_bits: np.ndarray, eng, threads, backend=None) -> np.ndarray:
     """Each product of the broadcast batch as its own 2-D call, into one (*batch, M, N) array.
 
-    The operands are broadcast as views, so a product repeated over the batch is
-    copied one matrix at a time, never as a whole stack.
+    Where every product shares one b and a's stack is one matrix in memory, the whole batch is
+    one 2-D call on a's rows (:func:`_shared_b_operands`). Otherwise the operands are broadcast
+    as views, so a product repeated over the batch is copied one matrix at a time, never as a
+    whole stack.
     """
+    shared = _shared_b_operands(call, a_bits, b_bits)
+    if shared is not None:
+        bits = _product(shared, eng, threads, backend)
+        return bits.view(np.dtype(isa.get(call.mnemonic).acc_format.bits).newbyteorder("=")).reshape(
+            call.batch + (call.m, call.n))
     a_all = np.broadcast_to(a_bits, call.batch + (call.m, call.k))
     b_all = np.broadcast_to(b_bits, call.batch + (call.k, call.n))
     c_all = None if call.c is None else np.broadcast_to(call.c, call.batch + (call.m, call.n))
