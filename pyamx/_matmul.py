@@ -30,6 +30,8 @@ from ._validate import dtype_name
 from .table import numerics as _numerics
 
 if TYPE_CHECKING:
+    from numpy.typing import DTypeLike
+
     from ._types import ArrayInput
     from .table.numerics import Numerics
 
@@ -37,6 +39,9 @@ if TYPE_CHECKING:
 #: that isa.MATMUL_ROUTES names for the operands' formats (the padding A's last dword gets is
 #: that row's a_format.pad: -0 for the float formats; B is padded with 0).
 KINDS = isa.GROUPS
+#: the names users write for a kind: numpy's and ml_dtypes' names of the one float format a kind
+#: reads (``kind=np.float16``, ``kind=ml_dtypes.bfloat16`` name these dtypes too)
+KIND_ALIASES = {"bfloat16": "bf16", "float16": "fp16"}
 
 
 @dataclass(frozen=True)
@@ -106,8 +111,21 @@ def _format_in(formats: tuple, dtype: str):
 
 
 def _check_kind(kind):
-    if kind is not None and kind not in KINDS:
-        raise ValueError(f"matmul: kind must be None or one of {', '.join(KINDS)}, not {kind!r}")
+    """``kind`` as one of :data:`KINDS` (or None): a kind, a name of :data:`KIND_ALIASES`, or such a dtype."""
+    if kind is None or (isinstance(kind, str) and kind in KINDS):
+        return kind
+    if isinstance(kind, str):
+        alias = KIND_ALIASES.get(kind)
+    else:
+        try:
+            alias = KIND_ALIASES.get(dtype_name(np.dtype(kind)))
+        except TypeError:
+            alias = None
+    if alias is None:
+        names = ", ".join(repr(k) for k in KINDS + tuple(KIND_ALIASES))
+        raise ValueError(f"matmul: kind must be None, one of {names} or the numpy/ml_dtypes dtype "
+                         f"float16 or bfloat16; not {kind!r}")
+    return alias
 
 
 @dataclass(frozen=True)
@@ -132,7 +150,7 @@ class Call:
 
 def check(a, b, c=None, *, kind=None) -> Call:
     """Every operand rule (dtypes, kind, shapes, broadcasting, accumulator), before any copy."""
-    _check_kind(kind)
+    kind = _check_kind(kind)
     op_a, op_b = _operand(a, "a", kind), _operand(b, "b", kind)
     row = isa.MATMUL_ROUTES.get((op_a.format.name, op_b.format.name))
     if row is None:
@@ -336,7 +354,7 @@ def _check_threads(threads):
     return min(int(threads), _engine.MAX_THREADS)
 
 
-def matmul(a: ArrayInput, b: ArrayInput, c: ArrayInput | None = None, *, kind: str | None = None,
+def matmul(a: ArrayInput, b: ArrayInput, c: ArrayInput | None = None, *, kind: str | DTypeLike = None,
            backend: str | None = None, engine: str | None = None, threads: int | None = None,
            numerics: str | Numerics = "sdm") -> AMXResult:
     """``c + a @ b`` through AMX tile instructions, for any M, N, K >= 1: a new (..., M, N) array.
@@ -361,8 +379,9 @@ def matmul(a: ArrayInput, b: ArrayInput, c: ArrayInput | None = None, *, kind: s
       ``.rounded_to`` names the format.
 
     Operands are anything numpy converts (lists, ``__array__`` objects, buffers).
-    ``kind``: None (infer from the dtypes, uint16/int16 meaning bf16) or "bf16", "fp16", "int8"
-    to state it; both operands must match it. ``c``: optional (..., M, N) float32 (int32 for
+    ``kind``: None (infer from the dtypes, uint16/int16 meaning bf16) or "bf16" (also
+    "bfloat16"), "fp16" (also "float16"), "int8", "fp8", "complex" to state it; both operands
+    must match it. ``c``: optional (..., M, N) float32 (int32 for
     int8) accumulator, uint32 taken as raw bits, broadcasting over the batch; zeros by default.
     Inputs are never modified. Every argument is checked before anything is copied.
 
@@ -377,6 +396,7 @@ def matmul(a: ArrayInput, b: ArrayInput, c: ArrayInput | None = None, *, kind: s
     """
     threads = _check_threads(threads)
     numerics = _numerics.resolve(numerics)
+    kind = _check_kind(kind)
     if _matmul_complex.wants_complex(a, b, kind):
         return _matmul_complex.complex_matmul(a, b, c, backend=backend, engine=engine, threads=threads,
                                               numerics=numerics)

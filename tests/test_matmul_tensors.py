@@ -57,6 +57,42 @@ def run(request, native_family):
     return arguments
 
 
+# -- kind: the dtype names users write --------------------------------------------------------
+
+
+@pytest.mark.parametrize("name, kind", [("bfloat16", "bf16"), ("float16", "fp16"), (np.float16, "fp16"),
+                                        (np.dtype("float16"), "fp16")])
+def test_dtype_names_are_kinds(run, name, kind):
+    a, b = _make("f32", (5, 37)), _make("f32", (37, 4))
+    where = run(kind)
+    want = pyamx.matmul(a, b, kind=kind, **where)
+    got = pyamx.matmul(a, b, kind=name, **where)
+    np.testing.assert_array_equal(_bits(got), _bits(want))
+    assert got.rounded_to == kind
+
+
+def test_the_ml_dtypes_bfloat16_dtype_is_kind_bf16():
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    a, b = _make("f32", (3, 8)), _make("f32", (8, 2))
+    for name in (ml_dtypes.bfloat16, np.dtype(ml_dtypes.bfloat16)):
+        got = pyamx.matmul(a, b, kind=name, backend="emulator")
+        np.testing.assert_array_equal(_bits(got), _bits(pyamx.matmul(a, b, kind="bf16", backend="emulator")))
+
+
+@pytest.mark.parametrize("name", ["float32", "half", "BF16", "bfloat", np.float32, np.int8, float, 3])
+def test_unknown_kind_names_are_refused_with_the_list(name):
+    with pytest.raises(ValueError, match=r"kind must be None, one of 'bf16', 'fp16', 'int8'.*'bfloat16', 'float16'"):
+        pyamx.matmul(_bf16((2, 2)), _bf16((2, 2)), kind=name, backend="emulator")
+
+
+def test_a_kind_name_reads_bits_as_that_kind():
+    h = RNG.standard_normal((4, 6)).astype(np.float16)
+    hb = RNG.standard_normal((6, 3)).astype(np.float16)
+    want = pyamx.matmul(h, hb, backend="emulator")
+    got = pyamx.matmul(h.view(np.uint16), hb.view(np.int16), kind="float16", backend="emulator")
+    np.testing.assert_array_equal(_bits(got), _bits(want))
+
+
 # -- a stack times a shared b: one kernel call -------------------------------------------------
 
 
