@@ -77,10 +77,27 @@ class _Operand:
     rounds: bool  # float32/float64 values, rounded to the format once before the run
 
 
+@dataclass(frozen=True)
+class Imported:
+    """An operand as :func:`pyamx._validate.require_operand` gives it: its array (no copy), and the
+    dtype name its bits are of where numpy has none (a torch.bfloat16 tensor: "bfloat16", held as uint16)."""
+
+    array: np.ndarray
+    carried: "str | None"
+
+
+def intake(x, name: str) -> Imported:
+    """An operand taken once (a DLPack tensor is exported once), for every later check."""
+    if isinstance(x, Imported):
+        return x
+    return Imported(*_validate.require_operand(x, name, "matmul"))
+
+
 def _operand(x, name: str, kind) -> _Operand:
     """One operand read strictly from its dtype and ``kind``: nothing is copied or converted here."""
-    x = _validate.require_array(x, name, "matmul")
-    dtype = dtype_name(x.dtype)
+    imported = intake(x, name)
+    x = imported.array
+    dtype = imported.carried or dtype_name(x.dtype)
     if kind is None:
         fmt = isa.INFERRED_FORMAT.get(dtype)
         if fmt is None:
@@ -363,7 +380,8 @@ def matmul(a: ArrayInput, b: ArrayInput, c: ArrayInput | None = None, *, kind: s
     leading dimensions broadcast as in ``np.matmul``, each product computed as the 2-D call would
     (a stack times one shared ``b`` runs as one call on the stacked rows, same bits).
 
-    - bf16 (uint16 or int16 bit patterns, or ``ml_dtypes.bfloat16``) -> float32 via TDPBF16PS;
+    - bf16 (uint16 or int16 bit patterns, ``ml_dtypes.bfloat16``, a ``torch.bfloat16`` tensor)
+      -> float32 via TDPBF16PS;
     - float16 -> float32 via TDPFP16PS (pass ``kind="fp16"`` to give fp16 as uint16/int16 bits);
     - int8/uint8 -> int32 via TDPBSSD/TDPBSUD/TDPBUSD/TDPBUUD, chosen by the signedness
       of a's and b's dtypes;
@@ -378,7 +396,8 @@ def matmul(a: ArrayInput, b: ArrayInput, c: ArrayInput | None = None, *, kind: s
       :func:`pyamx.bf16.from_float32`) and the product runs as above; the result's
       ``.rounded_to`` names the format.
 
-    Operands are anything numpy converts (lists, ``__array__`` objects, buffers).
+    Operands are anything numpy converts (lists, ``__array__`` objects, buffers); a DLPack
+    tensor (torch, JAX) is read in place, no copy.
     ``kind``: None (infer from the dtypes, uint16/int16 meaning bf16) or "bf16" (also
     "bfloat16"), "fp16" (also "float16"), "int8", "fp8", "complex" to state it; both operands
     must match it. ``c``: optional (..., M, N) float32 (int32 for
@@ -397,10 +416,11 @@ def matmul(a: ArrayInput, b: ArrayInput, c: ArrayInput | None = None, *, kind: s
     threads = _check_threads(threads)
     numerics = _numerics.resolve(numerics)
     kind = _check_kind(kind)
-    if _matmul_complex.wants_complex(a, b, kind):
-        return _matmul_complex.complex_matmul(a, b, c, backend=backend, engine=engine, threads=threads,
-                                              numerics=numerics)
-    call = check(a, b, c, kind=kind)
+    a_in, b_in = intake(a, "a"), intake(b, "b")
+    if _matmul_complex.wants_complex(a_in.array, b_in.array, kind):
+        return _matmul_complex.complex_matmul(a_in.array, b_in.array, c, backend=backend, engine=engine,
+                                              threads=threads, numerics=numerics)
+    call = check(a_in, b_in, c, kind=kind)
     chosen = _backend.resolve(backend, call.family, numerics=numerics, engine=engine)
     eng = None if chosen == "native" else _engine.resolve(engine, numerics, op=call.mnemonic)
     # Every check is done: only now are float operands rounded and anything copied.

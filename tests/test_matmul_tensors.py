@@ -5,6 +5,7 @@ PYAMX_TRAP_EMULATION=1 PYAMX_BACKEND=native)."""
 
 from __future__ import annotations
 
+import sys
 
 import numpy as np
 import pytest
@@ -157,3 +158,139 @@ def test_a_b_that_differs_along_the_stack_runs_per_item(monkeypatch):
     calls = _count_products(monkeypatch)
     pyamx.matmul(a, b, backend="emulator")
     assert len(calls) == 3
+
+
+# -- DLPack operands ------------------------------------------------------------------------------
+
+
+class _Exporter:
+    """A DLPack producer that is not a numpy array (as a framework tensor is): only the two methods."""
+
+    def __init__(self, array, device=(1, 0)):
+        self._array = array
+        self._device = device
+
+    def __dlpack__(self, *args, **kwargs):
+        return self._array.__dlpack__()
+
+    def __dlpack_device__(self):
+        return self._device
+
+
+def test_a_dlpack_producer_is_read_in_place(run):
+    a, b = _bf16((5, 33)), _bf16((33, 4))
+    a_in, carried = pyamx._validate.require_operand(_Exporter(a), "a", "matmul")
+    assert carried is None and a_in.dtype == np.uint16 and np.shares_memory(a_in, a)
+    where = run("bf16")
+    got = pyamx.matmul(_Exporter(a), _Exporter(b[::-1][::-1]), **where)
+    np.testing.assert_array_equal(_bits(got), _bits(pyamx.matmul(a, b, **where)))
+
+
+def test_a_dlpack_producer_on_a_device_is_refused_with_the_recipe():
+    with pytest.raises(TypeError, match=r"matmul: a \(_Exporter\) cannot be read through DLPack: it lives on cuda "
+                                        r"memory.*t.cpu\(\)"):
+        pyamx.matmul(_Exporter(_bf16((2, 2)), device=(2, 0)), _bf16((2, 2)), backend="emulator")
+
+
+def _torch():
+    return pytest.importorskip("torch")
+
+
+def test_torch_tensors_are_read_in_place():
+    torch = _torch()
+    t = torch.randn(4, 6).to(torch.bfloat16)
+    array, carried = pyamx._validate.require_operand(t, "a", "matmul")
+    assert carried == "bfloat16" and array.dtype == np.uint16
+    assert np.shares_memory(array, t.view(torch.int16).numpy())
+    np.testing.assert_array_equal(array.view(np.int16), t.view(torch.int16).numpy())
+
+
+@pytest.mark.parametrize("dtype, reference", [
+    ("bfloat16", lambda t, torch: t.view(torch.int16).numpy()),
+    ("float16", lambda t, torch: t.numpy()),
+    ("int8", lambda t, torch: t.numpy()),
+    ("uint8", lambda t, torch: t.numpy()),
+    ("float32", lambda t, torch: t.numpy()),
+])
+@pytest.mark.parametrize("layout", ["contiguous", "transposed", "sliced", "expanded"])
+def test_torch_operands_give_the_bits_of_their_numpy_arrays(run, dtype, reference, layout):
+    torch = _torch()
+    kind = "bf16" if dtype == "float32" else None
+    a = torch.randn(7, 40) * 3
+    b = torch.randn(40, 5) * 3
+    a, b = (x.to(getattr(torch, dtype)) for x in (a, b))
+    if layout == "transposed":
+        a = a.t().contiguous().t()
+    elif layout == "sliced":
+        a, b = torch.cat([a, a], 1)[:, ::2], torch.cat([b, b], 0)[1::2]
+    elif layout == "expanded":
+        a = a[:1].expand(7, 40)
+    family = "int8" if "int" in dtype else ("fp16" if dtype == "float16" else "bf16")
+    where = dict(run(family), kind=kind)
+    got = pyamx.matmul(a, b, **where)
+    want = pyamx.matmul(reference(a, torch), reference(b, torch), **where)
+    np.testing.assert_array_equal(_bits(got), _bits(want))
+
+
+@pytest.mark.parametrize("kind, words", [("fp16", "kind='fp16' takes"), ("int8", "kind='int8' takes")])
+def test_a_torch_bfloat16_tensor_is_bf16_whatever_the_kind_says(kind, words):
+    torch = _torch()
+    t = torch.ones(2, 2, dtype=torch.bfloat16)
+    with pytest.raises(TypeError, match=words + r".*has dtype bfloat16"):
+        pyamx.matmul(t, t, kind=kind, backend="emulator")
+
+
+def test_a_torch_tensor_that_requires_grad_is_refused_saying_detach():
+    torch = _torch()
+    t = torch.ones(2, 2, requires_grad=True)
+    with pytest.raises(TypeError, match=r"matmul: a \(Tensor\) cannot be read through DLPack.*detach"):
+        pyamx.matmul(t, t, kind="bf16", backend="emulator")
+
+
+def test_torch_float8_tensors_are_read_as_their_formats():
+    torch = _torch()
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    a = torch.randn(4, 70).to(torch.float8_e5m2)
+    b = torch.randn(70, 3).to(torch.float8_e4m3fn)
+    got = pyamx.matmul(a, b, backend="emulator")
+    want = pyamx.matmul(a.view(torch.uint8).numpy().view(ml_dtypes.float8_e5m2),
+                        b.view(torch.uint8).numpy().view(ml_dtypes.float8_e4m3fn), backend="emulator")
+    np.testing.assert_array_equal(_bits(got), _bits(want))
+
+
+def test_torch_complex_tensors_are_complex_products():
+    torch = _torch()
+    a, b = torch.randn(3, 5, dtype=torch.complex64), torch.randn(5, 2, dtype=torch.complex64)
+    got = pyamx.matmul(a, b, backend="emulator")
+    np.testing.assert_array_equal(_bits(got), _bits(pyamx.matmul(a.numpy(), b.numpy(), backend="emulator")))
+
+
+def test_without_ml_dtypes_a_bfloat16_tensor_still_runs_matmul_and_other_readers_say_what_to_do(monkeypatch):
+    torch = _torch()
+    monkeypatch.setitem(sys.modules, "ml_dtypes", None)  # import ml_dtypes raises ImportError
+    t = torch.randn(2, 4).to(torch.bfloat16)
+    bits = t.view(torch.int16).numpy()
+    np.testing.assert_array_equal(_bits(pyamx.matmul(t, t.t(), backend="emulator")),
+                                  _bits(pyamx.matmul(bits, bits.T, backend="emulator")))
+    with pytest.raises(TypeError, match=r"to_float32: bits \(Tensor\) holds bfloat16 values.*install ml_dtypes.*view\(torch.int16\)"):
+        bf16.to_float32(t)
+
+
+def test_other_entry_points_read_a_torch_bfloat16_tensor_as_bf16():
+    torch = _torch()
+    pytest.importorskip("ml_dtypes")
+    t = torch.randn(2, 4).to(torch.bfloat16)
+    np.testing.assert_array_equal(bf16.to_float32(t), t.float().numpy())
+    with pytest.raises(TypeError, match="tdpfp16ps: a has dtype bfloat16"):
+        pyamx.tdpfp16ps(np.zeros((2, 2), np.float32), t, t, backend="emulator")
+
+
+def test_jax_arrays_are_read_in_place():
+    jnp = pytest.importorskip("jax.numpy")
+    a32 = RNG.standard_normal((6, 40)).astype(np.float32)
+    b32 = RNG.standard_normal((40, 3)).astype(np.float32)
+    want = pyamx.matmul(a32, b32, kind="bf16", backend="emulator")
+    np.testing.assert_array_equal(_bits(pyamx.matmul(jnp.asarray(a32), jnp.asarray(b32), kind="bf16",
+                                                     backend="emulator")), _bits(want))
+    a16, b16 = jnp.asarray(a32, jnp.bfloat16), jnp.asarray(b32, jnp.bfloat16)
+    np.testing.assert_array_equal(_bits(pyamx.matmul(a16, b16, backend="emulator")), _bits(want))
