@@ -23,9 +23,9 @@ BITS_DTYPES = {(_BFLOAT, 16): "bfloat16", (_FLOAT8_E5M2, 8): "float8_e5m2", (_FL
 _HOST_DEVICES = {1: "cpu", 3: "cuda_host", 11: "rocm_host", 13: "cuda_managed"}
 _DEVICE_NAMES = {2: "cuda", 4: "opencl", 7: "vulkan", 8: "metal", 9: "vpi", 10: "rocm", 12: "ext_dev", 14: "oneapi",
                  15: "webgpu", 16: "hexagon", 17: "maia"}
-#: where numpy's import gives read-only arrays (a legacy capsule before numpy 2.1, and a versioned one that
-#: says read-only): why an ``out=`` that came this way cannot be written
-READ_ONLY_NOTE = ("numpy imports DLPack arrays read-only before 2.1 (this is numpy "
+#: why an ``out=`` numpy imported read-only cannot be written: numpy before 2.2.5 imports every DLPack
+#: array read-only, later ones a legacy capsule and a versioned one its producer marks read-only
+READ_ONLY_NOTE = ("numpy imports DLPack arrays read-only before 2.2.5 (this is numpy "
                   f"{np.__version__}), and later too where the producer marks them read-only (JAX does)")
 
 

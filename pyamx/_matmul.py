@@ -20,12 +20,12 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from . import _backend, _matmul_complex, _validate
+from . import _backend, _matmul_complex, _matmul_out, _validate
 from .table import isa
 from .table import bf16 as _bf16
 from .emulator import engine as _engine
 from ._fpenv import default_fpenv
-from ._result import AMXResult, label
+from ._result import AMXResult
 from ._validate import dtype_name
 from .table import numerics as _numerics
 
@@ -373,7 +373,8 @@ def _check_threads(threads):
 
 def matmul(a: ArrayInput, b: ArrayInput, c: ArrayInput | None = None, *, kind: str | DTypeLike = None,
            backend: str | None = None, engine: str | None = None, threads: int | None = None,
-           numerics: str | Numerics = "sdm") -> AMXResult:
+           numerics: str | Numerics = "sdm", out: ArrayInput | None = None,
+           out_dtype: str | DTypeLike = None) -> AMXResult:
     """``c + a @ b`` through AMX tile instructions, for any M, N, K >= 1: a new (..., M, N) array.
 
     ``a`` (M, K) and ``b`` (K, N) are ordinary row-major matrices (no packing), or stacks of them:
@@ -400,8 +401,14 @@ def matmul(a: ArrayInput, b: ArrayInput, c: ArrayInput | None = None, *, kind: s
     tensor (torch, JAX) is read in place, no copy.
     ``kind``: None (infer from the dtypes, uint16/int16 meaning bf16) or "bf16" (also
     "bfloat16"), "fp16" (also "float16"), "int8", "fp8", "complex" to state it; both operands
-    must match it. ``c``: optional (..., M, N) float32 (int32 for
-    int8) accumulator, uint32 taken as raw bits, broadcasting over the batch; zeros by default.
+    must match it. ``c``: optional (..., M, N) float32 (int32 for int8) accumulator, uint32
+    taken as raw bits, broadcasting over the batch; zeros by default.
+    ``out_dtype``: None or "float32" (int32, complex64 for those kinds); "bf16"/"bfloat16": the
+    float32 result rounded once (nearest even, :func:`pyamx.bf16.from_float32`) to bf16 bits,
+    uint16; ``ml_dtypes.bfloat16``: the same bits as that dtype. ``out``: an array of the
+    result's shape and dtype (float32, int32, complex64; uint16/int16/bfloat16 for a bf16
+    result; any strides) written in place; the result is then an AMXResult view of ``out``.
+    ``out`` may not share memory with ``a``, ``b`` or ``c``, unless it is ``c`` itself.
     Inputs are never modified. Every argument is checked before anything is copied.
 
     The result is bit for bit what the schedule of docs/matmul.md produces: per output
@@ -416,24 +423,46 @@ def matmul(a: ArrayInput, b: ArrayInput, c: ArrayInput | None = None, *, kind: s
     threads = _check_threads(threads)
     numerics = _numerics.resolve(numerics)
     kind = _check_kind(kind)
+    spec = _matmul_out.parse(out_dtype)
     a_in, b_in = intake(a, "a"), intake(b, "b")
     if _matmul_complex.wants_complex(a_in.array, b_in.array, kind):
-        return _matmul_complex.complex_matmul(a_in.array, b_in.array, c, backend=backend, engine=engine,
-                                              threads=threads, numerics=numerics)
+        return _complex(a_in.array, b_in.array, c, spec, out, backend=backend, engine=engine, threads=threads,
+                        numerics=numerics)
     call = check(a_in, b_in, c, kind=kind)
+    view = np.dtype(np.float32 if isa.get(call.mnemonic).is_float else np.int32)
+    target = None
+    if out is not None:
+        dtype = _matmul_out.result_dtype(spec, view, call.family)
+        target = _matmul_out.check_out(out, call.batch + (call.m, call.n), dtype,
+                                       {"a": call.a.array, "b": call.b.array, "c": call.c})
+    elif spec.name is not None:
+        _matmul_out.result_dtype(spec, view, call.family)
     chosen = _backend.resolve(backend, call.family, numerics=numerics, engine=engine)
     eng = None if chosen == "native" else _engine.resolve(engine, numerics, op=call.mnemonic)
     # Every check is done: only now are float operands rounded and anything copied.
     a_bits, b_bits = _bits_of(call.a), _bits_of(call.b)
-    view = np.float32 if isa.get(call.mnemonic).is_float else np.int32
     labels = {} if call.rounded_to is None else {"rounded_to": call.rounded_to}
     if not call.batch:
-        out = _product(_materialize(call, a_bits, b_bits, call.c), eng, threads, chosen)
+        bits = _product(_materialize(call, a_bits, b_bits, call.c), eng, threads, chosen)
     else:
-        out = _batched(call, a_bits, b_bits, eng, threads, chosen)
+        bits = _batched(call, a_bits, b_bits, eng, threads, chosen)
+    result = _matmul_out.finish(bits.view(view), spec, target)
     if eng is None:
-        return label(out.view(view), "native", chosen.mode_for(isa.get(call.mnemonic)), **labels)
-    return label(out.view(view), "emulator", engine=eng.name, **labels)
+        return _matmul_out.labelled(result, target is not None, "native", chosen.mode_for(isa.get(call.mnemonic)),
+                                    **labels)
+    return _matmul_out.labelled(result, target is not None, "emulator", engine=eng.name, **labels)
+
+
+def _complex(a: np.ndarray, b: np.ndarray, c, spec: _matmul_out.OutDtype, out, **run) -> AMXResult:
+    """A complex product (pyamx._matmul_complex), with ``out`` checked before it runs."""
+    dtype = _matmul_out.result_dtype(spec, np.dtype(np.complex64), _matmul_complex.KIND)
+    if out is None or a.ndim != 2 or b.ndim != 2:  # other shapes: complex_matmul refuses them before any work
+        return _matmul_complex.complex_matmul(a, b, c, **run)
+    c_array = None if c is None else _validate.require_array(c, "c", "matmul")
+    target = _matmul_out.check_out(out, (a.shape[0], b.shape[1]), dtype, {"a": a, "b": b, "c": c_array})
+    product = _matmul_complex.complex_matmul(a, b, c, **run)
+    result = _matmul_out.finish(np.asarray(product), spec, target)
+    return _matmul_out.labelled(result, True, str(product.backend), product.native_mode, product.engine)
 
 
 def _product(ops: Operands, eng, threads, backend=None) -> np.ndarray:

@@ -6,6 +6,7 @@ PYAMX_TRAP_EMULATION=1 PYAMX_BACKEND=native)."""
 from __future__ import annotations
 
 import sys
+import tracemalloc
 
 import numpy as np
 import pytest
@@ -160,6 +161,212 @@ def test_a_b_that_differs_along_the_stack_runs_per_item(monkeypatch):
     assert len(calls) == 3
 
 
+# -- out_dtype ----------------------------------------------------------------------------------
+
+
+def _rne_bf16(values: np.ndarray) -> np.ndarray:
+    """float32 -> bf16 bits, nearest even, written from the definition (non-NaN values): add half an
+    ulp of bf16, less one unless the kept last bit is odd, and drop the low 16 bits."""
+    u = values.view(np.uint32).astype(np.uint64)
+    return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+
+
+@pytest.mark.parametrize("kind", ["bf16", "fp16", "f32"])
+def test_out_dtype_bf16_is_the_float32_result_rounded_once_to_nearest_even(run, kind):
+    a, b = _make(kind, (9, 40)), _make(kind, (40, 11))
+    where = dict(run(_FAMILY[kind]), kind=_KIND.get(kind))
+    plain = np.asarray(pyamx.matmul(a, b, **where))
+    got = pyamx.matmul(a, b, out_dtype="bf16", **where)
+    assert isinstance(got, pyamx.AMXResult) and got.dtype == np.uint16 and got.shape == plain.shape
+    assert got.backend == where["backend"]
+    finite = ~np.isnan(plain)
+    np.testing.assert_array_equal(_bits(got)[finite], _rne_bf16(plain)[finite])
+    assert np.isnan(bf16.to_float32(np.asarray(got))[~finite]).all()
+    np.testing.assert_array_equal(_bits(got), bf16.from_float32(plain))  # NaNs as pyamx.bf16 keeps them
+    np.testing.assert_array_equal(_bits(pyamx.matmul(a, b, out_dtype="bfloat16", **where)), _bits(got))
+    np.testing.assert_array_equal(_bits(pyamx.matmul(a, b, out_dtype="float32", **where)), _bits(plain))
+
+
+def test_rne_reference_rounds_ties_to_even():
+    ties = np.array([1 + 2**-8, 1 + 3 * 2**-8, 1 + 2**-8 + 2**-20, -(1 + 2**-8)], np.float32)
+    np.testing.assert_array_equal(_rne_bf16(ties), bf16.from_float32(ties))
+    np.testing.assert_array_equal(_rne_bf16(ties), [0x3F80, 0x3F82, 0x3F81, 0xBF80])
+
+
+def test_out_dtype_ml_dtypes_bfloat16_gives_that_dtype_with_the_same_bits():
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    a, b = _bf16((4, 20)), _bf16((20, 3))
+    bits = pyamx.matmul(a, b, out_dtype="bf16", backend="emulator")
+    for spelling in (ml_dtypes.bfloat16, np.dtype(ml_dtypes.bfloat16)):
+        got = pyamx.matmul(a, b, out_dtype=spelling, backend="emulator")
+        assert got.dtype == np.dtype(ml_dtypes.bfloat16) and got.backend == "emulator"
+        np.testing.assert_array_equal(_bits(got), _bits(bits))
+
+
+def test_out_dtype_bf16_of_a_stack():
+    a, b = _bf16((3, 4, 20)), _bf16((20, 6))
+    plain = pyamx.matmul(a, b, backend="emulator")
+    got = pyamx.matmul(a, b, out_dtype="bf16", backend="emulator")
+    np.testing.assert_array_equal(_bits(got), bf16.from_float32(np.asarray(plain)))
+
+
+@pytest.mark.parametrize("make, out_dtype, words", [
+    (lambda: (np.ones((2, 3), np.int8), np.ones((3, 2), np.int8)), "bf16", "rounds a float32 result"),
+    (lambda: (np.ones((2, 3), np.int8), np.ones((3, 2), np.int8)), "float32", "result is int32"),
+    (lambda: (_bf16((2, 3)), _bf16((3, 2))), "int32", "result is float32"),
+    (lambda: (np.ones((2, 3), np.complex64), np.ones((3, 2), np.complex64)), "bf16", "complex product"),
+    (lambda: (_bf16((2, 3)), _bf16((3, 2))), "fp16", "out_dtype must be"),
+    (lambda: (_bf16((2, 3)), _bf16((3, 2))), np.float64, "out_dtype must be"),
+    (lambda: (_bf16((2, 3)), _bf16((3, 2))), np.dtype(">f4"), "out_dtype must be"),
+    (lambda: (_bf16((2, 3)), _bf16((3, 2))), object(), "out_dtype must be"),
+])
+def test_out_dtype_is_strict(make, out_dtype, words):
+    a, b = make()
+    with pytest.raises(ValueError, match=words):
+        pyamx.matmul(a, b, out_dtype=out_dtype, backend="emulator")
+
+
+def test_int8_takes_out_dtype_int32():
+    a, b = np.ones((2, 3), np.int8), np.ones((3, 2), np.uint8)
+    np.testing.assert_array_equal(pyamx.matmul(a, b, out_dtype="int32", backend="emulator"), np.full((2, 2), 3))
+
+
+# -- out ------------------------------------------------------------------------------------------
+
+
+def _strided(shape, dtype, fill):
+    """A view with strides in both dimensions inside a larger array (what lies around it must stay)."""
+    big = np.full((shape[0] * 2 + 1, shape[1] * 3 + 2), fill, dtype)
+    return big, big[1::2, 2::3]
+
+
+@pytest.mark.parametrize("kind", ["bf16", "int8", "f32"])
+@pytest.mark.parametrize("layout", ["contiguous", "strided", "fortran"])
+def test_out_is_written_in_place_and_returned_labelled(run, kind, layout):
+    m, k, n = 6, 37, 5
+    a, b = _make(kind, (m, k)), _make(kind, (k, n))
+    where = dict(run(_FAMILY[kind]), kind=_KIND.get(kind))
+    plain = pyamx.matmul(a, b, **where)
+    dtype = np.int32 if kind == "int8" else np.float32
+    big = None
+    if layout == "contiguous":
+        out = np.full((m, n), 7, dtype)
+    elif layout == "fortran":
+        out = np.asfortranarray(np.full((m, n), 7, dtype))
+    else:
+        big, out = _strided((m, n), dtype, 7)
+    got = pyamx.matmul(a, b, out=out, **where)
+    assert isinstance(got, pyamx.AMXResult) and got.base is out and np.shares_memory(got, out)
+    assert (got.backend, got.native_mode, got.engine) == (plain.backend, plain.native_mode, plain.engine)
+    np.testing.assert_array_equal(_bits(out), _bits(plain))
+    np.testing.assert_array_equal(_bits(got), _bits(plain))
+    if big is not None:
+        around = np.ones(big.shape, bool)
+        around[1::2, 2::3] = False
+        assert (big[around] == 7).all(), "out= wrote outside its view"
+
+
+@pytest.mark.parametrize("dtype", ["uint16", "int16", "bfloat16"])
+def test_out_takes_a_bf16_result_as_bits(run, dtype):
+    if dtype == "bfloat16":
+        dtype = pytest.importorskip("ml_dtypes").bfloat16
+    a, b = _bf16((5, 40)), _bf16((40, 3))
+    where = run("bf16")
+    want = pyamx.matmul(a, b, out_dtype="bf16", **where)
+    out = np.zeros((5, 3), dtype)
+    got = pyamx.matmul(a, b, out=out, out_dtype="bf16", **where)
+    assert got.base is out and got.dtype == np.dtype(dtype)
+    np.testing.assert_array_equal(_bits(out), _bits(want))
+
+
+def test_out_of_a_stack_with_a_shared_b(run):
+    a, b = _bf16((2, 3, 4, 33)), _bf16((33, 5))
+    where = run("bf16")
+    plain = pyamx.matmul(a, b, **where)
+    out = np.empty((4, 3, 4, 10), np.float32)[::2, :, :, ::2]  # a strided stack
+    got = pyamx.matmul(a, b, out=out, **where)
+    assert got.base is out
+    np.testing.assert_array_equal(_bits(out), _bits(plain))
+
+
+def test_out_may_be_c_itself_to_accumulate_in_place(run):
+    a, b = _bf16((2, 6, 40)), _bf16((40, 4))
+    c = RNG.standard_normal((2, 6, 4)).astype(np.float32)
+    where = run("bf16")
+    want = pyamx.matmul(a, b, c, **where)
+    got = pyamx.matmul(a, b, c, out=c, **where)
+    assert got.base is c
+    np.testing.assert_array_equal(_bits(c), _bits(want))
+
+
+def test_a_result_given_as_out_carries_this_calls_labels_only():
+    a32, b32 = _make("f32", (3, 20)), _make("f32", (20, 4))
+    earlier = pyamx.matmul(a32, b32, kind="bf16", backend="emulator", engine="numpy")
+    assert earlier.rounded_to == "bf16"
+    a, b = _bf16((3, 20)), _bf16((20, 4))
+    got = pyamx.matmul(a, b, out=earlier, backend="emulator", engine="numpy")
+    assert got.rounded_to is None and got.engine == "numpy" and got.base is earlier
+    np.testing.assert_array_equal(_bits(earlier), _bits(pyamx.matmul(a, b, backend="emulator")))
+
+
+def test_complex_products_take_out():
+    a = (RNG.standard_normal((3, 20)) + 1j * RNG.standard_normal((3, 20))).astype(np.complex64)
+    b = (RNG.standard_normal((20, 4)) + 1j * RNG.standard_normal((20, 4))).astype(np.complex64)
+    want = pyamx.matmul(a, b, backend="emulator")
+    out = np.zeros((3, 4), np.complex64)
+    got = pyamx.matmul(a, b, out=out, backend="emulator")
+    assert got.base is out and got.backend == "emulator" and got.engine == want.engine
+    np.testing.assert_array_equal(_bits(out), _bits(want))
+
+
+def _huge(dtype):
+    """A 2**40-element zero-stride view of 1 element: any copy is a MemoryError or terabytes."""
+    return np.broadcast_to(np.zeros(1, dtype), (1 << 20, 1 << 20))
+
+
+@pytest.mark.parametrize("make_out, error, words", [
+    (lambda a, c: np.zeros((1 << 20, 2), np.float64), TypeError, "out has dtype float64"),
+    (lambda a, c: np.zeros((1 << 20, 2), np.uint32), TypeError, "out has dtype uint32"),
+    (lambda a, c: np.zeros((1 << 20, 2), np.uint16), TypeError, "out_dtype='bf16'"),
+    (lambda a, c: np.zeros((1 << 20, 2), ">f4"), TypeError, "native byte order"),
+    (lambda a, c: np.zeros((1 << 20, 3), np.float32), ValueError, "out has shape"),
+    (lambda a, c: np.zeros((2, 1 << 20, 2), np.float32), ValueError, "out has shape"),
+    (lambda a, c: np.broadcast_to(np.float32(0), (1 << 20, 2)), ValueError, "read-only"),
+    (lambda a, c: [[0.0, 0.0]] * 4, TypeError, "out must be a numpy array"),
+    (lambda a, c: a[:, :4].view(np.float32), ValueError, "shares memory with a"),
+    (lambda a, c: c[1:], ValueError, "shares memory with c"),
+])
+def test_a_bad_out_is_refused_before_anything_runs(monkeypatch, make_out, error, words):
+    a = np.zeros((1 << 20, 4), np.uint16)  # 8 MiB: a copy of it would show
+    c_memory = np.zeros(((1 << 20) + 1, 2), np.float32)
+    c = c_memory[:-1]
+    out = make_out(a, c_memory)
+    ran = []
+    monkeypatch.setattr(_matmul, "_product", lambda *args, **kwargs: ran.append(1))
+    tracemalloc.start()
+    try:
+        with pytest.raises(error, match=words):
+            pyamx.matmul(a, _bf16((4, 2)), c, out=out, backend="emulator")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert not ran and peak < 1 << 20, f"{peak} bytes allocated before the error"
+
+
+def test_a_bad_out_dtype_with_a_huge_view_allocates_nothing():
+    b16, b8 = np.zeros((1 << 20, 1), np.uint16), np.zeros((1 << 20, 1), np.int8)
+    tracemalloc.start()
+    try:
+        with pytest.raises(ValueError, match="out_dtype"):
+            pyamx.matmul(_huge(np.uint16), b16, out_dtype="fp8")
+        with pytest.raises(ValueError, match="rounds a float32"):
+            pyamx.matmul(_huge(np.int8), b8, out_dtype="bf16")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 1 << 20
+
+
 # -- DLPack operands ------------------------------------------------------------------------------
 
 
@@ -230,6 +437,32 @@ def test_torch_operands_give_the_bits_of_their_numpy_arrays(run, dtype, referenc
     got = pyamx.matmul(a, b, **where)
     want = pyamx.matmul(reference(a, torch), reference(b, torch), **where)
     np.testing.assert_array_equal(_bits(got), _bits(want))
+
+
+def test_a_torch_bfloat16_stack_times_shared_weights_with_out_and_bf16_out(run):
+    torch = _torch()
+    x = torch.randn(2, 8, 48).to(torch.bfloat16)
+    w = torch.randn(48, 16).to(torch.bfloat16)
+    where = run("bf16")
+    want = pyamx.matmul(x.view(torch.int16).numpy(), w.view(torch.int16).numpy(), **where)
+    np.testing.assert_array_equal(_bits(pyamx.matmul(x, w, **where)), _bits(want))
+    y = pyamx.matmul(x, w, out_dtype="bf16", **where)
+    back = torch.from_numpy(np.asarray(y).view(np.int16)).view(torch.bfloat16)
+    np.testing.assert_array_equal(back.view(torch.int16).numpy().view(np.uint16), bf16.from_float32(np.asarray(want)))
+
+
+def test_a_torch_out_is_written_where_numpy_writes_dlpack_arrays():
+    torch = _torch()
+    a, b = _bf16((3, 20)), _bf16((20, 4))
+    want = pyamx.matmul(a, b, backend="emulator")
+    out = torch.zeros(3, 4)
+    if not np.from_dlpack(out).flags.writeable:  # numpy < 2.1: every DLPack import is read-only
+        with pytest.raises(TypeError, match=r"out \(Tensor\) cannot be written through DLPack.*t.numpy\(\)"):
+            pyamx.matmul(a, b, out=out, backend="emulator")
+        out = out.numpy()
+    got = pyamx.matmul(a, b, out=out, backend="emulator")
+    np.testing.assert_array_equal(_bits(out.numpy() if hasattr(out, "numpy") else out), _bits(want))
+    assert got.backend == "emulator"
 
 
 @pytest.mark.parametrize("kind, words", [("fp16", "kind='fp16' takes"), ("int8", "kind='int8' takes")])
