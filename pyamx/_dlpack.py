@@ -70,25 +70,24 @@ def _device(x: object, name: str, fn: str) -> tuple:
 def _dltensor(capsule: object):
     """The capsule's DLTensor (a ctypes view of the producer's struct), or None for a capsule not
     of the legacy kind (a versioned one: numpy reads those itself)."""
-    import ctypes  # only for a DLPack operand: the one way to read a capsule without a compiled helper
-
-    api = ctypes.pythonapi
-    api.PyCapsule_IsValid.restype = ctypes.c_int
-    api.PyCapsule_IsValid.argtypes = [ctypes.py_object, ctypes.c_char_p]
-    if not api.PyCapsule_IsValid(capsule, b"dltensor"):
+    is_valid, get_pointer, layout = _capsule_api()
+    if not is_valid(capsule, b"dltensor"):
         return None
-    api.PyCapsule_GetPointer.restype = ctypes.c_void_p
-    api.PyCapsule_GetPointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
-    return _layout().from_address(api.PyCapsule_GetPointer(capsule, b"dltensor"))
+    return layout.from_address(get_pointer(capsule, b"dltensor"))
 
 
-_DLTENSOR = None
+_CAPSULE_API = None
 
 
-def _layout():
-    """dlpack.h's DLTensor: the first member of the legacy DLManagedTensor (the capsule's pointer)."""
-    global _DLTENSOR
-    if _DLTENSOR is None:
+def _capsule_api():
+    """(PyCapsule_IsValid, PyCapsule_GetPointer, dlpack.h's DLTensor) through ctypes, built once.
+
+    ctypes only for a DLPack operand: the one way to read a capsule without a compiled helper. The
+    functions get prototypes of their own (ctypes.pythonapi's shared ones are left as they are).
+    DLTensor is the first member of the legacy DLManagedTensor, which the capsule points to.
+    """
+    global _CAPSULE_API
+    if _CAPSULE_API is None:
         import ctypes
 
         class DLDataType(ctypes.Structure):
@@ -99,8 +98,12 @@ def _layout():
                         ("ndim", ctypes.c_int32), ("dtype", DLDataType), ("shape", ctypes.c_void_p),
                         ("strides", ctypes.c_void_p), ("byte_offset", ctypes.c_uint64)]
 
-        _DLTENSOR = DLTensor
-    return _DLTENSOR
+        api = ctypes.pythonapi
+        is_valid = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.py_object, ctypes.c_char_p)(("PyCapsule_IsValid", api))
+        get_pointer = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.py_object, ctypes.c_char_p)(
+            ("PyCapsule_GetPointer", api))
+        _CAPSULE_API = (is_valid, get_pointer, DLTensor)
+    return _CAPSULE_API
 
 
 def import_array(x: object, name: str, fn: str) -> tuple[np.ndarray, str | None]:
