@@ -399,6 +399,25 @@ def test_a_dlpack_producer_on_a_device_is_refused_with_the_recipe():
         pyamx.matmul(_Exporter(_bf16((2, 2)), device=(2, 0)), _bf16((2, 2)), backend="emulator")
 
 
+class _FailingExporter(_Exporter):
+    def __dlpack__(self, *args, **kwargs):
+        raise BufferError("cannot export this one")
+
+
+class _FailingExporterWithArray(_FailingExporter):
+    def __array__(self, dtype=None, copy=None):
+        return self._array
+
+
+def test_a_producer_whose_export_fails_is_taken_through_array_where_it_has_one():
+    a, b = _bf16((3, 8)), _bf16((8, 2))
+    got = pyamx.matmul(_FailingExporterWithArray(a), b, backend="emulator")
+    np.testing.assert_array_equal(_bits(got), _bits(pyamx.matmul(a, b, backend="emulator")))
+    with pytest.raises(TypeError, match=r"a \(_FailingExporter\) cannot be read through DLPack: BufferError: "
+                                        "cannot export this one"):
+        pyamx.matmul(_FailingExporter(a), b, backend="emulator")
+
+
 def _torch():
     return pytest.importorskip("torch")
 
