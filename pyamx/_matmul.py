@@ -13,22 +13,25 @@ M x N output per K step.
 
 from __future__ import annotations
 
+import math
 import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from . import _backend, _matmul_complex, _validate
+from . import _backend, _matmul_complex, _matmul_out, _validate
 from .table import isa
 from .table import bf16 as _bf16
 from .emulator import engine as _engine
 from ._fpenv import default_fpenv
-from ._result import AMXResult, label
+from ._result import AMXResult
 from ._validate import dtype_name
 from .table import numerics as _numerics
 
 if TYPE_CHECKING:
+    from numpy.typing import DTypeLike
+
     from ._types import ArrayInput
     from .table.numerics import Numerics
 
@@ -36,6 +39,9 @@ if TYPE_CHECKING:
 #: that isa.MATMUL_ROUTES names for the operands' formats (the padding A's last dword gets is
 #: that row's a_format.pad: -0 for the float formats; B is padded with 0).
 KINDS = isa.GROUPS
+#: the names users write for a kind: numpy's and ml_dtypes' names of the one float format a kind
+#: reads (``kind=np.float16``, ``kind=ml_dtypes.bfloat16`` name these dtypes too)
+KIND_ALIASES = {"bfloat16": "bf16", "float16": "fp16"}
 
 
 @dataclass(frozen=True)
@@ -71,10 +77,27 @@ class _Operand:
     rounds: bool  # float32/float64 values, rounded to the format once before the run
 
 
+@dataclass(frozen=True)
+class Imported:
+    """An operand as :func:`pyamx._validate.require_operand` gives it: its array (no copy), and the
+    dtype name its bits are of where numpy has none (a torch.bfloat16 tensor: "bfloat16", held as uint16)."""
+
+    array: np.ndarray
+    carried: "str | None"
+
+
+def intake(x, name: str) -> Imported:
+    """An operand taken once (a DLPack tensor is exported once), for every later check."""
+    if isinstance(x, Imported):
+        return x
+    return Imported(*_validate.require_operand(x, name, "matmul"))
+
+
 def _operand(x, name: str, kind) -> _Operand:
     """One operand read strictly from its dtype and ``kind``: nothing is copied or converted here."""
-    x = _validate.require_array(x, name, "matmul")
-    dtype = dtype_name(x.dtype)
+    imported = intake(x, name)
+    x = imported.array
+    dtype = imported.carried or dtype_name(x.dtype)
     if kind is None:
         fmt = isa.INFERRED_FORMAT.get(dtype)
         if fmt is None:
@@ -105,8 +128,21 @@ def _format_in(formats: tuple, dtype: str):
 
 
 def _check_kind(kind):
-    if kind is not None and kind not in KINDS:
-        raise ValueError(f"matmul: kind must be None or one of {', '.join(KINDS)}, not {kind!r}")
+    """``kind`` as one of :data:`KINDS` (or None): a kind, a name of :data:`KIND_ALIASES`, or such a dtype."""
+    if kind is None or (isinstance(kind, str) and kind in KINDS):
+        return kind
+    if isinstance(kind, str):
+        alias = KIND_ALIASES.get(kind)
+    else:
+        try:
+            alias = KIND_ALIASES.get(dtype_name(np.dtype(kind)))
+        except TypeError:
+            alias = None
+    if alias is None:
+        names = ", ".join(repr(k) for k in KINDS + tuple(KIND_ALIASES))
+        raise ValueError(f"matmul: kind must be None, one of {names} or the numpy/ml_dtypes dtype "
+                         f"float16 or bfloat16; not {kind!r}")
+    return alias
 
 
 @dataclass(frozen=True)
@@ -131,7 +167,7 @@ class Call:
 
 def check(a, b, c=None, *, kind=None) -> Call:
     """Every operand rule (dtypes, kind, shapes, broadcasting, accumulator), before any copy."""
-    _check_kind(kind)
+    kind = _check_kind(kind)
     op_a, op_b = _operand(a, "a", kind), _operand(b, "b", kind)
     row = isa.MATMUL_ROUTES.get((op_a.format.name, op_b.format.name))
     if row is None:
@@ -264,6 +300,46 @@ def _interleave(b_pad: np.ndarray, k_dwords: int, lanes: int) -> np.ndarray:
     return words.view(b_pad.dtype).reshape(k_dwords, n * lanes)
 
 
+def _stacked_rows(x: np.ndarray) -> "np.ndarray | None":
+    """``x`` (..., R, C) as one (prod(...) * R, C) matrix: a view where its leading dimensions step
+    through memory as one run of rows, else a copy of its own size; None for a stack broadcast by
+    zero strides, whose copy would be the whole stack rather than the matrix it repeats."""
+    *lead, columns = x.shape
+    rows = math.prod(lead)
+    runs = [(size, stride) for size, stride in zip(lead, x.strides[:-1]) if size != 1]
+    if any(stride == 0 for _, stride in runs):
+        return None
+    if any(outer != inner * size for (_, outer), (size, inner) in zip(runs, runs[1:])):
+        return np.ascontiguousarray(x).reshape(rows, columns)
+    row_stride = runs[-1][1] if runs else x.strides[-2]
+    return np.lib.stride_tricks.as_strided(x, (rows, columns), (row_stride, x.strides[-1]), writeable=False)
+
+
+def _shared_b_operands(call: Call, a_bits: np.ndarray, b_bits: np.ndarray) -> "Operands | None":
+    """A batch whose products all take the same b as one 2-D product: a's (batch * M, K) rows times b.
+
+    Every output element has its own chain of instructions (docs/matmul.md), which a's other rows
+    do not enter, so each element's bits are those of its own 2-D call. None where b differs
+    along the batch, a is broadcast along it (:func:`_stacked_rows`) or the batch is empty.
+    ``c`` broadcast along the batch is tiled to the output's size (once).
+    """
+    if math.prod(call.batch) == 0:
+        return None
+    b_all = np.broadcast_to(b_bits, call.batch + (call.k, call.n))
+    if any(stride != 0 and size != 1 for size, stride in zip(b_all.shape[:-2], b_all.strides[:-2])):
+        return None
+    a_rows = _stacked_rows(np.broadcast_to(a_bits, call.batch + (call.m, call.k)))
+    if a_rows is None:
+        return None
+    c_rows = None
+    if call.c is not None:
+        c_all = np.broadcast_to(call.c, call.batch + (call.m, call.n))
+        c_rows = _stacked_rows(c_all)
+        if c_rows is None:
+            c_rows = np.ascontiguousarray(c_all).reshape(-1, call.n)
+    return _materialize(call, a_rows, b_all[(0,) * len(call.batch)], c_rows)
+
+
 def _zero_accumulator(m: int, n: int, row: isa.Instruction) -> np.ndarray:
     return np.zeros((m, n), dtype=np.dtype(row.acc_format.bits).newbyteorder("="))
 
@@ -295,15 +371,18 @@ def _check_threads(threads):
     return min(int(threads), _engine.MAX_THREADS)
 
 
-def matmul(a: ArrayInput, b: ArrayInput, c: ArrayInput | None = None, *, kind: str | None = None,
+def matmul(a: ArrayInput, b: ArrayInput, c: ArrayInput | None = None, *, kind: str | DTypeLike = None,
            backend: str | None = None, engine: str | None = None, threads: int | None = None,
-           numerics: str | Numerics = "sdm") -> AMXResult:
+           numerics: str | Numerics = "sdm", out: ArrayInput | None = None,
+           out_dtype: str | DTypeLike = None) -> AMXResult:
     """``c + a @ b`` through AMX tile instructions, for any M, N, K >= 1: a new (..., M, N) array.
 
     ``a`` (M, K) and ``b`` (K, N) are ordinary row-major matrices (no packing), or stacks of them:
-    leading dimensions broadcast as in ``np.matmul``, each product computed as the 2-D call would.
+    leading dimensions broadcast as in ``np.matmul``, each product computed as the 2-D call would
+    (a stack times one shared ``b`` runs as one call on the stacked rows, same bits).
 
-    - bf16 (uint16 or int16 bit patterns, or ``ml_dtypes.bfloat16``) -> float32 via TDPBF16PS;
+    - bf16 (uint16 or int16 bit patterns, ``ml_dtypes.bfloat16``, a ``torch.bfloat16`` tensor)
+      -> float32 via TDPBF16PS;
     - float16 -> float32 via TDPFP16PS (pass ``kind="fp16"`` to give fp16 as uint16/int16 bits);
     - int8/uint8 -> int32 via TDPBSSD/TDPBSUD/TDPBUSD/TDPBUUD, chosen by the signedness
       of a's and b's dtypes;
@@ -318,10 +397,18 @@ def matmul(a: ArrayInput, b: ArrayInput, c: ArrayInput | None = None, *, kind: s
       :func:`pyamx.bf16.from_float32`) and the product runs as above; the result's
       ``.rounded_to`` names the format.
 
-    Operands are anything numpy converts (lists, ``__array__`` objects, buffers).
-    ``kind``: None (infer from the dtypes, uint16/int16 meaning bf16) or "bf16", "fp16", "int8"
-    to state it; both operands must match it. ``c``: optional (..., M, N) float32 (int32 for
-    int8) accumulator, uint32 taken as raw bits, broadcasting over the batch; zeros by default.
+    Operands are anything numpy converts (lists, ``__array__`` objects, buffers); a DLPack
+    tensor (torch, JAX) is read in place, no copy.
+    ``kind``: None (infer from the dtypes, uint16/int16 meaning bf16) or "bf16" (also
+    "bfloat16"), "fp16" (also "float16"), "int8", "fp8", "complex" to state it; both operands
+    must match it. ``c``: optional (..., M, N) float32 (int32 for int8) accumulator, uint32
+    taken as raw bits, broadcasting over the batch; zeros by default.
+    ``out_dtype``: None or "float32" (int32, complex64 for those kinds); "bf16"/"bfloat16": the
+    float32 result rounded once (nearest even, :func:`pyamx.bf16.from_float32`) to bf16 bits,
+    uint16; ``ml_dtypes.bfloat16``: the same bits as that dtype. ``out``: an array of the
+    result's shape and dtype (float32, int32, complex64; uint16/int16/bfloat16 for a bf16
+    result; any strides) written in place; the result is then an AMXResult view of ``out``.
+    ``out`` may not share memory with ``a``, ``b`` or ``c``, unless it is ``c`` itself.
     Inputs are never modified. Every argument is checked before anything is copied.
 
     The result is bit for bit what the schedule of docs/matmul.md produces: per output
@@ -335,23 +422,47 @@ def matmul(a: ArrayInput, b: ArrayInput, c: ArrayInput | None = None, *, kind: s
     """
     threads = _check_threads(threads)
     numerics = _numerics.resolve(numerics)
-    if _matmul_complex.wants_complex(a, b, kind):
-        return _matmul_complex.complex_matmul(a, b, c, backend=backend, engine=engine, threads=threads,
-                                              numerics=numerics)
-    call = check(a, b, c, kind=kind)
+    kind = _check_kind(kind)
+    spec = _matmul_out.parse(out_dtype)
+    a_in, b_in = intake(a, "a"), intake(b, "b")
+    if _matmul_complex.wants_complex(a_in.array, b_in.array, kind):
+        return _complex(a_in.array, b_in.array, c, spec, out, backend=backend, engine=engine, threads=threads,
+                        numerics=numerics)
+    call = check(a_in, b_in, c, kind=kind)
+    view = np.dtype(np.float32 if isa.get(call.mnemonic).is_float else np.int32)
+    target = None
+    if out is not None:
+        dtype = _matmul_out.result_dtype(spec, view, call.family)
+        target = _matmul_out.check_out(out, call.batch + (call.m, call.n), dtype,
+                                       {"a": call.a.array, "b": call.b.array, "c": call.c})
+    elif spec.name is not None:
+        _matmul_out.result_dtype(spec, view, call.family)
     chosen = _backend.resolve(backend, call.family, numerics=numerics, engine=engine)
     eng = None if chosen == "native" else _engine.resolve(engine, numerics, op=call.mnemonic)
     # Every check is done: only now are float operands rounded and anything copied.
     a_bits, b_bits = _bits_of(call.a), _bits_of(call.b)
-    view = np.float32 if isa.get(call.mnemonic).is_float else np.int32
     labels = {} if call.rounded_to is None else {"rounded_to": call.rounded_to}
     if not call.batch:
-        out = _product(_materialize(call, a_bits, b_bits, call.c), eng, threads, chosen)
+        bits = _product(_materialize(call, a_bits, b_bits, call.c), eng, threads, chosen)
     else:
-        out = _batched(call, a_bits, b_bits, eng, threads, chosen)
+        bits = _batched(call, a_bits, b_bits, eng, threads, chosen)
+    result = _matmul_out.finish(bits.view(view), spec, target)
     if eng is None:
-        return label(out.view(view), "native", chosen.mode_for(isa.get(call.mnemonic)), **labels)
-    return label(out.view(view), "emulator", engine=eng.name, **labels)
+        return _matmul_out.labelled(result, target is not None, "native", chosen.mode_for(isa.get(call.mnemonic)),
+                                    **labels)
+    return _matmul_out.labelled(result, target is not None, "emulator", engine=eng.name, **labels)
+
+
+def _complex(a: np.ndarray, b: np.ndarray, c, spec: _matmul_out.OutDtype, out, **run) -> AMXResult:
+    """A complex product (pyamx._matmul_complex), with ``out`` checked before it runs."""
+    dtype = _matmul_out.result_dtype(spec, np.dtype(np.complex64), _matmul_complex.KIND)
+    if out is None or a.ndim != 2 or b.ndim != 2:  # other shapes: complex_matmul refuses them before any work
+        return _matmul_complex.complex_matmul(a, b, c, **run)
+    c_array = None if c is None else _validate.require_array(c, "c", "matmul")
+    target = _matmul_out.check_out(out, (a.shape[0], b.shape[1]), dtype, {"a": a, "b": b, "c": c_array})
+    product = _matmul_complex.complex_matmul(a, b, c, **run)
+    result = _matmul_out.finish(np.asarray(product), spec, target)
+    return _matmul_out.labelled(result, True, str(product.backend), product.native_mode, product.engine)
 
 
 def _product(ops: Operands, eng, threads, backend=None) -> np.ndarray:
@@ -369,9 +480,16 @@ def _product(ops: Operands, eng, threads, backend=None) -> np.ndarray:
 def _batched(call: Call, a_bits: np.ndarray, b_bits: np.ndarray, eng, threads, backend=None) -> np.ndarray:
     """Each product of the broadcast batch as its own 2-D call, into one (*batch, M, N) array.
 
-    The operands are broadcast as views, so a product repeated over the batch is
-    copied one matrix at a time, never as a whole stack.
+    Where every product shares one b and a's stack is one matrix in memory, the whole batch is
+    one 2-D call on a's rows (:func:`_shared_b_operands`). Otherwise the operands are broadcast
+    as views, so a product repeated over the batch is copied one matrix at a time, never as a
+    whole stack.
     """
+    shared = _shared_b_operands(call, a_bits, b_bits)
+    if shared is not None:
+        bits = _product(shared, eng, threads, backend)
+        return bits.view(np.dtype(isa.get(call.mnemonic).acc_format.bits).newbyteorder("=")).reshape(
+            call.batch + (call.m, call.n))
     a_all = np.broadcast_to(a_bits, call.batch + (call.m, call.k))
     b_all = np.broadcast_to(b_bits, call.batch + (call.k, call.n))
     c_all = None if call.c is None else np.broadcast_to(call.c, call.batch + (call.m, call.n))

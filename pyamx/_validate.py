@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from . import _dlpack
 from .table import isa
 
 MAX_M = 16
@@ -19,25 +20,55 @@ MAX_N = 16  # tmul_maxn / 4
 
 
 _FRAMEWORK_HINT = (
-    "; a torch.bfloat16/float16 tensor: pass t.view(torch.int16).numpy() (its bit patterns); "
-    "a JAX array: np.asarray(x)"
+    "; a CPU torch or JAX tensor is read in place through DLPack (a torch.bfloat16 one as bf16), "
+    "or pass its bit patterns: t.view(torch.int16)"
 )
 
 
 def require_array(x: object, name: str, fn: str) -> np.ndarray:
-    """``x`` as an ndarray without copying where numpy can: __array__, the buffer protocol, a JAX array.
+    """``x`` as an ndarray without copying where numpy can: a DLPack producer (a torch or JAX
+    tensor), __array__, the buffer protocol.
 
     The one operand rule: every public entry point (the one-instruction
     functions, ``pyamx.matmul``, ``pyamx.bf16.*``) takes its arrays through
     here, so they accept the same objects and refuse the rest with the same
     message (a failing ``__array__`` never escapes as the framework's own error).
+    A tensor of a format numpy has no dtype for (``torch.bfloat16``, torch's float8)
+    comes as that ``ml_dtypes`` dtype, so every reader knows what its bits are;
+    without ml_dtypes it is refused with the recipe (``pyamx.matmul`` takes it anyway:
+    :func:`require_operand`).
     """
+    array, carried = require_operand(x, name, fn)
+    if carried is None:
+        return array
+    try:
+        import ml_dtypes
+    except ImportError:
+        raise TypeError(f"{fn}: {name} ({type(x).__name__}) holds {carried} values, which numpy has no dtype for "
+                        "without ml_dtypes: install ml_dtypes, or pass its bit patterns (t.view(torch.int16))") from None
+    return array.view(getattr(ml_dtypes, carried))
+
+
+def require_operand(x: object, name: str, fn: str) -> "tuple[np.ndarray, str | None]":
+    """As :func:`require_array`, with the dtype name a DLPack tensor's bits are of where numpy has
+    no dtype for them (``"bfloat16"``...: the array then holds them as unsigned integers), else None."""
     if isinstance(x, np.ndarray):
-        return x
+        return x, None
     if isinstance(x, (str, bytes, dict, set)) or x is None:
         raise TypeError(f"{fn}: {name} must be an array, not {type(x).__name__}")
+    if _dlpack.exports(x):
+        try:
+            return _dlpack.import_array(x, name, fn)
+        except TypeError:
+            if not hasattr(x, "__array__"):
+                raise
+            try:  # what numpy converts another way is taken as before; else DLPack's reason is the clearer one
+                return np.asarray(x), None
+            except Exception:
+                pass
+            raise
     try:
-        return np.asarray(x)
+        return np.asarray(x), None
     except Exception as exc:  # whatever the object's own conversion raises, said once, clearly
         raise TypeError(
             f"{fn}: {name} ({type(x).__name__}) cannot be converted to a numpy array: {exc}{_FRAMEWORK_HINT}"

@@ -69,7 +69,7 @@ def test_ml_dtypes_noncontiguous_and_big_endian_operands_give_the_same_bits():
     (np.float16, np.int8, None, TypeError),
     (np.float16, np.float16, "bf16", TypeError),  # kind is strict
     (np.int8, np.int8, "fp16", TypeError),
-    (np.uint16, np.uint16, "float16", ValueError),  # not a kind
+    (np.uint16, np.uint16, "half", ValueError),  # not a kind ("float16" is fp16)
     (np.float64, np.float64, None, TypeError),  # floats are rounded only to a kind the call names
     (np.float32, np.float32, "int8", TypeError),
 ])
