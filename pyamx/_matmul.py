@@ -363,12 +363,8 @@ def _run_native(p: Plan, threads, backend=None):
 
 
 def _check_threads(threads):
-    if threads is None:
-        return None
-    if isinstance(threads, bool) or not isinstance(threads, (int, np.integer)) or threads < 1:
-        raise ValueError(f"matmul: threads must be None or an integer >= 1, not {threads!r}")
-    # More than the engines' cap never helps; the native kernel has the same cap.
-    return min(int(threads), _engine.MAX_THREADS)
+    # One rule for every entry (pyamx.emulator.engine.check_threads): more than the cap is refused, not capped.
+    return _engine.check_threads(threads, "matmul")
 
 
 def matmul(a: ArrayInput, b: ArrayInput, c: ArrayInput | None = None, *, kind: str | DTypeLike = None,

@@ -110,7 +110,7 @@ def test_accumulator_dtype_is_checked():
         pyamx.matmul(np.zeros((2, 2), np.uint16), np.zeros((2, 2), np.uint16), [[1.0, 2.0], [3.0, 4.0]])
 
 
-@pytest.mark.parametrize("threads", [0, -1, 1.5, True, "2"])
+@pytest.mark.parametrize("threads", [0, -1, 1.5, True, "2", 257, 1000])
 def test_threads_are_checked(threads):
     with pytest.raises(ValueError, match="threads"):
         pyamx.matmul(np.zeros((2, 2), np.uint16), np.zeros((2, 2), np.uint16), threads=threads, backend="emulator")
