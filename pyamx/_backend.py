@@ -21,6 +21,7 @@ model only). What this module adds to that rule:
 from __future__ import annotations
 
 from . import _env
+from ._first_use import LOCK, module
 from ._numerics_rule import native_numerics_error, native_runs
 from ._numerics_rule import default as _default_numerics
 from ._numerics_rule import resolve as resolve_numerics
@@ -49,6 +50,14 @@ def requested() -> str:
     :class:`~pyamx.errors.EnvironmentVariableError` at every use instead
     (a failure is not remembered; a success is).
     """
+    global _requested
+    if _requested is None:
+        with LOCK:  # an import (pyamx._first_use)
+            return _read_requested()
+    return _requested
+
+
+def _read_requested() -> str:
     global _requested
     if _requested is None:
         from .cpu import trap  # pure environment parsing; the C module is not loaded here
@@ -89,9 +98,7 @@ class Backend(str):
         if not self.is_native:
             return None
         if self.report is None:  # unpickled: the report stays in the process that resolved it
-            from .cpu.detect import report
-
-            self.report = report()
+            self.report = module(".cpu.detect", __package__).report()
         return self.report.mode_for(insn)
 
     @property
@@ -99,9 +106,7 @@ class Backend(str):
         """``(ffi, lib)`` of pyamx._native for native (loaded once per process); None for the emulator."""
         if not self.is_native:
             return None
-        from .cpu._nativelib import load
-
-        return load()
+        return module(".cpu._nativelib", __package__).load()
 
     @property
     def name(self) -> str:
@@ -141,22 +146,17 @@ EMULATOR = Backend("emulator")  # the one emulator backend: resolve() returns th
 def native_status(family: str = "bf16", report=None):
     """``(usable, reason)`` of the native ``family`` kernels (bf16, int8, fp16), from ``report`` (None:
     the cached one)."""
-    from .cpu import native
-
+    native = module(".cpu.native", __package__)
     return native.available(family) if report is None else native.availability(report, family)
 
 
 def native_mode():
     """``"silicon"`` or ``"trap"`` when native is usable, else None."""
-    from .cpu.detect import report
-
-    return report().mode
+    return module(".cpu.detect", __package__).report().mode
 
 
 def _native() -> Backend:
-    from .cpu.detect import report
-
-    rep = report()
+    rep = module(".cpu.detect", __package__).report()
     return Backend("native", rep.mode, rep)
 
 
@@ -166,6 +166,14 @@ _decision = None  # (backend, reason), decided on first use
 def _decide():
     global _decision
     wanted = requested()  # raises for a bad variable at every use
+    if _decision is None:
+        with LOCK:  # detection and the extension's loading (pyamx._first_use)
+            _decide_once(wanted)
+    return _decision
+
+
+def _decide_once(wanted):
+    global _decision
     if _decision is None:
         if wanted == "emulator":
             _decision = (EMULATOR, f"{ENV_VAR}=emulator")

@@ -23,6 +23,7 @@ from . import _backend, _matmul_complex, _validate
 from .table import isa
 from .table import bf16 as _bf16
 from .emulator import engine as _engine
+from ._first_use import module
 from ._fpenv import default_fpenv
 from ._result import AMXResult, label
 from ._validate import dtype_name
@@ -278,8 +279,7 @@ def _run_native(p: Plan, threads, backend=None):
     dwords, B interleaved, C bits; it raises NativeUnavailableError where its
     kernel family cannot run.
     """
-    from .cpu._native_matmul import matmul_native
-
+    matmul_native = module(".cpu._native_matmul", __package__).matmul_native  # pyamx._first_use
     return matmul_native(p.mnemonic, p.a, p.b_vnni, p.c, p.k_dwords, threads, backend=backend)
 
 

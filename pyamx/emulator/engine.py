@@ -45,6 +45,7 @@ import numpy as np
 
 from .. import _env as env_parser  # the one PYAMX_* parser (this module's own _env caches what it said)
 from ..table import isa
+from .._first_use import LOCK, module
 from .._fpenv import default_fpenv
 from .._validate import contiguous_bits
 from ..errors import BackendError, EnvironmentVariableError, UnknownBackendError
@@ -386,7 +387,7 @@ class Engine:
     def _numpy_dot(self, op_name, is_float, c, a, b, kd, threads):
         # the whole schedule at once (pyamx/emulator/dot.py): operands scanned once, every K
         # block per row chunk, the output rows split over ``threads`` (default 1)
-        from .dot import engine_dot
+        engine_dot = module(".dot", __package__).engine_dot
 
         return engine_dot(op_name, c, a, b, kd, threads or 1, self._numerics)
 
@@ -499,7 +500,8 @@ def resolve(name=None, numerics="sdm", op=None) -> Engine:
         engine = _resolved.get(key)
         if engine is not None:
             return engine
-        engine = _resolved[key] = _resolve(name, _SDM)
+        with LOCK:  # the extension's loading, once: not to be split by a fork (pyamx._first_use)
+            engine = _resolved[key] = _resolve(name, _SDM)
         return engine
     return _resolve(name, numerics)
 
