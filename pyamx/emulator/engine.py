@@ -520,14 +520,21 @@ def numpy_for(op: str, name=None, numerics="sdm") -> Engine:
     return Engine("numpy", resolve_numerics(numerics))
 
 
+def variable() -> str:
+    """The engine ``PYAMX_ENGINE`` names, read once and then kept (a bad value raises
+    EnvironmentVariableError at every call, and is never kept)."""
+    name = _env.get("name")
+    if name is None:
+        name = _env["name"] = requested()
+    return name
+
+
 def _resolve(name, numerics) -> Engine:
     from .. import _numerics_rule
 
     from_env = name is None
     if from_env:
-        name = _env.get("name")
-        if name is None:
-            name = _env["name"] = requested()
+        name = variable()
         source = f"{ENV_VAR}={name}"
     else:
         source = f"engine={name!r}"
