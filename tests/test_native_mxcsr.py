@@ -106,6 +106,9 @@ def test_matmul_keeps_the_callers_mxcsr(native):
         "bf16": (rng.standard_normal((40, 70)).astype(np.float32), rng.standard_normal((70, 33)).astype(np.float32)),
         "fp16": (rng.standard_normal((40, 70)).astype(np.float16), rng.standard_normal((70, 33)).astype(np.float16)),
         "int8": (rng.integers(-128, 128, (40, 70), dtype=np.int8), rng.integers(-128, 128, (70, 33), dtype=np.int8)),
+        "complex": ((rng.standard_normal((20, 9)) + 1j * rng.standard_normal((20, 9))).astype(np.complex64),
+                    (rng.standard_normal((9, 7)) - 1j * rng.standard_normal((9, 7))).astype(np.complex64)),
+        "fp8": (rng.integers(0, 256, (20, 70), dtype=np.uint8), rng.integers(0, 256, (70, 7), dtype=np.uint8)),
     }
     problems = []
     for kind, (a, b) in cases.items():
