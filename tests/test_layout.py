@@ -34,10 +34,11 @@ LAYERS = {"table", "emulator", "cpu", "tools"}
 #: what stays at the top level (besides the compat modules): the public front and what every layer shares
 FRONT = {
     "__init__", "__main__", "errors",                      # the names users import, the exceptions
-    "_ops", "_matmul", "_matmul_complex",                  # the public functions' dispatch
+    "_ops", "_matmul", "_matmul_complex", "_matmul_memory",  # the public functions' dispatch
     "_backend", "_numerics_rule",                          # which backend and which numerics a call gets
     "_validate", "_result", "_types",                      # operands in, labelled results out, their types
     "_env", "_fpenv", "_docs", "_version",                 # shared by every layer (_fpenv: bf16 and the engines)
+    "_first_use",                                          # the one-time work's lock, which fork waits for
     "_compat",                                             # the public paths of the modules that moved
     "_buildinfo", "_dot_types",                            # written by build.py
 }
