@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib
 import os
 
+from . import _first_use  # first: the fork hook must exist before any one-time work can start
 from . import _compat
 from . import errors as errors
 
@@ -87,6 +88,10 @@ def _is_submodule(name: str) -> bool:
 if not TYPE_CHECKING:  # hidden from type checkers: a misspelt name is their error, not Any
 
     def __getattr__(name: str) -> object:
+        with _first_use.LOCK:  # imports: a fork must not land in the middle of one (pyamx._first_use)
+            return _load(name)
+
+    def _load(name: str) -> object:
         if name == "__all__":
             value = [*_ALL_HEAD, *_dot_names(), *_ALL_TAIL]
         else:

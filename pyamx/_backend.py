@@ -21,6 +21,7 @@ model only). What this module adds to that rule:
 from __future__ import annotations
 
 from . import _env
+from ._first_use import LOCK, module
 from ._numerics_rule import native_numerics_error, native_runs
 from ._numerics_rule import default as _default_numerics
 from ._numerics_rule import resolve as resolve_numerics
@@ -49,6 +50,14 @@ def requested() -> str:
     :class:`~pyamx.errors.EnvironmentVariableError` at every use instead
     (a failure is not remembered; a success is).
     """
+    global _requested
+    if _requested is None:
+        with LOCK:  # an import (pyamx._first_use)
+            return _read_requested()
+    return _requested
+
+
+def _read_requested() -> str:
     global _requested
     if _requested is None:
         from .cpu import trap  # pure environment parsing; the C module is not loaded here
@@ -89,9 +98,7 @@ class Backend(str):
         if not self.is_native:
             return None
         if self.report is None:  # unpickled: the report stays in the process that resolved it
-            from .cpu.detect import report
-
-            self.report = report()
+            self.report = module(".cpu.detect", __package__).report()
         return self.report.mode_for(insn)
 
     @property
@@ -99,9 +106,7 @@ class Backend(str):
         """``(ffi, lib)`` of pyamx._native for native (loaded once per process); None for the emulator."""
         if not self.is_native:
             return None
-        from .cpu._nativelib import load
-
-        return load()
+        return module(".cpu._nativelib", __package__).load()
 
     @property
     def name(self) -> str:
@@ -141,22 +146,17 @@ EMULATOR = Backend("emulator")  # the one emulator backend: resolve() returns th
 def native_status(family: str = "bf16", report=None):
     """``(usable, reason)`` of the native ``family`` kernels (bf16, int8, fp16), from ``report`` (None:
     the cached one)."""
-    from .cpu import native
-
+    native = module(".cpu.native", __package__)
     return native.available(family) if report is None else native.availability(report, family)
 
 
 def native_mode():
     """``"silicon"`` or ``"trap"`` when native is usable, else None."""
-    from .cpu.detect import report
-
-    return report().mode
+    return module(".cpu.detect", __package__).report().mode
 
 
 def _native() -> Backend:
-    from .cpu.detect import report
-
-    rep = report()
+    rep = module(".cpu.detect", __package__).report()
     return Backend("native", rep.mode, rep)
 
 
@@ -166,6 +166,14 @@ _decision = None  # (backend, reason), decided on first use
 def _decide():
     global _decision
     wanted = requested()  # raises for a bad variable at every use
+    if _decision is None:
+        with LOCK:  # detection and the extension's loading (pyamx._first_use)
+            _decide_once(wanted)
+    return _decision
+
+
+def _decide_once(wanted):
+    global _decision
     if _decision is None:
         if wanted == "emulator":
             _decision = (EMULATOR, f"{ENV_VAR}=emulator")
@@ -190,46 +198,63 @@ def _unavailable(reason: str, source: str) -> NativeUnavailableError:
 
 
 def default_backend() -> Backend:
-    """The process default backend, decided once: native or the emulator."""
+    """The process default backend, decided once: native or the emulator.
+
+    By the rule of :func:`resolve` for a call that names neither backend nor engine: a concrete
+    ``PYAMX_ENGINE`` makes ``auto`` the emulator, and ``PYAMX_BACKEND=native`` with it an error.
+    """
     backend, reason = _decide()
     if backend is None:
         raise _unavailable(reason, f"{ENV_VAR}=native")
+    named_engine = _named_engine(None)
+    if named_engine is not None:
+        if backend.is_native and requested() == "native":
+            raise native_engine_error(named_engine[0], f"{ENV_VAR}=native")
+        return EMULATOR
     return backend
 
 
 def default_reason() -> str:
     """Why the process default is what it is."""
-    return _decide()[1]
+    backend, reason = _decide()
+    named_engine = _named_engine(None) if backend is not None and backend.is_native else None
+    if named_engine is not None and requested() != "native":
+        return f"{named_engine[0]} names an emulator engine"
+    return reason
 
 
-def native_engine_error(engine) -> ValueError:
+def native_engine_error(engine_source: str, backend_source: str = "backend='native'") -> ValueError:
     return ValueError(
-        f"engine={engine!r} selects the emulator's arithmetic engine; the native backend computes on "
-        "AMX tiles. Use backend='emulator' (or backend='auto', which picks the emulator when an engine "
-        "is named)"
+        f"{engine_source} selects the emulator's arithmetic engine, but {backend_source} asks for the native "
+        "backend, which computes on AMX tiles. Name one of them: the emulator (backend='emulator', "
+        "PYAMX_BACKEND=emulator; 'auto' picks the emulator when an engine is named) or native with the "
+        "engine left out (engine=None or 'auto', PYAMX_ENGINE unset)"
     )
 
 
-def _names_an_engine(engine) -> bool:
-    """True when the call named a concrete emulator engine (validated: a bad name raises here)."""
-    if engine is None:
-        return False
-    parse = _engine_parser()
-    return parse(engine, "engine") != "auto"
+def _named_engine(engine):
+    """The concrete emulator engine that applies to a call, as ``(source, from_variable)``, or None.
+
+    The ``engine`` argument, else ``PYAMX_ENGINE``; ``auto`` is no engine. Both are validated on
+    every call whatever the backend: a bad value raises here, never only where the emulator runs.
+    """
+    module = _engine_module()
+    if engine is not None:
+        return None if module.parse_name(engine, "engine") == "auto" else (f"engine={engine!r}", False)
+    name = module.variable()
+    return None if name == "auto" else (f"{module.ENV_VAR}={name}", True)
 
 
-def _engine_parser():
+def _engine_module():
     # Imported on first use (pyamx.engine needs numpy; the CLI builds its parser from this module)
-    # and kept: this runs on every one-instruction call that names an engine.
-    global _parse_engine_name
-    if _parse_engine_name is None:
-        from .emulator.engine import parse_name
-
-        _parse_engine_name = parse_name
-    return _parse_engine_name
+    # and kept: this runs on every call.
+    global _engine_mod
+    if _engine_mod is None:
+        _engine_mod = module(".emulator.engine", __package__)
+    return _engine_mod
 
 
-_parse_engine_name = None
+_engine_mod = None
 
 
 def resolve(backend, family: str = "bf16", numerics=None, engine=None) -> Backend:
@@ -237,12 +262,15 @@ def resolve(backend, family: str = "bf16", numerics=None, engine=None) -> Backen
 
     ``auto`` decides per family (a Sapphire Rapids has AMX-BF16 but not
     AMX-FP16, so its fp16 calls run on the emulator and say so), per
-    ``numerics`` (see the module docstring) and per ``engine``: a concrete
-    engine named by the call (not ``PYAMX_ENGINE``, which only chooses among
-    engines) means the emulator, just as a non-default model does. A backend
-    named by the call or by PYAMX_BACKEND is used or the call fails.
+    ``numerics`` (see the module docstring) and per engine: a concrete engine
+    (the ``engine`` argument, else ``PYAMX_ENGINE``) means the emulator, just
+    as a non-default model does. A backend named by the call or by
+    PYAMX_BACKEND is used or the call fails; named together with a concrete
+    engine it is an error, except that ``backend="native"`` in a call
+    outranks ``PYAMX_ENGINE``, which is the engine of the calls that run the
+    emulator (docs/guide.md, "Backends and engines").
     """
-    wants_engine = _names_an_engine(engine)
+    named_engine = _named_engine(engine)  # validated first: a bad engine is an error on every backend
     if backend is None:
         choice, source = requested(), f"{ENV_VAR}=native"
         if choice == "native":
@@ -255,10 +283,12 @@ def resolve(backend, family: str = "bf16", numerics=None, engine=None) -> Backen
         if choice == "native":
             raise native_numerics_error(numerics)
         return EMULATOR
-    if wants_engine:
-        if choice == "native":
-            raise native_engine_error(engine)
-        return EMULATOR
+    if named_engine is not None:
+        engine_source, from_variable = named_engine
+        if choice != "native":
+            return EMULATOR
+        if not (from_variable and backend is not None):
+            raise native_engine_error(engine_source, source)
     native = _native()  # the one detection report of this call
     usable, reason = native_status(family, native.report)
     if choice == "native" and not usable:

@@ -35,6 +35,7 @@ VARIABLES = {
     "PYAMX_BACKEND": "process default backend: auto, native or emulator",
     "PYAMX_ENGINE": "arithmetic engine of the emulator backend: auto, avx512, avx2, portable or numpy",
     "PYAMX_ENGINE_THREADS": "integer >= 1: worker threads of the compiled engines",
+    "PYAMX_MATMUL_MEMORY_CHECK": "boolean: refuse a matmul that needs more memory than is available (default on)",
     "PYAMX_TRAP_EMULATION": "boolean: run the native code through the SIGILL trap-and-emulate mode",
     "PYAMX_REQUIRE_NATIVE": "boolean (tests): fail, not skip, the tests that need the native backend",
     "PYAMX_DISABLE_AMX_KERNELS": "boolean (build): build the extension without AMX kernels",

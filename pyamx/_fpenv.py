@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import ctypes.util
 import functools
 import platform
 import threading
@@ -62,6 +61,8 @@ class _Extension:
 
 def _libm_function(name: str):
     """``name`` from the C math library: libm on glibc, libc itself on musl, or the process's own symbols."""
+    import ctypes.util  # here: it loads tempfile and random, whose at-fork hook must not register in a first use
+
     for library in (None, ctypes.util.find_library("m"), ctypes.util.find_library("c")):
         try:
             return getattr(ctypes.CDLL(library), name)

@@ -20,10 +20,11 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from . import _backend, _matmul_complex, _matmul_out, _validate
+from . import _backend, _matmul_complex, _matmul_memory, _matmul_out, _validate
 from .table import isa
 from .table import bf16 as _bf16
 from .emulator import engine as _engine
+from ._first_use import module
 from ._fpenv import default_fpenv
 from ._result import AMXResult
 from ._validate import dtype_name
@@ -354,8 +355,7 @@ def _run_native(p: Plan, threads, backend=None):
     dwords, B interleaved, C bits; it raises NativeUnavailableError where its
     kernel family cannot run.
     """
-    from .cpu._native_matmul import matmul_native
-
+    matmul_native = module(".cpu._native_matmul", __package__).matmul_native  # pyamx._first_use
     return matmul_native(p.mnemonic, p.a, p.b_vnni, p.c, p.k_dwords, threads, backend=backend)
 
 
@@ -435,6 +435,8 @@ def matmul(a: ArrayInput, b: ArrayInput, c: ArrayInput | None = None, *, kind: s
         _matmul_out.result_dtype(spec, view, call.family)
     chosen = _backend.resolve(backend, call.family, numerics=numerics, engine=engine)
     eng = None if chosen == "native" else _engine.resolve(engine, numerics, op=call.mnemonic)
+    _matmul_memory.check(_needed_bytes(call, eng), f"a {'x'.join(map(str, call.batch + (call.m, call.n)))} "
+                         f"product over K={call.k}")
     # Every check is done: only now are float operands rounded and anything copied.
     a_bits, b_bits = _bits_of(call.a), _bits_of(call.b)
     labels = {} if call.rounded_to is None else {"rounded_to": call.rounded_to}
@@ -461,9 +463,62 @@ def _complex(a: np.ndarray, b: np.ndarray, c, spec: _matmul_out.OutDtype, out, *
     return _matmul_out.labelled(result, True, str(product.backend), product.native_mode, product.engine)
 
 
-def _product(ops: Operands, eng, threads, backend=None) -> np.ndarray:
+def _path(mnemonic: str, eng) -> str:
+    """Which transient copies a product makes (pyamx._matmul_memory.row_bytes)."""
+    if eng is None:
+        return "native"
+    if not eng.compiled:
+        return "numpy"
+    return "fp8" if mnemonic in _engine.FP8_OPS else "compiled"
+
+
+def _row_bytes(mnemonic: str, k: int, n: int, eng) -> int:
+    row = isa.get(mnemonic)
+    width = -(-k // row.lanes) * row.lanes
+    return _matmul_memory.row_bytes(n, width, 4 // row.lanes, _path(mnemonic, eng))
+
+
+def _needed_bytes(call: Call, eng) -> int:
+    """The call's peak estimate: the result, the operands' rounded or contiguous copies, B's packed
+    forms and one block's transients (pyamx._matmul_memory)."""
+    row = isa.get(call.mnemonic)
+    item = 4 // row.lanes
+    width = -(-call.k // row.lanes) * row.lanes
+    products = int(np.prod(call.batch, dtype=np.int64)) if call.batch else 1
+    result = products * call.m * call.n * 4
+    copies = 0
+    for op in (call.a, call.b):
+        if op.rounds or not op.array.flags.c_contiguous:
+            copies += op.array.size * item
+    if call.c is not None:
+        copies += call.m * call.n * 4  # made contiguous, per product
+    b_packed = width * call.n * (2 * item + 8)  # padded, interleaved, and as an engine packs it
+    per_row = _row_bytes(call.mnemonic, call.k, call.n, eng)
+    return result + copies + b_packed + _matmul_memory.block_rows(call.m, per_row) * per_row
+
+
+def _product(ops: Operands, eng, threads, backend=None, out=None) -> np.ndarray:
     """One 2-D product's result bits, on the native kernels (``eng`` None; ``backend`` the call's
-    resolved native backend) or the engine ``eng``."""
+    resolved native backend) or the engine ``eng``; into ``out`` where given.
+
+    In blocks of rows where the whole product's transient copies would pass
+    pyamx._matmul_memory.BLOCK_BYTES: rows are independent, so the bits are the same.
+    """
+    (m, k), n = ops.a.shape, ops.b.shape[1]
+    rows = _matmul_memory.block_rows(m, _row_bytes(ops.mnemonic, k, n, eng))
+    if rows >= m and out is None:
+        return _whole_product(ops, eng, threads, backend)
+    if out is None:
+        out = np.empty((m, n), np.dtype(isa.get(ops.mnemonic).acc_format.bits).newbyteorder("="))
+    for start in range(0, m, rows):
+        stop = min(start + rows, m)
+        block = Operands(ops.mnemonic, ops.family, ops.a[start:stop], ops.b,
+                         None if ops.c is None else ops.c[start:stop])
+        out[start:stop] = _whole_product(block, eng, threads, backend).view(out.dtype)  # bits: no conversion
+    return out
+
+
+def _whole_product(ops: Operands, eng, threads, backend=None) -> np.ndarray:
     if eng is None:
         return _run_native(_pack(ops), threads, backend)
     if eng.compiled:
@@ -492,5 +547,5 @@ def _batched(call: Call, a_bits: np.ndarray, b_bits: np.ndarray, eng, threads, b
     out = np.empty(call.batch + (call.m, call.n), np.dtype(isa.get(call.mnemonic).acc_format.bits).newbyteorder("="))
     for index in np.ndindex(*call.batch):
         ops = _materialize(call, a_all[index], b_all[index], None if c_all is None else c_all[index])
-        out[index] = _product(ops, eng, threads, backend).view(out.dtype)  # bits: no value conversion
+        _product(ops, eng, threads, backend, out=out[index])
     return out

@@ -19,6 +19,7 @@ import numpy as np
 from . import _backend, _validate
 from .table import isa
 from .emulator import engine as _engine
+from ._first_use import module
 from ._result import AMXResult, label
 
 if TYPE_CHECKING:
@@ -82,8 +83,7 @@ def complex_matmul(a, b, c=None, *, backend=None, engine=None, threads=None,
     chosen = _backend.resolve(backend, KIND, numerics=numerics, engine=engine)
     out = np.empty((m, n2 // 2), np.complex64)
     if chosen == "native":
-        from .cpu._native_matmul import matmul_native
-
+        matmul_native = module(".cpu._native_matmul", __package__).matmul_native  # pyamx._first_use
         for part, name, c_bits in ((out.real, REAL, c_parts[0]), (out.imag, IMAGINARY, c_parts[1])):
             part[...] = matmul_native(name, a_pairs, b_pairs, c_bits, k, threads).view(np.float32)
         return label(out, "native", _backend.native_mode())

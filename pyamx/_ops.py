@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from . import _backend, _validate, emulator
+from ._first_use import module
 from .table import isa
 from .emulator import engine as _engine
 from ._result import AMXResult, label
@@ -31,8 +32,7 @@ def _function(insn: isa.Instruction):
         if chosen is _EMULATOR:
             # The SDM numerics on the engine (compiled when available); one instruction is K <= 16 dwords.
             return run_one(name, resolve_engine(engine, op=name), c, a, b, *shape)
-        from .cpu import native
-
+        native = module(".cpu.native", __package__)  # under the first use's lock (pyamx._first_use)
         c, a, b = c.view(bits[0]), a.view(bits[1]), b.view(bits[1])
         return label(native.run(name, c, a, b, chosen).view(c_view), "native", chosen.mode_for(insn))
 
@@ -59,6 +59,4 @@ def tile_machine(*, backend: str | None = None, numerics: str | Numerics = "sdm"
     chosen = _backend.resolve(backend, numerics=numerics, engine=engine)
     if not chosen.is_native:
         return emulator.TileMachine(numerics, engine=engine)
-    from .cpu.native import NativeMachine
-
-    return NativeMachine(numerics)
+    return module(".cpu.native", __package__).NativeMachine(numerics)

@@ -34,10 +34,12 @@ LAYERS = {"table", "emulator", "cpu", "tools"}
 #: what stays at the top level (besides the compat modules): the public front and what every layer shares
 FRONT = {
     "__init__", "__main__", "errors",                      # the names users import, the exceptions
-    "_ops", "_matmul", "_matmul_complex", "_matmul_out",   # the public functions' dispatch (and matmul's out=)
+    "_ops", "_matmul", "_matmul_complex",                  # the public functions' dispatch
+    "_matmul_out", "_matmul_memory",                       # matmul's out=/out_dtype= and its memory bound
     "_backend", "_numerics_rule",                          # which backend and which numerics a call gets
     "_validate", "_dlpack", "_result", "_types",           # operands in (DLPack too), labelled results out, types
     "_env", "_fpenv", "_docs", "_version",                 # shared by every layer (_fpenv: bf16 and the engines)
+    "_first_use",                                          # the one-time work's lock, which fork waits for
     "_compat",                                             # the public paths of the modules that moved
     "_buildinfo", "_dot_types",                            # written by build.py
 }

@@ -15,6 +15,7 @@ import os
 import sys
 import warnings
 
+from .._first_use import LOCK
 from .._version import __version__
 
 REBUILD_HINT = "rebuild it with `pip install .` (or `python build.py` in a source checkout)"
@@ -108,6 +109,11 @@ def load():
     yet, also warns once, on the first use that needs it: pip hides the
     build's own warning, and a checkout would silently run the numpy engine.
     """
+    with LOCK:  # an import and the library's own start-up: not to be split by a fork
+        return _load_native()
+
+
+def _load_native():
     try:
         from .. import _native
     except ImportError as exc:
@@ -127,6 +133,11 @@ def load():
 @functools.lru_cache(maxsize=None)
 def load_trap():
     """``(ffi, lib)`` of the trap mode's module pyamx._trap; ImportError (or StaleBuildError) saying why not."""
+    with LOCK:
+        return _load_trap()
+
+
+def _load_trap():
     try:
         from .. import _trap
     except ImportError as exc:

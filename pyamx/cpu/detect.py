@@ -27,12 +27,12 @@ import os
 import platform
 import signal
 import sys
-import threading
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Mapping, NamedTuple, Optional, Tuple
 
 from . import _trapmode
+from .._first_use import LOCK
 from ..table import isa
 from ._trapmode import TrapFacts as TrapFacts  # RawFacts.trap; tests build it from here
 
@@ -763,7 +763,7 @@ def collect() -> RawFacts:
     return raw
 
 
-_lock = threading.Lock()
+_lock = LOCK  # the one-time work's lock, which fork waits for (pyamx._first_use)
 _cached: Optional[Report] = None
 
 

@@ -24,7 +24,6 @@ tests/test_matmul_engine.py hold each against tests/reference.py):
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
@@ -454,6 +453,11 @@ def float_matmul(c, a, b, numerics: Numerics, input_daz: bool, significand_bits:
             out[rows] = plan.run_rows(c[rows], rows)
 
     if threads > 1 and len(chunks) > 1:
+        # Imported here, not at the top: concurrent.futures (and logging, which it loads) register
+        # at-fork hooks, and a registration during a first use that a fork waits for would get
+        # its after-fork half without its before-fork half (pyamx._first_use).
+        from concurrent.futures import ThreadPoolExecutor
+
         with ThreadPoolExecutor(max_workers=min(threads, len(chunks))) as pool:
             list(pool.map(run, chunks))
     else:

@@ -45,6 +45,7 @@ import numpy as np
 
 from .. import _env as env_parser  # the one PYAMX_* parser (this module's own _env caches what it said)
 from ..table import isa
+from .._first_use import LOCK, module
 from .._fpenv import default_fpenv
 from .._validate import contiguous_bits
 from ..errors import BackendError, EnvironmentVariableError, UnknownBackendError
@@ -402,7 +403,7 @@ class Engine:
     def _numpy_dot(self, op_name, is_float, c, a, b, kd, threads):
         # the whole schedule at once (pyamx/emulator/dot.py): operands scanned once, every K
         # block per row chunk, the output rows split over ``threads`` (default 1)
-        from .dot import engine_dot
+        engine_dot = module(".dot", __package__).engine_dot
 
         return engine_dot(op_name, c, a, b, kd, threads or 1, self._numerics)
 
@@ -515,7 +516,8 @@ def resolve(name=None, numerics="sdm", op=None) -> Engine:
         engine = _resolved.get(key)
         if engine is not None:
             return engine
-        engine = _resolved[key] = _resolve(name, _SDM)
+        with LOCK:  # the extension's loading, once: not to be split by a fork (pyamx._first_use)
+            engine = _resolved[key] = _resolve(name, _SDM)
         return engine
     return _resolve(name, numerics)
 
@@ -534,14 +536,21 @@ def numpy_for(op: str, name=None, numerics="sdm") -> Engine:
     return Engine("numpy", resolve_numerics(numerics))
 
 
+def variable() -> str:
+    """The engine ``PYAMX_ENGINE`` names, read once and then kept (a bad value raises
+    EnvironmentVariableError at every call, and is never kept)."""
+    name = _env.get("name")
+    if name is None:
+        name = _env["name"] = requested()
+    return name
+
+
 def _resolve(name, numerics) -> Engine:
     from .. import _numerics_rule
 
     from_env = name is None
     if from_env:
-        name = _env.get("name")
-        if name is None:
-            name = _env["name"] = requested()
+        name = variable()
         source = f"{ENV_VAR}={name}"
     else:
         source = f"engine={name!r}"

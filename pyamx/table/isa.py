@@ -41,6 +41,9 @@ class TableError(ValueError):
 # -- formats ---------------------------------------------------------------------------------
 
 
+_ITEMSIZE_BYTES = {"1": 1, "2": 2, "4": 4, "8": 8}  # the digit ending a dtype string like "<u2"
+
+
 @dataclass(frozen=True)
 class Format:
     """One number format as a tile holds it.
@@ -82,7 +85,9 @@ class Format:
     @property
     def width(self) -> int:
         """Bits of one element (all components)."""
-        return int(self.bits[-1]) * 8
+        # A lookup, not int(self.bits[-1]): CPython parses a decimal string with float arithmetic,
+        # which sets the caller's MXCSR precision flag, and this runs on every call (issue 27).
+        return _ITEMSIZE_BYTES[self.bits[-1]] * 8
 
     @property
     def is_float(self) -> bool:
