@@ -10,6 +10,7 @@ import pytest
 
 import pyamx
 from pyamx import bf16
+import pyamx.engine  # noqa: F401  (a submodule: bound on pyamx only once imported)
 from pyamx.errors import BackendError, NativeUnavailableError
 
 RNG_SEED = 99
