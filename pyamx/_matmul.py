@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from . import _backend, _matmul_complex, _validate
+from . import _backend, _matmul_complex, _tile_layout, _validate
 from .table import isa
 from .table import bf16 as _bf16
 from .emulator import engine as _engine
@@ -29,6 +29,7 @@ from ._validate import dtype_name
 from .table import numerics as _numerics
 
 if TYPE_CHECKING:
+    from ._packed import PackedB
     from ._types import ArrayInput
     from .table.numerics import Numerics
 
@@ -268,19 +269,19 @@ def _zero_accumulator(m: int, n: int, row: isa.Instruction) -> np.ndarray:
     return np.zeros((m, n), dtype=np.dtype(row.acc_format.bits).newbyteorder("="))
 
 
-# -- the native path ----------------------------------------------------------------------
+def native_packed(row: isa.Instruction, a_bits: np.ndarray, tiles: np.ndarray, n: int, c_bits: np.ndarray, threads,
+                  backend=None) -> np.ndarray:
+    """One 2-D product on the native kernels with B in their tile layout (pyamx/_tile_layout.py):
+    A padded to whole dwords here (docs/matmul.md, step 1), B read from ``tiles``."""
+    from .cpu._native_matmul import matmul_native_packed
 
-
-def _run_native(p: Plan, threads, backend=None):
-    """The native AMX kernels (csrc/matmul_amx.c through pyamx._native_matmul) on the packed operands.
-
-    The kernel takes exactly the engine contract's operands: A padded to whole
-    dwords, B interleaved, C bits; it raises NativeUnavailableError where its
-    kernel family cannot run.
-    """
-    from .cpu._native_matmul import matmul_native
-
-    return matmul_native(p.mnemonic, p.a, p.b_vnni, p.c, p.k_dwords, threads, backend=backend)
+    k_dwords = -(-a_bits.shape[1] // row.lanes)
+    width = k_dwords * row.lanes
+    if width != a_bits.shape[1]:
+        padded = np.full((a_bits.shape[0], width), row.a_format.pad, dtype=a_bits.dtype)
+        padded[:, :a_bits.shape[1]] = a_bits
+        a_bits = padded
+    return matmul_native_packed(row.name, a_bits, tiles, k_dwords, c_bits, threads, backend=backend)
 
 
 # -- the public function ----------------------------------------------------------------
@@ -295,7 +296,7 @@ def _check_threads(threads):
     return min(int(threads), _engine.MAX_THREADS)
 
 
-def matmul(a: ArrayInput, b: ArrayInput, c: ArrayInput | None = None, *, kind: str | None = None,
+def matmul(a: ArrayInput, b: ArrayInput | PackedB, c: ArrayInput | None = None, *, kind: str | None = None,
            backend: str | None = None, engine: str | None = None, threads: int | None = None,
            numerics: str | Numerics = "sdm") -> AMXResult:
     """``c + a @ b`` through AMX tile instructions, for any M, N, K >= 1: a new (..., M, N) array.
@@ -333,6 +334,9 @@ def matmul(a: ArrayInput, b: ArrayInput, c: ArrayInput | None = None, *, kind: s
     emulator's model (emulator only). The result's ``.backend``, ``.engine`` and
     ``.native_mode`` say what ran.
     """
+    packed_product = getattr(type(b), "_product_as_b", None)
+    if packed_product is not None:  # pyamx.pack's operand: its own checks, the same bits (pyamx/_packed.py)
+        return packed_product(b, a, c, kind=kind, backend=backend, engine=engine, threads=threads, numerics=numerics)
     threads = _check_threads(threads)
     numerics = _numerics.resolve(numerics)
     if _matmul_complex.wants_complex(a, b, kind):
@@ -358,7 +362,10 @@ def _product(ops: Operands, eng, threads, backend=None) -> np.ndarray:
     """One 2-D product's result bits, on the native kernels (``eng`` None; ``backend`` the call's
     resolved native backend) or the engine ``eng``."""
     if eng is None:
-        return _run_native(_pack(ops), threads, backend)
+        # B straight from row-major into the kernel's tile layout, in C by the pool's threads
+        row = isa.get(ops.mnemonic)
+        c_bits = _zero_accumulator(ops.a.shape[0], ops.b.shape[1], row) if ops.c is None else ops.c
+        return native_packed(row, ops.a, _tile_layout.pack(ops.b), ops.b.shape[1], c_bits, threads, backend)
     if eng.compiled:
         # row-major B straight to C: padded, widened and packed there once (no interleaved copy here)
         return np.asarray(eng.matmul(ops.mnemonic, ops.a, ops.b, ops.c, threads))
