@@ -44,6 +44,7 @@
 #if PYAMX_HAVE_AMX
 #include <immintrin.h>
 #include <pthread.h>
+#include <time.h>
 
 #define AMX_TILE __attribute__((target("amx-tile")))
 
@@ -263,6 +264,59 @@ AMX_TILE static void run_blocks(const struct job *j)
     free(strip);
 }
 
+/* The peak probe (benchmarks/bench_native.py): `count` dot products of one
+ * row into tmm0, each reading the tmm0 the previous one wrote -- a
+ * dependent chain, the rate one accumulator sustains, which is what the
+ * kernel's four accumulators must beat -- on full 16 x 64-byte tiles of
+ * zeros (the data does not change the timing of the integer or the float
+ * rows). The tile numbers are immediates, hence one loop per row. */
+#define PYAMX_DOT_ROW(name, prefix, map, pp, w, l, opc)                                        \
+    AMX_TILE static void chain_##name(int64_t count)                                           \
+    {                                                                                          \
+        for (int64_t i = 0; i < count; i++)                                                    \
+            DP_BYTES(VEX_MAP_PP(map, pp), opc, 0, 1, 2);                                       \
+    }
+PYAMX_FOR_EACH_DOT
+#undef PYAMX_DOT_ROW
+
+typedef void (*chain_fn)(int64_t);
+#define PYAMX_DOT_ROW(name, prefix, map, pp, w, l, opc) [PYAMX_OP_##name] = chain_##name,
+static const chain_fn chains[PYAMX_OP_TRAITS_COUNT] = {PYAMX_FOR_EACH_DOT};
+#undef PYAMX_DOT_ROW
+
+static int64_t monotonic_ns(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
+}
+
+AMX_TILE int pyamx_matmul_peak_probe(int op, int64_t count, int64_t *nanoseconds)
+{
+    if (!pyamx_internal_ready())
+        return PYAMX_E_NOT_READY;
+    if (!pyamx_dot_traits(op) || count < 1 || !nanoseconds)
+        return PYAMX_E_ARG;
+    if (!pyamx_internal_row_runnable(op))
+        return PYAMX_E_NO_KERNEL;
+    pyamx_tile_state saved;
+    int rc = pyamx_internal_save_state(&saved);
+    if (rc != PYAMX_OK)
+        return rc;
+    uint8_t cfg[64] __attribute__((aligned(64)));
+    memset(cfg, 0, sizeof cfg);
+    cfg[0] = 1;
+    for (int t = 0; t < 3; t++)
+        set_tile(cfg, t, 16, 64); /* tmm0 += tmm1 . tmm2, each 16 rows of 64 bytes */
+    BARRIER();
+    _tile_loadconfig(cfg); /* and zeroes them */
+    int64_t start = monotonic_ns();
+    chains[op](count);
+    *nanoseconds = monotonic_ns() - start;
+    pyamx_internal_restore_state(&saved);
+    return PYAMX_OK;
+}
+
 /* One part of the blocks, on whichever thread claimed it (pool.c). A worker
  * leaves its tiles in the init state; the caller's are restored at the end. */
 AMX_TILE static void run_part(void *arg, int part)
@@ -408,6 +462,12 @@ int pyamx_matmul_amx_panels(int op, int64_t m, int64_t n, int64_t k_dwords, cons
 {
     (void)k_panel; (void)n_panel;
     return pyamx_matmul_amx(op, m, n, k_dwords, a, lda_bytes, b_vnni, ldb_bytes, c, ldc_bytes, threads);
+}
+
+int pyamx_matmul_peak_probe(int op, int64_t count, int64_t *nanoseconds)
+{
+    (void)op; (void)count; (void)nanoseconds;
+    return PYAMX_E_NO_KERNEL;
 }
 
 int pyamx_matmul_amx_packed(int op, int64_t m, int64_t n, int64_t k_dwords, const void *a, int64_t lda_bytes,

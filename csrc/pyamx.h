@@ -157,6 +157,13 @@ int pyamx_matmul_amx_packed(int op, int64_t m, int64_t n, int64_t k_dwords, cons
                             const void *b_tiles, int64_t b_bytes, uint32_t *c, int64_t ldc_bytes, int threads,
                             int64_t k_panel, int64_t n_panel);
 
+/* The peak probe of benchmarks/bench_native.py: `count` (>= 1) dot products
+ * of row `op` chained into one full 16 x 16 tile (each waits for the last),
+ * timed on CLOCK_MONOTONIC into *nanoseconds. The caller's tile state is
+ * saved and restored. PYAMX_OK, PYAMX_E_NOT_READY, PYAMX_E_NO_KERNEL,
+ * PYAMX_E_START_ROW or PYAMX_E_ARG. */
+int pyamx_matmul_peak_probe(int op, int64_t count, int64_t *nanoseconds);
+
 /* ---- pack_b.c: B in the native matmul's tile-contiguous layout (every build) ---- */
 
 /* Bytes of the layout for `rows` rows of n items of item_bytes (1 or 2: K

@@ -672,3 +672,20 @@ def test_kernel_refuses_before_detection_and_permission_said_yes():
                          timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "True"
+
+
+@pytest.mark.parametrize("op_name", ("tdpbf16ps", "tdpbssd"))
+def test_the_peak_probe_runs_a_chain_of_exactly_count_dot_products(op_name, trap_lib, family_lib):
+    """benchmarks/bench_native.py's peak probe: `count` chained dot products and one configuration."""
+    ffi, ids = family_lib(op_name)
+    lib = trap_lib
+    op = getattr(ids, f"PYAMX_OP_{op_name.upper()}")
+    elapsed = ffi.new("int64_t *")
+    native._before_entry()
+    assert ids.pyamx_matmul_peak_probe(op, 0, elapsed) == ids.PYAMX_E_ARG
+    assert ids.pyamx_matmul_peak_probe(ids.PYAMX_OP_LDTILECFG, 1, elapsed) == ids.PYAMX_E_ARG
+    before = {x: lib.pyamx_trap_op_count(x) for x in (op, ids.PYAMX_OP_LDTILECFG)}
+    assert ids.pyamx_matmul_peak_probe(op, 37, elapsed) == ids.PYAMX_OK
+    assert lib.pyamx_trap_op_count(op) - before[op] == 37
+    assert lib.pyamx_trap_op_count(ids.PYAMX_OP_LDTILECFG) - before[ids.PYAMX_OP_LDTILECFG] >= 1
+    assert elapsed[0] > 0
