@@ -329,8 +329,8 @@ def matmul(a: ArrayInput, b: ArrayInput | PackedB, c: ArrayInput | None = None, 
     element, blocks of 16 dwords of K in increasing order, one dot-product instruction
     each, C chained through them. ``backend``: None (process default), "auto", "native",
     "emulator"; ``engine``: the emulator's arithmetic engine (None: ``PYAMX_ENGINE``, else
-    auto); ``threads``: worker threads (None: :func:`pyamx.engine.default_threads`, for
-    both backends; at most 256); ``numerics``: the
+    auto); ``threads``: worker threads (None: :func:`pyamx.engine.default_threads` on the
+    emulator, by the work's size on native; at most 256); ``numerics``: the
     emulator's model (emulator only). The result's ``.backend``, ``.engine`` and
     ``.native_mode`` say what ran.
     """
@@ -365,7 +365,7 @@ def _product(ops: Operands, eng, threads, backend=None) -> np.ndarray:
         # B straight from row-major into the kernel's tile layout, in C by the pool's threads
         row = isa.get(ops.mnemonic)
         c_bits = _zero_accumulator(ops.a.shape[0], ops.b.shape[1], row) if ops.c is None else ops.c
-        return native_packed(row, ops.a, _tile_layout.pack(ops.b), ops.b.shape[1], c_bits, threads, backend)
+        return native_packed(row, ops.a, _tile_layout.pack(ops.b, threads), ops.b.shape[1], c_bits, threads, backend)
     if eng.compiled:
         # row-major B straight to C: padded, widened and packed there once (no interleaved copy here)
         return np.asarray(eng.matmul(ops.mnemonic, ops.a, ops.b, ops.c, threads))

@@ -17,9 +17,10 @@ Contract of :func:`matmul_native` (the caller, :mod:`pyamx.matmul`, packs and pa
 - ``c_bits``: (M, N) array of 4-byte items (float32, uint32 or int32): the
   accumulator. It is not modified.
 - ``k_dwords``: int >= 1. ``threads``: int from 1 to
-  ``lib.PYAMX_MATMUL_MAX_THREADS``, or None for
+  ``lib.PYAMX_MATMUL_MAX_THREADS``, or None for :func:`threads_for_work`:
+  one thread per :data:`MIN_MACS_PER_THREAD` multiply-adds, at most
   :func:`pyamx.engine.default_threads` (``PYAMX_ENGINE_THREADS``, else the
-  CPUs this process may run on), capped there. The kernel
+  CPUs this process may run on). The kernel
   never starts more threads than there are 32 x 32 output blocks, and the
   result does not depend on ``threads``.
 - Each array must have contiguous rows (unit item stride) and non-negative
