@@ -20,6 +20,7 @@ unpacked ``b`` takes.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -29,6 +30,9 @@ from ._result import AMXResult, label
 from ._validate import dtype_name
 from .table import isa
 from .table import numerics as _numerics
+
+if TYPE_CHECKING:
+    from ._types import ArrayInput
 
 #: the kinds pack() takes: every kind matmul takes except complex (a complex number fills its
 #: dword, and pyamx._matmul_complex runs two products of its own)
@@ -75,7 +79,7 @@ class PackedB:
         return matmul_packed(a, self, c, **options)
 
 
-def pack(b, kind: "str | None" = None, *, threads: "int | None" = None) -> PackedB:
+def pack(b: "ArrayInput", kind: "str | None" = None, *, threads: "int | None" = None) -> PackedB:
     """``b`` (K, N) packed once for ``pyamx.matmul(a, packed)``: the same bits as passing ``b``.
 
     ``b`` and ``kind`` follow :func:`pyamx.matmul`'s rules for its right operand (bf16 bits,
