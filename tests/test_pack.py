@@ -213,14 +213,14 @@ def test_pack_refuses_what_matmul_refuses(b, kind, error, match):
 # -- native (silicon, or the trap mode) ------------------------------------------------------------
 
 
-@pytest.mark.parametrize("kind_case", [c for c in KIND_CASES if c[0] not in ("bf8", "hf8/bf8")],
-                         ids=lambda c: str(c[0].__name__ if isinstance(c[0], type) else c[0]))
+@pytest.mark.parametrize("kind_case", KIND_CASES, ids=lambda c: str(c[0].__name__ if isinstance(c[0], type) else c[0]))
 def test_native_packed_and_unpacked_equal_the_emulator(kind_case, native_family):
     """Edge tiles (M, N, K not multiples of 16/32/64), 1..4 threads, packed and unpacked B."""
-    family = {"bf16": "bf16", "fp16": "fp16"}.get(kind_case[1] or kind_case[0], "int8")
+    family = {"bf16": "bf16", "fp16": "fp16", "bf8": "fp8", "hf8/bf8": "fp8"}.get(kind_case[1] or kind_case[0], "int8")
     native_family(family)
     rng = np.random.default_rng(8)
-    for m, k, n in SHAPES + [(70, 200, 33), (33, 65, 97)]:
+    random_shapes = [tuple(int(x) for x in rng.integers(1, 100, 3)) for _ in range(3)]
+    for m, k, n in SHAPES + [(70, 200, 33), (33, 65, 97)] + random_shapes:
         a, b, kind = _operands(rng, kind_case, m, k, n)
         want = _u32(pyamx.matmul(a, b, kind=kind, backend="emulator"))
         packed = pyamx.pack(b, kind)
@@ -243,6 +243,21 @@ def test_native_packed_kernel_refuses_tiles_that_do_not_fit(native_family):
         _native_matmul.matmul_native_packed("tdpbssd", a, np.array(packed.tiles[1:]), 10, c, 1)
     assert np.array_equal(_native_matmul.matmul_native_packed("tdpbssd", a, packed.tiles, 10, c, 1),
                           np.full((2, 8), 40, np.int32))
+
+
+def test_native_cache_panels_do_not_change_a_bit_of_a_packed_product(native_family):
+    native_family("bf16")
+    rng = np.random.default_rng(10)
+    m, k, n = 70, 1100, 100  # 3 block rows, 4 block columns, 34 K blocks and a remainder
+    a = rng.integers(0, 1 << 16, (m, k), dtype=np.uint16)
+    b = rng.integers(0, 1 << 16, (k, n), dtype=np.uint16)
+    c = rng.integers(0, 1 << 32, (m, n), dtype=np.uint32)
+    want = _u32(pyamx.matmul(a, b, c, backend="emulator"))
+    packed = pyamx.pack(b)
+    for panels, threads in (((1, 1), 1), ((2, 1), 3), ((1, 3), 2), ((40, 2), 4), (None, 2)):
+        got = _native_matmul.matmul_native_packed("tdpbf16ps", a, packed.tiles, packed.k_dwords, c, threads,
+                                                  panels=panels)
+        assert np.array_equal(_u32(got), want), (panels, threads)
 
 
 # -- threads=None ------------------------------------------------------------------------------------
