@@ -689,3 +689,21 @@ def test_the_peak_probe_runs_a_chain_of_exactly_count_dot_products(op_name, trap
     assert lib.pyamx_trap_op_count(op) - before[op] == 37
     assert lib.pyamx_trap_op_count(ids.PYAMX_OP_LDTILECFG) - before[ids.PYAMX_OP_LDTILECFG] >= 1
     assert elapsed[0] > 0
+
+
+def test_the_pool_is_joined_at_interpreter_exit(family_lib):
+    """An atexit hook registered before pyamx's runs after it: by then the workers are joined."""
+    family_lib("tdpbf16ps")
+    code = (
+        "import atexit, numpy as np\n"
+        "from pyamx import native\n"
+        "from pyamx.cpu._native_matmul import matmul_native\n"
+        "atexit.register(lambda: print('workers at exit', native._lib()[1].pyamx_pool_workers()))\n"
+        "c = np.zeros((64, 64), np.float32); a = np.zeros((64, 2), np.uint16); b = np.zeros((1, 128), np.uint16)\n"
+        "matmul_native('tdpbf16ps', a, b, c, 1, 4)\n"
+        "print('workers after the call', native._lib()[1].pyamx_pool_workers())\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], env=child_env(), cwd=PYAMX_HOME, capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == ["workers after the call 3", "workers at exit 0"]
