@@ -269,7 +269,10 @@ def _zero_accumulator(m: int, n: int, row: isa.Instruction) -> np.ndarray:
     return np.zeros((m, n), dtype=np.dtype(row.acc_format.bits).newbyteorder("="))
 
 
-def native_packed(row: isa.Instruction, a_bits: np.ndarray, tiles: np.ndarray, n: int, c_bits: np.ndarray, threads,
+# -- the native path ----------------------------------------------------------------------
+
+
+def native_packed(row: isa.Instruction, a_bits: np.ndarray, tiles: np.ndarray, c_bits: np.ndarray, threads,
                   backend=None) -> np.ndarray:
     """One 2-D product on the native kernels with B in their tile layout (pyamx/_tile_layout.py):
     A padded to whole dwords here (docs/matmul.md, step 1), B read from ``tiles``."""
@@ -365,7 +368,7 @@ def _product(ops: Operands, eng, threads, backend=None) -> np.ndarray:
         # B straight from row-major into the kernel's tile layout, in C by the pool's threads
         row = isa.get(ops.mnemonic)
         c_bits = _zero_accumulator(ops.a.shape[0], ops.b.shape[1], row) if ops.c is None else ops.c
-        return native_packed(row, ops.a, _tile_layout.pack(ops.b, threads), ops.b.shape[1], c_bits, threads, backend)
+        return native_packed(row, ops.a, _tile_layout.pack(ops.b, threads), c_bits, threads, backend)
     if eng.compiled:
         # row-major B straight to C: padded, widened and packed there once (no interleaved copy here)
         return np.asarray(eng.matmul(ops.mnemonic, ops.a, ops.b, ops.c, threads))

@@ -149,7 +149,7 @@ def matmul_packed(a, packed: PackedB, c=None, *, kind=None, backend=None, engine
         c_one = None if c_all is None else contiguous(c_all[index])
         if eng is None:
             c_one = _matmul._zero_accumulator(m, packed.n, row) if c_one is None else c_one
-            result = _matmul.native_packed(row, a_bits, packed.tiles, packed.n, c_one, threads, chosen)
+            result = _matmul.native_packed(row, a_bits, packed.tiles, c_one, threads, chosen)
         else:
             ops = _matmul.Operands(row.name, row.group, a_bits, b_rows, c_one)
             result = _matmul._product(ops, eng, threads, chosen)
