@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from . import _backend, _matmul_complex, _tile_layout, _validate
+from . import _backend, _matmul_complex, _validate
+from .cpu import _tile_layout
 from .table import isa
 from .table import bf16 as _bf16
 from .emulator import engine as _engine
@@ -274,7 +275,7 @@ def _zero_accumulator(m: int, n: int, row: isa.Instruction) -> np.ndarray:
 
 def native_packed(row: isa.Instruction, a_bits: np.ndarray, tiles: np.ndarray, c_bits: np.ndarray, threads,
                   backend=None) -> np.ndarray:
-    """One 2-D product on the native kernels with B in their tile layout (pyamx/_tile_layout.py):
+    """One 2-D product on the native kernels with B in their tile layout (pyamx/cpu/_tile_layout.py):
     A padded to whole dwords here (docs/matmul.md, step 1), B read from ``tiles``."""
     from .cpu._native_matmul import matmul_native_packed
 

@@ -24,7 +24,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from . import _backend, _matmul, _tile_layout, _validate
+from . import _backend, _matmul, _validate
+from .cpu import _tile_layout
 from .emulator import engine as _engine
 from ._result import AMXResult, label
 from ._validate import dtype_name

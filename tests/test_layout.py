@@ -34,7 +34,7 @@ LAYERS = {"table", "emulator", "cpu", "tools"}
 #: what stays at the top level (besides the compat modules): the public front and what every layer shares
 FRONT = {
     "__init__", "__main__", "errors",                      # the names users import, the exceptions
-    "_ops", "_matmul", "_matmul_complex",                  # the public functions' dispatch
+    "_ops", "_matmul", "_matmul_complex", "_packed",       # the public functions' dispatch
     "_backend", "_numerics_rule",                          # which backend and which numerics a call gets
     "_validate", "_result", "_types",                      # operands in, labelled results out, their types
     "_env", "_fpenv", "_docs", "_version",                 # shared by every layer (_fpenv: bf16 and the engines)

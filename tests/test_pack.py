@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import pyamx
-from pyamx import _tile_layout
+from pyamx.cpu import _tile_layout
 from pyamx.cpu import _native_matmul
 from pyamx.emulator import engine as eng
 
@@ -283,3 +283,16 @@ def test_small_work_with_threads_none_stays_on_the_calling_thread(native_family)
     got = pyamx.matmul(a, b, backend="native")
     assert kernels.pyamx_pool_workers() == 0
     assert np.array_equal(_u32(got), _u32(pyamx.matmul(a, b, backend="emulator")))
+
+
+def test_without_the_c_extension_numpy_packs_the_same_bytes(monkeypatch):
+    from pyamx.cpu import _tile_layout as layout
+
+    rng = np.random.default_rng(11)
+    b = rng.integers(0, 256, (45, 70), dtype=np.uint8)
+    with_c = pyamx.pack(b)
+    monkeypatch.setattr(layout, "_c_library", lambda: None)
+    without = pyamx.pack(b)
+    assert without.tiles.tobytes() == with_c.tiles.tobytes() and without.tiles.ctypes.data % 64 == 0
+    assert not without.tiles.flags.writeable
+    assert np.array_equal(without.unpack(), b)

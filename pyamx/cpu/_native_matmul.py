@@ -120,7 +120,7 @@ def _panels(fn, lib, panels):
 def _aligned_copy(c_bits):
     """``c_bits`` copied into a new C-contiguous array whose first byte is 64-byte aligned: with N
     a multiple of 16 every C tile row is then a whole cache line."""
-    from .._tile_layout import aligned_empty
+    from ._tile_layout import aligned_empty
 
     out = aligned_empty(c_bits.nbytes, c_bits.dtype.newbyteorder("="), c_bits.shape)
     out[...] = c_bits
@@ -171,7 +171,7 @@ def matmul_native(op_name, a_bits, b_vnni, c_bits, k_dwords, threads, *, panels=
 
 
 def matmul_native_packed(op_name, a_bits, tiles, k_dwords, c_bits, threads, *, panels=None, backend=None):
-    """``c_bits + a_bits . B`` with B in the kernel's tile layout (``tiles``, pyamx/_tile_layout.py,
+    """``c_bits + a_bits . B`` with B in the kernel's tile layout (``tiles``, _tile_layout.py,
     as :func:`pyamx.pack` makes it): as :func:`matmul_native`, but B is read from the tiles
     (``pyamx_matmul_amx_packed``). ``tiles``: a 64-byte aligned uint8 array of at least the
     layout's size for ``k_dwords`` x N dwords; N is ``c_bits``' width.

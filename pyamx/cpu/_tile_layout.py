@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from .emulator import engine as _engine
-
 #: packed bytes one packing thread gets at least: packing streams memory at several GB/s per
 #: thread, so below about a MiB waking another thread costs more than it saves
 PACK_BYTES_PER_THREAD = 1 << 20
@@ -66,8 +64,20 @@ def numpy_rows(tiles: np.ndarray, k: int, n: int, item: int) -> np.ndarray:
 
 
 def _c_library():
-    loaded = _engine._lib()
-    return loaded if loaded is not None and hasattr(loaded[1], "pyamx_pack_b") else None
+    """``(ffi, lib)`` of pyamx._native, or None where it is not built (numpy packs then)."""
+    from ._nativelib import load
+
+    try:
+        loaded = load()
+    except ImportError:
+        return None
+    return loaded if hasattr(loaded[1], "pyamx_pack_b") else None
+
+
+def _default_threads() -> int:
+    from ..emulator.engine import default_threads
+
+    return default_threads()
 
 
 def pack(bits: np.ndarray, threads=None) -> np.ndarray:
@@ -85,7 +95,7 @@ def pack(bits: np.ndarray, threads=None) -> np.ndarray:
     else:
         ffi, lib = loaded
         if threads is None:
-            threads = max(1, min(_engine.default_threads(), nbytes // PACK_BYTES_PER_THREAD))
+            threads = max(1, min(_default_threads(), nbytes // PACK_BYTES_PER_THREAD))
         rc = lib.pyamx_pack_b(item, ffi.cast("const void *", bits.ctypes.data), n * item, k, n,
                               ffi.cast("void *", tiles.ctypes.data), nbytes, min(threads, lib.PYAMX_MATMUL_MAX_THREADS))
         if rc != 0:
