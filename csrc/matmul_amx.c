@@ -35,14 +35,16 @@
 #include "pyamx.h"
 #include "dot_traits.h"
 #include "internal.h"
+#include "pool.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #if PYAMX_HAVE_AMX
 #include <immintrin.h>
 #include <pthread.h>
-#include <signal.h>
+#include <time.h>
 
 #define AMX_TILE __attribute__((target("amx-tile")))
 
@@ -59,15 +61,15 @@ struct job {
     const uint8_t *b;        /* B's K block kb, block column bj: b_tile() */
     int64_t ldb;             /* row stride of the B tiles */
     int64_t b_right;         /* from a left B tile to the right one */
-    int packed;              /* b is the tile-contiguous copy of pack_b() */
+    int packed;              /* b is in the tile-contiguous layout of pack_b.c */
     uint8_t *c;
     int64_t ldc;
     int64_t nbn;             /* blocks per block row */
     int64_t k_panel;         /* K blocks per panel */
     int64_t n_panel;         /* block columns per panel */
-    int64_t first, last;     /* this thread's blocks: linear indices [first, last) */
-    int started;             /* worker: its thread exists and must be joined */
-    int status;              /* worker: 0 when its blocks were done */
+    int a_in_place;          /* A's tile rows are 64-byte aligned: loaded where they are */
+    pthread_t caller;        /* the thread whose tile state is saved and restored */
+    int64_t first, last;     /* this part's blocks: linear indices [first, last) */
 };
 
 static inline int min64(int64_t x, int64_t y) { return (int)(x < y ? x : y); }
@@ -121,40 +123,33 @@ static inline const uint8_t *b_tile(const struct job *j, int64_t kb, int64_t bj)
     return j->b + (16 * kb) * j->ldb + 4 * (32 * bj);
 }
 
-/* B copied so that each B tile is one 1 KiB run (row stride 64), the two
- * tiles of a K block side by side and a block column's K blocks in order:
- * a tile load then touches 16 consecutive cache lines instead of 16 lines
- * 4N bytes apart (16 pages for a large N), and streaming along K is
- * sequential. Bytes past a tile's rows/colsb are never loaded. NULL when
- * there is no memory for it; the caller then reads B in place. */
-static uint8_t *pack_b(const uint8_t *b, int64_t ldb, int64_t kd, int64_t n)
+/* A's K blocks [kb0, kb1) of block row bi copied into `strip`: per K block
+ * its upper and lower tile, each 16 rows of 64 bytes, so every A tile load
+ * reads 16 whole, aligned cache lines (A's own rows sit anywhere mod 64 in a
+ * numpy array, and a tile row straddling two lines measured 1.5x slower).
+ * The strip is reused by every block column of the panel. */
+static void copy_a_strip(const struct job *j, uint8_t *strip, int64_t bi, struct shape s, int64_t kb0, int64_t kb1)
 {
-    int64_t kblocks = (kd + 15) / 16, nbn = (n + 31) / 32;
-    if (nbn > (int64_t)(SIZE_MAX / 2048) / kblocks)
-        return 0;
-    uint8_t *packed = aligned_alloc(64, (size_t)(nbn * kblocks) * 2048);
-    if (!packed)
-        return 0;
-    for (int64_t bj = 0; bj < nbn; bj++)
-        for (int64_t kb = 0; kb < kblocks; kb++)
-            for (int half = 0; half < 2; half++) {
-                int64_t col = 32 * bj + 16 * half;
-                int rows = min64(kd - 16 * kb, 16), cols = col < n ? min64(n - col, 16) : 0;
-                uint8_t *dst = packed + (bj * kblocks + kb) * 2048 + 1024 * half;
-                for (int r = 0; r < rows && cols > 0; r++)
-                    memcpy(dst + 64 * r, b + (16 * kb + r) * ldb + 4 * col, (size_t)(4 * cols));
-            }
-    return packed;
+    for (int64_t kb = kb0; kb < kb1; kb++) {
+        size_t bytes = (size_t)(4 * min64(j->kd - 16 * kb, 16));
+        uint8_t *dst = strip + (kb - kb0) * 2048;
+        const uint8_t *src = j->a + (32 * bi) * j->lda + 64 * kb;
+        for (int r = 0; r < s.r0; r++)
+            memcpy(dst + 64 * r, src + r * j->lda, bytes);
+        for (int r = 0; r < s.r1; r++)
+            memcpy(dst + 1024 + 64 * r, src + (16 + r) * j->lda, bytes);
+    }
 }
 
 /* One block, K blocks [kb0, kb1): load C, the dot products, store C. The
  * tile numbers are immediates, so each instruction form gets its own copy of
  * this body through the macro. */
 #define DEFINE_BLOCK(NAME, PP, OPC)                                                            \
-    AMX_TILE static void NAME(const struct job *j, int64_t bi, int64_t bj, struct shape s,     \
-                          int64_t kb0, int64_t kb1)                                            \
+    AMX_TILE static void NAME(const struct job *j, const uint8_t *strip, int64_t bi, int64_t bj,  \
+                              struct shape s, int64_t kb0, int64_t kb1)                        \
     {                                                                                          \
         const int lower = s.r1 > 0, right = s.c1 > 0;                                          \
+        const int64_t lda = strip ? 64 : j->lda, a_lower = strip ? 1024 : 16 * j->lda;         \
         uint8_t *c0 = j->c + (32 * bi) * j->ldc + 4 * (32 * bj);                               \
         uint8_t *c1 = c0 + 16 * j->ldc;                                                        \
         BARRIER();                                                                             \
@@ -163,9 +158,10 @@ static uint8_t *pack_b(const uint8_t *b, int64_t ldb, int64_t kd, int64_t n)
         if (lower) _tile_loadd(2, c1, j->ldc);                                                 \
         if (lower && right) _tile_loadd(3, c1 + 64, j->ldc);                                   \
         for (int64_t kb = kb0; kb < kb1; kb++) {                                               \
-            const uint8_t *a0 = j->a + (32 * bi) * j->lda + 64 * kb;                           \
+            const uint8_t *a0 = strip ? strip + (kb - kb0) * 2048                              \
+                                      : j->a + (32 * bi) * j->lda + 64 * kb;                   \
             const uint8_t *b0 = b_tile(j, kb, bj);                                             \
-            _tile_loadd(4, a0, j->lda);                                                        \
+            _tile_loadd(4, a0, lda);                                                           \
             _tile_loadd(6, b0, j->ldb);                                                        \
             DP_BYTES(PP, OPC, 0, 4, 6);                                                        \
             if (right) {                                                                       \
@@ -173,7 +169,7 @@ static uint8_t *pack_b(const uint8_t *b, int64_t ldb, int64_t kd, int64_t n)
                 DP_BYTES(PP, OPC, 1, 4, 7);                                                    \
             }                                                                                  \
             if (lower) {                                                                       \
-                _tile_loadd(5, a0 + 16 * j->lda, j->lda);                                      \
+                _tile_loadd(5, a0 + a_lower, lda);                                             \
                 DP_BYTES(PP, OPC, 2, 5, 6);                                                    \
                 if (right) DP_BYTES(PP, OPC, 3, 5, 7);                                         \
             }                                                                                  \
@@ -194,7 +190,7 @@ static uint8_t *pack_b(const uint8_t *b, int64_t ldb, int64_t kd, int64_t n)
 PYAMX_FOR_EACH_DOT
 #undef PYAMX_DOT_ROW
 
-typedef void (*block_fn)(const struct job *, int64_t, int64_t, struct shape, int64_t, int64_t);
+typedef void (*block_fn)(const struct job *, const uint8_t *, int64_t, int64_t, struct shape, int64_t, int64_t);
 
 /* The kernels by op id: NULL for rows that are not dot products. */
 #define PYAMX_DOT_ROW(name, prefix, map, pp, w, l, opc) [PYAMX_OP_##name] = block_##name,
@@ -202,9 +198,10 @@ static const block_fn blocks[PYAMX_OP_TRAITS_COUNT] = {PYAMX_FOR_EACH_DOT};
 #undef PYAMX_DOT_ROW
 
 /* The blocks of [first, last) with shape s and block column in [bj0, bj1),
- * each over K blocks [kb0, kb1). */
-static void run_panel(const struct job *j, block_fn block, struct shape s, int64_t bj0, int64_t bj1,
-                      int64_t kb0, int64_t kb1)
+ * each over K blocks [kb0, kb1). With a `strip` buffer, each block row's A
+ * goes through it (copied once per row and panel). */
+static void run_panel(const struct job *j, block_fn block, uint8_t *strip, struct shape s, int64_t bj0,
+                      int64_t bj1, int64_t kb0, int64_t kb1)
 {
     int64_t bi_first = j->first / j->nbn, bi_last = (j->last - 1) / j->nbn;
     for (int64_t bi = bi_first; bi <= bi_last; bi++) {
@@ -212,10 +209,16 @@ static void run_panel(const struct job *j, block_fn block, struct shape s, int64
         int64_t hi = bi == bi_last ? (j->last - 1) % j->nbn + 1 : j->nbn;
         if (lo < bj0) lo = bj0;
         if (hi > bj1) hi = bj1;
+        int copied = 0;
         for (int64_t bj = lo; bj < hi; bj++) {
             struct shape here = block_shape(j, bi, bj);
-            if (same_shape(here, s))
-                block(j, bi, bj, here, kb0, kb1);
+            if (!same_shape(here, s))
+                continue;
+            if (strip && !copied) {
+                copy_a_strip(j, strip, bi, s, kb0, kb1);
+                copied = 1;
+            }
+            block(j, copied ? strip : 0, bi, bj, here, kb0, kb1);
         }
     }
 }
@@ -230,6 +233,9 @@ AMX_TILE static void run_blocks(const struct job *j)
 {
     block_fn block = blocks[j->op];
     int64_t full = j->kd / 16, rem = j->kd % 16;
+    /* Without memory for the strip, A is read in place: same bits. */
+    int64_t strip_blocks = j->k_panel < full ? j->k_panel : (full > 0 ? full : 1);
+    uint8_t *strip = j->a_in_place ? 0 : aligned_alloc(64, (size_t)strip_blocks * 2048);
     /* Distinct shapes of this range: at most 4 (interior/last row x column). */
     struct shape shapes[4];
     int nshapes = 0;
@@ -246,38 +252,88 @@ AMX_TILE static void run_blocks(const struct job *j)
             load_shape(shapes[i], 16);
             for (int64_t bj0 = 0; bj0 < j->nbn; bj0 += j->n_panel)
                 for (int64_t kb0 = 0; kb0 < full; kb0 += j->k_panel)
-                    run_panel(j, block, shapes[i], bj0, bj0 + j->n_panel, kb0,
+                    run_panel(j, block, strip, shapes[i], bj0, bj0 + j->n_panel, kb0,
                               kb0 + j->k_panel < full ? kb0 + j->k_panel : full);
         }
         if (rem > 0) {
             load_shape(shapes[i], (int)rem);
             for (int64_t bj0 = 0; bj0 < j->nbn; bj0 += j->n_panel)
-                run_panel(j, block, shapes[i], bj0, bj0 + j->n_panel, full, full + 1);
+                run_panel(j, block, strip, shapes[i], bj0, bj0 + j->n_panel, full, full + 1);
         }
     }
+    free(strip);
 }
 
-AMX_TILE static void *worker(void *arg)
-{
-    struct job *j = arg;
-    if (pyamx_internal_thread_prepare() != 0) {
-        j->status = -1; /* the caller does these blocks itself */
-        return 0;
+/* The peak probe (benchmarks/bench_native.py): `count` dot products of one
+ * row into tmm0, each reading the tmm0 the previous one wrote -- a
+ * dependent chain, the rate one accumulator sustains, which is what the
+ * kernel's four accumulators must beat -- on full 16 x 64-byte tiles of
+ * zeros (the data does not change the timing of the integer or the float
+ * rows). The tile numbers are immediates, hence one loop per row. */
+#define PYAMX_DOT_ROW(name, prefix, map, pp, w, l, opc)                                        \
+    AMX_TILE static void chain_##name(int64_t count)                                           \
+    {                                                                                          \
+        for (int64_t i = 0; i < count; i++)                                                    \
+            DP_BYTES(VEX_MAP_PP(map, pp), opc, 0, 1, 2);                                       \
     }
-    run_blocks(j);
-    _tile_release();
-    j->status = 0;
-    return 0;
+PYAMX_FOR_EACH_DOT
+#undef PYAMX_DOT_ROW
+
+typedef void (*chain_fn)(int64_t);
+#define PYAMX_DOT_ROW(name, prefix, map, pp, w, l, opc) [PYAMX_OP_##name] = chain_##name,
+static const chain_fn chains[PYAMX_OP_TRAITS_COUNT] = {PYAMX_FOR_EACH_DOT};
+#undef PYAMX_DOT_ROW
+
+static int64_t monotonic_ns(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
 }
 
-int pyamx_matmul_amx_panels(int op, int64_t m, int64_t n, int64_t k_dwords, const void *a, int64_t lda_bytes,
-                            const void *b_vnni, int64_t ldb_bytes, uint32_t *c, int64_t ldc_bytes, int threads,
-                            int64_t k_panel, int64_t n_panel)
+AMX_TILE int pyamx_matmul_peak_probe(int op, int64_t count, int64_t *nanoseconds)
 {
     if (!pyamx_internal_ready())
         return PYAMX_E_NOT_READY;
-    const struct pyamx_op_traits *t = pyamx_dot_traits(op);
-    if (!t)
+    if (!pyamx_dot_traits(op) || count < 1 || !nanoseconds)
+        return PYAMX_E_ARG;
+    if (!pyamx_internal_row_runnable(op))
+        return PYAMX_E_NO_KERNEL;
+    pyamx_tile_state saved;
+    int rc = pyamx_internal_save_state(&saved);
+    if (rc != PYAMX_OK)
+        return rc;
+    uint8_t cfg[64] __attribute__((aligned(64)));
+    memset(cfg, 0, sizeof cfg);
+    cfg[0] = 1;
+    for (int t = 0; t < 3; t++)
+        set_tile(cfg, t, 16, 64); /* tmm0 += tmm1 . tmm2, each 16 rows of 64 bytes */
+    BARRIER();
+    _tile_loadconfig(cfg); /* and zeroes them */
+    int64_t start = monotonic_ns();
+    chains[op](count);
+    *nanoseconds = monotonic_ns() - start;
+    pyamx_internal_restore_state(&saved);
+    return PYAMX_OK;
+}
+
+/* One part of the blocks, on whichever thread claimed it (pool.c). A worker
+ * leaves its tiles in the init state; the caller's are restored at the end. */
+AMX_TILE static void run_part(void *arg, int part)
+{
+    const struct job *j = (const struct job *)arg + part;
+    run_blocks(j);
+    if (!pthread_equal(pthread_self(), j->caller))
+        _tile_release();
+}
+
+/* The arguments every entry shares; PYAMX_OK when the call may run. */
+static int check_call(int op, int64_t m, int64_t n, int64_t k_dwords, const void *a, int64_t lda_bytes,
+                      const uint32_t *c, int64_t ldc_bytes, int threads, int64_t k_panel, int64_t n_panel)
+{
+    if (!pyamx_internal_ready())
+        return PYAMX_E_NOT_READY;
+    if (!pyamx_dot_traits(op))
         return PYAMX_E_ARG;
     if (!pyamx_internal_row_runnable(op))
         return PYAMX_E_NO_KERNEL;
@@ -285,92 +341,102 @@ int pyamx_matmul_amx_panels(int op, int64_t m, int64_t n, int64_t k_dwords, cons
     const int64_t dim_max = INT64_MAX / 64;
     if (m < 1 || n < 1 || k_dwords < 1 || m > dim_max || n > dim_max || k_dwords > dim_max)
         return PYAMX_E_ARG;
-    if (!a || !b_vnni || !c || threads < 1 || threads > PYAMX_MATMUL_MAX_THREADS || k_panel < 1 || n_panel < 1)
+    if (!a || !c || threads < 1 || threads > PYAMX_MATMUL_MAX_THREADS || k_panel < 1 || n_panel < 1)
         return PYAMX_E_ARG;
     /* Rows may not overlap, and the last byte of each operand must be
      * addressable in int64 (the tile loads add row * stride). */
-    if (lda_bytes < 4 * k_dwords || ldb_bytes < 4 * n || ldc_bytes < 4 * n ||
-        lda_bytes > INT64_MAX / m || ldb_bytes > INT64_MAX / k_dwords || ldc_bytes > INT64_MAX / m)
+    if (lda_bytes < 4 * k_dwords || ldc_bytes < 4 * n || lda_bytes > INT64_MAX / m || ldc_bytes > INT64_MAX / m)
         return PYAMX_E_ARG;
+    return PYAMX_OK;
+}
 
-    struct job base = {
-        .op = op, .m = m, .n = n, .kd = k_dwords,
-        .a = a, .lda = lda_bytes, .b = b_vnni, .ldb = ldb_bytes, .b_right = 64, .packed = 0,
+static struct job job_for(int op, int64_t m, int64_t n, int64_t k_dwords, const void *a, int64_t lda_bytes,
+                          uint32_t *c, int64_t ldc_bytes, int64_t k_panel, int64_t n_panel)
+{
+    struct job j = {
+        .op = op, .m = m, .n = n, .kd = k_dwords, .a = a, .lda = lda_bytes,
         .c = (uint8_t *)c, .ldc = ldc_bytes, .nbn = (n + 31) / 32, .k_panel = k_panel, .n_panel = n_panel,
+        .a_in_place = (uintptr_t)a % 64 == 0 && lda_bytes % 64 == 0,
     };
-    int64_t blocks = ((m + 31) / 32) * base.nbn;
-    /* B is reused by every block row: with more than one, a contiguous
-     * copy (once, shared by all threads) pays for itself. */
-    uint8_t *packed = m > 32 ? pack_b(b_vnni, ldb_bytes, k_dwords, n) : 0;
-    if (packed) {
-        base.b = packed;
-        base.ldb = 64;
-        base.b_right = 1024;
-        base.packed = 1;
-    }
-    int nthreads = blocks < threads ? (int)blocks : threads;
+    return j;
+}
 
+static void use_packed_b(struct job *j, const uint8_t *tiles)
+{
+    j->b = tiles;
+    j->ldb = 64;
+    j->b_right = 1024;
+    j->packed = 1;
+}
+
+/* The blocks split into `threads` contiguous parts, run on the pool; every
+ * element belongs to one block, so the split never changes a bit. */
+static int run_matmul(struct job base, int threads)
+{
+    int64_t blocks = ((base.m + 31) / 32) * base.nbn;
+    int parts = blocks < threads ? (int)blocks : threads;
     pyamx_tile_state saved;
     int rc = pyamx_internal_save_state(&saved);
-    if (rc != PYAMX_OK) {
-        free(packed);
+    if (rc != PYAMX_OK)
         return rc;
-    }
-
+    base.caller = pthread_self();
     /* Heap, not stack: a Python thread's stack may be small. Without
      * memory the caller does every block itself. */
-    struct job one, *jobs = &one;
-    pthread_t *tids = 0;
-    if (nthreads > 1) {
-        jobs = malloc(sizeof(*jobs) * (size_t)nthreads);
-        tids = malloc(sizeof(*tids) * (size_t)nthreads);
-        if (!jobs || !tids) {
-            free(jobs);
-            free(tids);
-            jobs = &one;
-            tids = 0;
-            nthreads = 1;
-        }
+    struct job one, *jobs = parts > 1 ? malloc(sizeof(*jobs) * (size_t)parts) : 0;
+    if (!jobs) {
+        jobs = &one;
+        parts = 1;
     }
-    for (int t = 0; t < nthreads; t++) {
+    for (int t = 0; t < parts; t++) {
         jobs[t] = base;
-        jobs[t].first = blocks * t / nthreads;
-        jobs[t].last = blocks * (t + 1) / nthreads;
-        jobs[t].started = 0;
-        jobs[t].status = -1;
+        jobs[t].first = blocks * t / parts;
+        jobs[t].last = blocks * (t + 1) / parts;
     }
-    if (nthreads > 1) {
-        /* Workers take no asynchronous signals, so SIGINT and friends keep
-         * reaching Python's threads; the synchronous ones (the trap mode's
-         * SIGILL, a fault) must stay deliverable. */
-        sigset_t all, old;
-        sigfillset(&all);
-        sigdelset(&all, SIGILL);
-        sigdelset(&all, SIGSEGV);
-        sigdelset(&all, SIGBUS);
-        sigdelset(&all, SIGFPE);
-        sigdelset(&all, SIGTRAP);
-        pthread_sigmask(SIG_SETMASK, &all, &old);
-        for (int t = 1; t < nthreads; t++)
-            jobs[t].started = pthread_create(&tids[t], 0, worker, &jobs[t]) == 0;
-        pthread_sigmask(SIG_SETMASK, &old, 0);
-    }
-    run_blocks(&jobs[0]);
-    for (int t = 1; t < nthreads; t++) {
-        if (jobs[t].started)
-            pthread_join(tids[t], 0);
-        /* A worker that could not start (or could not claim tile state)
-         * leaves its blocks to this thread: same blocks, same result. */
-        if (jobs[t].status != 0)
-            run_blocks(&jobs[t]);
-    }
+    pyamx_internal_pool_run(run_part, jobs, parts, 1);
     pyamx_internal_restore_state(&saved);
-    if (jobs != &one) {
+    if (jobs != &one)
         free(jobs);
-        free(tids);
-    }
-    free(packed);
     return PYAMX_OK;
+}
+
+int pyamx_matmul_amx_panels(int op, int64_t m, int64_t n, int64_t k_dwords, const void *a, int64_t lda_bytes,
+                            const void *b_vnni, int64_t ldb_bytes, uint32_t *c, int64_t ldc_bytes, int threads,
+                            int64_t k_panel, int64_t n_panel)
+{
+    int rc = check_call(op, m, n, k_dwords, a, lda_bytes, c, ldc_bytes, threads, k_panel, n_panel);
+    if (rc != PYAMX_OK)
+        return rc;
+    if (!b_vnni || ldb_bytes < 4 * n || ldb_bytes > INT64_MAX / k_dwords)
+        return PYAMX_E_ARG;
+    struct job base = job_for(op, m, n, k_dwords, a, lda_bytes, c, ldc_bytes, k_panel, n_panel);
+    base.b = b_vnni;
+    base.ldb = ldb_bytes;
+    base.b_right = 64;
+    /* B is reused by every block row: with more than one, the tile-contiguous
+     * copy (once, by all the threads) pays for itself. Without memory for it
+     * B is read in place. */
+    int64_t bytes = m > 32 ? pyamx_packed_b_bytes(4, k_dwords, n) : -1;
+    uint8_t *packed = bytes > 0 && (uint64_t)bytes <= SIZE_MAX ? aligned_alloc(64, (size_t)bytes) : 0;
+    if (packed && pyamx_pack_b(4, b_vnni, ldb_bytes, k_dwords, n, packed, bytes, threads) == PYAMX_OK)
+        use_packed_b(&base, packed);
+    rc = run_matmul(base, threads);
+    free(packed);
+    return rc;
+}
+
+int pyamx_matmul_amx_packed(int op, int64_t m, int64_t n, int64_t k_dwords, const void *a, int64_t lda_bytes,
+                            const void *b_tiles, int64_t b_bytes, uint32_t *c, int64_t ldc_bytes, int threads,
+                            int64_t k_panel, int64_t n_panel)
+{
+    int rc = check_call(op, m, n, k_dwords, a, lda_bytes, c, ldc_bytes, threads, k_panel, n_panel);
+    if (rc != PYAMX_OK)
+        return rc;
+    int64_t need = pyamx_packed_b_bytes(4, k_dwords, n);
+    if (!b_tiles || (uintptr_t)b_tiles % 64 != 0 || need < 0 || b_bytes < need)
+        return PYAMX_E_ARG;
+    struct job base = job_for(op, m, n, k_dwords, a, lda_bytes, c, ldc_bytes, k_panel, n_panel);
+    use_packed_b(&base, b_tiles);
+    return run_matmul(base, threads);
 }
 
 int pyamx_matmul_amx(int op, int64_t m, int64_t n, int64_t k_dwords, const void *a, int64_t lda_bytes,
@@ -396,6 +462,20 @@ int pyamx_matmul_amx_panels(int op, int64_t m, int64_t n, int64_t k_dwords, cons
 {
     (void)k_panel; (void)n_panel;
     return pyamx_matmul_amx(op, m, n, k_dwords, a, lda_bytes, b_vnni, ldb_bytes, c, ldc_bytes, threads);
+}
+
+int pyamx_matmul_peak_probe(int op, int64_t count, int64_t *nanoseconds)
+{
+    (void)op; (void)count; (void)nanoseconds;
+    return PYAMX_E_NO_KERNEL;
+}
+
+int pyamx_matmul_amx_packed(int op, int64_t m, int64_t n, int64_t k_dwords, const void *a, int64_t lda_bytes,
+                            const void *b_tiles, int64_t b_bytes, uint32_t *c, int64_t ldc_bytes, int threads,
+                            int64_t k_panel, int64_t n_panel)
+{
+    (void)b_bytes; (void)k_panel; (void)n_panel;
+    return pyamx_matmul_amx(op, m, n, k_dwords, a, lda_bytes, b_tiles, 0, c, ldc_bytes, threads);
 }
 
 #endif

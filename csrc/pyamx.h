@@ -150,5 +150,42 @@ int pyamx_matmul_amx(int op, int64_t m, int64_t n, int64_t k_dwords, const void 
 int pyamx_matmul_amx_panels(int op, int64_t m, int64_t n, int64_t k_dwords, const void *a, int64_t lda_bytes,
                             const void *b_vnni, int64_t ldb_bytes, uint32_t *c, int64_t ldc_bytes, int threads,
                             int64_t k_panel, int64_t n_panel);
+/* The same with B already in the tile-contiguous layout of pyamx_pack_b()
+ * (b_tiles 64-byte aligned, b_bytes at least pyamx_packed_b_bytes(4,
+ * k_dwords, n)): pyamx.pack()'s operand, packed once for many calls. */
+int pyamx_matmul_amx_packed(int op, int64_t m, int64_t n, int64_t k_dwords, const void *a, int64_t lda_bytes,
+                            const void *b_tiles, int64_t b_bytes, uint32_t *c, int64_t ldc_bytes, int threads,
+                            int64_t k_panel, int64_t n_panel);
+
+/* The peak probe of benchmarks/bench_native.py: `count` (>= 1) dot products
+ * of row `op` chained into one full 16 x 16 tile (each waits for the last),
+ * timed on CLOCK_MONOTONIC into *nanoseconds. The caller's tile state is
+ * saved and restored. PYAMX_OK, PYAMX_E_NOT_READY, PYAMX_E_NO_KERNEL,
+ * PYAMX_E_START_ROW or PYAMX_E_ARG. */
+int pyamx_matmul_peak_probe(int op, int64_t count, int64_t *nanoseconds);
+
+/* ---- pack_b.c: B in the native matmul's tile-contiguous layout (every build) ---- */
+
+/* Bytes of the layout for `rows` rows of n items of item_bytes (1 or 2: K
+ * values; 4: dword rows already interleaved); -1 for bad or overflowing sizes. */
+int64_t pyamx_packed_b_bytes(int item_bytes, int64_t rows, int64_t n);
+/* b (rows x n items, row stride ldb_bytes) into dst (dst_bytes >= the size
+ * above), K padded with +0 to whole dwords, everything outside B zero; split
+ * over `threads` (1..PYAMX_MATMUL_MAX_THREADS) pool threads. PYAMX_OK or
+ * PYAMX_E_ARG (nothing written). */
+int pyamx_pack_b(int item_bytes, const void *b, int64_t ldb_bytes, int64_t rows, int64_t n, void *dst,
+                 int64_t dst_bytes, int threads);
+/* The inverse: rows x n items back out of the layout, row stride ldd_bytes
+ * (item 4 gives the interleaved dword rows). PYAMX_OK or PYAMX_E_ARG. */
+int pyamx_unpack_b(int item_bytes, const void *src, int64_t src_bytes, int64_t rows, int64_t n, void *dst,
+                   int64_t ldd_bytes);
+
+/* ---- pool.c: the kernels' persistent worker threads ---- */
+
+/* Workers alive now (created on a call's first need, reused by later calls). */
+int pyamx_pool_workers(void);
+/* Stops and joins them (atexit); a later call creates new ones. The number
+ * joined, or -1 while a call is using the pool (nothing stopped). */
+int pyamx_pool_shutdown(void);
 
 #endif

@@ -43,6 +43,8 @@ if TYPE_CHECKING:
     from .table import layout as layout
     from ._dot_types import *  # noqa: F403  (the one-instruction functions, generated from the table)
     from ._matmul import matmul as matmul
+    from ._packed import PackedB as PackedB
+    from ._packed import pack as pack
     from ._ops import tile_machine as tile_machine
     from ._result import AMXResult as AMXResult
     from .emulator import Numerics as Numerics
@@ -67,6 +69,8 @@ _LAZY = {
     "tile_machine": ("_ops", "tile_machine"),
     "AMXResult": ("_result", "AMXResult"),
     "matmul": ("_matmul", "matmul"),
+    "pack": ("_packed", "pack"),
+    "PackedB": ("_packed", "PackedB"),
     "Numerics": ("emulator", "Numerics"),
     "TileMachine": ("emulator", "TileMachine"),
     "TileConfig": ("table.tilecfg", "TileConfig"),
@@ -130,7 +134,7 @@ def show_runtime() -> None:
 
 _ALL_HEAD = ("__version__", "backend", "backend_reason", "cpu_features", "show_runtime")
 _ALL_TAIL = (
-    "tile_machine", "isa", "matmul",
+    "tile_machine", "isa", "matmul", "pack", "PackedB",
     "TileMachine", "TileConfig", "Numerics", "AMXResult", "bf16", "layout", "emulator", "errors",
     "AMXError", "AMXFault", "BackendError", "EnvironmentVariableError", "GeneralProtectionFault",
     "InvalidOpcodeFault", "MemoryAccessFault", "NativeUnavailableError", "ReentrantUseError", "WrongThreadError",

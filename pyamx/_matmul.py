@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from . import _backend, _matmul_complex, _matmul_memory, _matmul_out, _validate
+from .cpu import _tile_layout
 from .table import isa
 from .table import bf16 as _bf16
 from .emulator import engine as _engine
@@ -33,6 +34,7 @@ from .table import numerics as _numerics
 if TYPE_CHECKING:
     from numpy.typing import DTypeLike
 
+    from ._packed import PackedB
     from ._types import ArrayInput
     from .table.numerics import Numerics
 
@@ -348,15 +350,18 @@ def _zero_accumulator(m: int, n: int, row: isa.Instruction) -> np.ndarray:
 # -- the native path ----------------------------------------------------------------------
 
 
-def _run_native(p: Plan, threads, backend=None):
-    """The native AMX kernels (csrc/matmul_amx.c through pyamx._native_matmul) on the packed operands.
-
-    The kernel takes exactly the engine contract's operands: A padded to whole
-    dwords, B interleaved, C bits; it raises NativeUnavailableError where its
-    kernel family cannot run.
-    """
-    matmul_native = module(".cpu._native_matmul", __package__).matmul_native  # pyamx._first_use
-    return matmul_native(p.mnemonic, p.a, p.b_vnni, p.c, p.k_dwords, threads, backend=backend)
+def native_packed(row: isa.Instruction, a_bits: np.ndarray, tiles: np.ndarray, c_bits: np.ndarray, threads,
+                  backend=None) -> np.ndarray:
+    """One 2-D product on the native kernels with B in their tile layout (pyamx/cpu/_tile_layout.py):
+    A padded to whole dwords here (docs/matmul.md, step 1), B read from ``tiles``."""
+    matmul_native_packed = module(".cpu._native_matmul", __package__).matmul_native_packed  # pyamx._first_use
+    k_dwords = -(-a_bits.shape[1] // row.lanes)
+    width = k_dwords * row.lanes
+    if width != a_bits.shape[1]:
+        padded = np.full((a_bits.shape[0], width), row.a_format.pad, dtype=a_bits.dtype)
+        padded[:, :a_bits.shape[1]] = a_bits
+        a_bits = padded
+    return matmul_native_packed(row.name, a_bits, tiles, k_dwords, c_bits, threads, backend=backend)
 
 
 # -- the public function ----------------------------------------------------------------
@@ -367,7 +372,7 @@ def _check_threads(threads):
     return _engine.check_threads(threads, "matmul")
 
 
-def matmul(a: ArrayInput, b: ArrayInput, c: ArrayInput | None = None, *, kind: str | DTypeLike = None,
+def matmul(a: ArrayInput, b: ArrayInput | PackedB, c: ArrayInput | None = None, *, kind: str | DTypeLike = None,
            backend: str | None = None, engine: str | None = None, threads: int | None = None,
            numerics: str | Numerics = "sdm", out: ArrayInput | None = None,
            out_dtype: str | DTypeLike = None) -> AMXResult:
@@ -411,11 +416,15 @@ def matmul(a: ArrayInput, b: ArrayInput, c: ArrayInput | None = None, *, kind: s
     element, blocks of 16 dwords of K in increasing order, one dot-product instruction
     each, C chained through them. ``backend``: None (process default), "auto", "native",
     "emulator"; ``engine``: the emulator's arithmetic engine (None: ``PYAMX_ENGINE``, else
-    auto); ``threads``: worker threads (None: :func:`pyamx.engine.default_threads`, for
-    both backends; at most 256); ``numerics``: the
+    auto); ``threads``: worker threads (None: :func:`pyamx.engine.default_threads` on the
+    emulator, by the work's size on native; at most 256); ``numerics``: the
     emulator's model (emulator only). The result's ``.backend``, ``.engine`` and
     ``.native_mode`` say what ran.
     """
+    packed_product = getattr(type(b), "_product_as_b", None)
+    if packed_product is not None:  # pyamx.pack's operand: its own checks, the same bits (pyamx/_packed.py)
+        return packed_product(b, a, c, kind=kind, backend=backend, engine=engine, threads=threads, numerics=numerics,
+                              out=out, out_dtype=out_dtype)
     threads = _check_threads(threads)
     numerics = _numerics.resolve(numerics)
     kind = _check_kind(kind)
@@ -508,19 +517,25 @@ def _product(ops: Operands, eng, threads, backend=None, out=None) -> np.ndarray:
     rows = _matmul_memory.block_rows(m, _row_bytes(ops.mnemonic, k, n, eng))
     if rows >= m and out is None:
         return _whole_product(ops, eng, threads, backend)
+    tiles = _tile_layout.pack(ops.b, threads) if eng is None else None  # once for all blocks
     if out is None:
         out = np.empty((m, n), np.dtype(isa.get(ops.mnemonic).acc_format.bits).newbyteorder("="))
     for start in range(0, m, rows):
         stop = min(start + rows, m)
         block = Operands(ops.mnemonic, ops.family, ops.a[start:stop], ops.b,
                          None if ops.c is None else ops.c[start:stop])
-        out[start:stop] = _whole_product(block, eng, threads, backend).view(out.dtype)  # bits: no conversion
+        out[start:stop] = _whole_product(block, eng, threads, backend, tiles).view(out.dtype)  # bits: no conversion
     return out
 
 
-def _whole_product(ops: Operands, eng, threads, backend=None) -> np.ndarray:
+def _whole_product(ops: Operands, eng, threads, backend=None, tiles=None) -> np.ndarray:
     if eng is None:
-        return _run_native(_pack(ops), threads, backend)
+        # B straight from row-major into the kernel's tile layout, in C by the pool's threads
+        row = isa.get(ops.mnemonic)
+        c_bits = _zero_accumulator(ops.a.shape[0], ops.b.shape[1], row) if ops.c is None else ops.c
+        if tiles is None:
+            tiles = _tile_layout.pack(ops.b, threads)
+        return native_packed(row, ops.a, tiles, c_bits, threads, backend)
     if eng.compiled:
         # row-major B straight to C: padded, widened and packed there once (no interleaved copy here)
         return np.asarray(eng.matmul(ops.mnemonic, ops.a, ops.b, ops.c, threads))

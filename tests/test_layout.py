@@ -34,7 +34,7 @@ LAYERS = {"table", "emulator", "cpu", "tools"}
 #: what stays at the top level (besides the compat modules): the public front and what every layer shares
 FRONT = {
     "__init__", "__main__", "errors",                      # the names users import, the exceptions
-    "_ops", "_matmul", "_matmul_complex",                  # the public functions' dispatch
+    "_ops", "_matmul", "_matmul_complex", "_packed",       # the public functions' dispatch (and pyamx.pack)
     "_matmul_out", "_matmul_memory",                       # matmul's out=/out_dtype= and its memory bound
     "_backend", "_numerics_rule",                          # which backend and which numerics a call gets
     "_validate", "_dlpack", "_result", "_types",           # operands in (DLPack too), labelled results out, types

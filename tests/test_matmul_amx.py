@@ -10,6 +10,7 @@ emulator, where every tile instruction costs ~15 us: shapes stay small).
 from __future__ import annotations
 
 import itertools
+import os
 import subprocess
 import sys
 import threading
@@ -229,6 +230,33 @@ def test_row_strided_operands_give_the_same_bits(m, family_lib):
     assert_same_bits(got, schedule_reference("tdpbssd", c, a, b, 17), "strided")
 
 
+def _placed(x, offset):
+    """``x``'s bytes in a new array whose first byte sits ``offset`` bytes past a 64-byte boundary."""
+    raw = np.zeros(x.nbytes + 128, dtype=np.uint8)
+    start = (-raw.ctypes.data) % 64 + offset
+    view = raw[start:start + x.nbytes].view(x.dtype).reshape(x.shape)
+    view[...] = x
+    return view
+
+
+@pytest.mark.parametrize("op_name", ("tdpbf16ps", "tdpbuud"))
+def test_a_anywhere_mod_64_gives_the_same_bits(op_name, family_lib):
+    """A with 64-byte aligned rows is loaded in place, any other A through the kernel's aligned strip copy."""
+    family_lib(op_name)
+    rng = np.random.default_rng(19)
+    m, kd, n = 40, 33, 40  # row pitch 132 bytes: 64-byte aligned rows need a padded stride
+    c, a, b = operands(op_name, m, kd, n, "mixed", rng)
+    want = schedule_reference(op_name, c, a, b, kd)
+    pitch = 192  # bytes: a multiple of 64, so an aligned start gives aligned rows
+    wide = np.zeros((m, pitch // a.itemsize), dtype=a.dtype)
+    wide[:, : a.shape[1]] = a
+    for offset in (0, 2, 16, 48):
+        placed = _placed(wide, offset)[:, : a.shape[1]]
+        for threads in (1, 2):
+            assert_same_bits(matmul_native(op_name, placed, b, c, kd, threads), want, f"A at {offset} mod 64")
+        assert_same_bits(matmul_native(op_name, _placed(a, offset), b, c, kd, 1), want, f"dense A at {offset}")
+
+
 # -- threads -----------------------------------------------------------------------
 
 
@@ -287,14 +315,9 @@ def test_concurrent_calls_from_several_python_threads_keep_their_own_tiles(famil
             assert_same_bits(got, want, f"caller {i}")
 
 
-def test_worker_threads_release_their_trap_state(trap_lib):
-    """In trap mode each worker claims an emulated tile state slot; it must be free again after the call."""
-    lib = trap_lib
-    rng = np.random.default_rng(8)
-    c, a, b = operands("tdpbf16ps", 64, 2, 64, "normal", rng)  # 4 blocks: 3 workers + the caller
-    matmul_native("tdpbf16ps", a, b, c, 2, 1)  # the calling thread's own slot is claimed
-    # Threads of earlier tests release their slots as their OS threads end, which can be
-    # after join() returned: wait until the count holds still.
+def _settled_slots(lib):
+    """The trap's slots in use once threads of earlier tests have ended (a slot is freed as its OS
+    thread ends, which can be after join() returned): the count held still for 0.2 s."""
     before, still_since = lib.pyamx_trap_slots_in_use(), time.monotonic()
     deadline = still_since + 5
     while time.monotonic() - still_since < 0.2 and time.monotonic() < deadline:
@@ -302,10 +325,55 @@ def test_worker_threads_release_their_trap_state(trap_lib):
         now = lib.pyamx_trap_slots_in_use()
         if now != before:
             before, still_since = now, time.monotonic()
+    return before
+
+
+def test_pool_workers_persist_and_release_their_trap_state_when_the_pool_stops(trap_lib):
+    """Workers are created once and reused (no thread per call); in trap mode each holds an emulated
+    tile state slot while it lives, and stopping the pool (atexit) joins them and frees every slot."""
+    lib = trap_lib
+    _, kernels = native._lib()
+    rng = np.random.default_rng(8)
+    c, a, b = operands("tdpbf16ps", 64, 2, 64, "normal", rng)  # 4 blocks: 3 workers + the caller
+    matmul_native("tdpbf16ps", a, b, c, 2, 1)  # the calling thread's own slot is claimed
+    assert kernels.pyamx_pool_shutdown() >= 0
+    assert kernels.pyamx_pool_workers() == 0
+    before = _settled_slots(lib)
     for _ in range(5):
         got = matmul_native("tdpbf16ps", a, b, c, 2, 4)
-        assert lib.pyamx_trap_slots_in_use() == before
+        assert kernels.pyamx_pool_workers() == 3
+        assert before <= lib.pyamx_trap_slots_in_use() <= before + 3
     assert_same_bits(got, schedule_reference("tdpbf16ps", c, a, b, 2), "threads=4")
+    assert kernels.pyamx_pool_shutdown() == 3
+    assert kernels.pyamx_pool_workers() == 0
+    assert lib.pyamx_trap_slots_in_use() == before
+    assert_same_bits(matmul_native("tdpbf16ps", a, b, c, 2, 4), got, "a pool created again")
+
+
+def test_a_forked_child_gets_its_own_pool(family_lib):
+    """fork() copies only the forking thread: the child must not wait for the parent's workers."""
+    family_lib("tdpbf16ps")
+    rng = np.random.default_rng(18)
+    c, a, b = operands("tdpbf16ps", 70, 17, 40, "mixed", rng)
+    want = matmul_native("tdpbf16ps", a, b, c, 17, 3)  # the parent's workers exist now
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: report and leave without running the parent's atexit or finalizers
+        try:
+            _, kernels = native._lib()
+            inherited = kernels.pyamx_pool_workers()  # the parent's workers did not come along
+            got = matmul_native("tdpbf16ps", a, b, c, 17, 3)
+            same = np.array_equal(got.view(np.uint32), want.view(np.uint32))
+            os.write(write_end, f"{inherited} {kernels.pyamx_pool_workers()} {same}".encode())
+        finally:
+            os._exit(0)
+    os.close(write_end)
+    try:
+        with os.fdopen(read_end, "rb") as pipe:
+            answer = pipe.read()
+    finally:
+        _, status = os.waitpid(pid, 0)
+    assert answer == b"0 2 True" and os.waitstatus_to_exitcode(status) == 0
 
 
 def test_threads_none_uses_the_default_and_gives_the_same_bits(family_lib):
@@ -604,3 +672,38 @@ def test_kernel_refuses_before_detection_and_permission_said_yes():
                          timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "True"
+
+
+@pytest.mark.parametrize("op_name", ("tdpbf16ps", "tdpbssd"))
+def test_the_peak_probe_runs_a_chain_of_exactly_count_dot_products(op_name, trap_lib, family_lib):
+    """benchmarks/bench_native.py's peak probe: `count` chained dot products and one configuration."""
+    ffi, ids = family_lib(op_name)
+    lib = trap_lib
+    op = getattr(ids, f"PYAMX_OP_{op_name.upper()}")
+    elapsed = ffi.new("int64_t *")
+    native._before_entry()
+    assert ids.pyamx_matmul_peak_probe(op, 0, elapsed) == ids.PYAMX_E_ARG
+    assert ids.pyamx_matmul_peak_probe(ids.PYAMX_OP_LDTILECFG, 1, elapsed) == ids.PYAMX_E_ARG
+    before = {x: lib.pyamx_trap_op_count(x) for x in (op, ids.PYAMX_OP_LDTILECFG)}
+    assert ids.pyamx_matmul_peak_probe(op, 37, elapsed) == ids.PYAMX_OK
+    assert lib.pyamx_trap_op_count(op) - before[op] == 37
+    assert lib.pyamx_trap_op_count(ids.PYAMX_OP_LDTILECFG) - before[ids.PYAMX_OP_LDTILECFG] >= 1
+    assert elapsed[0] > 0
+
+
+def test_the_pool_is_joined_at_interpreter_exit(family_lib):
+    """An atexit hook registered before pyamx's runs after it: by then the workers are joined."""
+    family_lib("tdpbf16ps")
+    code = (
+        "import atexit, numpy as np\n"
+        "from pyamx import native\n"
+        "from pyamx.cpu._native_matmul import matmul_native\n"
+        "atexit.register(lambda: print('workers at exit', native._lib()[1].pyamx_pool_workers()))\n"
+        "c = np.zeros((64, 64), np.float32); a = np.zeros((64, 2), np.uint16); b = np.zeros((1, 128), np.uint16)\n"
+        "matmul_native('tdpbf16ps', a, b, c, 1, 4)\n"
+        "print('workers after the call', native._lib()[1].pyamx_pool_workers())\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], env=child_env(), cwd=PYAMX_HOME, capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == ["workers after the call 3", "workers at exit 0"]

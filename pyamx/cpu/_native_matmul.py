@@ -17,9 +17,10 @@ Contract of :func:`matmul_native` (the caller, :mod:`pyamx.matmul`, packs and pa
 - ``c_bits``: (M, N) array of 4-byte items (float32, uint32 or int32): the
   accumulator. It is not modified.
 - ``k_dwords``: int >= 1. ``threads``: int from 1 to
-  ``lib.PYAMX_MATMUL_MAX_THREADS``, or None for
+  ``lib.PYAMX_MATMUL_MAX_THREADS``, or None for :func:`threads_for_work`:
+  one thread per :data:`MIN_MACS_PER_THREAD` multiply-adds, at most
   :func:`pyamx.engine.default_threads` (``PYAMX_ENGINE_THREADS``, else the
-  CPUs this process may run on), capped there. The kernel
+  CPUs this process may run on). The kernel
   never starts more threads than there are 32 x 32 output blocks, and the
   result does not depend on ``threads``.
 - Each array must have contiguous rows (unit item stride) and non-negative
@@ -49,7 +50,13 @@ import numpy as np
 
 from . import native
 
-__all__ = ["matmul_native", "default_threads"]
+__all__ = ["matmul_native", "matmul_native_packed", "default_threads", "threads_for_work"]
+
+#: Multiply-adds (outputs x K values) below which ``threads=None`` adds no thread: waking a pool
+#: worker and splitting the blocks costs microseconds, and 2**25 bf16 multiply-adds are about
+#: 30-50 us of one core's TMUL at the 0.6-1 T multiply-adds/s the issue measured. A first
+#: estimate, to be tuned on silicon with benchmarks/bench_native.py; the bits never depend on it.
+MIN_MACS_PER_THREAD = 1 << 25
 
 
 def _operand(fn, name, x, itemsize, kinds):
@@ -90,6 +97,36 @@ def default_threads() -> int:
     return engine_default()
 
 
+def threads_for_work(m: int, n: int, k_values: int, cap: int) -> int:
+    """What ``threads=None`` runs: one thread per :data:`MIN_MACS_PER_THREAD` multiply-adds, at
+    least 1 (small work stays on the calling thread) and at most ``cap``."""
+    return max(1, min(cap, m * n * k_values // MIN_MACS_PER_THREAD))
+
+
+def _threads(fn, lib, threads, m, n, k_values):
+    if threads is None:
+        threads = threads_for_work(m, n, k_values, min(default_threads(), lib.PYAMX_MATMUL_MAX_THREADS))
+    return _count(fn, "threads", threads, 1, lib.PYAMX_MATMUL_MAX_THREADS)
+
+
+def _panels(fn, lib, panels):
+    if panels is None:
+        panels = (lib.PYAMX_MATMUL_K_PANEL, lib.PYAMX_MATMUL_N_PANEL)
+    if not isinstance(panels, tuple) or len(panels) != 2:
+        raise TypeError(f"{fn}: panels must be None or a (k_panel, n_panel) tuple, not {panels!r}")
+    return tuple(_count(fn, name, x, 1) for name, x in zip(("k_panel", "n_panel"), panels))
+
+
+def _aligned_copy(c_bits):
+    """``c_bits`` copied into a new C-contiguous array whose first byte is 64-byte aligned: with N
+    a multiple of 16 every C tile row is then a whole cache line."""
+    from ._tile_layout import aligned_empty
+
+    out = aligned_empty(c_bits.nbytes, c_bits.dtype.newbyteorder("="), c_bits.shape)
+    out[...] = c_bits
+    return out
+
+
 def matmul_native(op_name, a_bits, b_vnni, c_bits, k_dwords, threads, *, panels=None, backend=None):
     """``c_bits + a_bits . b_vnni`` through the native AMX matmul kernel (see the module docstring).
 
@@ -118,20 +155,52 @@ def matmul_native(op_name, a_bits, b_vnni, c_bits, k_dwords, threads, *, panels=
         )
     # A call's resolved native backend has checked this family against its detection report already.
     ffi, lib = native._lib(family) if backend is None else backend.library
-    if threads is None:
-        threads = min(default_threads(), lib.PYAMX_MATMUL_MAX_THREADS)
-    threads = _count(fn, "threads", threads, 1, lib.PYAMX_MATMUL_MAX_THREADS)
-    if panels is None:
-        panels = (lib.PYAMX_MATMUL_K_PANEL, lib.PYAMX_MATMUL_N_PANEL)
-    if not isinstance(panels, tuple) or len(panels) != 2:
-        raise TypeError(f"{fn}: panels must be None or a (k_panel, n_panel) tuple, not {panels!r}")
-    k_panel, n_panel = (_count(fn, name, x, 1) for name, x in zip(("k_panel", "n_panel"), panels))
-    out = np.array(c_bits, copy=True, order="C")
+    threads = _threads(fn, lib, threads, m, n, k_dwords * lanes)
+    k_panel, n_panel = _panels(fn, lib, panels)
+    out = _aligned_copy(c_bits)
     native._before_entry(None if backend is None else backend.report)
     rc = lib.pyamx_matmul_amx_panels(
         getattr(lib, op_attr), m, n, k_dwords,
         ffi.cast("const void *", native._address(a_bits)), lda,
         ffi.cast("const void *", native._address(b_vnni)), ldb,
+        ffi.cast("uint32_t *", native._address(out)), 4 * n,
+        threads, k_panel, n_panel,
+    )
+    native._check(rc, fn)
+    return out
+
+
+def matmul_native_packed(op_name, a_bits, tiles, k_dwords, c_bits, threads, *, panels=None, backend=None):
+    """``c_bits + a_bits . B`` with B in the kernel's tile layout (``tiles``, _tile_layout.py,
+    as :func:`pyamx.pack` makes it): as :func:`matmul_native`, but B is read from the tiles
+    (``pyamx_matmul_amx_packed``). ``tiles``: a 64-byte aligned uint8 array of at least the
+    layout's size for ``k_dwords`` x N dwords; N is ``c_bits``' width.
+    """
+    fn = f"native matmul ({op_name})"
+    if op_name not in native.OPS:
+        raise ValueError(f"native matmul: unknown instruction {op_name!r}; expected one of {', '.join(native.OPS)}")
+    op_attr, family, lanes = native.OPS[op_name]
+    k_dwords = _count(fn, "k_dwords", k_dwords, 1)
+    lda = _operand(fn, "a_bits", a_bits, 4 // lanes, "uif")
+    _operand(fn, "c_bits", c_bits, 4, "uif")
+    m, n = c_bits.shape
+    if m < 1 or n < 1 or a_bits.shape != (m, k_dwords * lanes):
+        raise ValueError(f"{fn}: shapes do not fit: c{c_bits.shape} and k_dwords={k_dwords} need "
+                         f"a({m}, {k_dwords * lanes}) with M, N >= 1, got a{a_bits.shape}")
+    need = 2048 * (-(-n // 32)) * (-(-k_dwords // 16))
+    if not isinstance(tiles, np.ndarray) or tiles.dtype != np.uint8 or tiles.ndim != 1 or \
+            not tiles.flags.c_contiguous or tiles.ctypes.data % 64 or tiles.nbytes < need:
+        raise ValueError(f"{fn}: tiles must be a 64-byte aligned, contiguous uint8 array of at least {need} bytes "
+                         f"(the tile layout of {k_dwords} x {n} dwords: pyamx.pack)")
+    ffi, lib = native._lib(family) if backend is None else backend.library
+    threads = _threads(fn, lib, threads, m, n, k_dwords * lanes)
+    k_panel, n_panel = _panels(fn, lib, panels)
+    out = _aligned_copy(c_bits)
+    native._before_entry(None if backend is None else backend.report)
+    rc = lib.pyamx_matmul_amx_packed(
+        getattr(lib, op_attr), m, n, k_dwords,
+        ffi.cast("const void *", native._address(a_bits)), lda,
+        ffi.cast("const void *", tiles.ctypes.data), tiles.nbytes,
         ffi.cast("uint32_t *", native._address(out)), 4 * n,
         threads, k_panel, n_panel,
     )

@@ -9,6 +9,7 @@ NativeUnavailableError), never a second way to load.
 
 from __future__ import annotations
 
+import atexit
 import functools
 import importlib
 import os
@@ -127,6 +128,9 @@ def _load_native():
     message = stale_build_message(built, __version__)
     if message:
         raise StaleBuildError(message)
+    # The kernels' worker pool is joined before the interpreter finalizes, so no worker is
+    # left parked inside the library while Python tears itself down.
+    atexit.register(_native.lib.pyamx_pool_shutdown)
     return _native.ffi, _native.lib
 
 

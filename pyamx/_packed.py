@@ -1,0 +1,190 @@
+"""``pyamx.pack``: a right operand laid out once, in the native kernel's own layout, for many products.
+
+A weight used by every call (an LLM layer's B) was re-laid out on every call: interleaved into
+the instructions' pairs/quads and then copied into tile order, which at M = 1 was most of the
+call. :func:`pack` does it once, in C (csrc/pack_b.c), straight from the row-major bits:
+
+- K values grouped into dwords (2 bf16/fp16 values, 4 int8/fp8 values; the last dword padded
+  with +0, as docs/matmul.md pads B), dword rows in K blocks of 16, columns in block columns of
+  32; each (block column, K block) is 2 KiB: its left 16 columns as one 1 KiB tile (16 rows of
+  64 bytes), then its right 16. Everything outside B is zero.
+- the buffer is 64-byte aligned and read-only, so one :class:`PackedB` serves any number of
+  calls on any number of threads at once.
+
+``pyamx.matmul(a, packed)`` gives the bits of ``pyamx.matmul(a, b)`` on every backend and engine:
+the native kernels read the tiles directly (``pyamx_matmul_amx_packed``); the emulator engines
+get the row-major bits back (``pyamx_unpack_b``, one pass over B) and run exactly the path an
+unpacked ``b`` takes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from . import _backend, _matmul, _matmul_memory, _matmul_out, _validate
+from .cpu import _tile_layout
+from .emulator import engine as _engine
+from ._result import AMXResult
+from ._validate import dtype_name
+from .table import isa
+from .table import numerics as _numerics
+
+if TYPE_CHECKING:
+    from ._types import ArrayInput
+
+#: the kinds pack() takes: every kind matmul takes except complex (a complex number fills its
+#: dword, and pyamx._matmul_complex runs two products of its own)
+KINDS = tuple(k for k in _matmul.KINDS if k != "complex")
+
+
+@dataclass(frozen=True, eq=False)
+class PackedB:
+    """A (K, N) right operand in the native kernel's tile layout, made by :func:`pack`; immutable.
+
+    ``kind`` (``"bf16"``, ``"fp16"``, ``"int8"``, ``"fp8"``), ``format`` (b's own format:
+    ``"bf16"``, ``"fp16"``, ``"int8"``, ``"uint8"``, ``"bf8"``, ``"hf8"``), ``k`` and ``n``;
+    ``rounded_to`` names the format float values were rounded to (None for bits); ``tiles`` is
+    the read-only, 64-byte aligned layout (module docstring).
+    """
+
+    kind: str
+    format: str
+    k: int
+    n: int
+    rounded_to: "str | None"
+    tiles: np.ndarray
+    _bits_dtype: np.dtype
+
+    @property
+    def shape(self) -> tuple:
+        return (self.k, self.n)
+
+    @property
+    def k_dwords(self) -> int:
+        return _tile_layout.dwords(self.k, self._bits_dtype.itemsize)
+
+    def __repr__(self) -> str:
+        rounded = f", rounded_to={self.rounded_to!r}" if self.rounded_to else ""
+        return f"<pyamx.PackedB {self.format} K={self.k} N={self.n}{rounded}, {self.tiles.nbytes} bytes>"
+
+    def unpack(self) -> np.ndarray:
+        """B's bits (uint16 for 16-bit formats, 8-bit items otherwise) as a new (K, N) row-major array."""
+        return _tile_layout.unpack(self.tiles, self.k, self.n, self._bits_dtype)
+
+    def _product_as_b(self, a, c=None, **options) -> AMXResult:
+        # pyamx.matmul hands a packed right operand here: it cannot import this module, which
+        # builds on it (pyamx/_matmul.py's helpers)
+        return matmul_packed(a, self, c, **options)
+
+
+def pack(b: "ArrayInput", kind: "str | None" = None, *, threads: "int | None" = None) -> PackedB:
+    """``b`` (K, N) packed once for ``pyamx.matmul(a, packed)``: the same bits as passing ``b``.
+
+    ``b`` and ``kind`` follow :func:`pyamx.matmul`'s rules for its right operand (bf16 bits,
+    float16, int8/uint8, fp8; float32/float64 with ``kind="bf16"``/``"fp16"``, rounded once
+    here, to nearest even). ``threads``: packing threads (None: one per MiB of the layout, at
+    most :func:`pyamx.engine.default_threads`). Returns an immutable :class:`PackedB`, safe to
+    share between calls and threads.
+    """
+    threads = _matmul._check_threads(threads)
+    if kind == "complex" or np.iscomplexobj(b):
+        raise TypeError("pack: complex operands are not packed; pass them to pyamx.matmul as they are")
+    try:
+        kind = _matmul._check_kind(kind)
+        op = _matmul._operand(b, "b", kind)
+    except (TypeError, ValueError) as exc:
+        raise type(exc)(str(exc).replace("matmul:", "pack:", 1)) from None
+    if op.array.ndim != 2:
+        raise ValueError(f"pack: b must be 2-D (K, N), got shape {op.array.shape}")
+    k, n = op.array.shape
+    if min(k, n) < 1:
+        raise ValueError(f"pack: K={k}, N={n}; both must be at least 1")
+    group = next(g for g in KINDS if op.format in isa.VIEWS.group_formats[g])
+    bits = _validate.contiguous_bits(_matmul._bits_of(op))  # float operands are rounded here, once
+    return PackedB(group, op.format.name, k, n, op.format.name if op.rounds else None,
+                   _tile_layout.pack(bits, threads), bits.dtype)
+
+
+# -- pyamx.matmul(a, packed) ------------------------------------------------------------------
+
+
+def matmul_packed(a, packed: PackedB, c=None, *, kind=None, backend=None, engine=None, threads=None,
+                  numerics="sdm", out=None, out_dtype=None) -> AMXResult:
+    """:func:`pyamx.matmul` with a :class:`PackedB` right operand (same arguments, same bits)."""
+    threads = _matmul._check_threads(threads)
+    numerics = _numerics.resolve(numerics)
+    kind = _matmul._check_kind(kind)
+    spec = _matmul_out.parse(out_dtype)
+    if kind is not None and kind != packed.kind:
+        raise ValueError(f"matmul: kind={kind!r}, but b was packed as {packed.kind} ({packed.format})")
+    op_a = _matmul._operand(a, "a", kind)
+    row = isa.MATMUL_ROUTES.get((op_a.format.name, packed.format))
+    if row is None:
+        raise TypeError(
+            f"matmul: a is {op_a.format.name} ({dtype_name(op_a.array.dtype)}) but b was packed as {packed.format}; "
+            f"both operands must be one kind (uint16 is read as bf16 bits: pass kind='fp16' to read it as fp16)"
+        )
+    if op_a.array.ndim < 2:
+        raise ValueError(f"matmul: a must be 2-D, or batched with leading dimensions; got shape {op_a.array.shape}")
+    m, k = op_a.array.shape[-2:]
+    if k != packed.k:
+        raise ValueError(f"matmul: a is {m}x{k} and b was packed as {packed.k}x{packed.n}; "
+                         "a's columns must equal b's rows")
+    if m < 1:
+        raise ValueError(f"matmul: M={m}; every dimension must be at least 1")
+    batch = op_a.array.shape[:-2]
+    shape = batch + (m, packed.n)
+    c_bits = None if c is None else _matmul._accumulator_view(c, shape, row.acc_format)
+    view = np.dtype(np.float32 if row.is_float else np.int32)
+    result_dtype = _matmul_out.result_dtype(spec, view, row.group)
+    target = None if out is None else _matmul_out.check_out(out, shape, result_dtype,
+                                                             {"a": op_a.array, "b": packed.tiles, "c": c_bits})
+    chosen = _backend.resolve(backend, row.group, numerics=numerics, engine=engine)
+    eng = None if chosen == "native" else _engine.resolve(engine, numerics, op=row.name)
+    item = packed._bits_dtype.itemsize
+    rows = int(np.prod(batch, dtype=np.int64)) * m
+    _matmul_memory.check(rows * packed.n * 4 * (1 if c_bits is None else 2) + rows * k * item
+                         + (0 if eng is None else 2 * packed.tiles.nbytes),
+                         f"a {'x'.join(map(str, shape))} product over K={k}")
+    # Every check is done: only now is anything rounded or copied.
+    a_all = _matmul._bits_of(op_a)
+    b_rows = None if eng is None else packed.unpack()
+    acc_dtype = np.dtype(row.acc_format.bits).newbyteorder("=")
+
+    def product(a_bits, c_one, into):
+        """One 2-D product into ``into``: B's tiles straight to the native kernel (in blocks of rows
+        where the transients would be large), or its row-major bits on the engine's own path."""
+        if eng is None:
+            step = _matmul_memory.block_rows(a_bits.shape[0], _matmul._row_bytes(row.name, k, packed.n, None))
+            for start in range(0, a_bits.shape[0], step):
+                stop = min(start + step, a_bits.shape[0])
+                c_block = (_matmul._zero_accumulator(stop - start, packed.n, row) if c_one is None
+                           else np.ascontiguousarray(c_one[start:stop]))
+                into[start:stop] = np.asarray(_matmul.native_packed(
+                    row, np.ascontiguousarray(a_bits[start:stop]), packed.tiles, c_block, threads,
+                    chosen)).view(acc_dtype)
+        else:
+            ops = _matmul.Operands(row.name, row.group, _validate.contiguous_bits(a_bits), b_rows,
+                                   None if c_one is None else _validate.contiguous_bits(c_one))
+            _matmul._product(ops, eng, threads, chosen, out=into)
+
+    bits = np.empty(shape, acc_dtype)
+    a_rows = _matmul._stacked_rows(a_all) if batch else a_all
+    c_rows = None
+    if batch and a_rows is not None and c_bits is not None:
+        c_rows = np.ascontiguousarray(np.broadcast_to(c_bits, shape)).reshape(-1, packed.n)
+    if a_rows is not None:  # a stack times one packed b: one 2-D product on all of a's rows
+        product(a_rows, c_rows if batch else c_bits, bits.reshape(-1, packed.n))
+    else:
+        c_all = None if c_bits is None else np.broadcast_to(c_bits, shape)
+        for index in np.ndindex(*batch):
+            product(a_all[index], None if c_all is None else c_all[index], bits[index])
+    result = _matmul_out.finish(bits.view(view), spec, target)
+    rounded = op_a.format.name if op_a.rounds else packed.rounded_to
+    labels = {} if rounded is None else {"rounded_to": rounded}
+    if eng is None:
+        return _matmul_out.labelled(result, target is not None, "native", chosen.mode_for(row), **labels)
+    return _matmul_out.labelled(result, target is not None, "emulator", engine=eng.name, **labels)

@@ -1,0 +1,120 @@
+"""B in the native matmul's tile-contiguous layout: packed from row-major bits and read back.
+
+The layout (docs/matmul.md, "Packed operands"; csrc/pack_b.c): K values grouped into dwords
+(L = 2 bf16/fp16 values, 4 int8/fp8 values; the last dword padded with +0), dword rows in K
+blocks of 16, columns in block columns of 32; each (block column, K block) is 2 KiB, its left
+16 columns as one 1 KiB tile (16 rows of 64 bytes), then its right 16; zero outside B. The
+buffer is 64-byte aligned. C packs it (by the pool's threads); a build without the C
+extension gets the same bytes from numpy.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+#: packed bytes one packing thread gets at least: packing streams memory at several GB/s per
+#: thread, so below about a MiB waking another thread costs more than it saves
+PACK_BYTES_PER_THREAD = 1 << 20
+
+
+def _ceil_div(x: int, y: int) -> int:
+    return -(-x // y)
+
+
+def dwords(k: int, item: int) -> int:
+    """K values of ``item`` bytes as whole dwords."""
+    return _ceil_div(k * item, 4)
+
+
+def layout_bytes(item: int, k: int, n: int) -> int:
+    return _ceil_div(n, 32) * _ceil_div(dwords(k, item), 16) * 2048
+
+
+def aligned_empty(nbytes: int, dtype=np.uint8, shape=None) -> np.ndarray:
+    """A new array of ``nbytes`` whose first byte is 64-byte aligned."""
+    raw = np.empty(nbytes + 64, dtype=np.uint8)
+    start = (-raw.ctypes.data) % 64
+    out = raw[start:start + nbytes].view(dtype)
+    return out if shape is None else out.reshape(shape)
+
+
+def _axes(k: int, n: int, item: int):
+    """(kblocks, nbn, lanes, padded K, padded N) of the layout."""
+    lanes = 4 // item
+    kblocks, nbn = _ceil_div(dwords(k, item), 16), _ceil_div(n, 32)
+    return kblocks, nbn, lanes, kblocks * 16 * lanes, nbn * 32
+
+
+def numpy_tiles(bits: np.ndarray) -> np.ndarray:
+    """The layout's bytes from (K, N) bits in numpy (a build without the C extension)."""
+    (k, n), item = bits.shape, bits.itemsize
+    kblocks, nbn, lanes, kp, np_ = _axes(k, n, item)
+    padded = np.zeros((kp, np_), dtype=np.dtype(f"u{item}"))
+    padded[:k, :n] = bits.view(padded.dtype)
+    # (kb, r, lane, bj, half, c) -> (bj, kb, half, r, c, lane)
+    grid = padded.reshape(kblocks, 16, lanes, nbn, 2, 16).transpose(3, 0, 4, 1, 5, 2)
+    return np.ascontiguousarray(grid).reshape(-1).view(np.uint8)
+
+
+def numpy_rows(tiles: np.ndarray, k: int, n: int, item: int) -> np.ndarray:
+    """(K, N) unsigned items read back from the layout in numpy (a view where numpy can)."""
+    kblocks, nbn, lanes, kp, np_ = _axes(k, n, item)
+    grid = tiles.view(np.dtype(f"u{item}")).reshape(nbn, kblocks, 2, 16, 16, lanes)
+    return grid.transpose(1, 3, 5, 0, 2, 4).reshape(kp, np_)[:k, :n]
+
+
+def _c_library():
+    """``(ffi, lib)`` of pyamx._native, or None where it is not built (numpy packs then)."""
+    from ._nativelib import load
+
+    try:
+        loaded = load()
+    except ImportError:
+        return None
+    return loaded if hasattr(loaded[1], "pyamx_pack_b") else None
+
+
+def _default_threads() -> int:
+    from ..emulator.engine import default_threads
+
+    return default_threads()
+
+
+def pack(bits: np.ndarray, threads=None) -> np.ndarray:
+    """C-contiguous (K, N) bits (1- or 2-byte items) in the layout: a new, read-only uint8 array.
+
+    ``threads``: packing threads (None: one per :data:`PACK_BYTES_PER_THREAD` of the layout, at
+    most :func:`pyamx.engine.default_threads`).
+    """
+    (k, n), item = bits.shape, bits.itemsize
+    nbytes = layout_bytes(item, k, n)
+    tiles = aligned_empty(nbytes)
+    loaded = _c_library()
+    if loaded is None:
+        tiles[...] = numpy_tiles(bits)
+    else:
+        ffi, lib = loaded
+        if threads is None:
+            threads = max(1, min(_default_threads(), nbytes // PACK_BYTES_PER_THREAD))
+        rc = lib.pyamx_pack_b(item, ffi.cast("const void *", bits.ctypes.data), n * item, k, n,
+                              ffi.cast("void *", tiles.ctypes.data), nbytes, min(threads, lib.PYAMX_MATMUL_MAX_THREADS))
+        if rc != 0:
+            raise RuntimeError(f"pyamx: pyamx_pack_b refused a checked operand ({rc}); this is a bug in pyamx")
+    tiles.flags.writeable = False
+    return tiles
+
+
+def unpack(tiles: np.ndarray, k: int, n: int, dtype) -> np.ndarray:
+    """The (K, N) bits of ``dtype`` (1- or 2-byte items) back out of the layout, as a new row-major array."""
+    out = np.empty((k, n), dtype=dtype)
+    item = out.itemsize
+    loaded = _c_library()
+    if loaded is None:
+        out.view(np.dtype(f"u{item}"))[...] = numpy_rows(tiles, k, n, item)
+        return out
+    ffi, lib = loaded
+    rc = lib.pyamx_unpack_b(item, ffi.from_buffer(tiles), tiles.nbytes, k, n, ffi.cast("void *", out.ctypes.data),
+                            n * item)
+    if rc != 0:
+        raise RuntimeError(f"pyamx: pyamx_unpack_b refused a checked operand ({rc}); this is a bug in pyamx")
+    return out
