@@ -90,11 +90,12 @@ def pack(b: "ArrayInput", kind: "str | None" = None, *, threads: "int | None" = 
     share between calls and threads.
     """
     threads = _matmul._check_threads(threads)
-    if kind == "complex" or np.iscomplexobj(b):
-        raise TypeError("pack: complex operands are not packed; pass them to pyamx.matmul as they are")
     try:
         kind = _matmul._check_kind(kind)
-        op = _matmul._operand(b, "b", kind)
+        imported = _matmul.intake(b, "b")  # a DLPack tensor (torch.bfloat16 too) is read once, in place
+        if kind == "complex" or np.iscomplexobj(imported.array):
+            raise TypeError("pack: complex operands are not packed; pass them to pyamx.matmul as they are")
+        op = _matmul._operand(imported, "b", kind)
     except (TypeError, ValueError) as exc:
         raise type(exc)(str(exc).replace("matmul:", "pack:", 1)) from None
     if op.array.ndim != 2:

@@ -1,4 +1,5 @@
-"""Every ```python block of the README runs on its own, as a reader pastes it, on the emulator.
+"""Every ```python block of the README (and of docs/torch.md, the page users copy products from)
+runs on its own, as a reader pastes it, on the emulator.
 
 Each block gets a fresh interpreter, so a block that leans on names from an earlier one fails
 here. Blocks that need PyTorch or JAX are fenced ```py and are not run.
@@ -16,6 +17,7 @@ import pytest
 from childproc import PYAMX_HOME, child_env
 
 README = Path(__file__).resolve().parent.parent / "README.md"
+PAGES = (README, README.parent / "docs" / "torch.md")
 FENCE = re.compile(r"^```([^\n`]*)\n(.*?)^```", re.S | re.M)
 # py: needs a framework the tests do not install; sh: commands; "": printed output.
 NOT_RUN = {"py", "sh", ""}
@@ -29,10 +31,9 @@ def fenced_blocks(text: str) -> list:
 
 
 def _python_blocks() -> list:
-    if not README.exists():
-        return []
-    return [pytest.param(code, id=f"README.md:{line}")
-            for lang, line, code in fenced_blocks(README.read_text(encoding="utf-8")) if lang == "python"]
+    return [pytest.param(code, id=f"{page.name}:{line}")
+            for page in PAGES if page.exists()
+            for lang, line, code in fenced_blocks(page.read_text(encoding="utf-8")) if lang == "python"]
 
 
 def test_every_block_is_run_or_marked_as_not_run():
