@@ -38,6 +38,7 @@ FRONT = {
     "_backend", "_numerics_rule",                          # which backend and which numerics a call gets
     "_validate", "_result", "_types",                      # operands in, labelled results out, their types
     "_env", "_fpenv", "_docs", "_version",                 # shared by every layer (_fpenv: bf16 and the engines)
+    "_convert",                                            # shared by every layer: bf16, the engines, matmul
     "_compat",                                             # the public paths of the modules that moved
     "_buildinfo", "_dot_types",                            # written by build.py
 }
