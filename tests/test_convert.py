@@ -276,3 +276,19 @@ def test_bad_requests_are_refused_by_the_c_side():
     assert call(lib.PYAMX_CONVERT_F32_TO_BF16, 1, 4, 0, 2, 1) == lib.PYAMX_E_ARG  # not a multiple of 4
     assert call(lib.PYAMX_CONVERT_F32_TO_BF16, 1, 4, 0, 4, 0) == lib.PYAMX_E_ARG
     assert bf16_module.from_float32(np.float32(1.0)).shape == ()
+
+
+def test_complex_operands_round_their_parts_as_numpy(monkeypatch):
+    from pyamx import _validate
+    from pyamx.table import isa
+
+    fmt = next(f for f in isa.FORMAT_ROWS if f.name == "cfp16")
+    bits = float32_cases(np.random.default_rng(14))[: 2 * 64 * 100].reshape(64, 200)
+    c64 = bits.view(np.complex64)
+    with np.errstate(invalid="ignore"):
+        c128 = c64.astype(np.complex128) * (1 + 2.0**-30)
+    operands = [c64, c128, c64[::2, ::3], c128.T, c64.astype(">c8")]
+    with_c = [_validate.complex_pairs(x, "a", "matmul", fmt) for x in operands]
+    monkeypatch.setattr(_convert, "library", lambda: None)
+    for x, got in zip(operands, with_c):
+        _equal_bits(got, _validate.complex_pairs(x, "a", "matmul", fmt), x)
