@@ -19,10 +19,11 @@ import os
 
 import numpy as np
 
+from . import _env
 from ._fpenv import default_fpenv
 
-#: the engines' thread bound (pyamx.engine reads it too; imported from there it would close a circle)
-THREADS_ENV_VAR = "PYAMX_ENGINE_THREADS"
+#: the engines' thread bound, which the conversions follow too
+THREADS_ENV_VAR = _env.ENGINE_THREADS
 _MAX_THREADS = 64  # the C side's own cap
 
 #: (source dtype name, target) -> (the op's name in enum pyamx_convert_op, the result's dtype)
@@ -53,7 +54,6 @@ def _threads(elements: int, parallel_min: int) -> int:
     call reads no environment), else ``PYAMX_ENGINE_THREADS`` or the usable CPUs, as the engines."""
     if elements < parallel_min:
         return 1
-    from . import _env
     from .errors import EnvironmentVariableError
 
     try:
