@@ -86,6 +86,9 @@ int pyamx_fpenv_supported(void);
 uint32_t pyamx_get_mxcsr(void);
 int pyamx_set_mxcsr(uint32_t value);
 
+/* ---- convert.c: float32/float64 <-> bf16/fp16 arrays (its own header) ---- */
+#include "convert.h"
+
 /* ---- kernels.c: AMX kernels (compiled with target("amx-...") only where supported) ---- */
 
 int pyamx_dp_oneshot(int op, uint32_t *c, const void *a, const void *b, int m, int k, int n);

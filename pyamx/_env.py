@@ -34,7 +34,7 @@ FALSE = ("0", "false", "no")
 VARIABLES = {
     "PYAMX_BACKEND": "process default backend: auto, native or emulator",
     "PYAMX_ENGINE": "arithmetic engine of the emulator backend: auto, avx512, avx2, portable or numpy",
-    "PYAMX_ENGINE_THREADS": "integer >= 1: worker threads of the compiled engines",
+    "PYAMX_ENGINE_THREADS": "integer >= 1: worker threads of the compiled engines and of large array conversions",
     "PYAMX_MATMUL_MEMORY_CHECK": "boolean: refuse a matmul that needs more memory than is available (default on)",
     "PYAMX_TRAP_EMULATION": "boolean: run the native code through the SIGILL trap-and-emulate mode",
     "PYAMX_REQUIRE_NATIVE": "boolean (tests): fail, not skip, the tests that need the native backend",
@@ -43,6 +43,10 @@ VARIABLES = {
     "PYAMX_CROSSCHECK_SEQUENCES": "integer (tests): random sequences of the native-vs-emulator cross-check",
     "PYAMX_CROSSCHECK_SEED": "integer (tests): seed of the cross-check",
 }
+
+#: the one thread bound two layers read (the compiled engines and the array conversions), named here,
+#: below both: neither can import the other's constant without an import circle
+ENGINE_THREADS = "PYAMX_ENGINE_THREADS"
 
 
 class EnvVarError(ValueError):

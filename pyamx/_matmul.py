@@ -20,13 +20,11 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from . import _backend, _matmul_complex, _matmul_memory, _matmul_out, _validate
+from . import _backend, _convert, _matmul_complex, _matmul_memory, _matmul_out, _validate
 from .cpu import _tile_layout
 from .table import isa
-from .table import bf16 as _bf16
 from .emulator import engine as _engine
 from ._first_use import module
-from ._fpenv import default_fpenv
 from ._result import AMXResult
 from ._validate import dtype_name
 from .table import numerics as _numerics
@@ -215,22 +213,9 @@ def _accumulator_view(c, out_shape: tuple, fmt: isa.Format) -> np.ndarray:
     return bits
 
 
-def _round(x: np.ndarray, fmt: isa.Format) -> np.ndarray:
-    """float32/float64 values -> bf16/fp16 bits, each rounded once (directly) to nearest even."""
-    if fmt.name == "bf16":
-        return _bf16.from_float32(x)
-    return _to_fp16_bits(x)
-
-
-@default_fpenv
-def _to_fp16_bits(x: np.ndarray) -> np.ndarray:
-    # Under the default MXCSR: numpy may convert with F16C/AVX512-FP16 instructions, which read it.
-    return x.astype(np.float16).view(np.uint16)
-
-
 def _bits_of(op: _Operand) -> np.ndarray:
     """An operand's bits, rounded first where it came as floats: a view, or its own size (never the batch's)."""
-    return _round(op.array, op.format) if op.rounds else op.array
+    return _convert.round_floats(op.array, op.format.name) if op.rounds else op.array
 
 
 @dataclass(frozen=True)

@@ -40,6 +40,7 @@ FRONT = {
     "_validate", "_dlpack", "_result", "_types",           # operands in (DLPack too), labelled results out, types
     "_env", "_fpenv", "_docs", "_version",                 # shared by every layer (_fpenv: bf16 and the engines)
     "_first_use",                                          # the one-time work's lock, which fork waits for
+    "_convert",                                            # shared by every layer: bf16, the engines, matmul
     "_compat",                                             # the public paths of the modules that moved
     "_buildinfo", "_dot_types",                            # written by build.py
 }

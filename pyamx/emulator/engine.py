@@ -51,7 +51,7 @@ from .._validate import contiguous_bits
 from ..errors import BackendError, EnvironmentVariableError, UnknownBackendError
 
 ENV_VAR = "PYAMX_ENGINE"
-THREADS_ENV_VAR = "PYAMX_ENGINE_THREADS"
+THREADS_ENV_VAR = env_parser.ENGINE_THREADS
 NAMES = ("auto", "avx512", "avx2", "portable", "numpy")
 #: compiled variants, best first (auto's order of preference), with their C kind names
 _KINDS = {"avx512": "PYAMX_ENGINE_AVX512", "avx2": "PYAMX_ENGINE_AVX2", "portable": "PYAMX_ENGINE_PORTABLE"}

@@ -12,8 +12,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from .. import _convert
 from .._fpenv import default_fpenv
-from .._validate import bf16_bits, bf16_view, dtype_name, require_array
+from .._validate import bf16_view, dtype_name, require_array
 from .layout import pack_pairs, pack_quads, unpack_pairs, unpack_quads
 
 if TYPE_CHECKING:
@@ -43,14 +44,7 @@ def from_float32(x: ArrayInput | float) -> npt.NDArray[np.uint16]:
     dtypes as bf16 bits everywhere, so rounding them as integers
     (``from_float32(from_float32(x))``) would be a silent mistake.
     """
-    array = _float_input(x)
-    shape = array.shape
-    flat = array.reshape(-1)  # 1-d: the same integer dtypes on numpy 1.x and 2.x (no value-based casting)
-    if flat.dtype == np.float64:
-        out = _round_float64(flat.view(np.uint64))
-    else:
-        out = _round_float32(flat.view(np.uint32))
-    return out.reshape(shape)
+    return _convert.round_floats(_float_input(x), "bf16")
 
 
 #: the dtypes pyamx reads as bf16 bits (pyamx._validate): values already converted, never integers to round
@@ -81,44 +75,9 @@ def _float_input(x) -> np.ndarray:
     )
 
 
-def _round_float32(bits: np.ndarray) -> np.ndarray:
-    nan = ((bits & np.uint32(0x7F800000)) == np.uint32(0x7F800000)) & ((bits & np.uint32(0x007FFFFF)) != 0)
-    tie_to_even = np.uint64(0x7FFF) + ((bits >> np.uint32(16)) & np.uint32(1)).astype(np.uint64)
-    rounded = ((bits.astype(np.uint64) + tie_to_even) >> np.uint64(16)).astype(np.uint16)
-    quiet = ((bits >> np.uint32(16)) | np.uint32(0x0040)).astype(np.uint16)
-    return np.where(nan, quiet, rounded).astype(np.uint16)
-
-
-def _round_float64(bits: np.ndarray) -> np.ndarray:
-    """float64 bits -> bf16 bits, RNE, on integers only."""
-    u64 = np.uint64
-    sign = ((bits >> u64(48)) & u64(0x8000)).astype(np.uint16)
-    biased = ((bits >> u64(52)) & u64(0x7FF)).astype(np.int64)
-    mantissa = bits & u64((1 << 52) - 1)
-    special = biased == 0x7FF
-    nan = special & (mantissa != 0)
-    # The significand as an integer with an unbounded exponent: value = significand * 2**(e - 52).
-    significand = np.where(biased == 0, mantissa, mantissa | u64(1 << 52))
-    e = np.where(biased == 0, -1022, biased - 1023)
-    # bf16 keeps 8 significant bits down to 2**-126, then a fixed 2**-133 step (denormals).
-    shift = np.clip(45 + np.maximum(-126 - e, 0), 45, 60).astype(np.uint64)
-    kept = significand >> shift
-    rest = significand & ((u64(1) << shift) - u64(1))
-    half = u64(1) << (shift - u64(1))
-    kept = kept + ((rest > half) | ((rest == half) & ((kept & u64(1)) == u64(1)))).astype(np.uint64)
-    normal = e >= -126
-    # A normal kept value is 1xxxxxxx (or 100000000 after a carry, which moves into the exponent).
-    exponent_field = np.where(normal, e + 127, 0).astype(np.int64)
-    magnitude = np.where(normal, (exponent_field << 7) + kept.astype(np.int64) - 128, kept.astype(np.int64))
-    magnitude = np.minimum(magnitude, 0x7F80)  # overflow: infinity
-    payload = ((mantissa >> u64(45)) | u64(0x40)).astype(np.int64)
-    magnitude = np.where(special, np.where(nan, 0x7F80 | payload, 0x7F80), magnitude)
-    return (sign | magnitude.astype(np.uint16)).astype(np.uint16)
-
-
 def to_float32(bits: ArrayInput) -> npt.NDArray[np.float32]:
     """bf16 bits (uint16/int16 or ml_dtypes.bfloat16) -> float32, exactly."""
-    return _widen(bf16_bits(bits, "bits", "to_float32")).view(np.float32)
+    return _widen(bf16_view(bits, "bits", "to_float32")).view(np.float32)
 
 
 def widen_bits(bits: ArrayInput) -> npt.NDArray[np.uint32]:
@@ -127,4 +86,9 @@ def widen_bits(bits: ArrayInput) -> npt.NDArray[np.uint32]:
 
 
 def _widen(bits: np.ndarray) -> npt.NDArray[np.uint32]:
+    widened = _convert.widen(bits, "bf16")  # C; None without the extension
+    return _widen_numpy(bits) if widened is None else widened
+
+
+def _widen_numpy(bits: np.ndarray) -> npt.NDArray[np.uint32]:
     return bits.astype(np.uint32) << np.uint32(16)
