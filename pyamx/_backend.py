@@ -257,7 +257,49 @@ def _engine_module():
 _engine_mod = None
 
 
-def resolve(backend, family: str = "bf16", numerics=None, engine=None) -> Backend:
+#: The choices already made for calls of the default numerics: (backend, family, engine) -> Backend. A
+#: call decides its backend once (the rule below costs microseconds: detection's report, the engine
+#: setting) and a later call with the same arguments takes it from here while :func:`_settings` says
+#: the same; a failure is never kept, so a bad argument or variable raises at every call.
+_chosen: dict = {}
+_chosen_under: tuple = ()
+
+
+def _settings() -> tuple:
+    """What a choice depends on besides the call's arguments: PYAMX_BACKEND and the process default
+    as read, PYAMX_ENGINE as read (until pyamx.engine.reset_environment()), and the functions that
+    ask detection (tests stand in for them). Any change makes every kept choice be made again."""
+    engine_module = _engine_mod or _engine_module()
+    return (_requested, _decision, native_status, _native, engine_module.settings_generation)
+
+
+def choose_backend(backend=None, family: str = "bf16", numerics=None, engine=None) -> Backend:
+    """The backend a call of the ``family`` kernels runs on, by the rule of :func:`backend_rule`,
+    decided once per distinct arguments and settings and then kept.
+
+    ``numerics``: None or a :class:`~pyamx.Numerics` chosen at the call's entry
+    (:func:`pyamx._numerics_rule.choose_numerics`); a choice is kept only for the default model.
+    """
+    global _chosen_under
+    if numerics is not None and numerics is not _default_numerics():
+        return backend_rule(backend, family, numerics, engine)
+    under = _settings()
+    if under != _chosen_under:
+        _chosen.clear()
+        _chosen_under = under
+    key = (backend, family, engine)
+    try:
+        chosen = _chosen.get(key)
+    except TypeError:  # an unhashable argument: the rule refuses it
+        return backend_rule(backend, family, numerics, engine)
+    if chosen is None:
+        chosen = backend_rule(backend, family, numerics, engine)
+        if type(backend) in (str, type(None)) and type(engine) in (str, type(None)):
+            _chosen[key] = chosen  # only plain values: a str subclass could compare equal and mean more
+    return chosen
+
+
+def backend_rule(backend, family: str = "bf16", numerics=None, engine=None) -> Backend:
     """The backend a call of the ``family`` kernels runs on: ``None`` means the process default.
 
     ``auto`` decides per family (a Sapphire Rapids has AMX-BF16 but not
@@ -294,3 +336,6 @@ def resolve(backend, family: str = "bf16", numerics=None, engine=None) -> Backen
     if choice == "native" and not usable:
         raise _unavailable(reason, source)
     return native if usable else EMULATOR
+
+
+resolve = choose_backend  # the name pyamx's tools and tests have long called it by

@@ -29,7 +29,7 @@ from ._first_use import module
 from ._fpenv import default_fpenv
 from ._result import AMXResult
 from ._validate import dtype_name
-from .table import numerics as _numerics
+from ._numerics_rule import choose_numerics
 
 if TYPE_CHECKING:
     from numpy.typing import DTypeLike
@@ -425,8 +425,9 @@ def matmul(a: ArrayInput, b: ArrayInput | PackedB, c: ArrayInput | None = None, 
     if packed_product is not None:  # pyamx.pack's operand: its own checks, the same bits (pyamx/_packed.py)
         return packed_product(b, a, c, kind=kind, backend=backend, engine=engine, threads=threads, numerics=numerics,
                               out=out, out_dtype=out_dtype)
+    # Each setting decided once here and passed down as the object it became (pyamx._backend):
     threads = _check_threads(threads)
-    numerics = _numerics.resolve(numerics)
+    numerics = choose_numerics(numerics)
     kind = _check_kind(kind)
     spec = _matmul_out.parse(out_dtype)
     a_in, b_in = intake(a, "a"), intake(b, "b")
@@ -442,8 +443,8 @@ def matmul(a: ArrayInput, b: ArrayInput | PackedB, c: ArrayInput | None = None, 
                                        {"a": call.a.array, "b": call.b.array, "c": call.c})
     elif spec.name is not None:
         _matmul_out.result_dtype(spec, view, call.family)
-    chosen = _backend.resolve(backend, call.family, numerics=numerics, engine=engine)
-    eng = None if chosen == "native" else _engine.resolve(engine, numerics, op=call.mnemonic)
+    chosen = _backend.choose_backend(backend, call.family, numerics, engine)
+    eng = None if chosen.is_native else _engine.choose_engine(engine, numerics, op=call.mnemonic)
     _matmul_memory.check(_needed_bytes(call, eng), f"a {'x'.join(map(str, call.batch + (call.m, call.n)))} "
                          f"product over K={call.k}")
     # Every check is done: only now are float operands rounded and anything copied.

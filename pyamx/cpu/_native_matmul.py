@@ -49,6 +49,8 @@ import operator
 import numpy as np
 
 from . import native
+from ._tile_layout import aligned_empty
+from ..emulator import engine as _engine
 
 __all__ = ["matmul_native", "matmul_native_packed", "default_threads", "threads_for_work"]
 
@@ -91,10 +93,17 @@ def _count(fn, name, value, low, high=None):
 
 
 def default_threads() -> int:
-    """What ``threads=None`` uses: :func:`pyamx.engine.default_threads` (``PYAMX_ENGINE_THREADS``, else the usable CPUs)."""
-    from ..emulator.engine import default_threads as engine_default
+    """What ``threads=None`` uses: :func:`pyamx.engine.thread_default` (``PYAMX_ENGINE_THREADS``, else the
+    usable CPUs), read once and kept as the engines keep it."""
+    return _engine.thread_default()
 
-    return engine_default()
+
+def _pointer(ffi, x: np.ndarray):
+    """``x``'s first byte for C: the buffer itself where it is C-contiguous (no array interface
+    dict per call), else its address (rows further apart than their length)."""
+    if x.flags.c_contiguous:
+        return ffi.from_buffer(x)
+    return ffi.cast("const void *", native._address(x))
 
 
 def threads_for_work(m: int, n: int, k_values: int, cap: int) -> int:
@@ -120,8 +129,6 @@ def _panels(fn, lib, panels):
 def _aligned_copy(c_bits):
     """``c_bits`` copied into a new C-contiguous array whose first byte is 64-byte aligned: with N
     a multiple of 16 every C tile row is then a whole cache line."""
-    from ._tile_layout import aligned_empty
-
     out = aligned_empty(c_bits.nbytes, c_bits.dtype.newbyteorder("="), c_bits.shape)
     out[...] = c_bits
     return out
@@ -161,9 +168,7 @@ def matmul_native(op_name, a_bits, b_vnni, c_bits, k_dwords, threads, *, panels=
     native._before_entry(None if backend is None else backend.report)
     rc = lib.pyamx_matmul_amx_panels(
         getattr(lib, op_attr), m, n, k_dwords,
-        ffi.cast("const void *", native._address(a_bits)), lda,
-        ffi.cast("const void *", native._address(b_vnni)), ldb,
-        ffi.cast("uint32_t *", native._address(out)), 4 * n,
+        _pointer(ffi, a_bits), lda, _pointer(ffi, b_vnni), ldb, ffi.from_buffer("uint32_t[]", out), 4 * n,
         threads, k_panel, n_panel,
     )
     native._check(rc, fn)
@@ -189,7 +194,7 @@ def matmul_native_packed(op_name, a_bits, tiles, k_dwords, c_bits, threads, *, p
                          f"a({m}, {k_dwords * lanes}) with M, N >= 1, got a{a_bits.shape}")
     need = 2048 * (-(-n // 32)) * (-(-k_dwords // 16))
     if not isinstance(tiles, np.ndarray) or tiles.dtype != np.uint8 or tiles.ndim != 1 or \
-            not tiles.flags.c_contiguous or tiles.ctypes.data % 64 or tiles.nbytes < need:
+            not tiles.flags.c_contiguous or native._address(tiles) % 64 or tiles.nbytes < need:
         raise ValueError(f"{fn}: tiles must be a 64-byte aligned, contiguous uint8 array of at least {need} bytes "
                          f"(the tile layout of {k_dwords} x {n} dwords: pyamx.pack)")
     ffi, lib = native._lib(family) if backend is None else backend.library
@@ -199,9 +204,7 @@ def matmul_native_packed(op_name, a_bits, tiles, k_dwords, c_bits, threads, *, p
     native._before_entry(None if backend is None else backend.report)
     rc = lib.pyamx_matmul_amx_packed(
         getattr(lib, op_attr), m, n, k_dwords,
-        ffi.cast("const void *", native._address(a_bits)), lda,
-        ffi.cast("const void *", tiles.ctypes.data), tiles.nbytes,
-        ffi.cast("uint32_t *", native._address(out)), 4 * n,
+        _pointer(ffi, a_bits), lda, ffi.from_buffer(tiles), tiles.nbytes, ffi.from_buffer("uint32_t[]", out), 4 * n,
         threads, k_panel, n_panel,
     )
     native._check(rc, fn)
