@@ -194,6 +194,8 @@ def check(a, b, c=None, *, kind=None) -> Call:
 
 def _batch_shape(a_batch: tuple, b_batch: tuple) -> tuple:
     """The leading dimensions broadcast as np.matmul broadcasts them."""
+    if not a_batch and not b_batch:  # a 2-D product, the usual call: no numpy broadcasting machinery
+        return ()
     try:
         return tuple(np.broadcast_shapes(a_batch, b_batch))
     except ValueError:
@@ -482,18 +484,22 @@ def _path(mnemonic: str, eng) -> str:
     return "fp8" if mnemonic in _engine.FP8_OPS else "compiled"
 
 
+#: values per dword of each dot product, looked up once (isa's property computes it on every read)
+_LANES = {insn.name: insn.lanes for insn in isa.DOTS}
+
+
 def _row_bytes(mnemonic: str, k: int, n: int, eng) -> int:
-    row = isa.get(mnemonic)
-    width = -(-k // row.lanes) * row.lanes
-    return _matmul_memory.row_bytes(n, width, 4 // row.lanes, _path(mnemonic, eng))
+    lanes = _LANES[mnemonic]
+    width = -(-k // lanes) * lanes
+    return _matmul_memory.row_bytes(n, width, 4 // lanes, _path(mnemonic, eng))
 
 
 def _needed_bytes(call: Call, eng) -> int:
     """The call's peak estimate: the result, the operands' rounded or contiguous copies, B's packed
     forms and one block's transients (pyamx._matmul_memory)."""
-    row = isa.get(call.mnemonic)
-    item = 4 // row.lanes
-    width = -(-call.k // row.lanes) * row.lanes
+    lanes = _LANES[call.mnemonic]
+    item = 4 // lanes
+    width = -(-call.k // lanes) * lanes
     products = int(np.prod(call.batch, dtype=np.int64)) if call.batch else 1
     result = products * call.m * call.n * 4
     copies = 0
