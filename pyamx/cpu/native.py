@@ -213,9 +213,7 @@ def _oneshot(name: str, c: np.ndarray, a: np.ndarray, b: np.ndarray, backend=Non
     _before_entry(None if backend is None else backend.report)
     rc = lib.pyamx_dp_oneshot(
         op,
-        ffi.cast("uint32_t *", _address(out)),
-        ffi.cast("const void *", _address(a)),
-        ffi.cast("const void *", _address(b)),
+        ffi.from_buffer("uint32_t[]", out), ffi.from_buffer(a), ffi.from_buffer(b),  # C-contiguous: checked above
         m, k, n,
     )
     _check(rc, name.upper())
