@@ -513,7 +513,8 @@ def _concrete(name: str, source: str) -> Engine:
 
 
 def choose_engine(name=None, numerics="sdm", op=None) -> Engine:
-    """The engine a call runs on, decided once per name for the default numerics and then kept. ``name``: None (``PYAMX_ENGINE``, default auto) or one of :data:`NAMES`.
+    """The engine a call runs on, decided once per name for the default numerics and then kept
+    (until :func:`reset_environment`). ``name``: None (``PYAMX_ENGINE``, default auto) or one of :data:`NAMES`.
 
     ``numerics`` (a preset name or :class:`~pyamx.Numerics`): compiled
     engines implement only the default ``"sdm"``; for other numerics
