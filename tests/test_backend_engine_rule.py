@@ -170,4 +170,9 @@ def test_calls_decide_backend_and_engine_once_and_again_when_the_settings_change
     changed = calls(default=False)  # PYAMX_BACKEND=native (the trap mode's run) refuses a named engine
     assert rules and engines and changed.engine == "numpy"
     assert changed.tobytes() == first.tobytes()
+    # the process default as read (PYAMX_BACKEND) is part of the settings too
+    rules.clear()
+    monkeypatch.setattr(_backend, "_requested", "emulator")
+    default = pyamx.tdpbf16ps(c, a, b)
+    assert rules and default.backend == "emulator" and default.tobytes() == first.tobytes()
     _engine.reset_environment()
