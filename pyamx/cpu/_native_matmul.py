@@ -119,8 +119,8 @@ def _threads(fn, lib, threads, m, n, k_values):
 
 
 def _panels(fn, lib, panels):
-    if panels is None:
-        panels = (lib.PYAMX_MATMUL_K_PANEL, lib.PYAMX_MATMUL_N_PANEL)
+    if panels is None:  # the build's own constants: nothing to check
+        return lib.PYAMX_MATMUL_K_PANEL, lib.PYAMX_MATMUL_N_PANEL
     if not isinstance(panels, tuple) or len(panels) != 2:
         raise TypeError(f"{fn}: panels must be None or a (k_panel, n_panel) tuple, not {panels!r}")
     return tuple(_count(fn, name, x, 1) for name, x in zip(("k_panel", "n_panel"), panels))
@@ -193,18 +193,20 @@ def matmul_native_packed(op_name, a_bits, tiles, k_dwords, c_bits, threads, *, p
         raise ValueError(f"{fn}: shapes do not fit: c{c_bits.shape} and k_dwords={k_dwords} need "
                          f"a({m}, {k_dwords * lanes}) with M, N >= 1, got a{a_bits.shape}")
     need = 2048 * (-(-n // 32)) * (-(-k_dwords // 16))
-    if not isinstance(tiles, np.ndarray) or tiles.dtype != np.uint8 or tiles.ndim != 1 or \
-            not tiles.flags.c_contiguous or native._address(tiles) % 64 or tiles.nbytes < need:
+    tiles_ok = isinstance(tiles, np.ndarray) and tiles.dtype == np.uint8 and tiles.ndim == 1 and \
+        tiles.flags.c_contiguous and tiles.nbytes >= need
+    ffi, lib = native._lib(family) if backend is None else backend.library
+    tiles_ptr = ffi.from_buffer(tiles) if tiles_ok else None
+    if tiles_ptr is None or int(ffi.cast("uintptr_t", tiles_ptr)) % 64:
         raise ValueError(f"{fn}: tiles must be a 64-byte aligned, contiguous uint8 array of at least {need} bytes "
                          f"(the tile layout of {k_dwords} x {n} dwords: pyamx.pack)")
-    ffi, lib = native._lib(family) if backend is None else backend.library
     threads = _threads(fn, lib, threads, m, n, k_dwords * lanes)
     k_panel, n_panel = _panels(fn, lib, panels)
     out = _aligned_copy(c_bits)
     native._before_entry(None if backend is None else backend.report)
     rc = lib.pyamx_matmul_amx_packed(
         getattr(lib, op_attr), m, n, k_dwords,
-        _pointer(ffi, a_bits), lda, ffi.from_buffer(tiles), tiles.nbytes, ffi.from_buffer("uint32_t[]", out), 4 * n,
+        _pointer(ffi, a_bits), lda, tiles_ptr, tiles.nbytes, ffi.from_buffer("uint32_t[]", out), 4 * n,
         threads, k_panel, n_panel,
     )
     native._check(rc, fn)
