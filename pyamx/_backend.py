@@ -90,6 +90,8 @@ class Backend(str):
         self = super().__new__(cls, name)
         self.mode = mode
         self.report = report
+        self._modes = {}  # isa row name -> mode_for's answer: a kept Backend serves many calls
+        self._library = None
         return self
 
     def mode_for(self, insn) -> str | None:
@@ -97,16 +99,22 @@ class Backend(str):
         ``"trap"`` or ``"complement"`` (the complement mode emulates its feature on this silicon)."""
         if not self.is_native:
             return None
-        if self.report is None:  # unpickled: the report stays in the process that resolved it
-            self.report = module(".cpu.detect", __package__).report()
-        return self.report.mode_for(insn)
+        mode = self._modes.get(insn.name)
+        if mode is None:
+            if self.report is None:  # unpickled: the report stays in the process that resolved it
+                self.report = module(".cpu.detect", __package__).report()
+            mode = self._modes[insn.name] = self.report.mode_for(insn)
+        return mode
 
     @property
     def library(self):
         """``(ffi, lib)`` of pyamx._native for native (loaded once per process); None for the emulator."""
         if not self.is_native:
             return None
-        return module(".cpu._nativelib", __package__).load()
+        library = self._library
+        if library is None:
+            library = self._library = module(".cpu._nativelib", __package__).load()
+        return library
 
     @property
     def name(self) -> str:
