@@ -90,6 +90,8 @@ class Backend(str):
         self = super().__new__(cls, name)
         self.mode = mode
         self.report = report
+        self._modes = {}  # isa row name -> mode_for's answer: a kept Backend serves many calls
+        self._library = None
         return self
 
     def mode_for(self, insn) -> str | None:
@@ -97,16 +99,22 @@ class Backend(str):
         ``"trap"`` or ``"complement"`` (the complement mode emulates its feature on this silicon)."""
         if not self.is_native:
             return None
-        if self.report is None:  # unpickled: the report stays in the process that resolved it
-            self.report = module(".cpu.detect", __package__).report()
-        return self.report.mode_for(insn)
+        mode = self._modes.get(insn.name)
+        if mode is None:
+            if self.report is None:  # unpickled: the report stays in the process that resolved it
+                self.report = module(".cpu.detect", __package__).report()
+            mode = self._modes[insn.name] = self.report.mode_for(insn)
+        return mode
 
     @property
     def library(self):
         """``(ffi, lib)`` of pyamx._native for native (loaded once per process); None for the emulator."""
         if not self.is_native:
             return None
-        return module(".cpu._nativelib", __package__).load()
+        library = self._library
+        if library is None:
+            library = self._library = module(".cpu._nativelib", __package__).load()
+        return library
 
     @property
     def name(self) -> str:
@@ -257,7 +265,49 @@ def _engine_module():
 _engine_mod = None
 
 
-def resolve(backend, family: str = "bf16", numerics=None, engine=None) -> Backend:
+#: The choices already made for calls of the default numerics: (backend, family, engine) -> Backend. A
+#: call decides its backend once (the rule below costs microseconds: detection's report, the engine
+#: setting) and a later call with the same arguments takes it from here while :func:`_settings` says
+#: the same; a failure is never kept, so a bad argument or variable raises at every call.
+_chosen: dict = {}
+_chosen_under: tuple = ()
+
+
+def _settings() -> tuple:
+    """What a choice depends on besides the call's arguments: PYAMX_BACKEND and the process default
+    as read, PYAMX_ENGINE as read (until pyamx.engine.reset_environment()), and the functions that
+    ask detection (tests stand in for them). Any change makes every kept choice be made again."""
+    engine_module = _engine_mod or _engine_module()
+    return (_requested, _decision, native_status, _native, engine_module.settings_generation)
+
+
+def choose_backend(backend=None, family: str = "bf16", numerics=None, engine=None) -> Backend:
+    """The backend a call of the ``family`` kernels runs on, by the rule of :func:`backend_rule`,
+    decided once per distinct arguments and settings and then kept.
+
+    ``numerics``: None or a :class:`~pyamx.Numerics` chosen at the call's entry
+    (:func:`pyamx._numerics_rule.choose_numerics`); a choice is kept only for the default model.
+    """
+    global _chosen_under
+    if numerics is not None and numerics is not _default_numerics():
+        return backend_rule(backend, family, numerics, engine)
+    under = _settings()
+    if under != _chosen_under:
+        _chosen.clear()
+        _chosen_under = under
+    key = (backend, family, engine)
+    try:
+        chosen = _chosen.get(key)
+    except TypeError:  # an unhashable argument: the rule refuses it
+        return backend_rule(backend, family, numerics, engine)
+    if chosen is None:
+        chosen = backend_rule(backend, family, numerics, engine)
+        if type(backend) in (str, type(None)) and type(engine) in (str, type(None)):
+            _chosen[key] = chosen  # only plain values: a str subclass could compare equal and mean more
+    return chosen
+
+
+def backend_rule(backend, family: str = "bf16", numerics=None, engine=None) -> Backend:
     """The backend a call of the ``family`` kernels runs on: ``None`` means the process default.
 
     ``auto`` decides per family (a Sapphire Rapids has AMX-BF16 but not
@@ -294,3 +344,6 @@ def resolve(backend, family: str = "bf16", numerics=None, engine=None) -> Backen
     if choice == "native" and not usable:
         raise _unavailable(reason, source)
     return native if usable else EMULATOR
+
+
+resolve = choose_backend  # the name pyamx's tools and tests have long called it by

@@ -27,7 +27,7 @@ from .emulator import engine as _engine
 from ._first_use import module
 from ._result import AMXResult
 from ._validate import dtype_name
-from .table import numerics as _numerics
+from ._numerics_rule import choose_numerics
 
 if TYPE_CHECKING:
     from numpy.typing import DTypeLike
@@ -192,6 +192,8 @@ def check(a, b, c=None, *, kind=None) -> Call:
 
 def _batch_shape(a_batch: tuple, b_batch: tuple) -> tuple:
     """The leading dimensions broadcast as np.matmul broadcasts them."""
+    if not a_batch and not b_batch:  # a 2-D product, the usual call: no numpy broadcasting machinery
+        return ()
     try:
         return tuple(np.broadcast_shapes(a_batch, b_batch))
     except ValueError:
@@ -410,8 +412,9 @@ def matmul(a: ArrayInput, b: ArrayInput | PackedB, c: ArrayInput | None = None, 
     if packed_product is not None:  # pyamx.pack's operand: its own checks, the same bits (pyamx/_packed.py)
         return packed_product(b, a, c, kind=kind, backend=backend, engine=engine, threads=threads, numerics=numerics,
                               out=out, out_dtype=out_dtype)
+    # Each setting decided once here and passed down as the object it became (pyamx._backend):
     threads = _check_threads(threads)
-    numerics = _numerics.resolve(numerics)
+    numerics = choose_numerics(numerics)
     kind = _check_kind(kind)
     spec = _matmul_out.parse(out_dtype)
     a_in, b_in = intake(a, "a"), intake(b, "b")
@@ -427,8 +430,8 @@ def matmul(a: ArrayInput, b: ArrayInput | PackedB, c: ArrayInput | None = None, 
                                        {"a": call.a.array, "b": call.b.array, "c": call.c})
     elif spec.name is not None:
         _matmul_out.result_dtype(spec, view, call.family)
-    chosen = _backend.resolve(backend, call.family, numerics=numerics, engine=engine)
-    eng = None if chosen == "native" else _engine.resolve(engine, numerics, op=call.mnemonic)
+    chosen = _backend.choose_backend(backend, call.family, numerics, engine)
+    eng = None if chosen.is_native else _engine.choose_engine(engine, numerics, op=call.mnemonic)
     _matmul_memory.check(_needed_bytes(call, eng), f"a {'x'.join(map(str, call.batch + (call.m, call.n)))} "
                          f"product over K={call.k}")
     # Every check is done: only now are float operands rounded and anything copied.
@@ -466,18 +469,22 @@ def _path(mnemonic: str, eng) -> str:
     return "fp8" if mnemonic in _engine.FP8_OPS else "compiled"
 
 
+#: values per dword of each dot product, looked up once (isa's property computes it on every read)
+_LANES = {insn.name: insn.lanes for insn in isa.DOTS}
+
+
 def _row_bytes(mnemonic: str, k: int, n: int, eng) -> int:
-    row = isa.get(mnemonic)
-    width = -(-k // row.lanes) * row.lanes
-    return _matmul_memory.row_bytes(n, width, 4 // row.lanes, _path(mnemonic, eng))
+    lanes = _LANES[mnemonic]
+    width = -(-k // lanes) * lanes
+    return _matmul_memory.row_bytes(n, width, 4 // lanes, _path(mnemonic, eng))
 
 
 def _needed_bytes(call: Call, eng) -> int:
     """The call's peak estimate: the result, the operands' rounded or contiguous copies, B's packed
     forms and one block's transients (pyamx._matmul_memory)."""
-    row = isa.get(call.mnemonic)
-    item = 4 // row.lanes
-    width = -(-call.k // row.lanes) * row.lanes
+    lanes = _LANES[call.mnemonic]
+    item = 4 // lanes
+    width = -(-call.k // lanes) * lanes
     products = int(np.prod(call.batch, dtype=np.int64)) if call.batch else 1
     result = products * call.m * call.n * 4
     copies = 0

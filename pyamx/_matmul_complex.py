@@ -80,14 +80,14 @@ def complex_matmul(a, b, c=None, *, backend=None, engine=None, threads=None,
     if min(m, k, n2) < 1:
         raise ValueError(f"matmul: M={m}, K={k}, N={n2 // 2}; every dimension must be at least 1")
     c_parts = _accumulator(c, m, n2 // 2)
-    chosen = _backend.resolve(backend, KIND, numerics=numerics, engine=engine)
+    chosen = _backend.choose_backend(backend, KIND, numerics, engine)
     out = np.empty((m, n2 // 2), np.complex64)
     if chosen == "native":
         matmul_native = module(".cpu._native_matmul", __package__).matmul_native  # pyamx._first_use
         for part, name, c_bits in ((out.real, REAL, c_parts[0]), (out.imag, IMAGINARY, c_parts[1])):
             part[...] = matmul_native(name, a_pairs, b_pairs, c_bits, k, threads).view(np.float32)
         return label(out, "native", _backend.native_mode())
-    eng = _engine.resolve(engine, numerics)
+    eng = _engine.choose_engine(engine, numerics)
     for part, name, c_bits in ((out.real, REAL, c_parts[0]), (out.imag, IMAGINARY, c_parts[1])):
         part[...] = np.asarray(eng.dot(name, c_bits, a_pairs, b_pairs, k, threads)).view(np.float32)
     return label(out, "emulator", engine=eng.name)

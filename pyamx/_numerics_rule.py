@@ -18,24 +18,40 @@ emulator or numpy, a named backend or engine raises) is the caller's.
 from __future__ import annotations
 
 
-def resolve(numerics):
-    """The :class:`~pyamx.Numerics` of a preset name or a Numerics (ValueError for an unknown name)."""
-    # Imported on use: the CLI builds its parser from pyamx._backend without loading numpy.
-    from .table.numerics import resolve as _resolve
+def choose_numerics(numerics):
+    """The :class:`~pyamx.Numerics` of a preset name or a Numerics (ValueError for an unknown name).
 
-    return _resolve(numerics)
+    Called once at a public entry; what it returns is passed down, so the backend and engine
+    choices recognise the default model by identity instead of comparing fields again.
+    """
+    global _table_resolve
+    if _table_resolve is None:  # imported on first use, then kept (the CLI builds its parser without it)
+        from .table.numerics import resolve as _table_resolve
+    return _table_resolve(numerics)
+
+
+_table_resolve = None
+
+
+resolve = choose_numerics  # the older name
+
+
+_DEFAULT = None
 
 
 def default():
     """The default model, ``"sdm"``: the one silicon and the compiled engines compute."""
-    from .table.numerics import PRESETS
+    global _DEFAULT
+    if _DEFAULT is None:
+        from .table.numerics import PRESETS
 
-    return PRESETS["sdm"]
+        _DEFAULT = PRESETS["sdm"]
+    return _DEFAULT
 
 
 def native_runs(numerics) -> bool:
     """Whether the native backend computes ``numerics`` (None: whatever the backend computes)."""
-    return numerics is None or resolve(numerics) == default()
+    return numerics is None or numerics is default() or choose_numerics(numerics) == default()
 
 
 def native_numerics_error(numerics) -> ValueError:

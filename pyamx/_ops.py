@@ -11,9 +11,10 @@ import numpy as np
 
 from . import _backend, _validate, emulator
 from ._first_use import module
+from ._numerics_rule import choose_numerics
 from .table import isa
 from .emulator import engine as _engine
-from ._result import AMXResult, label
+from ._result import AMXResult, new_result, tag
 from .emulator.call import run_one
 
 _EMULATOR = _backend.EMULATOR
@@ -22,19 +23,22 @@ _EMULATOR = _backend.EMULATOR
 def _function(insn: isa.Instruction):
     """The public function of one dot product, generated from its pyamx.isa row."""
     name, group, check = insn.name, insn.group, emulator.operands
-    c_view = np.float32 if insn.is_float else np.int32
-    bits = (np.uint32, np.dtype(insn.ab_dtype).newbyteorder("=")) if insn.is_float else (np.int32, np.uint8)
-    dot_operands, resolve_backend, resolve_engine = _validate.dot_operands, _backend.resolve, _engine.resolve
+    result_dtype = np.dtype(np.float32 if insn.is_float else np.int32)
+    dot_operands, choose_backend, choose_engine = _validate.dot_operands, _backend.choose_backend, _engine.choose_engine
+    native_runs: dict = {}  # resolved native Backend -> (its runner, its label): one per backend object
 
     def fn(c, a, b, *, backend=None, engine=None) -> AMXResult:
         c, a, b, shape = dot_operands(check, name, c, a, b)
-        chosen = resolve_backend(backend, group, engine=engine)
+        chosen = choose_backend(backend, group, None, engine)  # kept per arguments (pyamx._backend)
         if chosen is _EMULATOR:
             # The SDM numerics on the engine (compiled when available); one instruction is K <= 16 dwords.
-            return run_one(name, resolve_engine(engine, op=name), c, a, b, *shape)
-        native = module(".cpu.native", __package__)  # under the first use's lock (pyamx._first_use)
-        c, a, b = c.view(bits[0]), a.view(bits[1]), b.view(bits[1])
-        return label(native.run(name, c, a, b, chosen).view(c_view), "native", chosen.mode_for(insn))
+            return run_one(name, choose_engine(engine, op=name), c, a, b, *shape)
+        runner = native_runs.get(chosen)
+        if runner is None or runner[0] is not chosen:  # Backend("native") objects compare as strings
+            native = module(".cpu.native", __package__)  # under the first use's lock (pyamx._first_use)
+            runner = native_runs[chosen] = (chosen, native.oneshot_runner(name, chosen), chosen.mode_for(insn))
+        m, k, n = shape
+        return tag(runner[1](c, a, b, m, k, n, new_result((m, n), result_dtype)), "native", runner[2])
 
     return fn
 
@@ -56,7 +60,7 @@ def tile_machine(*, backend: str | None = None, numerics: str | Numerics = "sdm"
     with ValueError (see :mod:`pyamx._backend`). Typed as the emulator's
     :class:`~pyamx.TileMachine`: the native machine has the same methods.
     """
-    chosen = _backend.resolve(backend, numerics=numerics, engine=engine)
+    chosen = _backend.choose_backend(backend, "bf16", choose_numerics(numerics), engine)
     if not chosen.is_native:
         return emulator.TileMachine(numerics, engine=engine)
     return module(".cpu.native", __package__).NativeMachine(numerics)

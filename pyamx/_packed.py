@@ -30,7 +30,7 @@ from .emulator import engine as _engine
 from ._result import AMXResult
 from ._validate import dtype_name
 from .table import isa
-from .table import numerics as _numerics
+from ._numerics_rule import choose_numerics
 
 if TYPE_CHECKING:
     from ._types import ArrayInput
@@ -116,7 +116,7 @@ def matmul_packed(a, packed: PackedB, c=None, *, kind=None, backend=None, engine
                   numerics="sdm", out=None, out_dtype=None) -> AMXResult:
     """:func:`pyamx.matmul` with a :class:`PackedB` right operand (same arguments, same bits)."""
     threads = _matmul._check_threads(threads)
-    numerics = _numerics.resolve(numerics)
+    numerics = choose_numerics(numerics)
     kind = _matmul._check_kind(kind)
     spec = _matmul_out.parse(out_dtype)
     if kind is not None and kind != packed.kind:
@@ -143,8 +143,8 @@ def matmul_packed(a, packed: PackedB, c=None, *, kind=None, backend=None, engine
     result_dtype = _matmul_out.result_dtype(spec, view, row.group)
     target = None if out is None else _matmul_out.check_out(out, shape, result_dtype,
                                                              {"a": op_a.array, "b": packed.tiles, "c": c_bits})
-    chosen = _backend.resolve(backend, row.group, numerics=numerics, engine=engine)
-    eng = None if chosen == "native" else _engine.resolve(engine, numerics, op=row.name)
+    chosen = _backend.choose_backend(backend, row.group, numerics, engine)
+    eng = None if chosen.is_native else _engine.choose_engine(engine, numerics, op=row.name)
     item = packed._bits_dtype.itemsize
     rows = int(np.prod(batch, dtype=np.int64)) * m
     _matmul_memory.check(rows * packed.n * 4 * (1 if c_bits is None else 2) + rows * k * item

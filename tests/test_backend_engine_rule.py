@@ -130,3 +130,49 @@ def test_native_calls_of_every_family_refuse_what_the_rule_refuses(engine, want)
         pytest.skip(message)
     assert out["tdpbf16ps"] == want and out["tdpfp16ps"] in (want, "NativeUnavailableError"), out
 
+
+
+def test_calls_decide_backend_and_engine_once_and_again_when_the_settings_change(monkeypatch):
+    """Issue 29/30: the rule runs once per distinct arguments, not per call; reset_environment()
+    (and a changed PYAMX_ENGINE read through it) makes every later call decide again."""
+    import numpy as np
+
+    import pyamx
+    from pyamx.cpu import native
+
+    rules, engines, runners = [], [], []
+    rule, engine_rule, runner = _backend.backend_rule, _engine._resolve, native.oneshot_runner
+    monkeypatch.setattr(_backend, "backend_rule", lambda *args: rules.append(args) or rule(*args))
+    monkeypatch.setattr(_engine, "_resolve", lambda *args: engines.append(args) or engine_rule(*args))
+    monkeypatch.setattr(native, "oneshot_runner", lambda *args: runners.append(args) or runner(*args))
+    monkeypatch.delenv("PYAMX_ENGINE", raising=False)
+    _engine.reset_environment()
+    c, a, b = np.zeros((4, 4), np.float32), np.ones((4, 8), np.uint16), np.ones((4, 8), np.uint16)
+    b_rows = np.ones((8, 4), np.uint16)
+
+    def calls(default=True):
+        for _ in range(20):
+            if default:  # the process default: native in the trap mode, else the emulator
+                pyamx.tdpbf16ps(c, a, b)
+            pyamx.tdpbf16ps(c, a, b, backend="emulator")
+            pyamx.matmul(a, b_rows, backend="emulator")
+        return pyamx.tdpbf16ps(c, a, b, backend="emulator")
+
+    first = calls()
+    assert rules and engines  # decided during the first calls
+    rules.clear(), engines.clear(), runners.clear()
+    again = calls()
+    assert (rules, engines, runners) == ([], [], [])  # 61 calls, no decision made again
+    assert again.engine == first.engine and again.tobytes() == first.tobytes()
+
+    monkeypatch.setenv("PYAMX_ENGINE", "numpy")
+    _engine.reset_environment()
+    changed = calls(default=False)  # PYAMX_BACKEND=native (the trap mode's run) refuses a named engine
+    assert rules and engines and changed.engine == "numpy"
+    assert changed.tobytes() == first.tobytes()
+    # the process default as read (PYAMX_BACKEND) is part of the settings too
+    rules.clear()
+    monkeypatch.setattr(_backend, "_requested", "emulator")
+    default = pyamx.tdpbf16ps(c, a, b)
+    assert rules and default.backend == "emulator" and default.tobytes() == first.tobytes()
+    _engine.reset_environment()

@@ -49,6 +49,8 @@ import operator
 import numpy as np
 
 from . import native
+from ._tile_layout import aligned_empty
+from ..emulator import engine as _engine
 
 __all__ = ["matmul_native", "matmul_native_packed", "default_threads", "threads_for_work"]
 
@@ -91,10 +93,17 @@ def _count(fn, name, value, low, high=None):
 
 
 def default_threads() -> int:
-    """What ``threads=None`` uses: :func:`pyamx.engine.default_threads` (``PYAMX_ENGINE_THREADS``, else the usable CPUs)."""
-    from ..emulator.engine import default_threads as engine_default
+    """What ``threads=None`` uses: :func:`pyamx.engine.thread_default` (``PYAMX_ENGINE_THREADS``, else the
+    usable CPUs), read once and kept as the engines keep it."""
+    return _engine.thread_default()
 
-    return engine_default()
+
+def _pointer(ffi, x: np.ndarray):
+    """``x``'s first byte for C: the buffer itself where it is C-contiguous (no array interface
+    dict per call), else its address (rows further apart than their length)."""
+    if x.flags.c_contiguous:
+        return ffi.from_buffer(x)
+    return ffi.cast("const void *", native._address(x))
 
 
 def threads_for_work(m: int, n: int, k_values: int, cap: int) -> int:
@@ -110,8 +119,8 @@ def _threads(fn, lib, threads, m, n, k_values):
 
 
 def _panels(fn, lib, panels):
-    if panels is None:
-        panels = (lib.PYAMX_MATMUL_K_PANEL, lib.PYAMX_MATMUL_N_PANEL)
+    if panels is None:  # the build's own constants: nothing to check
+        return lib.PYAMX_MATMUL_K_PANEL, lib.PYAMX_MATMUL_N_PANEL
     if not isinstance(panels, tuple) or len(panels) != 2:
         raise TypeError(f"{fn}: panels must be None or a (k_panel, n_panel) tuple, not {panels!r}")
     return tuple(_count(fn, name, x, 1) for name, x in zip(("k_panel", "n_panel"), panels))
@@ -120,8 +129,6 @@ def _panels(fn, lib, panels):
 def _aligned_copy(c_bits):
     """``c_bits`` copied into a new C-contiguous array whose first byte is 64-byte aligned: with N
     a multiple of 16 every C tile row is then a whole cache line."""
-    from ._tile_layout import aligned_empty
-
     out = aligned_empty(c_bits.nbytes, c_bits.dtype.newbyteorder("="), c_bits.shape)
     out[...] = c_bits
     return out
@@ -161,9 +168,7 @@ def matmul_native(op_name, a_bits, b_vnni, c_bits, k_dwords, threads, *, panels=
     native._before_entry(None if backend is None else backend.report)
     rc = lib.pyamx_matmul_amx_panels(
         getattr(lib, op_attr), m, n, k_dwords,
-        ffi.cast("const void *", native._address(a_bits)), lda,
-        ffi.cast("const void *", native._address(b_vnni)), ldb,
-        ffi.cast("uint32_t *", native._address(out)), 4 * n,
+        _pointer(ffi, a_bits), lda, _pointer(ffi, b_vnni), ldb, ffi.from_buffer("uint32_t[]", out), 4 * n,
         threads, k_panel, n_panel,
     )
     native._check(rc, fn)
@@ -188,20 +193,20 @@ def matmul_native_packed(op_name, a_bits, tiles, k_dwords, c_bits, threads, *, p
         raise ValueError(f"{fn}: shapes do not fit: c{c_bits.shape} and k_dwords={k_dwords} need "
                          f"a({m}, {k_dwords * lanes}) with M, N >= 1, got a{a_bits.shape}")
     need = 2048 * (-(-n // 32)) * (-(-k_dwords // 16))
-    if not isinstance(tiles, np.ndarray) or tiles.dtype != np.uint8 or tiles.ndim != 1 or \
-            not tiles.flags.c_contiguous or tiles.ctypes.data % 64 or tiles.nbytes < need:
+    tiles_ok = isinstance(tiles, np.ndarray) and tiles.dtype == np.uint8 and tiles.ndim == 1 and \
+        tiles.flags.c_contiguous and tiles.nbytes >= need
+    ffi, lib = native._lib(family) if backend is None else backend.library
+    tiles_ptr = ffi.from_buffer(tiles) if tiles_ok else None
+    if tiles_ptr is None or int(ffi.cast("uintptr_t", tiles_ptr)) % 64:
         raise ValueError(f"{fn}: tiles must be a 64-byte aligned, contiguous uint8 array of at least {need} bytes "
                          f"(the tile layout of {k_dwords} x {n} dwords: pyamx.pack)")
-    ffi, lib = native._lib(family) if backend is None else backend.library
     threads = _threads(fn, lib, threads, m, n, k_dwords * lanes)
     k_panel, n_panel = _panels(fn, lib, panels)
     out = _aligned_copy(c_bits)
     native._before_entry(None if backend is None else backend.report)
     rc = lib.pyamx_matmul_amx_packed(
         getattr(lib, op_attr), m, n, k_dwords,
-        ffi.cast("const void *", native._address(a_bits)), lda,
-        ffi.cast("const void *", tiles.ctypes.data), tiles.nbytes,
-        ffi.cast("uint32_t *", native._address(out)), 4 * n,
+        _pointer(ffi, a_bits), lda, tiles_ptr, tiles.nbytes, ffi.from_buffer("uint32_t[]", out), 4 * n,
         threads, k_panel, n_panel,
     )
     native._check(rc, fn)

@@ -63,21 +63,28 @@ def numpy_rows(tiles: np.ndarray, k: int, n: int, item: int) -> np.ndarray:
     return grid.transpose(1, 3, 5, 0, 2, 4).reshape(kp, np_)[:k, :n]
 
 
+_C_LIBRARY: list = []  # [(ffi, lib) or None], decided on the first pack: no import or lookup per call
+
+
 def _c_library():
     """``(ffi, lib)`` of pyamx._native, or None where it is not built (numpy packs then)."""
+    if _C_LIBRARY:
+        return _C_LIBRARY[0]
     from ._nativelib import load
 
     try:
         loaded = load()
     except ImportError:
-        return None
-    return loaded if hasattr(loaded[1], "pyamx_pack_b") else None
+        return None  # not kept: the next call looks again, as before
+    loaded = loaded if hasattr(loaded[1], "pyamx_pack_b") else None
+    _C_LIBRARY.append(loaded)
+    return loaded
 
 
 def _default_threads() -> int:
-    from ..emulator.engine import default_threads
+    from ..emulator.engine import thread_default
 
-    return default_threads()
+    return thread_default()
 
 
 def pack(bits: np.ndarray, threads=None) -> np.ndarray:
@@ -96,8 +103,7 @@ def pack(bits: np.ndarray, threads=None) -> np.ndarray:
         ffi, lib = loaded
         if threads is None:
             threads = max(1, min(_default_threads(), nbytes // PACK_BYTES_PER_THREAD))
-        rc = lib.pyamx_pack_b(item, ffi.cast("const void *", bits.ctypes.data), n * item, k, n,
-                              ffi.cast("void *", tiles.ctypes.data), nbytes, min(threads, lib.PYAMX_MATMUL_MAX_THREADS))
+        rc = lib.pyamx_pack_b(item, ffi.from_buffer(bits), n * item, k, n, ffi.from_buffer(tiles), nbytes, min(threads, lib.PYAMX_MATMUL_MAX_THREADS))
         if rc != 0:
             raise RuntimeError(f"pyamx: pyamx_pack_b refused a checked operand ({rc}); this is a bug in pyamx")
     tiles.flags.writeable = False

@@ -110,9 +110,16 @@ def _before_entry(rep=None) -> None:
         _trap_entry()
 
 
-def _trap_entry() -> None:
-    from . import trap
+_trap_module = None  # pyamx.cpu.trap, imported on the first trapped call and then kept (no import per call)
 
+
+def _trap_entry() -> None:
+    global _trap_module
+    trap = _trap_module
+    if trap is None:
+        from . import trap
+
+        _trap_module = trap
     trap.ensure_installed()
     if not getattr(_thread_prepared, "done", False):
         trap.thread_prepare()
@@ -206,13 +213,40 @@ def _oneshot(name: str, c: np.ndarray, a: np.ndarray, b: np.ndarray, backend=Non
     _before_entry(None if backend is None else backend.report)
     rc = lib.pyamx_dp_oneshot(
         op,
-        ffi.cast("uint32_t *", _address(out)),
-        ffi.cast("const void *", _address(a)),
-        ffi.cast("const void *", _address(b)),
+        ffi.from_buffer("uint32_t[]", out), ffi.from_buffer(a), ffi.from_buffer(b),  # C-contiguous: checked above
         m, k, n,
     )
     _check(rc, name.upper())
     return out
+
+
+def oneshot_runner(name: str, backend):
+    """The per-call path of one dot product ``name`` on a resolved native ``backend``, made once per
+    backend (pyamx._ops keeps it): ``run(c, a, b, m, k, n, result)`` writes ``c + a . b`` into
+    ``result``, a new C-contiguous M x N array of 4-byte elements, and returns it.
+
+    ``c``, ``a``, ``b`` are validated operands (pyamx._validate: C-contiguous, aligned, their dtypes
+    and shapes those of the instruction; any dtype of those bits, as the C code reads bits). The
+    buffers go to C as they are (``ffi.from_buffer``): no array interface, no copies, no lookups.
+    """
+    insn = isa.BY_NAME[name]
+    ffi, lib = backend.library
+    op, call, buf, copy = insn.op_id, lib.pyamx_dp_oneshot, ffi.from_buffer, ffi.memmove
+    rep = backend.report or detect.report()
+    trapped = rep.mode == "trap" or rep.complemented
+    what = name.upper()
+
+    def run(c, a, b, m, k, n, result):
+        out = buf("uint32_t[]", result)
+        copy(out, c, 4 * m * n)
+        if trapped:
+            _trap_entry()
+        rc = call(op, out, buf(a), buf(b), m, k, n)
+        if rc:
+            _check(rc, what)
+        return result
+
+    return run
 
 
 def run(name: str, c: np.ndarray, a: np.ndarray, b: np.ndarray, backend=None) -> np.ndarray:

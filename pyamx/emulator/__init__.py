@@ -55,16 +55,16 @@ def operands(name: str, c, a, b) -> _validate.DotOperands:
 def _function(insn: isa.Instruction):
     """The array-level function of one dot product, generated from its pyamx.isa row."""
     name = insn.name
-    dot_operands, resolve_engine = _validate.dot_operands, _engine.resolve
+    dot_operands, choose_engine = _validate.dot_operands, _engine.choose_engine
 
     if insn.is_float:
         def fn(c, a, b, *, numerics="sdm", engine=None) -> AMXResult:
             c, a, b, shape = dot_operands(operands, name, c, a, b)
-            return run_one(name, resolve_engine(engine, numerics, op=name), c, a, b, *shape)
+            return run_one(name, choose_engine(engine, numerics, op=name), c, a, b, *shape)
     else:
         def fn(c, a, b, *, engine=None) -> AMXResult:
             c, a, b, shape = dot_operands(operands, name, c, a, b)
-            return run_one(name, resolve_engine(engine), c, a, b, *shape)
+            return run_one(name, choose_engine(engine), c, a, b, *shape)
     return fn
 
 

@@ -121,17 +121,30 @@ _ASYNC_SIGNALS = (signal.valid_signals() - {signal.SIGILL, signal.SIGSEGV, signa
 _env: dict = {}
 
 
+#: Counts reset_environment() calls: the backend choices kept per call arguments (pyamx._backend)
+#: are made again when it changes.
+settings_generation = 0
+
+
 def reset_environment() -> None:
-    """Forget what PYAMX_ENGINE / PYAMX_ENGINE_THREADS said: the next call reads them again."""
+    """Forget what PYAMX_ENGINE / PYAMX_ENGINE_THREADS said: the next call reads them again, and
+    every engine and backend choice kept for the calls is made again."""
+    global settings_generation
     _env.clear()
     _resolved.clear()
+    settings_generation += 1
 
 
-def _threads_default() -> int:
+def thread_default() -> int:
+    """What ``threads=None`` means (:func:`default_threads`), read once and kept until
+    :func:`reset_environment`: the one default of the engines and the native matmul."""
     threads = _env.get("threads")
     if threads is None:
         threads = _env["threads"] = default_threads()
     return threads
+
+
+_threads_default = thread_default
 
 
 def default_threads() -> int:
@@ -499,8 +512,9 @@ def _concrete(name: str, source: str) -> Engine:
     return engine
 
 
-def resolve(name=None, numerics="sdm", op=None) -> Engine:
-    """The engine a call runs on. ``name``: None (``PYAMX_ENGINE``, default auto) or one of :data:`NAMES`.
+def choose_engine(name=None, numerics="sdm", op=None) -> Engine:
+    """The engine a call runs on, decided once per name for the default numerics and then kept
+    (until :func:`reset_environment`). ``name``: None (``PYAMX_ENGINE``, default auto) or one of :data:`NAMES`.
 
     ``numerics`` (a preset name or :class:`~pyamx.Numerics`): compiled
     engines implement only the default ``"sdm"``; for other numerics
@@ -509,7 +523,7 @@ def resolve(name=None, numerics="sdm", op=None) -> Engine:
     engine is for, where known; one no compiled engine implements
     (:data:`NUMPY_ONLY`; empty while every group is compiled) gets ``numpy`` in the same way.
     """
-    if op in NUMPY_ONLY:
+    if NUMPY_ONLY and op in NUMPY_ONLY:
         return numpy_for(op, name, numerics)
     key = name
     if numerics == "sdm" if isinstance(numerics, str) else numerics is _SDM:
@@ -581,3 +595,6 @@ def _resolve(name, numerics) -> Engine:
 
 
 _SDM = _sdm()
+
+
+resolve = choose_engine  # the name pyamx's tools and tests have long called it by

@@ -42,7 +42,7 @@ class TileMachine:
     Memory operands are numpy arrays (or buffers) addressed with a byte
     ``offset`` and a byte ``stride`` between rows, as the instruction's base
     and index registers would address them.
-    ``engine`` names the arithmetic engine (:func:`pyamx.engine.resolve`:
+    ``engine`` names the arithmetic engine (:func:`pyamx.engine.choose_engine`:
     None for ``PYAMX_ENGINE``, default auto); ``self.engine`` is the one chosen.
     """
 
@@ -50,7 +50,7 @@ class TileMachine:
 
     def __init__(self, numerics="sdm", engine=None):
         self.numerics = resolve(numerics)
-        self._engine = _engine.resolve(engine, self.numerics)
+        self._engine = _engine.choose_engine(engine, self.numerics)
         self._engine_request = engine  # the rows no compiled engine implements resolve their own (_engine_for)
         self.engine = self._engine.name
         self._config = TileConfig()
@@ -177,7 +177,7 @@ class TileMachine:
         """The machine's engine, or for a row only the numpy engine computes (AMX-FP8) that one
         (ValueError where the machine was built with a compiled engine named explicitly)."""
         if name in _engine.NUMPY_ONLY and self._engine.compiled:
-            return _engine.resolve(self._engine_request, self.numerics, op=name)
+            return _engine.choose_engine(self._engine_request, self.numerics, op=name)
         return self._engine
 
     @staticmethod
