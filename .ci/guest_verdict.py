@@ -78,6 +78,9 @@ def main(reports) -> int:
     unexpected, known, counts = [], [], {}
     seen = {}
     for report in reports:
+        if not os.path.exists(report):
+            unexpected.append(f"no report {os.path.basename(report)}: its pytest session did not finish in the guest")
+            continue
         for test_id, outcome, message in outcomes(report):
             counts[outcome] = counts.get(outcome, 0) + 1
             seen[test_id] = outcome

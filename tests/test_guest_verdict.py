@@ -69,3 +69,8 @@ def test_a_known_failure_that_passes_fails_the_leg(tmp_path, all_known_fail, cap
 
 def test_no_test_at_all_fails_the_leg(tmp_path):
     assert verdict.main([report(tmp_path)]) == 1
+
+
+def test_a_session_without_a_report_fails_the_leg(tmp_path, all_known_fail, capsys):
+    assert verdict.main([report(tmp_path, *all_known_fail), str(tmp_path / "own-guard.xml")]) == 1
+    assert "no report own-guard.xml" in capsys.readouterr().out
