@@ -49,6 +49,9 @@ KNOWN.update((test_id, TDPFP16PS_ONLY) for test_id in (
 ))
 
 
+TRUNCATED = "[truncated; full report in element text]"
+
+
 def module_file(classname: str) -> str:
     """tests/test_x.py from junit's classname: tests.test_x, or tests.test_x.TestClass."""
     parts = classname.split(".")
@@ -67,7 +70,10 @@ def outcomes(report: str):
         if bad is None:
             bad = case.find("error")
         if bad is not None:
-            yield test_id, bad.tag, " ".join((bad.get("message") or "").split())
+            message = bad.get("message") or ""
+            if message.endswith(TRUNCATED):  # pytest shortens long messages; the text holds them whole
+                message = bad.text or ""
+            yield test_id, bad.tag, " ".join(message.split())
         elif case.find("skipped") is not None:
             yield test_id, "skipped", ""
         else:
