@@ -1130,7 +1130,12 @@ while done[0] < 3:
 
 GUARD_EPILOGUE = """
 before = done[0]
+# Progress within 10 s, not within a fixed 0.2 s: on a loaded 2-core machine the worker may not be
+# scheduled for a while, and a slow worker is not a stuck one.
+waited = time.monotonic() + 10
 time.sleep(0.2)
+while done[0] == before and time.monotonic() < waited:
+    time.sleep(0.05)
 progress = done[0] - before
 stop.set()
 th.join(20)
