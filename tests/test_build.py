@@ -512,7 +512,7 @@ def test_python_m_build_at_the_root_builds_an_abi3_wheel_and_a_complete_sdist(tm
                    "benchmarks/bench_emulator.py", "pyamx/py.typed"):
         assert needed in members, needed
     # every file of the checkout that the package, its build or its tests use travels (a new one included)
-    shipped_dirs = ("pyamx/", "csrc/", "tests/", "docs/", "benchmarks/", ".ci/")
+    shipped_dirs = ("pyamx/", "csrc/", "tests/", "docs/", "benchmarks/", ".ci/", "examples/")
     tracked = [p.relative_to(src).as_posix() for p in src.rglob("*") if p.is_file()]
     missing = [p for p in tracked if p.startswith(shipped_dirs) and "/__pycache__/" not in p
                and not p.startswith(("pyamx/_native", "pyamx/_trap", "pyamx/_buildinfo"))
