@@ -392,6 +392,9 @@ static void answer_alone(int fd)
 static __attribute__((noreturn)) void standby_main(int sock)
 {
     sock = become_invisible(sock);
+    /* The image waits for this: until then the standby still has the program's name and descriptors. */
+    static const char ready = 'r';
+    SYS0(sendto, sock, &ready, 1, MSG_NOSIGNAL, NULL, 0);
     int listener = wait_for_the_image(sock);
     if (listener >= 0)
         answer_alone(listener);
@@ -420,6 +423,12 @@ int standby_start(void)
         close(sv[0]);
         return err;
     }
+    /* Back only once the standby is invisible (its own name, no descriptor of the program's): a pipe
+     * it still held would keep the program's reader waiting, and the program could see it as a child
+     * of its own. End of file (it died first) ends the wait too. */
+    char ready;
+    while (recv(sv[0], &ready, 1, 0) < 0 && errno == EINTR)
+        ;
     g_sock = sv[0];
     g_standby = (pid_t)pid;
     return 0;
