@@ -55,3 +55,9 @@ def test_readme_python_block_runs_alone(code):
     proc = subprocess.run([sys.executable, "-c", code], cwd=PYAMX_HOME, env=env,
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, f"the block failed on its own:\n{code}\n--- stderr ---\n{proc.stderr}"
+
+
+def test_the_readme_stays_short():
+    # The README says what pyamx is and how to start; the detail belongs in docs/ (its last section).
+    lines = README.read_text(encoding="utf-8").count("\n")
+    assert lines <= 150, f"README.md has {lines} lines; keep it <= 150 and move the rest into docs/"
