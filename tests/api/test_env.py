@@ -80,7 +80,7 @@ def test_loads_by_path_without_numpy_or_cffi():
 
 def _pytest_child(tmp_path, **env):
     (tmp_path / "test_one.py").write_text("def test_a(native):\n    pass\n\ndef test_b(native):\n    pass\n")
-    with open(os.path.join(os.path.dirname(__file__), "conftest.py"), encoding="utf-8") as f:
+    with open(os.path.join(os.path.dirname(os.path.dirname(__file__)), "conftest.py"), encoding="utf-8") as f:
         (tmp_path / "conftest.py").write_text(f.read())
     return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path)],
                           capture_output=True, text=True, timeout=120, cwd=tmp_path, env=child_env(**env))

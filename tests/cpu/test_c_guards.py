@@ -8,7 +8,7 @@ distinct configured tiles below 8 (``PYAMX_E_UD_SHAPE`` /
 ``PYAMX_E_UD_REGISTER``), register numbers out of range; and they refuse
 unknown ops, one-shot shapes out of range and restoring an illegal state
 (``PYAMX_E_ARG``). Each must leave the tile state as it was (tests of the
-memory-operand and shape guards on every rule: tests/test_native_guards.py).
+memory-operand and shape guards on every rule: tests/cpu/test_native_guards.py).
 
 The checks run in a child Python with native usable: on AMX silicon as is,
 elsewhere in trap mode (``PYAMX_TRAP_EMULATION=1``). Nothing here executes

@@ -262,7 +262,7 @@ def _oneshot_step(rng, native, emu, nat, context):
 # the status of the same fault (PYAMX_E_GP_CONFIG, PYAMX_E_UD_*) before it
 # executes. (The trap handler's own fault mapping, the #UD as SIGILL and the
 # #GP as SIGSEGV of docs/semantics.md section 6, is tested with the trap's
-# self-test kernels in tests/test_trap*.py.)
+# self-test kernels in tests/trap/test_trap*.py.)
 
 FAULT_CHECKS = {}  # (method, expected outcome) -> count, over the random sequences
 _FAULT_BUDGET = 3  # children per (method, outcome): enough to prove the path, cheap enough to run always

@@ -1,6 +1,6 @@
 """Native calls leave the caller's MXCSR exactly as it was, flags included, and do not depend on it.
 
-The emulator saves and restores MXCSR around its arithmetic (tests/test_fpenv.py); the native path
+The emulator saves and restores MXCSR around its arithmetic (tests/emulator/test_fpenv.py); the native path
 has no arithmetic of its own on the caller's thread, so any Python float operation on its per-call
 path (CPython parses ``int("2")`` with float arithmetic, for one) would set the precision flag in the
 caller's register. Every public native entry runs here under the default MXCSR and under

@@ -4,7 +4,7 @@ The numpy code pyamx falls back to without its extension is the reference here: 
 widened, and float32/float64 rounded on every exponent with random fractions, exact ties of both
 parities, denormals, zeros, infinities, NaNs of every payload class and the overflow edge; a large
 array split over threads; strided, reversed, broadcast, big-endian and misaligned views; and under a
-hostile MXCSR. tests/test_bf16_convert.py holds the public function to an exact reference of its own.
+hostile MXCSR. tests/table/test_bf16_convert.py holds the public function to an exact reference of its own.
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ INT8_DTYPES = ((np.int8, np.int8), (np.int8, np.uint8), (np.uint8, np.int8), (np
 
 
 # The portable engine is the slowest by far; CI's slow leg runs it here once, and its exactness
-# tests run on every commit in tests/test_engine.py.
+# tests run on every commit in tests/emulator/test_engine.py.
 @pytest.fixture(params=[*COMPILED[:-1], pytest.param(COMPILED[-1], marks=pytest.mark.slow)])
 def compiled(request) -> eng.Engine:
     return _compiled_engine(request.param)

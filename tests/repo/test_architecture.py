@@ -20,7 +20,7 @@ from pyamx import isa
 # Reads the source tree only: CI runs it once per Python, not under every backend (.ci/run).
 pytestmark = pytest.mark.static
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "pyamx"
 
 if not (ROOT / "build.py").exists():

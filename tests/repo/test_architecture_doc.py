@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "architecture.md"
 #: files of the product: the package's Python modules and the C sources and headers
 PRODUCT = ("pyamx/", "csrc/")

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-CHECKOUT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CHECKOUT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BUILD_PY = os.path.join(CHECKOUT, "build.py")
 
 if not os.path.exists(BUILD_PY):

@@ -17,7 +17,7 @@ from childproc import child_env
 
 pytest.importorskip("torch", reason="examples/linear.py needs PyTorch (an optional extra)")
 
-EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "linear.py"
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "linear.py"
 SMALL = ["--layers", "1", "--batch", "2", "--seq", "5", "--hidden", "48", "--rounds", "1", "--check"]
 
 

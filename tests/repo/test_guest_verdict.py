@@ -11,7 +11,7 @@ import pytest
 
 pytestmark = pytest.mark.static  # reads .ci/ only: once per Python, as the layout tests
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 _spec = importlib.util.spec_from_file_location("guest_verdict", ROOT / ".ci" / "guest_verdict.py")
 verdict = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(verdict)
@@ -52,24 +52,24 @@ def all_known_fail(monkeypatch):
 
 
 def test_the_known_failures_of_qemus_rule_pass_the_leg(tmp_path, all_known_fail):
-    assert verdict.main([report(tmp_path, *all_known_fail, case("tests.test_trap", "test_other"))]) == 0
+    assert verdict.main([report(tmp_path, *all_known_fail, case("tests.trap.test_trap", "test_other"))]) == 0
 
 
 def test_a_known_test_failing_on_another_operation_fails_the_leg(tmp_path, all_known_fail, capsys):
     bf16 = FP16_ONLY + "; child tdpbf16ps: dword 3 (row 0, col 3) is 0x3f800000, the emulator says 0x3f800001"
-    cases = [c for c in all_known_fail if FORK not in c] + [case("tests.test_run", FORK, bf16)]
+    cases = [c for c in all_known_fail if FORK not in c] + [case("tests.trap.test_run", FORK, bf16)]
     assert verdict.main([report(tmp_path, *cases)]) == 1
-    assert f"UNEXPECTED failure: tests/test_run.py::{FORK}" in capsys.readouterr().out
+    assert f"UNEXPECTED failure: tests/trap/test_run.py::{FORK}" in capsys.readouterr().out
 
 
 def test_any_other_failure_fails_the_leg(tmp_path, all_known_fail, capsys):
-    other = case("tests.test_run", "test_exit_status_and_fatal_signal_are_the_programs", "assert 1 == 0")
+    other = case("tests.trap.test_run", "test_exit_status_and_fatal_signal_are_the_programs", "assert 1 == 0")
     assert verdict.main([report(tmp_path, *all_known_fail, other)]) == 1
     assert "test_exit_status_and_fatal_signal_are_the_programs" in capsys.readouterr().out
 
 
 def test_a_known_failure_that_passes_fails_the_leg(tmp_path, all_known_fail, capsys):
-    cases = [c for c in all_known_fail if FORK not in c] + [case("tests.test_run", FORK)]
+    cases = [c for c in all_known_fail if FORK not in c] + [case("tests.trap.test_run", FORK)]
     assert verdict.main([report(tmp_path, *cases)]) == 1
     assert "UNEXPECTED pass of a known failure" in capsys.readouterr().out
 
@@ -88,8 +88,8 @@ def test_a_long_known_message_is_read_whole(tmp_path, all_known_fail):
     threads = "; ".join(f"t{i}.{j} tdpfp16ps: dword 1 (row 0, col 1) is 0xc525cfab, the emulator says 0xc525cfac"
                         for i in range(4) for j in range(3))
     cases = [c for c in all_known_fail if FORK not in c]
-    cases.append(case("tests.test_run", FORK, "Failed: tile mismatch: " + threads))
+    cases.append(case("tests.trap.test_run", FORK, "Failed: tile mismatch: " + threads))
     assert verdict.main([report(tmp_path, *cases)]) == 0
     bf16 = threads + "; t0.1 tdpbf16ps: dword 1 (row 0, col 1) is 0x3f800000, the emulator says 0x3f800001"
-    cases[-1] = case("tests.test_run", FORK, "Failed: tile mismatch: " + bf16)
+    cases[-1] = case("tests.trap.test_run", FORK, "Failed: tile mismatch: " + bf16)
     assert verdict.main([report(tmp_path, *cases)]) == 1

@@ -22,7 +22,7 @@ import pytest
 
 import pyamx
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "pyamx"
 
 if not (ROOT / "build.py").exists():
@@ -146,7 +146,7 @@ def _imports(path: Path, module: str) -> set[str]:
 
 def test_no_pyamx_module_imports_a_compat_path():
     """The package's own code names the homes: the public paths are for users, and an import of one
-    would hide a layer's edge from tests/test_architecture.py's graph."""
+    would hide a layer's edge from tests/repo/test_architecture.py's graph."""
     public = {f"pyamx.{name}" for name in COMPAT}
     offenders = {}
     for path in PACKAGE.rglob("*.py"):

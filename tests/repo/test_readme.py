@@ -16,7 +16,7 @@ import pytest
 
 from childproc import PYAMX_HOME, child_env
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+README = Path(__file__).resolve().parents[2] / "README.md"
 PAGES = (README, README.parent / "docs" / "torch.md")
 FENCE = re.compile(r"^```([^\n`]*)\n(.*?)^```", re.S | re.M)
 # py: needs a framework the tests do not install; sh: commands; "": printed output.

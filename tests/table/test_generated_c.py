@@ -13,7 +13,7 @@ import pytest
 
 from pyamx import isa
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 BUILD_PY = ROOT / "build.py"
 
 if not BUILD_PY.exists():

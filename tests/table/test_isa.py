@@ -12,7 +12,7 @@ import pytest
 import pyamx
 from pyamx import emulator, isa, native
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 ISA_MD = ROOT / "docs" / "isa.md"
 
 

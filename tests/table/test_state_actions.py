@@ -14,7 +14,7 @@ from pyamx import isa
 from pyamx.emulator.machine import TileMachine
 from pyamx.errors import GeneralProtectionFault, InvalidOpcodeFault
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 #: what each config/memory instruction does, written from the SDM's descriptions (not read from the
 #: table): the table must agree

@@ -11,7 +11,7 @@ import pytest
 
 from pyamx import detect
 
-SCRIPT = Path(__file__).resolve().parent.parent / "benchmarks" / "bench_native.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_native.py"
 
 
 @pytest.fixture(scope="module")

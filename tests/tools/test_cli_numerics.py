@@ -13,7 +13,7 @@ from childproc import PYAMX_HOME, child_env
 from pyamx import _backend, isa, probe, vectors
 from pyamx.emulator import PRESETS
 
-DATA = Path(__file__).parent / "data"
+DATA = Path(__file__).resolve().parents[1] / "data"
 
 
 def _pyamx(*args, check_rc=None) -> subprocess.CompletedProcess:

@@ -31,7 +31,7 @@ VARIATIONS = [
 )
 def test_probe_settles_every_point_for_every_option_set(options):
     model = Numerics(**options)
-    # the dot products' points; the row instructions' row_ fields have their own probe (tests/test_rows.py)
+    # the dot products' points; the row instructions' row_ fields have their own probe (tests/emulator/test_rows.py)
     options = {**{f: v for f, v in Numerics().__dict__.items() if not f.startswith("row_")}, **options}
     report = probe.probe("emulator", model)
     for point, value in options.items():

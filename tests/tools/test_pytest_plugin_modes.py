@@ -4,7 +4,7 @@ The complement mode (AMX silicon lacking some extensions) cannot run where there
 paths are driven here with pyamx.trap's answers replaced: the handler must be put back on top of
 faulthandler's in every mode where pyamx's handler is this process's ("emulated", "complement"), and
 the ``amx`` marker must see the complement mode as AMX that is there, saying why truthfully.
-tests/test_emulate_process.py runs a real downstream suite in the mode this machine has.
+tests/trap/test_emulate_process.py runs a real downstream suite in the mode this machine has.
 """
 
 from __future__ import annotations

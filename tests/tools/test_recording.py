@@ -13,7 +13,7 @@ import pytest
 from pyamx import cli, vectors
 from pyamx.probe import EXPERIMENTS
 
-SHIPPED = Path(__file__).parent / "data" / "emulator-sdm-seed2026.json"
+SHIPPED = Path(__file__).resolve().parents[1] / "data" / "emulator-sdm-seed2026.json"
 
 
 def test_probe_experiments_are_recorded_through_their_own_instruction():

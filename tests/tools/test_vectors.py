@@ -14,7 +14,7 @@ import reference_rows
 from pyamx import vectors
 from pyamx.vectors import VectorFileError
 
-DATA = Path(__file__).parent / "data"
+DATA = Path(__file__).resolve().parents[1] / "data"
 VECTOR_FILES = sorted(DATA.glob("*.json"))
 
 

@@ -19,7 +19,7 @@ from pyamx.tools._vector_tiles import LoadCase, RowCase
 from pyamx.vectors import VectorFileError
 from test_vectors import tile_case_reference
 
-SHIPPED = Path(__file__).parent / "data" / "emulator-sdm-seed2026.json"
+SHIPPED = Path(__file__).resolve().parents[1] / "data" / "emulator-sdm-seed2026.json"
 ROW_NAMES = [insn.name for insn in isa.ROWS]
 # the loads: the memory rows of the table whose source is a SIB memory operand
 LOAD_NAMES = [i.name for i in isa.TABLE if i.kind == "memory" and ("src", "sibmem") in i.encoding.roles]

@@ -191,7 +191,7 @@ def test_exit_status_and_fatal_signal_are_the_programs():
 
 def test_exec_without_the_preload_is_diagnosed(program):
     # The documented limit without the guard: the arch_prctl trap filter outlives LD_PRELOAD. (With
-    # the guard, tests/test_static_children.py: the kernel answers such a program.)
+    # the guard, tests/trap/test_static_children.py: the kernel answers such a program.)
     if _cpu_has_amx():
         pytest.skip("the preload stays out of the way on AMX silicon")
     proc = pyamx_run("--no-guard", "--", "env", "-u", "LD_PRELOAD", program, "syscall", "basic")

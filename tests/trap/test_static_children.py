@@ -39,7 +39,7 @@ def static_program(tmp_path_factory):
     require_a_listener_of_their_own()
     out = tmp_path_factory.mktemp("static") / "static_xcomp"
     proc = subprocess.run([cc, "-O1", "-static", "-o", str(out),
-                           os.path.join(os.path.dirname(__file__), "programs", "static_xcomp.c")],
+                           os.path.join(os.path.dirname(os.path.dirname(__file__)), "programs", "static_xcomp.c")],
                           capture_output=True, text=True, timeout=300)
     if proc.returncode != 0:
         pytest.skip(f"{cc} cannot link a static program here (no static libc?): {proc.stderr.strip()[:300]}")

@@ -38,7 +38,7 @@ from childproc import PYAMX_HOME as ROOT  # the pyamx under test, not necessaril
 from trap_selftest_build import selftest_dir, selftest_lib
 from trap_cfg import make_cfg, u8p, vp
 
-TESTS = os.path.dirname(os.path.abspath(__file__))  # for trap_cfg in the children
+TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # for trap_cfg in the children
 
 
 def _why_not():
@@ -1148,7 +1148,7 @@ def _skip_if_this_process_holds_the_guard():
         pytest.skip(WHY_NOT)
     if lib.pyamx_trap_guard_state() == lib.PYAMX_TRAP_GUARD_ACTIVE:
         pytest.skip("this test process holds the trap guard's seccomp listener (PYAMX_TRAP_EMULATION=1 "
-                    "detection ran), and the kernel allows one per process tree: run tests/test_trap.py "
+                    "detection ran), and the kernel allows one per process tree: run tests/trap/test_trap.py "
                     "in its own pytest process to test the guard")
 
 
