@@ -450,6 +450,11 @@ def test_random_sequences_match_emulator_and_faults_reach_the_c_guards_and_the_t
     assert ran > 0.6 * sum(STATS.values()), STATS
     for method in ("tileloadd", "tilestored", "tilezero", "tdpbf16ps", "ldtilecfg"):
         assert STATS.get((method, True), 0) > 0, f"no successful {method} in the random sequences: {STATS}"
+    # What the run covered, for CI's lock-step leg (`-rP` shows it): the seeds reproduce any finding.
+    print(f"lock-step ({detect.report().mode}): seeds {SEED}..{SEED + SEQUENCES - 1}, {SEQUENCES} sequences of "
+          f"{STEPS + 1} steps; {ran} steps ran on both machines, {sum(STATS.values()) - ran} faulted alike")
+    print("  ran/faulted per instruction: " + ", ".join(
+        f"{m} {STATS.get((m, True), 0)}/{STATS.get((m, False), 0)}" for m in sorted({m for m, _ in STATS})))
 
 
 def test_random_sequences_in_four_threads_at_once_match_emulator(native):
