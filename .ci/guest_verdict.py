@@ -53,7 +53,7 @@ TRUNCATED = "[truncated; full report in element text]"
 
 
 def module_file(classname: str) -> str:
-    """tests/test_x.py from junit's classname: tests.test_x, or tests.test_x.TestClass."""
+    """tests/trap/test_x.py from junit's classname: tests.trap.test_x, or tests.trap.test_x.TestClass."""
     parts = classname.split(".")
     for end in range(len(parts), 0, -1):
         path = "/".join(parts[:end]) + ".py"

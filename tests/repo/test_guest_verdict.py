@@ -42,7 +42,7 @@ def report(tmp_path, *cases):
 @pytest.fixture
 def all_known_fail(monkeypatch):
     """Every known failure failing with its rule's message, as in the guest: the verdict's input."""
-    monkeypatch.chdir(ROOT)  # module_file() finds tests/test_x.py from the repository root
+    monkeypatch.chdir(ROOT)  # module_file() finds tests/trap/test_x.py from the repository root
     cases = []
     for test_id, rule in verdict.KNOWN.items():
         path, name = test_id.split("::")
@@ -93,3 +93,13 @@ def test_a_long_known_message_is_read_whole(tmp_path, all_known_fail):
     bf16 = threads + "; t0.1 tdpbf16ps: dword 1 (row 0, col 1) is 0x3f800000, the emulator says 0x3f800001"
     cases[-1] = case("tests.trap.test_run", FORK, "Failed: tile mismatch: " + bf16)
     assert verdict.main([report(tmp_path, *cases)]) == 1
+
+
+def test_every_known_failure_names_a_test_that_exists():
+    """The list follows the tests when they move or are renamed: each id's file and function exist."""
+    for test_id in verdict.KNOWN:
+        path, name = test_id.split("::")
+        source = ROOT / path
+        assert source.is_file(), f"{test_id}: no {path}"
+        function = name.split("[", 1)[0]
+        assert f"def {function}(" in source.read_text(encoding="utf-8"), f"{test_id}: no {function} in {path}"
