@@ -23,13 +23,13 @@ import xml.etree.ElementTree as ET
 QEMU_RULE = "QEMU's TCG detects tininess before rounding under FTZ (x86: after)"
 
 # The one fma32 case of the spec's table that sits on the rule.
-FMA32_CASE = "tests/test_trap.py::test_fma32_gives_the_specs_bits_on_each_rule[554798592-518070272-0-8388608]"
+FMA32_CASE = "tests/trap/test_trap.py::test_fma32_gives_the_specs_bits_on_each_rule[554798592-518070272-0-8388608]"
 # check_blocks() names every operation whose tile differs: only TDPFP16PS may differ.
 TDPFP16PS_ONLY = re.compile(r"tile mismatch: ([^ ;]+ tdpfp16ps: dword \d+ \(row \d+, col \d+\) is 0x[0-9a-f]{8}, "
                             r"the emulator says 0x[0-9a-f]{8}(; )?)+$")
 
-RUN = "tests/test_run.py::"
-PROCESS = "tests/test_emulate_process.py::"
+RUN = "tests/trap/test_run.py::"
+PROCESS = "tests/trap/test_emulate_process.py::"
 KNOWN = {FMA32_CASE: re.compile(r"assert 0 == 8388608")}
 KNOWN.update((test_id, TDPFP16PS_ONLY) for test_id in (
     *(f"{RUN}test_permission_path_and_all_dot_products_match_the_emulator[{path}]"
@@ -53,7 +53,7 @@ TRUNCATED = "[truncated; full report in element text]"
 
 
 def module_file(classname: str) -> str:
-    """tests/test_x.py from junit's classname: tests.test_x, or tests.test_x.TestClass."""
+    """tests/trap/test_x.py from junit's classname: tests.trap.test_x, or tests.trap.test_x.TestClass."""
     parts = classname.split(".")
     for end in range(len(parts), 0, -1):
         path = "/".join(parts[:end]) + ".py"

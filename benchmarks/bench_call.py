@@ -1,6 +1,6 @@
 """Per-call cost of pyamx's small calls, each next to a numpy (and torch) yardstick in this process.
 
-Prints, best of many timeit repeats (indicative figures, not a test; tests/test_benchmarks.py runs
+Prints, best of many timeit repeats (indicative figures, not a test; tests/tools/test_benchmarks.py runs
 it with --quick so that it cannot silently break):
 
 * ``pyamx.matmul`` of 64 x 64 x 64 bf16 on each backend and engine, against numpy's float32 matmul

@@ -12,7 +12,7 @@ neighbour's load on a shared machine then hits every side alike), best time of e
 
 Every pyamx result is first checked bit for bit against its numpy implementation (and bf16
 against ml_dtypes and torch, which round the same way). Ratios are pyamx / the other side:
-below 1 is faster. Figures, not tests (tests/test_benchmarks.py runs it in --quick mode).
+below 1 is faster. Figures, not tests (tests/tools/test_benchmarks.py runs it in --quick mode).
 """
 
 from __future__ import annotations

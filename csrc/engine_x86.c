@@ -225,7 +225,7 @@ T256 static void i256(int64_t kd, const uint32_t *ap, const uint32_t *bp, const 
  * exact scalar path and the numpy engine see the packed words).
  * fp16: VCVTPH2PS is exact for every finite value, subnormals included, and
  * ignores MXCSR.DAZ (SDM: half-precision inputs are never treated as
- * denormals-are-zero; tests/test_engine_pack.py checks all 65536 values under
+ * denormals-are-zero; tests/emulator/test_engine_pack.py checks all 65536 values under
  * several MXCSR settings); it quiets signalling NaNs, so lanes with an
  * all-ones exponent (inf, NaN) are rebuilt from their bits as eng_widen16()
  * builds them, keeping NaN payloads unquieted.

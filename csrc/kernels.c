@@ -195,7 +195,7 @@ AMX_TILE static void store_tile(int t, void *dst, long stride)
 
 /* TILELOADDRS / TILELOADDRST1 tmm<t>, (%rax,%rcx,1): VEX.128.<F2|66>.0F38.W0 4A with ModRM
  * 00:t:100 and SIB 00:001:000 (no assembler before binutils 2.44 knows them). Checked against
- * clang 22's encodings (tests/test_rows_native.py). */
+ * clang 22's encodings (tests/cpu/test_rows_native.py). */
 #define MOVRS_BYTES(p1, t, src, stride)                                                        \
     __asm__ volatile(".byte 0xc4, 0xe2, %c0, 0x4a, %c1, 0x08"                                 \
                      :                                                                      \
@@ -203,7 +203,7 @@ AMX_TILE static void store_tile(int t, void *dst, long stride)
                      : "memory")
 #define MOVRS_CASE(n) case n: MOVRS_BYTES(0x7b, n, src, stride); break;
 #define MOVRST1_CASE(n) case n: MOVRS_BYTES(0x79, n, src, stride); break;
-/* noinline: tests/test_rows_native.py finds its bytes in the built module */
+/* noinline: tests/cpu/test_rows_native.py finds its bytes in the built module */
 __attribute__((noinline)) static void load_tile_movrs(int t, const void *src, long stride, int rst1)
 {
     if (rst1) {

@@ -4,8 +4,8 @@ Each row's own cells (mnemonic, kind, kernel group, CPUID feature, encoding) com
 kernels and tests that serve it come from its *group*: the action of a config or memory row, the kind
 of a row instruction, the kind and kernel group of a dot product. A new instruction of an existing
 group gets its line with no edit here; a new group needs one entry in ``GROUPS`` (and fails
-tests/test_isa.py until it has one). ``python tests/isa_doc.py`` rewrites the table in place;
-tests/test_isa.py checks that the committed table is what this makes.
+tests/table/test_isa.py until it has one). ``python tests/isa_doc.py`` rewrites the table in place;
+tests/table/test_isa.py checks that the committed table is what this makes.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Dict, Tuple
 
 ROOT = Path(__file__).resolve().parent.parent
+TESTS = ROOT / "tests"
 ISA_MD = ROOT / "docs" / "isa.md"
 BEGIN = "<!-- instruction table: generated from pyamx/table/isa.py by tests/isa_doc.py (python tests/isa_doc.py rewrites it) -->"
 END = "<!-- end of the generated instruction table -->"
@@ -128,8 +129,17 @@ def encoding_cell(insn) -> str:
     return f"{pp[enc.pp]} {enc.map_name} {enc.opcode:02X} {modrm}, {enc.form}"
 
 
+def _test_file(name: str) -> str:
+    """tests/<layer>/<name>, relative to tests/: the names above carry no folder, so a test moved to another
+    layer keeps its row here and its link follows."""
+    found = sorted(path.relative_to(TESTS).as_posix() for path in TESTS.glob(f"*/{name}"))
+    if len(found) != 1:
+        raise LookupError(f"tests/isa_doc.py names {name}, which is in {len(found)} folders of tests/: {found}")
+    return found[0]
+
+
 def _test_links(tests: Tuple[str, ...]) -> str:
-    return ", ".join(f"[{t}](../tests/{t.split('::')[0]})" for t in tests)
+    return ", ".join(f"[{t}](../tests/{_test_file(t.split('::')[0])})" for t in tests)
 
 
 def table_text() -> str:

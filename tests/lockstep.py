@@ -1,6 +1,6 @@
 """A native tile machine and the emulator in lock step, under interrupts, with guarded buffers.
 
-Shared by tests/test_native_interrupts.py and tests/fuzz_machine.py.
+Shared by tests/cpu/test_native_interrupts.py and tests/fuzz_machine.py.
 
 Every memory operand is the middle of a bytearray whose guard regions on
 both sides hold a known random pattern; the native machine gets a

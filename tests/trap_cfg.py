@@ -1,6 +1,6 @@
 """Tile configurations and pointers for the trap tests, in the pytest process and in their children.
 
-tests/test_trap.py imports these, and so does the prelude of every child Python it starts
+tests/trap/test_trap.py imports these, and so does the prelude of every child Python it starts
 (run_py puts this directory on the child's PYTHONPATH): one definition for both.
 """
 

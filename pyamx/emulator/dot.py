@@ -7,8 +7,8 @@ instruction's own sequential order; every step is vectorized over the whole
 M x N output, so a matmul pays Python overhead per k step, never per tile
 or per element.
 
-Three tiers compute the same bits (tests/test_emulator_exact.py and
-tests/test_matmul_engine.py hold each against tests/reference.py):
+Three tiers compute the same bits (tests/emulator/test_emulator_exact.py and
+tests/emulator/test_matmul_engine.py hold each against tests/reference.py):
 
 1. ``fast``: the sdm and straight structures in plain float32 ufuncs, where the operands
    are proven to keep every product and every lane step away from the

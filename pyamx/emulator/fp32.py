@@ -123,7 +123,7 @@ def add_values(x: np.ndarray, y: np.ndarray, tininess: str) -> np.ndarray:
 #    tininess (FTZ) decision is the same.
 # It fails for wider addends: u = 1, v = 2**-24 * (1 + 2**-47) (a 48-bit
 # product of two fp32 values) rounds up exactly, but fl64 drops 2**-71 and
-# leaves a tie that rounds to even (tests/test_matmul_engine.py shows both).
+# leaves a tie that rounds to even (tests/emulator/test_matmul_engine.py shows both).
 # Generic fp32 products therefore keep the exact TwoSum path above.
 
 

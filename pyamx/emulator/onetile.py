@@ -63,7 +63,7 @@ Proof, with Q = 2**(Ea_min + Eb_min - 252 - Pa - Pb) >= 2**-126 (by (b)):
 So every open point of Numerics except the structure (tininess, dest_daz,
 input_daz, nan) is moot under the conditions, and no floating-point
 exception other than inexact is raised (no np.errstate needed).
-tests/test_onetile.py holds this against tests/reference.py on random and
+tests/emulator/test_onetile.py holds this against tests/reference.py on random and
 adversarial data, and checks that every case outside the conditions is
 sent to the general tiers.
 """

@@ -11,7 +11,7 @@
  * line per case: "ok START_ROW_AFTER", "UD" (SIGILL) or "GP" (SIGSEGV, from
  * LDTILECFG for an illegal image). OP is one of
  * ldtilecfg, tilezero, tileloadd, tileloaddt1, tilestored, tdpbf16ps,
- * tdpbssd. tests/test_silicon_rules.py compares the answers with the
+ * tdpbssd. tests/cpu/test_silicon_rules.py compares the answers with the
  * emulator's rules (docs/semantics.md section 7).
  *
  * Needs the XTILEDATA permission, which it requests first.

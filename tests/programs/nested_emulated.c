@@ -32,7 +32,7 @@
 
 #include "case_kit.h"
 
-/* Tile instructions on fixed registers, as bytes (tests/test_trap_decoder.py
+/* Tile instructions on fixed registers, as bytes (tests/trap/test_trap_decoder.py
  * holds the table's encodings against clang's). */
 static inline void load(int t, const void *p, long s)
 {

@@ -4,7 +4,7 @@
  * runs one instruction and stores the result, with nothing of pyamx in it.
  * On a CPU that has the extension it runs on silicon; elsewhere it runs
  * under `pyamx run`, which emulates what the CPU lacks (the complement mode
- * on AMX silicon, the trap mode without it). tests/test_new_extensions_run.py
+ * on AMX silicon, the trap mode without it). tests/trap/test_new_extensions_run.py
  * feeds it cases on stdin and compares every answer with pyamx's emulator.
  *
  * Input, one case per line (hex: the bytes in memory order):
@@ -27,7 +27,7 @@
  * so any C compiler builds this: with fixed registers dst = tmm0 (ModRM.reg),
  * src1 = tmm1 (ModRM.rm), src2 = tmm2 (VEX.vvvv = ~2), and for the loads
  * tmm1 <- [rdi + rsi*1] (ModRM 0x0c, SIB 0x37); the row instructions as
- * EVEX bytes with zmm0, tmm1 and edx. tests/test_trap_decoder.py holds the
+ * EVEX bytes with zmm0, tmm1 and edx. tests/trap/test_trap_decoder.py holds the
  * same encodings against clang's. With --no-permission the
  * program never asks the kernel for XTILEDATA, as a buggy program would.
  */

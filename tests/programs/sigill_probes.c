@@ -7,7 +7,7 @@
  * instruction it emulates to the program's handler, every time, including
  * after a handler that never returned (siglongjmp) and a SA_NODEFER handler
  * that faults inside itself. With --die it then executes ud2 without a
- * handler, which ends it; with --die-sent it raises SIGILL instead. tests/test_sigill_probes.py runs it.
+ * handler, which ends it; with --die-sent it raises SIGILL instead. tests/trap/test_sigill_probes.py runs it.
  */
 #include <setjmp.h>
 #include <signal.h>

@@ -1,6 +1,6 @@
 /* Counts the SIGINTs and SIGTERMs it gets in about two seconds, then prints the counts.
  *
- * tests/test_run_signals.py runs it under `pyamx run` in a pseudo-terminal: a Ctrl-C typed there
+ * tests/trap/test_run_signals.py runs it under `pyamx run` in a pseudo-terminal: a Ctrl-C typed there
  * goes to the whole foreground process group, the program included, so pyamx run must not
  * forward it again; a SIGTERM sent to pyamx run itself must be forwarded, once.
  */

@@ -1,4 +1,4 @@
-/* csrc/trap/zmm.c on a real signal frame (tests/test_trap_zmm.py builds and
+/* csrc/trap/zmm.c on a real signal frame (tests/trap/test_case_programs.py builds and
  * runs this).  All 32 zmm registers are loaded with known bytes, a ud2
  * raises SIGILL, the handler writes zmm22, zmm3 and zmm31 through
  * pyamx_trap_set_zmm and skips the ud2, and after sigreturn every register
