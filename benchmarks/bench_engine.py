@@ -23,7 +23,8 @@ import time
 import numpy as np
 
 import pyamx
-from pyamx import bf16, engine
+from pyamx.table import bf16
+from pyamx.emulator import engine
 
 
 CLOCK = time.perf_counter

@@ -49,7 +49,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def silicon_refusal():
     """None where AMX silicon runs pyamx's kernels, else the line that says why nothing is measured."""
-    from pyamx import detect
+    from pyamx.cpu import detect
 
     report = detect.report()
     if report.mode == "silicon":
@@ -60,7 +60,7 @@ def silicon_refusal():
 
 def probe(name: str, seconds: float = 0.2) -> float:
     """Sustained operations per second of one chained instruction, best of five bursts."""
-    from pyamx import native
+    from pyamx.cpu import native
 
     ffi, lib = native._lib("int8" if name == "TDPBSSD" else "bf16")
     native._before_entry()

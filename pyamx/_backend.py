@@ -254,7 +254,7 @@ def _named_engine(engine):
 
 
 def _engine_module():
-    # Imported on first use (pyamx.engine needs numpy; the CLI builds its parser from this module)
+    # Imported on first use (pyamx.emulator.engine needs numpy; the CLI builds its parser from this module)
     # and kept: this runs on every call.
     global _engine_mod
     if _engine_mod is None:
@@ -275,7 +275,7 @@ _chosen_under: tuple = ()
 
 def _settings() -> tuple:
     """What a choice depends on besides the call's arguments: PYAMX_BACKEND and the process default
-    as read, PYAMX_ENGINE as read (until pyamx.engine.reset_environment()), and the functions that
+    as read, PYAMX_ENGINE as read (until pyamx.emulator.engine.reset_environment()), and the functions that
     ask detection (tests stand in for them). Any change makes every kept choice be made again."""
     engine_module = _engine_mod or _engine_module()
     return (_requested, _decision, native_status, _native, engine_module.settings_generation)

@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from ._types import ArrayInput
     from .table.numerics import Numerics
 
-#: the values of ``kind=``: the kernel groups of pyamx.isa. Which instruction runs is the row
+#: the values of ``kind=``: the kernel groups of pyamx.table.isa. Which instruction runs is the row
 #: that isa.MATMUL_ROUTES names for the operands' formats (the padding A's last dword gets is
 #: that row's a_format.pad: -0 for the float formats; B is padded with 0).
 KINDS = isa.GROUPS
@@ -74,7 +74,7 @@ class _Operand:
     """One a/b operand as checked: a view (no copy) of its bits, or of its float values to round."""
 
     array: np.ndarray
-    format: isa.Format  # the pyamx.isa format its bits are read as (int8 or uint8 for bytes)
+    format: isa.Format  # the pyamx.table.isa format its bits are read as (int8 or uint8 for bytes)
     rounds: bool  # float32/float64 values, rounded to the format once before the run
 
 
@@ -382,7 +382,7 @@ def matmul(a: ArrayInput, b: ArrayInput | PackedB, c: ArrayInput | None = None, 
       (``kind="fp8"`` reads uint8 operands as BF8 bits);
     - float32 or float64 (Python floats) with ``kind="bf16"`` or ``kind="fp16"``: each such
       operand is rounded once, directly, to that format (nearest even, as
-      :func:`pyamx.bf16.from_float32`) and the product runs as above; the result's
+      :func:`pyamx.table.bf16.from_float32`) and the product runs as above; the result's
       ``.rounded_to`` names the format.
 
     Operands are anything numpy converts (lists, ``__array__`` objects, buffers); a DLPack
@@ -392,7 +392,7 @@ def matmul(a: ArrayInput, b: ArrayInput | PackedB, c: ArrayInput | None = None, 
     must match it. ``c``: optional (..., M, N) float32 (int32 for int8) accumulator, uint32
     taken as raw bits, broadcasting over the batch; zeros by default.
     ``out_dtype``: None or "float32" (int32, complex64 for those kinds); "bf16"/"bfloat16": the
-    float32 result rounded once (nearest even, :func:`pyamx.bf16.from_float32`) to bf16 bits,
+    float32 result rounded once (nearest even, :func:`pyamx.table.bf16.from_float32`) to bf16 bits,
     uint16; ``ml_dtypes.bfloat16``: the same bits as that dtype. ``out``: an array of the
     result's shape and dtype (float32, int32, complex64; uint16/int16/bfloat16 for a bf16
     result; any strides) written in place; the result is then an AMXResult view of ``out``.
@@ -403,7 +403,7 @@ def matmul(a: ArrayInput, b: ArrayInput | PackedB, c: ArrayInput | None = None, 
     element, blocks of 16 dwords of K in increasing order, one dot-product instruction
     each, C chained through them. ``backend``: None (process default), "auto", "native",
     "emulator"; ``engine``: the emulator's arithmetic engine (None: ``PYAMX_ENGINE``, else
-    auto); ``threads``: worker threads (None: :func:`pyamx.engine.default_threads` on the
+    auto); ``threads``: worker threads (None: :func:`pyamx.emulator.engine.default_threads` on the
     emulator, by the work's size on native; at most 256); ``numerics``: the
     emulator's model (emulator only). The result's ``.backend``, ``.engine`` and
     ``.native_mode`` say what ran.

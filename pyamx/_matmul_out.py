@@ -2,7 +2,7 @@
 and ``out=`` (a caller's array written in place, checked before anything runs).
 
 The product itself is always computed into a new array of the accumulator's format (float32,
-int32, complex64); only then is it rounded (``out_dtype`` bf16: :func:`pyamx.bf16.from_float32`,
+int32, complex64); only then is it rounded (``out_dtype`` bf16: :func:`pyamx.table.bf16.from_float32`,
 nearest even, once) and copied, bit for bit, into ``out``. So ``out`` may even be ``c`` itself
 (every input is read before anything is written), and a result's bits never depend on either.
 """

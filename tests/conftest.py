@@ -84,13 +84,13 @@ def native_required_by_env() -> bool:
 
 def _cpu_lacks_family(native, family) -> bool:
     """Silicon whose CPU lacks this family's extension (AMX-FP16 on a Sapphire Rapids): no promise broken."""
-    from pyamx import detect
+    from pyamx.cpu import detect
 
     return family is not None and native.available()[0] and detect.report().mode == "silicon"
 
 
 def _native_or_skip(family=None):
-    from pyamx import native
+    from pyamx.cpu import native
 
     usable, reason = native.available(family)
     if not usable:
@@ -102,7 +102,7 @@ def _native_or_skip(family=None):
 
 @pytest.fixture
 def native():
-    """The ``pyamx.native`` module where it can run; skip (or fail, see above) elsewhere."""
+    """The ``pyamx.cpu.native`` module where it can run; skip (or fail, see above) elsewhere."""
     module = _native_or_skip()
     # A machine an earlier test dropped inside a reference cycle (an exception raised from a
     # signal handler holds its frame) still owns this thread's tile state until the collector
@@ -114,7 +114,7 @@ def native():
 
 @pytest.fixture
 def native_family():
-    """A function ``(family) -> pyamx.native`` that skips/fails when that kernel family cannot run."""
+    """A function ``(family) -> pyamx.cpu.native`` that skips/fails when that kernel family cannot run."""
     return _native_or_skip
 
 

@@ -1,4 +1,4 @@
-"""docs/isa.md's instruction table, derived from the rows of :mod:`pyamx.isa`.
+"""docs/isa.md's instruction table, derived from the rows of :mod:`pyamx.table.isa`.
 
 Each row's own cells (mnemonic, kind, kernel group, CPUID feature, encoding) come from the row; the
 kernels and tests that serve it come from its *group*: the action of a config or memory row, the kind
@@ -133,8 +133,8 @@ def _test_links(tests: Tuple[str, ...]) -> str:
 
 
 def table_text() -> str:
-    """The whole table, header included, one line per row of ``pyamx.isa.TABLE`` in table order."""
-    from pyamx import isa
+    """The whole table, header included, one line per row of ``pyamx.table.isa.TABLE`` in table order."""
+    from pyamx.table import isa
 
     lines = [HEADER]
     for insn in isa.TABLE:

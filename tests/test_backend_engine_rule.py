@@ -95,7 +95,7 @@ _CHILD = r"""
 import json
 import numpy as np
 import pyamx
-from pyamx import native
+from pyamx.cpu import native
 
 out = {"native": native.available()[0]}
 f32 = np.zeros((1, 1), np.float32)
@@ -114,7 +114,7 @@ def test_native_calls_of_every_family_refuse_what_the_rule_refuses(engine, want)
     PYAMX_BACKEND=native ran native silently: the public functions, native really running."""
     env = child_env(drop=("PYAMX_BACKEND", "PYAMX_ENGINE", "PYAMX_TRAP_EMULATION"), PYAMX_BACKEND="native",
                     PYAMX_ENGINE=engine, PYAMX_TRAP_EMULATION="1")
-    probe = subprocess.run([sys.executable, "-c", "from pyamx import native; print(native.available()[0])"],
+    probe = subprocess.run([sys.executable, "-c", "from pyamx.cpu import native; print(native.available()[0])"],
                            capture_output=True, text=True, cwd=PYAMX_HOME, timeout=120,
                            env=child_env(drop=("PYAMX_BACKEND", "PYAMX_ENGINE", "PYAMX_TRAP_EMULATION")))
     if probe.stdout.strip() == "True":  # AMX silicon: native without the trap mode

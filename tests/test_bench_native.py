@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pyamx import detect
+from pyamx.cpu import detect
 
 SCRIPT = Path(__file__).resolve().parent.parent / "benchmarks" / "bench_native.py"
 

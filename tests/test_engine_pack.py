@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 import pyamx
-from pyamx import bf16
-from pyamx import engine as eng
+from pyamx.table import bf16
+from pyamx.emulator import engine as eng
 
 from test_engine import MXCSR_CASES, _compiled_engine
 

@@ -12,8 +12,9 @@ import numpy as np
 import pytest
 
 import pyamx
-from pyamx import _validate, emulator, isa
-from pyamx import engine as _engine
+from pyamx import _validate, emulator
+from pyamx.table import isa
+from pyamx.emulator import engine as _engine
 from pyamx._result import AMXResult, label
 from pyamx.emulator import onetile
 
@@ -254,7 +255,7 @@ def test_chains_equal_the_explicit_chain(count):
 @pytest.mark.parametrize("engine", _engines())
 def test_machine_reads_its_tiles_in_place_without_touching_them(engine):
     import reference
-    from pyamx import testing as gen
+    from pyamx.tools import testing as gen
 
     rng = np.random.default_rng([SEED, 7])
     machine = pyamx.emulator.TileMachine(engine=engine)

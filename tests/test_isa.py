@@ -10,7 +10,9 @@ import numpy as np
 import pytest
 
 import pyamx
-from pyamx import emulator, isa, native
+from pyamx import emulator
+from pyamx.table import isa
+from pyamx.cpu import native
 
 ROOT = Path(__file__).resolve().parent.parent
 ISA_MD = ROOT / "docs" / "isa.md"
@@ -123,7 +125,7 @@ def test_every_layer_has_exactly_the_tables_dot_products():
     for layer in (pyamx, emulator, native, pyamx.TileMachine, native.NativeMachine):
         for name in isa.DOT_NAMES:
             assert callable(getattr(layer, name)), (layer, name)
-    from pyamx import vectors
+    from pyamx.tools import vectors
 
     assert tuple(vectors.INSTRUCTIONS) == isa.DOT_NAMES
     assert set(emulator.instructions.INT8_SIGNEDNESS) == {i.name for i in isa.DOTS if i.family == "int8"}
@@ -151,7 +153,7 @@ def test_unknown_instruction_names_are_refused_with_the_known_ones():
 
 
 def test_c_constants_are_read_from_lib():
-    from pyamx import detect
+    from pyamx.cpu import detect
 
     ffi, lib = _lib()
     assert detect.E_ARG == lib.PYAMX_E_ARG and detect.E_NOT_READY == lib.PYAMX_E_NOT_READY
@@ -255,7 +257,7 @@ def test_isa_md_tests_exist():
 
 
 def test_without_the_extension_ids_and_constants_are_none_and_the_emulator_still_runs(monkeypatch):
-    from pyamx import detect
+    from pyamx.cpu import detect
 
     monkeypatch.setattr(isa, "_LIB", [None])  # as on an install without a C compiler
     assert all(i.op_id is None for i in isa.TABLE) and isa.by_op_id(8) is None

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from pyamx import GeneralProtectionFault, InvalidOpcodeFault, MemoryAccessFault, TileConfig, TileMachine
-from pyamx import isa
+from pyamx.table import isa
 from pyamx.errors import AMXFault
 
 
@@ -291,7 +291,7 @@ def test_int8_machine_matches_reference():
         machine.tileloadd(2, b, 8)
         getattr(machine, mnemonic)(0, 1, 2)
         got = machine.tile(0)[:2, :8].copy().view(np.int32)
-        # signedness from the reference, not from pyamx.isa: the table is what is under test
+        # signedness from the reference, not from pyamx.table.isa: the table is what is under test
         want = np.array(reference.tdpb_int8(*reference.int8_signedness(mnemonic), c, a, b), np.int32)
         assert np.array_equal(got, want), mnemonic
 

@@ -12,7 +12,8 @@ import pytest
 
 import pyamx
 import reference
-from pyamx import TileConfig, TileMachine, bf16, isa
+from pyamx import TileConfig, TileMachine
+from pyamx.table import bf16, isa
 
 # matmul runs on each of these engines; the schedule it is held against runs on the numpy engine's
 # one-instruction path. "auto" is the best compiled engine where one is built (else numpy again).

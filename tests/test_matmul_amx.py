@@ -20,7 +20,10 @@ import numpy as np
 import pytest
 
 from pyamx.cpu import _native_matmul
-from pyamx import emulator, isa, native, testing
+from pyamx import emulator
+from pyamx.table import isa
+from pyamx.cpu import native
+from pyamx.tools import testing
 from pyamx.cpu._native_matmul import matmul_native
 from pyamx.errors import BackendError
 
@@ -48,7 +51,7 @@ def family_lib(native_family):
 def trap_lib(family_lib):
     """The C functions of the trap mode (counters, per-thread state), where native runs trapped."""
     family_lib("tdpbf16ps")
-    from pyamx import detect, trap
+    from pyamx.cpu import detect, trap
 
     if detect.report().mode != "trap":
         pytest.skip("this checks the trap mode's per-thread state and counters; native runs on silicon here")
@@ -425,7 +428,7 @@ def test_the_gil_is_released_while_the_kernel_runs(family_lib):
     bytecode in that window, so a tick stamped inside it proves the release.
     """
     ffi, lib = family_lib("tdpbf16ps")
-    from pyamx import detect
+    from pyamx.cpu import detect
 
     # Long enough for the other thread to be scheduled: ~4600 trapped instructions, or ~17 GFLOP on silicon.
     m, kd, n = (256, 128, 256) if detect.report().mode == "trap" else (2048, 1024, 2048)
@@ -696,7 +699,7 @@ def test_the_pool_is_joined_at_interpreter_exit(family_lib):
     family_lib("tdpbf16ps")
     code = (
         "import atexit, numpy as np\n"
-        "from pyamx import native\n"
+        "from pyamx.cpu import native\n"
         "from pyamx.cpu._native_matmul import matmul_native\n"
         "atexit.register(lambda: print('workers at exit', native._lib()[1].pyamx_pool_workers()))\n"
         "c = np.zeros((64, 64), np.float32); a = np.zeros((64, 2), np.uint16); b = np.zeros((1, 128), np.uint16)\n"

@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from childproc import PYAMX_HOME, child_env
-from pyamx import bench, cli
+from pyamx.tools import bench, cli
 
 
 @pytest.mark.slow  # a benchmark's own run: seconds of warm-up and timing rounds

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import pyamx
-from pyamx import bf16
+from pyamx.table import bf16
 from pyamx.errors import BackendError
 from test_bad_input import _ArrayLike, _Unconvertible  # stand-ins for framework tensors
 

@@ -115,7 +115,7 @@ def test_floats_are_rounded_once_while_packing():
     b = (rng.standard_normal((37, 21)) * 2.0 ** rng.integers(-140, 120, (37, 21))).astype(np.float64)
     packed = pyamx.pack(b, "bf16")
     assert packed.rounded_to == "bf16" and packed.format == "bf16"
-    assert np.array_equal(packed.unpack(), pyamx.bf16.from_float32(b))  # float64 directly, never via float32
+    assert np.array_equal(packed.unpack(), pyamx.table.bf16.from_float32(b))  # float64 directly, never via float32
     with np.errstate(over="ignore"):  # values past fp16's range round to infinity, as they should
         fp16 = pyamx.pack(b.astype(np.float32), "fp16")
         want = b.astype(np.float32).astype(np.float16).view(np.uint16)
@@ -281,7 +281,7 @@ def test_threads_none_grows_with_the_work():
 
 def test_small_work_with_threads_none_stays_on_the_calling_thread(native_family):
     native_family("bf16")
-    _, kernels = pyamx.native._lib()
+    _, kernels = pyamx.cpu.native._lib()
     assert kernels.pyamx_pool_shutdown() >= 0
     rng = np.random.default_rng(9)
     a = rng.integers(0, 1 << 16, (64, 64), dtype=np.uint16)

@@ -19,7 +19,7 @@ Contract of :func:`matmul_native` (the caller, :mod:`pyamx.matmul`, packs and pa
 - ``k_dwords``: int >= 1. ``threads``: int from 1 to
   ``lib.PYAMX_MATMUL_MAX_THREADS``, or None for :func:`threads_for_work`:
   one thread per :data:`MIN_MACS_PER_THREAD` multiply-adds, at most
-  :func:`pyamx.engine.default_threads` (``PYAMX_ENGINE_THREADS``, else the
+  :func:`pyamx.emulator.engine.default_threads` (``PYAMX_ENGINE_THREADS``, else the
   CPUs this process may run on). The kernel
   never starts more threads than there are 32 x 32 output blocks, and the
   result does not depend on ``threads``.
@@ -93,7 +93,7 @@ def _count(fn, name, value, low, high=None):
 
 
 def default_threads() -> int:
-    """What ``threads=None`` uses: :func:`pyamx.engine.thread_default` (``PYAMX_ENGINE_THREADS``, else the
+    """What ``threads=None`` uses: :func:`pyamx.emulator.engine.thread_default` (``PYAMX_ENGINE_THREADS``, else the
     usable CPUs), read once and kept as the engines keep it."""
     return _engine.thread_default()
 

@@ -38,7 +38,7 @@ from ._trapmode import TrapFacts as TrapFacts  # RawFacts.trap; tests build it f
 
 # -- constants of the hardware and kernel interfaces --------------------------
 
-# The AMX feature bits are pyamx.isa's Feature rows (leaf, sub-leaf, register, bit)
+# The AMX feature bits are pyamx.table.isa's Feature rows (leaf, sub-leaf, register, bit)
 BIT_AMX_BF16, BIT_AMX_TILE, BIT_AMX_INT8, BIT_AMX_FP16 = (
     isa.FEATURES[name].bit for name in ("AMX-BF16", "AMX-TILE", "AMX-INT8", "AMX-FP16"))
 BIT_OSXSAVE = 27  # CPUID.1:ECX
@@ -115,7 +115,7 @@ def __getattr__(name):
         return _kernel_bits()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
-#: kernel group -> the feature key (decode_features) its kernels need, from pyamx.isa
+#: kernel group -> the feature key (decode_features) its kernels need, from pyamx.table.isa
 KERNEL_FEATURE = MappingProxyType({group: isa.FEATURES[name].key for group, name in isa.GROUP_FEATURE.items()})
 
 FAULTHANDLER_FIXED = {(3, 9): (3, 9, 12), (3, 10): (3, 10, 4)}  # 3.11+ fixed from the start
@@ -151,7 +151,7 @@ class RawFacts:
     child: Optional[Tuple[int, int]] = None  # (errno or C status, wait status)
     trap: Optional[TrapFacts] = None
     # On AMX silicon with the trap variable set: the CPUID features the complement mode emulates
-    # (pyamx.trap.complement), or the error that kept it out
+    # (pyamx.cpu.trap.complement), or the error that kept it out
     complement: Optional[Tuple[str, ...]] = None
     complement_error: Optional[str] = None
     cpuinfo_flags: Optional[Tuple[str, ...]] = None  # AMX flags of /proc/cpuinfo, read when there is no extension
@@ -326,7 +326,7 @@ def permission_remedy(err: int, python: Tuple[int, int, int] = (3, 11, 0)) -> st
         return (
             "ENOSPC: a thread's sigaltstack is too small for the AMX signal frame (about 11 KiB); "
             f"{old}. Fix: upgrade CPython, or run pytest with -p no:faulthandler, or request the "
-            "permission (import pyamx and call pyamx.detect.report()) before faulthandler is enabled"
+            "permission (import pyamx and call pyamx.cpu.detect.report()) before faulthandler is enabled"
         )
     if err == _errno.EINVAL:
         return (
@@ -347,7 +347,7 @@ def permission_remedy(err: int, python: Tuple[int, int, int] = (3, 11, 0)) -> st
         return (
             "EBUSY: the kernel refused to change this process's XSTATE permission at this point "
             "(it is locked once in use). Fix: request it early, before other threads start, e.g. "
-            "import pyamx and call pyamx.detect.report() at start-up"
+            "import pyamx and call pyamx.cpu.detect.report() at start-up"
         )
     if err == _errno.ENOSYS:
         return "ENOSYS: this kernel (or sandbox) has no arch_prctl AMX interface; Linux >= 5.16 is needed"
@@ -417,11 +417,11 @@ class _Stages:
 
 
 def _feature_stage(feature: isa.Feature) -> str:
-    """A stage named after a pyamx.isa feature row: ``"AMX-BF16 (CPUID.7.0:EDX[22])"``."""
+    """A stage named after a pyamx.table.isa feature row: ``"AMX-BF16 (CPUID.7.0:EDX[22])"``."""
     return f"{feature.name} (CPUID.{feature.leaf:X}.{feature.subleaf:X}:{feature.register.upper()}[{feature.bit}])"
 
 
-#: the AMX features of pyamx.isa: AMX-TILE first (the verdict of the stage), then each kernel group's
+#: the AMX features of pyamx.table.isa: AMX-TILE first (the verdict of the stage), then each kernel group's
 _FEATURES = (isa.FEATURES["AMX-TILE"],) + tuple(f for f in isa.FEATURE_ROWS if f.name != "AMX-TILE")
 
 SILICON_STAGES_AFTER_CPUID = (
@@ -553,7 +553,7 @@ def _trap_stage(raw: RawFacts, st: _Stages, silicon_reason: str) -> bool:
     if trap is None:
         return False
     if not trap.available:
-        st.add(name, "unavailable: " + (trap.error or "pyamx.trap is not installed"), None)
+        st.add(name, "unavailable: " + (trap.error or "pyamx.cpu.trap is not installed"), None)
         return False
     if trap.error and not trap.requested:  # e.g. a value of the variable the parser refused
         st.add(name, f"refused: {trap.error}", False)

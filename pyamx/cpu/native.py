@@ -49,7 +49,7 @@ from ..table.tilecfg import (
     parse_tilecfg,
 )
 
-#: mnemonic -> (C op name in lib, kernel group, lanes per dword), from pyamx.isa; the id itself is read from lib.
+#: mnemonic -> (C op name in lib, kernel group, lanes per dword), from pyamx.table.isa; the id itself is read from lib.
 OPS = {insn.name: (insn.c_op, insn.group, insn.lanes) for insn in isa.DOTS}
 
 
@@ -58,7 +58,7 @@ def _needs(feature: isa.Feature) -> str:
     return f"{feature.name} ({where}" + (f"; {feature.since})" if feature.since else ")")
 
 
-#: kernel group -> what it needs (the CPUID feature of pyamx.isa, with where to find it)
+#: kernel group -> what it needs (the CPUID feature of pyamx.table.isa, with where to find it)
 FAMILY_FEATURE = {group: _needs(isa.FEATURES[name]) for group, name in isa.GROUP_FEATURE.items()}
 
 
@@ -250,7 +250,7 @@ def oneshot_runner(name: str, backend):
 
 
 def run(name: str, c: np.ndarray, a: np.ndarray, b: np.ndarray, backend=None) -> np.ndarray:
-    """One dot product ``name`` (a :mod:`pyamx.isa` row) on silicon; see the per-mnemonic functions.
+    """One dot product ``name`` (a :mod:`pyamx.table.isa` row) on silicon; see the per-mnemonic functions.
 
     ``backend``: the native :class:`~pyamx._backend.Backend` the call resolved for the row's
     group, whose report and library it runs with; None checks availability here.
@@ -504,7 +504,7 @@ class NativeMachine:
     # -- configuration -----------------------------------------------------------
 
     # The public methods (one per config or memory row) are bound from the table at the end of
-    # this module (pyamx.isa.add_state_methods); each passes its row's name for the messages.
+    # this module (pyamx.table.isa.add_state_methods); each passes its row's name for the messages.
 
     def _configure(self, mnemonic, cfg) -> None:
         parsed = parse_tilecfg(cfg)

@@ -461,7 +461,7 @@ def _run_row(machine, e: RowExperiment):
 
 
 def _do(machine, action: str, *args):
-    """Run the machine's instruction of ``action`` (pyamx.isa.ACTIONS) on ``args``."""
+    """Run the machine's instruction of ``action`` (pyamx.table.isa.ACTIONS) on ``args``."""
     return getattr(machine, isa.of_action(action).name)(*args)
 
 
