@@ -66,7 +66,7 @@ def operands(rng):
     b32 = rng.standard_normal((32, 16)).astype(np.float32)
     c = rng.standard_normal((16, 16)).astype(np.float32)
     ops = {}
-    for row in pyamx.table.isa.DOTS:
+    for row in pyamx.isa.DOTS:
         # 16 rows of 64 bytes: A (16, 64 / item size), B (16 dwords, 16 columns of `lanes` values)
         lanes = row.lanes
         a = _values(rng, row.a_format, (16, 16 * lanes))

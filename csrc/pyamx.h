@@ -24,7 +24,7 @@
 enum pyamx_status {
     PYAMX_OK = 0,
     PYAMX_E_NOT_READY = -1,      /* detection/permission has not said yes */
-    PYAMX_E_NO_KERNEL = -2,      /* this build lacks the kernel family */
+    PYAMX_E_NO_KERNEL = -2,      /* this build lacks the kernel group */
     PYAMX_E_ARG = -3,            /* an argument the Python layer should have refused */
     PYAMX_E_START_ROW = -4,      /* tile state has a pending start_row that cannot be saved */
     PYAMX_E_UNSUPPORTED = -5,    /* not x86-64 Linux */
@@ -38,7 +38,7 @@ enum pyamx_status {
     PYAMX_E_MEMORY = -10          /* a row of the memory operand lies outside the buffer */
 };
 
-/* Kernel families in pyamx_build_kernels(). */
+/* Kernel groups in pyamx_build_kernels(). */
 enum pyamx_kernel_bits {
     PYAMX_KERNEL_BF16 = 1,
     PYAMX_KERNEL_INT8 = 2,

@@ -50,7 +50,7 @@ class Plan:
     """What one matmul call runs: the instruction, the dword count and the padded, packed operands."""
 
     mnemonic: str
-    family: str
+    group: str
     m: int
     n: int
     k: int
@@ -151,7 +151,7 @@ class Call:
     """A checked call: operand views (nothing copied yet), the instruction and the shapes."""
 
     mnemonic: str  # the row isa.MATMUL_ROUTES names for the operand formats
-    family: str  # its kernel group
+    group: str  # its kernel group
     a: _Operand  # (..., M, K)
     b: _Operand  # (..., K, N)
     c: "np.ndarray | None"  # view of (..., M, N) accumulator bits, or None for zeros
@@ -225,7 +225,7 @@ class Operands:
     """Validated operands as raw bits, before any padding or interleaving."""
 
     mnemonic: str
-    family: str
+    group: str
     a: np.ndarray  # (M, K) raw bits
     b: np.ndarray  # (K, N) raw bits, row-major
     c: "np.ndarray | None"  # (M, N) uint32 bits / int32, or None for zeros
@@ -234,7 +234,7 @@ class Operands:
 def _materialize(call: Call, a_bits: np.ndarray, b_bits: np.ndarray, c_bits) -> Operands:
     """One 2-D product's operands, C-contiguous, native-endian and aligned (copied only where needed)."""
     contiguous = _validate.contiguous_bits
-    return Operands(call.mnemonic, call.family, contiguous(a_bits), contiguous(b_bits),
+    return Operands(call.mnemonic, call.group, contiguous(a_bits), contiguous(b_bits),
                     None if c_bits is None else contiguous(c_bits))
 
 
@@ -270,7 +270,7 @@ def _pack(ops: Operands) -> Plan:
         b_pad = np.zeros((width, n), dtype=b_bits.dtype)
         b_pad[:k] = b_bits
     b_vnni = _interleave(b_pad, k_dwords, lanes)
-    return Plan(ops.mnemonic, ops.family, m, n, k, k_dwords, a_pad, b_vnni, c_bits)
+    return Plan(ops.mnemonic, ops.group, m, n, k, k_dwords, a_pad, b_vnni, c_bits)
 
 
 def _interleave(b_pad: np.ndarray, k_dwords: int, lanes: int) -> np.ndarray:
@@ -425,12 +425,12 @@ def matmul(a: ArrayInput, b: ArrayInput | PackedB, c: ArrayInput | None = None, 
     view = np.dtype(np.float32 if isa.get(call.mnemonic).is_float else np.int32)
     target = None
     if out is not None:
-        dtype = _matmul_out.result_dtype(spec, view, call.family)
+        dtype = _matmul_out.result_dtype(spec, view, call.group)
         target = _matmul_out.check_out(out, call.batch + (call.m, call.n), dtype,
                                        {"a": call.a.array, "b": call.b.array, "c": call.c})
     elif spec.name is not None:
-        _matmul_out.result_dtype(spec, view, call.family)
-    chosen = _backend.choose_backend(backend, call.family, numerics, engine)
+        _matmul_out.result_dtype(spec, view, call.group)
+    chosen = _backend.choose_backend(backend, call.group, numerics, engine)
     eng = None if chosen.is_native else _engine.choose_engine(engine, numerics, op=call.mnemonic)
     _matmul_memory.check(_needed_bytes(call, eng), f"a {'x'.join(map(str, call.batch + (call.m, call.n)))} "
                          f"product over K={call.k}")
@@ -514,7 +514,7 @@ def _product(ops: Operands, eng, threads, backend=None, out=None) -> np.ndarray:
         out = np.empty((m, n), np.dtype(isa.get(ops.mnemonic).acc_format.bits).newbyteorder("="))
     for start in range(0, m, rows):
         stop = min(start + rows, m)
-        block = Operands(ops.mnemonic, ops.family, ops.a[start:stop], ops.b,
+        block = Operands(ops.mnemonic, ops.group, ops.a[start:stop], ops.b,
                          None if ops.c is None else ops.c[start:stop])
         out[start:stop] = _whole_product(block, eng, threads, backend, tiles).view(out.dtype)  # bits: no conversion
     return out

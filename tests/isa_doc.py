@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parent.parent
 ISA_MD = ROOT / "docs" / "isa.md"
 BEGIN = "<!-- instruction table: generated from pyamx/table/isa.py by tests/isa_doc.py (python tests/isa_doc.py rewrites it) -->"
 END = "<!-- end of the generated instruction table -->"
-HEADER = ("| Instruction | Kind | Family | CPUID | Encoding | Emulator | Kernel | Trap case | Tests |\n"
+HEADER = ("| Instruction | Kind | Group | CPUID | Encoding | Emulator | Kernel | Trap case | Tests |\n"
           "|---|---|---|---|---|---|---|---|---|")
 
 MACHINE = "`pyamx.emulator.machine.TileMachine.{name}`"
@@ -139,7 +139,7 @@ def table_text() -> str:
     lines = [HEADER]
     for insn in isa.TABLE:
         emulator, kernel, trap, tests = GROUPS[group_of(insn)]
-        cells = (f"`{insn.mnemonic}`", insn.kind, insn.family or "-", insn.cpuid, encoding_cell(insn),
+        cells = (f"`{insn.mnemonic}`", insn.kind, insn.group or "-", insn.cpuid, encoding_cell(insn),
                  emulator.format(name=insn.name), kernel, trap, _test_links(tests))
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)

@@ -52,7 +52,7 @@ def native_dot_names() -> tuple:
     rep = detect.report()
     if not rep.native_usable:
         return DOT_NAMES
-    return tuple(name for name in DOT_NAMES if isa.BY_NAME[name].family in rep.kernels)
+    return tuple(name for name in DOT_NAMES if isa.BY_NAME[name].group in rep.kernels)
 
 
 class Interrupt(BaseException):

@@ -149,7 +149,7 @@ def test_native_backend_runs_only_the_default_numerics():
 def forced_native(request, monkeypatch):
     """Native usable or not, forced, so the rule is checked both ways on any machine."""
     usable = request.param
-    monkeypatch.setattr(_backend, "native_status", lambda family="bf16", report=None: (usable, "forced by the test"))
+    monkeypatch.setattr(_backend, "native_status", lambda group="bf16", report=None: (usable, "forced by the test"))
     monkeypatch.setattr(_backend, "native_mode", lambda: "silicon" if usable else None)
     monkeypatch.setattr(_backend, "_requested", "auto")
     # decided afresh under the forced status, not read from what an earlier test of this worker cached

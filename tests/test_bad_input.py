@@ -118,7 +118,7 @@ def test_a_huge_zero_stride_view_is_refused_before_any_allocation():
     assert peak < 1 << 20, f"{peak} bytes allocated before the ValueError"
 
 
-def test_bad_shapes_come_before_dtype_conversions_for_every_family():
+def test_bad_shapes_come_before_dtype_conversions_for_every_group():
     z8 = np.lib.stride_tricks.as_strided(np.zeros(1, np.uint8), shape=(2**20, 2**20), strides=(0, 0))
     with pytest.raises(ValueError):
         pyamx.tdpbssd(np.zeros((1, 1), np.int32), z8, np.zeros((1, 4), np.uint8), backend="emulator")

@@ -179,7 +179,7 @@ def test_pyamx_run_and_version_never_import_numpy():
                           cwd=PYAMX_HOME, env=child_env(drop=("PYAMX_BACKEND",)))
     # 2: a build without the preload library says so in one line; numpy must stay out either way.
     assert proc.returncode in (0, 2) and "Traceback" not in proc.stderr, proc.stderr
-    proc = subprocess.run([sys.executable, "-c", "import sys, pyamx; pyamx.__version__, pyamx.table.isa.DOTS; "
+    proc = subprocess.run([sys.executable, "-c", "import sys, pyamx; pyamx.__version__, pyamx.isa.DOTS; "
                            "assert 'numpy' not in sys.modules"], capture_output=True, text=True, timeout=120,
                           cwd=PYAMX_HOME, env=child_env(drop=("PYAMX_BACKEND",)))
     assert proc.returncode == 0, proc.stderr

@@ -132,7 +132,7 @@ def memory_operand(rng, cfg: TileConfig, tmm: int):
     return stride, int(rng.integers(lo, hi + 1))
 
 
-def random_step(rng, state, families, extensions=frozenset()):
+def random_step(rng, state, groups, extensions=frozenset()):
     """One (method name, args) step; ``state`` holds the current config and roles. ``extensions``: the
     CPUID features beyond the kernel groups that native runs here (AMX-AVX512, AMX-MOVRS); without
     them the random stream is the same as before they existed."""
@@ -172,12 +172,12 @@ def random_step(rng, state, families, extensions=frozenset()):
         chunk = int(rng.choice([0, 0, 0, 1, 3]))
         selector = (chunk << 6 | index) if imm else (chunk << 16 | index)
         return str(rng.choice(isa.ROW_NAMES)), (tmm, selector, imm)
-    names = [name for fam in sorted(families) for name in _FAMILY_NAMES[fam] * (4 // len(_FAMILY_NAMES[fam]))]
+    names = [name for group in sorted(groups) for name in _GROUP_NAMES[group] * (4 // len(_GROUP_NAMES[group]))]
     triple = roles if rng.random() < 0.9 else tuple(int(x) for x in rng.integers(0, 8, 3))
     return str(rng.choice(names)), triple
 
 
-_FAMILY_NAMES = {fam: [i.name for i in isa.DOTS if i.family == fam] for fam in isa.FAMILIES}
+_GROUP_NAMES = {group: [i.name for i in isa.DOTS if i.group == group] for group in isa.GROUPS}
 
 
 # -- running one step on both machines ----------------------------------------------
@@ -389,7 +389,7 @@ def native_extensions() -> frozenset:
                      and native_module.feature_missing(rep, i) is None)
 
 
-def run_sequence(native, seed: int, families, check_faults_in_c: bool = False) -> None:
+def run_sequence(native, seed: int, groups, check_faults_in_c: bool = False) -> None:
     """One random sequence on both machines, compared after every step.
 
     ``check_faults_in_c``: replay faulting steps as raw C calls in a forked
@@ -406,7 +406,7 @@ def run_sequence(native, seed: int, families, check_faults_in_c: bool = False) -
     steps = [("ldtilecfg", (cfg.to_bytes(),))] + [None] * STEPS
     try:
         for i in range(len(steps)):
-            method, args = steps[i] or random_step(rng, state, families, extensions)
+            method, args = steps[i] or random_step(rng, state, groups, extensions)
             context = f"seed {seed}, " + _describe(i, method, args, emu.snapshot())
             if method == "oneshot":
                 _oneshot_step(rng, native, emu, nat, context)
@@ -523,22 +523,22 @@ def test_oneshot_tdpbf16ps_matches_emulator(native):
         )
 
 
-def test_oneshot_int8_matches_emulator(native_family):
-    native = native_family("int8")
+def test_oneshot_int8_matches_emulator(native_group):
+    native = native_group("int8")
     rng = np.random.default_rng(SEED + 2)
     for trial in range(100):
         m, k, n = (int(x) for x in rng.integers(1, 17, 3))
         c = rng.integers(-(2**31), 2**31, (m, n), dtype=np.int64).astype(np.int32)
         a = rng.integers(0, 256, (m, 4 * k), dtype=np.uint8)
         b = rng.integers(0, 256, (k, 4 * n), dtype=np.uint8)
-        for name in _FAMILY_NAMES["int8"]:
+        for name in _GROUP_NAMES["int8"]:
             expected = instructions.tdpb_int8(name, c, a, b)
             got = getattr(native, name)(c, a, b)
             assert np.array_equal(expected, got), f"{name} trial {trial}"
 
 
-def test_oneshot_fp16_matches_emulator(native_family):
-    native = native_family("fp16")
+def test_oneshot_fp16_matches_emulator(native_group):
+    native = native_group("fp16")
     rng = np.random.default_rng(SEED + 3)
     for trial in range(100):
         m, k, n = (int(x) for x in rng.integers(1, 17, 3))

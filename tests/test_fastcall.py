@@ -31,7 +31,7 @@ def _operands(rng, insn, m, k, n):
         c = rng.standard_normal((m, n)).astype(np.float32)
         if insn.a_format.width == 8:  # fp8 codes as uint8 bits
             return c, rng.integers(0, 256, (m, 4 * k)).astype(np.uint8), rng.integers(0, 256, (k, 4 * n)).astype(np.uint8)
-        if insn.family == "bf16":
+        if insn.group == "bf16":
             a = (rng.standard_normal((m, 2 * k)).astype(np.float32).view(np.uint32) >> 16).astype(np.uint16)
             b = (rng.standard_normal((k, 2 * n)).astype(np.float32).view(np.uint32) >> 16).astype(np.uint16)
         else:

@@ -108,7 +108,7 @@ def test_fp16_denormals_are_honoured():
     assert emulator.tdpfp16ps(np.zeros((1, 1), np.float32), a.view(np.float16), b.view(np.float16))[0, 0] == 2.0**-24
 
 
-@pytest.mark.parametrize("mnemonic", [i.name for i in isa.DOTS if i.family == "int8"])
+@pytest.mark.parametrize("mnemonic", [i.name for i in isa.DOTS if i.group == "int8"])
 def test_int8_dot_products_match_reference_including_wraparound_and_extremes(mnemonic):
     # signedness from the reference, not from pyamx.table.isa: the code's table is what is under test
     signs = reference.int8_signedness(mnemonic)

@@ -17,7 +17,7 @@ from childproc import PYAMX_HOME, child_env
 ISA_PY = Path(isa.__file__)
 
 # A second instruction on fp16 operands, in fp16's kernel group: what broke pyamx.matmul once
-# (its row shared the family key "fp16" and took float16 matmuls over).
+# (its row shared the group key "fp16" and took float16 matmuls over).
 EXTRA = dataclasses.replace(isa.BY_NAME["tdpfp16ps"], mnemonic="TDPFP16PSX", matmul=False)
 
 

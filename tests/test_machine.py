@@ -285,7 +285,7 @@ def test_int8_machine_matches_reference():
     a = rng.integers(0, 256, (2, 8), dtype=np.uint8)
     b = rng.integers(0, 256, (2, 8), dtype=np.uint8)
     c = rng.integers(-(2**31), 2**31, (2, 2), dtype=np.int64).astype(np.int32)
-    for mnemonic in (i.name for i in isa.DOTS if i.family == "int8"):
+    for mnemonic in (i.name for i in isa.DOTS if i.group == "int8"):
         machine.tileloadd(0, c, 8)
         machine.tileloadd(1, a, 8)
         machine.tileloadd(2, b, 8)

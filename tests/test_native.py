@@ -289,10 +289,10 @@ def test_threads_have_their_own_tile_state(native):
         assert np.array_equal(tile, data[: 64 * (i + 1)].reshape(i + 1, 64)[:, : 4 * (i + 1)])
 
 
-def test_available_by_family(native):
+def test_available_by_group(native):
     from pyamx.cpu import detect
 
-    for family in ("bf16", "int8", "fp16", "fp8"):
-        assert native.available(family)[0] == (family in detect.report().kernels)
+    for group in ("bf16", "int8", "fp16", "fp8"):
+        assert native.available(group)[0] == (group in detect.report().kernels)
     with pytest.raises(ValueError):
         native.available("fp4")

@@ -979,7 +979,7 @@ def test_float_dot_overflow_in_the_fast_path(trapped):
 
 
 # signedness from the reference, not from pyamx.table.isa: the trap is held to the spec, not to the table
-INT8_SIGNS = {i.mnemonic: reference.int8_signedness(i.mnemonic) for i in isa.DOTS if i.family == "int8"}
+INT8_SIGNS = {i.mnemonic: reference.int8_signedness(i.mnemonic) for i in isa.DOTS if i.group == "int8"}
 
 
 @pytest.mark.parametrize("name", list(INT8_SIGNS))

@@ -20,7 +20,7 @@ class TrapFacts:
     requested: bool = False
     error: Optional[str] = None  # why requested() / enable() / the grant failed
     active: bool = False
-    kernels: Optional[frozenset] = None  # families the trap emulates; None = all built ones
+    kernels: Optional[frozenset] = None  # groups the trap emulates; None = all built ones
     guard: Optional[str] = None  # pyamx.cpu.trap.guard().reason: whether other SIGILL handlers are kept out
 
 

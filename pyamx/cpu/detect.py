@@ -104,8 +104,8 @@ def _c(name: str):
 
 
 def _kernel_bits():
-    """family -> bit of pyamx_build_kernels() (csrc/pyamx.h, enum pyamx_kernel_bits)."""
-    return MappingProxyType({family: _c("KERNEL_" + family.upper()) for family in KERNEL_FEATURE})
+    """group -> bit of pyamx_build_kernels() (csrc/pyamx.h, enum pyamx_kernel_bits)."""
+    return MappingProxyType({group: _c("KERNEL_" + group.upper()) for group in KERNEL_FEATURE})
 
 
 def __getattr__(name):
@@ -129,7 +129,7 @@ class BuildFacts:
 
     version: str
     compiler: str
-    kernels: frozenset  # families compiled in: {"bf16", "int8", "fp16"}
+    kernels: frozenset  # groups compiled in: {"bf16", "int8", "fp16"}
     x86_64_linux: bool
     kernels_reason: str = ""  # the build's decision: why the AMX kernels are (not) compiled in
 
@@ -173,7 +173,7 @@ class Report:
     reason: str  # "ok", or the first failing stage and its remedy
     mode: Optional[str]  # "silicon", "trap" or None
     stages: Tuple[Stage, ...]
-    kernels: frozenset  # families native can run: subset of {"bf16", "int8", "fp16"}
+    kernels: frozenset  # groups native can run: subset of {"bf16", "int8", "fp16"}
     cpu: Mapping = field(default_factory=lambda: MappingProxyType({}))
     build: Mapping = field(default_factory=lambda: MappingProxyType({}))
     warning: Optional[str] = None  # loud text when native means trapped, not silicon
@@ -326,7 +326,7 @@ def permission_remedy(err: int, python: Tuple[int, int, int] = (3, 11, 0)) -> st
         return (
             "ENOSPC: a thread's sigaltstack is too small for the AMX signal frame (about 11 KiB); "
             f"{old}. Fix: upgrade CPython, or run pytest with -p no:faulthandler, or request the "
-            "permission (import pyamx and call pyamx.cpu.detect.report()) before faulthandler is enabled"
+            "permission (import pyamx.cpu.detect and call pyamx.cpu.detect.report()) before faulthandler is enabled"
         )
     if err == _errno.EINVAL:
         return (
@@ -347,7 +347,7 @@ def permission_remedy(err: int, python: Tuple[int, int, int] = (3, 11, 0)) -> st
         return (
             "EBUSY: the kernel refused to change this process's XSTATE permission at this point "
             "(it is locked once in use). Fix: request it early, before other threads start, e.g. "
-            "import pyamx and call pyamx.cpu.detect.report() at start-up"
+            "import pyamx.cpu.detect and call pyamx.cpu.detect.report() at start-up"
         )
     if err == _errno.ENOSYS:
         return "ENOSYS: this kernel (or sandbox) has no arch_prctl AMX interface; Linux >= 5.16 is needed"
@@ -458,10 +458,10 @@ def _hidden_hint(cpu: Mapping) -> str:
 
 
 def _silicon_stages(raw: RawFacts, st: _Stages, cpu: dict) -> Tuple[set, dict]:
-    """CPUID through the child probe; returns (CPU kernel families, feature dict)."""
+    """CPUID through the child probe; returns (CPU kernel groups, feature dict)."""
     names = iter(SILICON_STAGES_AFTER_CPUID)
     feats = decode_features(raw.cpuid)
-    cpu_families = {fam for fam, feat in KERNEL_FEATURE.items() if feats[feat]}
+    cpu_groups = {group for group, feat in KERNEL_FEATURE.items() if feats[feat]}
 
     name = next(names)
     st.add(name, _yes(feats["amx_tile"]), feats["amx_tile"],
@@ -542,7 +542,7 @@ def _silicon_stages(raw: RawFacts, st: _Stages, cpu: dict) -> Tuple[set, dict]:
     else:
         ok, text = child_verdict(*raw.child)
         st.add(name, text, ok)
-    return cpu_families, feats
+    return cpu_groups, feats
 
 
 def _trap_stage(raw: RawFacts, st: _Stages, silicon_reason: str) -> bool:
@@ -592,7 +592,7 @@ def evaluate(raw: RawFacts) -> Report:
         st.add("native module (pyamx._native)", f"{build.version}, {build.compiler}, kernels: {kernels_text}", True)
 
     cpu = {}
-    families = set()
+    groups = set()
     feats = {}
     if raw.cpuid is None:
         st.skip("cpu", *SILICON_STAGES_AFTER_CPUID)
@@ -600,14 +600,14 @@ def evaluate(raw: RawFacts) -> Report:
         cpu = _cpu_info(raw.cpuid)
         line = len(st.items)
         st.add("cpu", "", None)  # worded below, once the forked child has said what executes
-        families, feats = _silicon_stages(raw, st, cpu)
+        groups, feats = _silicon_stages(raw, st, cpu)
         child = next(s for s in st.items if s.name == SILICON_STAGES_AFTER_CPUID[-1])
         st.items[line] = Stage("cpu", describe_cpu(cpu, feats, child.ok), None)
         cpu.update(feats)
 
     built = set(build.kernels) if build else set()
     silicon_ok = not st.failed
-    kernels = built & families
+    kernels = built & groups
     if silicon_ok:
         if not built:
             st.add("kernels", "none in this build", False,
@@ -616,7 +616,7 @@ def evaluate(raw: RawFacts) -> Report:
                    "on x86-64, without PYAMX_DISABLE_AMX_KERNELS")
         else:
             st.add("kernels", ", ".join(sorted(kernels)) or "none", bool(kernels),
-                   "the CPU supports none of the kernel families this build has")
+                   "the CPU supports none of the kernel groups this build has")
 
     silicon_reason = st.reason or "ok"
     mode = "silicon" if not st.failed else None

@@ -59,35 +59,35 @@ def _needs(feature: isa.Feature) -> str:
 
 
 #: kernel group -> what it needs (the CPUID feature of pyamx.table.isa, with where to find it)
-FAMILY_FEATURE = {group: _needs(isa.FEATURES[name]) for group, name in isa.GROUP_FEATURE.items()}
+GROUP_FEATURE = {group: _needs(isa.FEATURES[name]) for group, name in isa.GROUP_FEATURE.items()}
 
 
-def available(family=None):
+def available(group=None):
     """``(usable, reason)`` of the native backend, from the cached detection report.
 
-    ``family`` (``"bf16"``, ``"int8"``, ``"fp16"``) narrows the question to
-    one kernel family: AMX-FP16, for one, exists only from Granite Rapids on.
+    ``group`` (``"bf16"``, ``"int8"``, ``"fp16"``) narrows the question to
+    one kernel group: AMX-FP16, for one, exists only from Granite Rapids on.
     """
-    return availability(detect.report(), family)
+    return availability(detect.report(), group)
 
 
-def availability(rep, family):
+def availability(rep, group):
     """``available``'s answer from a given report (a machine, or a call's resolved backend, asks with
     the one it kept)."""
-    if family is not None and family not in FAMILY_FEATURE:
-        raise ValueError(f"unknown kernel family {family!r}; expected one of {', '.join(FAMILY_FEATURE)}")
+    if group is not None and group not in GROUP_FEATURE:
+        raise ValueError(f"unknown kernel group {group!r}; expected one of {', '.join(GROUP_FEATURE)}")
     if not rep.native_usable:
         return False, rep.reason
-    if family is not None and family not in rep.kernels:
+    if group is not None and group not in rep.kernels:
         return False, (
-            f"the native {family} kernels cannot run here: they need {FAMILY_FEATURE[family]} in the CPU "
+            f"the native {group} kernels cannot run here: they need {GROUP_FEATURE[group]} in the CPU "
             f"and in this build (available: {', '.join(sorted(rep.kernels)) or 'none'})"
         )
     return True, rep.reason
 
 
-def _lib(family=None):
-    usable, reason = available(family)
+def _lib(group=None):
+    usable, reason = available(group)
     if not usable:
         raise NativeUnavailableError(f"the native backend cannot run here: {reason}", reason=reason)
     from . import _nativelib

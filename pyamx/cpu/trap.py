@@ -267,7 +267,7 @@ def op_counts() -> dict:
 
 
 def supported_kernels() -> frozenset:
-    """The kernel families whose instructions the handler emulates."""
+    """The kernel groups whose instructions the handler emulates."""
     return _KERNELS
 
 

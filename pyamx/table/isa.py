@@ -257,11 +257,6 @@ class Instruction:
         return self.kind.startswith("dot-")
 
     @property
-    def family(self) -> Optional[str]:
-        """The kernel group under its older name (``kind=`` of matmul, ``native.available(family)``)."""
-        return self.group
-
-    @property
     def cpuid(self) -> str:
         """The CPUID feature's name (``"AMX-BF16"``)."""
         return self.feature.name
@@ -496,9 +491,8 @@ ROW_NAMES: Tuple[str, ...] = tuple(insn.name for insn in ROWS)
 STATE_OPS: Tuple[Instruction, ...] = VIEWS.state_ops
 #: action -> the one row that does it
 BY_ACTION = VIEWS.by_action
-#: kernel groups, in table order (``FAMILIES``: their older name)
+#: kernel groups, in table order
 GROUPS: Tuple[str, ...] = VIEWS.groups
-FAMILIES = GROUPS
 #: kernel group -> CPUID feature it needs
 GROUP_FEATURE = VIEWS.group_feature
 #: (a format, b format) -> the row pyamx.matmul runs for them
@@ -519,11 +513,6 @@ def of_action(action: str) -> Instruction:
     """The row that does ``action`` (one of :data:`ACTIONS`): how code that must name such an
     instruction (a message, a kernel's exported name) finds it."""
     return BY_ACTION[action]
-
-
-def family_of(name: str) -> str:
-    """The kernel group of a dot product (``"bf16"``, ``"fp16"``, ``"int8"``; ``family`` is its older name)."""
-    return get(name).group
 
 
 def by_op_id(op_id: int) -> Optional[Instruction]:

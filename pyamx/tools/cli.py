@@ -327,7 +327,7 @@ def _bench_arguments(parser: argparse.ArgumentParser) -> None:
     bench.add_arguments(parser)
 
 
-@subcommand("bench", "time pyamx.matmul per dtype family against numpy float32 matmul", _bench_arguments, computes=True)
+@subcommand("bench", "time pyamx.matmul per kernel group against numpy float32 matmul", _bench_arguments, computes=True)
 def bench_command(args: argparse.Namespace) -> int:
     from . import bench
 

@@ -120,7 +120,7 @@ FP16_POINTS = {
 
 
 def _is_fp16(instruction: str) -> bool:
-    return isa.BY_NAME[instruction].family == "fp16"
+    return isa.BY_NAME[instruction].group == "fp16"
 
 
 def point(name: str, instruction: str = _BF16) -> Experiment:
