@@ -68,6 +68,7 @@ if extra:  # load pyamx.table.isa first, add the row, then let the package impor
 import pyamx
 from pyamx import _matmul
 from pyamx.emulator import engine
+from pyamx.table import isa
 from pyamx.tools import vectors
 assert ("tdpfp16psx" in vectors.INSTRUCTIONS) == extra, "the probe did not install its row"
 rng = np.random.default_rng(1)
@@ -85,7 +86,7 @@ for x, a in arrays.items():
         r = pyamx.matmul(a, b.T.copy(), backend="emulator", engine="portable")
         out["bits"][x + "," + y] = np.asarray(r).view(np.uint32).tolist()
 eng = engine.resolve("portable")
-out["ops"] = {n: eng._op_ids[n] for n in (i.name for i in pyamx.table.isa.DOTS) if n != "tdpfp16psx"}
+out["ops"] = {n: eng._op_ids[n] for n in (i.name for i in isa.DOTS) if n != "tdpfp16psx"}
 out["vectors"] = [n for n in vectors.INSTRUCTIONS if n != "tdpfp16psx"]
 print(json.dumps(out))
 """
