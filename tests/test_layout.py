@@ -117,6 +117,13 @@ def test_the_documented_attributes_are_the_homes_modules_and_patch_them(monkeypa
     assert trap is importlib.import_module("pyamx.cpu.trap")
     monkeypatch.setattr("pyamx.trap.process_emulated", lambda: "patched")
     assert importlib.import_module("pyamx.cpu.trap").process_emulated() == "patched"
+    # as a reader of the README runs them: a fresh interpreter, `import pyamx` and nothing else
+    code = ("import sys, pyamx\n"
+            "pyamx.trap.emulate_process, pyamx.engine.reset_environment, pyamx.bf16.from_float32, pyamx.isa.DOTS\n"
+            "from pyamx import bf16, trap\n"
+            "assert trap is sys.modules['pyamx.cpu.trap'] and bf16 is sys.modules['pyamx.table.bf16']\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-2000:]
 
 
 def _imports(path: Path, module: str) -> set[str]:
