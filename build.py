@@ -369,7 +369,7 @@ ISA_PY = HERE / "pyamx" / "table" / "isa.py"
 #: generated file -> the function of the instruction table that writes it
 OPS_HEADER = Path("csrc") / "pyamx_ops.h"
 TRAITS_HEADER = Path("csrc") / "pyamx_op_traits.h"
-#: what type checkers see of the functions and methods pyamx.isa generates at import (read under TYPE_CHECKING)
+#: what type checkers see of the functions and methods pyamx.table.isa generates at import (read under TYPE_CHECKING)
 TYPES_PY = Path("pyamx") / "_dot_types.py"
 EMULATOR_TYPES_PY = Path("pyamx") / "emulator" / "_dot_types.py"
 _GENERATED_NOTE = "Generated from pyamx/table/isa.py by build.py: do not edit; python build.py regenerates it."
@@ -596,7 +596,7 @@ static const struct pyamx_op_fields pyamx_op_operands[][2] = {{
 {operands}
 }};
 
-/* What a config or memory row does (pyamx.isa.ACTIONS): code that executes these rows switches on
+/* What a config or memory row does (pyamx.table.isa.ACTIONS): code that executes these rows switches on
  * it, never on an op id. NONE for the dot products and the row instructions. */
 {enum("pyamx_op_action", "PYAMX_ACTION_", ("none",) + tuple(isa.ACTIONS))}
 static const unsigned char pyamx_op_actions[{len(isa.TABLE) + 1}] = {{
@@ -643,7 +643,7 @@ from __future__ import annotations
 '''
 
 
-#: a config or memory method's parameter (pyamx.isa.STATE_IMPLEMENTATIONS) as the stub declares it:
+#: a config or memory method's parameter (pyamx.table.isa.STATE_IMPLEMENTATIONS) as the stub declares it:
 #: a config is a TileConfig or any 64-byte buffer, a memory operand any buffer, which typing cannot spell
 _STATE_PARAM_TYPES = {"cfg": "cfg: Any", "tmm": "tmm: int",
                       "buf": "buf: Any", "stride": "stride: int", "offset": "offset: int = 0"}

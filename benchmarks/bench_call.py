@@ -26,7 +26,8 @@ import numpy as np
 
 import bench_convert  # the conversion ratios (this script's own directory is on sys.path)
 import pyamx
-from pyamx import _backend, _result, _validate, bf16, emulator
+from pyamx import _backend, _result, _validate, emulator
+from pyamx.table import bf16
 from pyamx.emulator import engine as _engine
 from pyamx.errors import AMXError
 

@@ -3,9 +3,9 @@
 On 16M standard normal float32 values by default, all in this process, in alternating rounds (a
 neighbour's load on a shared machine then hits every side alike), best time of each side:
 
-* ``pyamx.bf16.from_float32`` (C, csrc/convert.c, on 1 thread and on the default count) vs
+* ``pyamx.table.bf16.from_float32`` (C, csrc/convert.c, on 1 thread and on the default count) vs
   ``np.asarray(x, ml_dtypes.bfloat16)`` and torch's ``.to(torch.bfloat16)``;
-* ``pyamx.bf16.to_float32`` vs ml_dtypes' and torch's widening back to float32;
+* ``pyamx.table.bf16.to_float32`` vs ml_dtypes' and torch's widening back to float32;
 * the fp16 rounding ``pyamx.matmul(..., kind="fp16")`` applies vs numpy's ``astype(np.float16)``
   and torch's ``.to(torch.float16)``; float64 -> bf16 (rounded directly) vs ml_dtypes;
 * the numpy implementation pyamx falls back to without its C extension.
@@ -22,7 +22,8 @@ import time
 
 import numpy as np
 
-from pyamx import _convert, bf16
+from pyamx import _convert
+from pyamx.table import bf16
 from pyamx.table import bf16 as bf16_module
 
 try:

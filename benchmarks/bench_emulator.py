@@ -14,9 +14,9 @@ import timeit
 import numpy as np
 
 import pyamx
-from pyamx import bf16
+from pyamx.table import bf16
 from pyamx import _backend
-from pyamx import engine as _engine
+from pyamx.emulator import engine as _engine
 
 
 def best_time(fn, repeat: int, number: int) -> float:

@@ -23,7 +23,8 @@ import time
 import numpy as np
 
 import pyamx
-from pyamx import bf16, engine
+from pyamx.table import bf16
+from pyamx.emulator import engine
 
 
 CLOCK = time.perf_counter
@@ -75,27 +76,27 @@ def one_instruction(repeat: int) -> None:
         print(f"  {name:9s} {t * 1e6:9.2f} us  {t / ref:8.1f}x numpy")
 
 
-def operands(rng, family: str, size: int):
+def operands(rng, group: str, size: int):
     m = n = k = size
-    if family == "int8":
+    if group == "int8":
         a = rng.integers(-128, 128, (m, k), dtype=np.int8).view(np.uint8)
         b = rng.integers(-128, 128, (k // 4, 4 * n), dtype=np.int8).view(np.uint8)
         return "tdpbssd", np.zeros((m, n), np.int32), a, b, k // 4
     a32 = rng.standard_normal((m, k)).astype(np.float32)
     b32 = rng.standard_normal((k // 2, 2 * n)).astype(np.float32)
-    if family == "bf16":
+    if group == "bf16":
         return "tdpbf16ps", np.zeros((m, n), np.uint32), bf16.from_float32(a32), bf16.from_float32(b32), k // 2
     return "tdpfp16ps", np.zeros((m, n), np.uint32), a32.astype(np.float16).view(np.uint16), \
         b32.astype(np.float16).view(np.uint16), k // 2
 
 
-def matmul_operands(rng, family: str, size: int):
+def matmul_operands(rng, group: str, size: int):
     """Row-major (M, K) and (K, N) operands as a user passes them to pyamx.matmul."""
-    if family == "int8":
+    if group == "int8":
         return (rng.integers(-128, 128, (size, size), dtype=np.int8),) * 2
     a32 = rng.standard_normal((size, size)).astype(np.float32)
     b32 = rng.standard_normal((size, size)).astype(np.float32)
-    if family == "bf16":
+    if group == "bf16":
         return bf16.from_float32(a32), bf16.from_float32(b32)
     return a32.astype(np.float16), b32.astype(np.float16)
 
@@ -112,22 +113,22 @@ def products(sizes, thread_counts, repeat: int, with_numpy_engine: bool) -> None
                 ref = best(lambda: x @ y, repeat)
             gflops = 2 * size**3 / ref / 1e9
             print(f"\n{size}^3, {threads} thread(s): numpy float32 matmul {ref * 1e3:.2f} ms ({gflops:.1f} GFLOP/s)")
-            for family in ("bf16", "fp16", "int8"):
-                op, c, a, b, kd = operands(rng, family, size)
-                a_mm, b_mm = matmul_operands(rng, family, size)
+            for group in ("bf16", "fp16", "int8"):
+                op, c, a, b, kd = operands(rng, group, size)
+                a_mm, b_mm = matmul_operands(rng, group, size)
                 for name in names:
                     eng = engine.resolve(name)
                     reps = repeat if name != "numpy" else 1
                     with blas_limits(threads):
                         t = best(lambda: eng.dot(op, c, a, b, kd, threads), reps)
                         ref = min(ref, best(lambda: x @ y, reps))  # numpy again, next to it: shared machines drift
-                    print(f"  {family:5s} {name:9s} Engine.dot   {t * 1e3:10.2f} ms  {t / ref:7.2f}x numpy float32")
+                    print(f"  {group:5s} {name:9s} Engine.dot   {t * 1e3:10.2f} ms  {t / ref:7.2f}x numpy float32")
                     if eng.compiled:
                         with blas_limits(threads):
                             t = best(lambda: pyamx.matmul(a_mm, b_mm, backend="emulator", engine=name, threads=threads),
                                      reps)
                             ref = min(ref, best(lambda: x @ y, reps))
-                        print(f"  {family:5s} {name:9s} pyamx.matmul {t * 1e3:10.2f} ms  {t / ref:7.2f}x numpy float32")
+                        print(f"  {group:5s} {name:9s} pyamx.matmul {t * 1e3:10.2f} ms  {t / ref:7.2f}x numpy float32")
 
 
 def main() -> None:

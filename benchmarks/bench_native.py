@@ -49,7 +49,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def silicon_refusal():
     """None where AMX silicon runs pyamx's kernels, else the line that says why nothing is measured."""
-    from pyamx import detect
+    from pyamx.cpu import detect
 
     report = detect.report()
     if report.mode == "silicon":
@@ -60,7 +60,7 @@ def silicon_refusal():
 
 def probe(name: str, seconds: float = 0.2) -> float:
     """Sustained operations per second of one chained instruction, best of five bursts."""
-    from pyamx import native
+    from pyamx.cpu import native
 
     ffi, lib = native._lib("int8" if name == "TDPBSSD" else "bf16")
     native._before_entry()
@@ -103,7 +103,7 @@ def _torch():
 
 
 def cases(args):
-    """(label, family, m, k, n, packed) for every product the run measures."""
+    """(label, group, m, k, n, packed) for every product the run measures."""
     square = QUICK_SQUARE if args.quick else SQUARE
     llm = QUICK_LLM if args.quick else LLM
     int8 = QUICK_INT8 if args.quick else INT8_SQUARE
@@ -116,8 +116,8 @@ def cases(args):
 def measure(case, threads: int, torch, seconds: float, rng) -> dict:
     import pyamx
 
-    label, family, m, k, n, packed = case
-    if family == "bf16":
+    label, group, m, k, n, packed = case
+    if group == "bf16":
         a = rng.integers(0x3F00, 0x4000, (m, k), dtype=np.uint16)  # ordinary bf16 values in [0.5, 2)
         b = rng.integers(0x3F00, 0x4000, (k, n), dtype=np.uint16)
     else:
@@ -127,7 +127,7 @@ def measure(case, threads: int, torch, seconds: float, rng) -> dict:
     sides = {"pyamx": lambda: pyamx.matmul(a, right, backend="native", threads=threads)}
     if torch is not None:
         torch.set_num_threads(threads)
-        if family == "bf16":
+        if group == "bf16":
             ta = torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)
             tb = torch.from_numpy(b.view(np.int16)).view(torch.bfloat16)
             sides["torch"] = lambda: torch.matmul(ta, tb)
@@ -156,12 +156,12 @@ def main(argv=None) -> int:
           + (f"{'torch ms':>11}{'GFLOP/s':>10}{'ratio':>8}" if torch is not None else ""))
     rng = np.random.default_rng(0)
     for case in cases(args):
-        label, family, m, k, n, _ = case
+        label, group, m, k, n, _ = case
         for threads in args.threads:
             best = measure(case, threads, torch, args.seconds, rng)
             flops = 2.0 * m * k * n
-            peak = peaks["TDPBF16PS" if family == "bf16" else "TDPBSSD"] * threads
-            line = (f"{label:<24}{family:<6}{threads:>4}{best['pyamx'] * 1e3:>11.3f}{flops / best['pyamx'] / 1e9:>10.0f}"
+            peak = peaks["TDPBF16PS" if group == "bf16" else "TDPBSSD"] * threads
+            line = (f"{label:<24}{group:<6}{threads:>4}{best['pyamx'] * 1e3:>11.3f}{flops / best['pyamx'] / 1e9:>10.0f}"
                     f"{100 * flops / best['pyamx'] / peak:>7.0f}%")
             if "torch" in best:
                 line += (f"{best['torch'] * 1e3:>11.3f}{flops / best['torch'] / 1e9:>10.0f}"

@@ -55,7 +55,7 @@ def build(tmp: str) -> str:
 
 
 def per_instruction(exe: str, kind: str, n: int, env) -> float:
-    # the counters travel by an inherited descriptor (pyamx.run.new_counters): keep it open in the child
+    # the counters travel by an inherited descriptor (pyamx.tools.run.new_counters): keep it open in the child
     fds = (int(env["PYAMX_RUN_STATS"].split(":")[0]),) if "PYAMX_RUN_STATS" in env else ()
     out = subprocess.run([exe, kind, str(n)], env=env, capture_output=True, text=True, check=True,
                          pass_fds=fds).stdout
@@ -89,7 +89,7 @@ def main() -> None:
     parser.add_argument("--starts", type=int, default=20, help="program starts per start-up figure (median)")
     args = parser.parse_args()
 
-    from pyamx import run
+    from pyamx.tools import run
 
     preload = run.preload_path()
     bare = {k: v for k, v in os.environ.items() if k not in ("LD_PRELOAD", run.STATS_ENV, run.VERBOSE_ENV)}
@@ -100,7 +100,7 @@ def main() -> None:
     under_run = run.environment(preload, counters, base=bare)
     with tempfile.TemporaryDirectory() as tmp:
         exe = build(tmp)
-        from pyamx import detect
+        from pyamx.cpu import detect
 
         # On AMX silicon pyamx run leaves the tile instructions to the CPU (the complement mode):
         # there is nothing to time per instruction, only the trampoline below.

@@ -71,7 +71,7 @@ def main() -> int:
 def measure(args) -> int:
     from _pyamx_trap_selftest import lib as st
 
-    from pyamx import trap
+    from pyamx.cpu import trap
 
     lib = trap._lib()
     nop = st.pyamx_trap_selftest_nop

@@ -1,5 +1,5 @@
 /* Array conversions between float32/float64 and the 16-bit formats, for
- * pyamx.bf16 and pyamx.matmul's rounding of float operands (pyamx/_convert.py).
+ * pyamx.table.bf16 and pyamx.matmul's rounding of float operands (pyamx/_convert.py).
  *
  * Included by pyamx.h, so build.py feeds it to cffi's cdef(): plain
  * declarations only. Every conversion is integer bit manipulation (the one

@@ -123,8 +123,8 @@ int pyamx_internal_row_runnable(int op)
     const struct pyamx_op_traits *t = pyamx_dot_traits(op);
     if (!t)
         return 0;
-    int family = pyamx_dot_kernel_family(t);
-    if (!family || !(pyamx_build_kernels() & family))
+    int group = pyamx_dot_kernel_group(t);
+    if (!group || !(pyamx_build_kernels() & group))
         return 0;
     if (g_trapped || g_complemented)
         return 1; /* the trap mode emulates every dot row; the complement mode the ones the CPU lacks */

@@ -34,18 +34,18 @@ int pyamx_internal_trapped(void);
  * an instruction of an extension the CPU lacks is emulated, not a SIGILL. */
 int pyamx_internal_emulated(void);
 
-/* Whether a dot-product row's instructions can run here: its kernel family
+/* Whether a dot-product row's instructions can run here: its kernel group
  * (PYAMX_KERNEL_*) compiled in and the CPU reporting the row's CPUID feature
  * (the generated traits' feature_* fields) -- else executing one is SIGILL --
  * or the trap mode emulating every row. Not a dot row: 0. By op id, not by
  * row pointer: every .c file has its own copy of the static traits table. */
 int pyamx_internal_row_runnable(int op);
 
-/* The build's kernel family of a dot-product row, from its operand format:
- * the family decides whether this build compiled the row's instructions and
- * whether this CPU runs them. 0 for a format no family covers yet, which no
+/* The build's kernel group of a dot-product row, from its operand format:
+ * the group decides whether this build compiled the row's instructions and
+ * whether this CPU runs them. 0 for a format no group covers yet, which no
  * build has (PYAMX_E_NO_KERNEL). */
-static inline int pyamx_dot_kernel_family(const struct pyamx_op_traits *t)
+static inline int pyamx_dot_kernel_group(const struct pyamx_op_traits *t)
 {
     switch (t->a_format) {
     case PYAMX_FMT_BF16: return PYAMX_KERNEL_BF16;

@@ -128,7 +128,7 @@ int pyamx_check_memory_operand(const uint8_t *cfg, int tmm, int64_t len, int64_t
 }
 
 /* The #UD rules of every tile dot product (docs/semantics.md section 2), in the
- * emulator's order (pyamx.tilecfg.check_dot_product). */
+ * emulator's order (pyamx.table.tilecfg.check_dot_product). */
 int pyamx_check_dot_product(const uint8_t *cfg, int dst, int src1, int src2)
 {
     const int ts[3] = {dst, src1, src2};

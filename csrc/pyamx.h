@@ -24,7 +24,7 @@
 enum pyamx_status {
     PYAMX_OK = 0,
     PYAMX_E_NOT_READY = -1,      /* detection/permission has not said yes */
-    PYAMX_E_NO_KERNEL = -2,      /* this build lacks the kernel family */
+    PYAMX_E_NO_KERNEL = -2,      /* this build lacks the kernel group */
     PYAMX_E_ARG = -3,            /* an argument the Python layer should have refused */
     PYAMX_E_START_ROW = -4,      /* tile state has a pending start_row that cannot be saved */
     PYAMX_E_UNSUPPORTED = -5,    /* not x86-64 Linux */
@@ -38,7 +38,7 @@ enum pyamx_status {
     PYAMX_E_MEMORY = -10          /* a row of the memory operand lies outside the buffer */
 };
 
-/* Kernel families in pyamx_build_kernels(). */
+/* Kernel groups in pyamx_build_kernels(). */
 enum pyamx_kernel_bits {
     PYAMX_KERNEL_BF16 = 1,
     PYAMX_KERNEL_INT8 = 2,
@@ -73,7 +73,7 @@ int pyamx_native_ready(void);
  * they end. */
 void pyamx_set_trap_hook(int (*grant)(void), int32_t (*thread_prepare)(void));
 /* On AMX silicon with pyamx._trap's complement mode installed in this process
- * (pyamx.trap.complement): the rows of the extensions the CPU lacks may run,
+ * (pyamx.cpu.trap.complement): the rows of the extensions the CPU lacks may run,
  * as their SIGILL is emulated on the tile registers. 1 on, 0 off. */
 void pyamx_set_complemented(int on);
 
@@ -105,7 +105,7 @@ int pyamx_load_config(const uint8_t *cfg64);
 int pyamx_store_config(uint8_t *cfg64);
 /* The config and memory kernels are named by what they do, as pyamx/table/isa.py files their rows
  * (Instruction.action); kernels.c says which instruction each executes. pyamx_load_tile's hint is
- * the index of the row's action in pyamx.isa.LOAD_ACTIONS: 0 TILELOADD, 1 TILELOADDT1, 2 TILELOADDRS,
+ * the index of the row's action in pyamx.table.isa.LOAD_ACTIONS: 0 TILELOADD, 1 TILELOADDT1, 2 TILELOADDRS,
  * 3 TILELOADDRST1 (the last two return PYAMX_E_NO_KERNEL, running nothing, where CPUID lacks AMX-MOVRS). */
 int pyamx_load_tile(int tmm, const uint8_t *buf, int64_t len, int64_t offset, int64_t stride, int t1);
 /* An AMX-AVX512 row instruction (op of kind "row") on tile tmm with a GPR selector: the 64-byte

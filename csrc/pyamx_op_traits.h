@@ -200,7 +200,7 @@ static const struct pyamx_op_fields pyamx_op_operands[][2] = {
     [PYAMX_OP_TILELOADDRST1] = {{PYAMX_OPERAND_DST, PYAMX_OPERAND_NONE, PYAMX_OPERAND_NONE, PYAMX_OPERAND_NONE}, {PYAMX_OPERAND_NONE, PYAMX_OPERAND_NONE, PYAMX_OPERAND_NONE, PYAMX_OPERAND_NONE}},
 };
 
-/* What a config or memory row does (pyamx.isa.ACTIONS): code that executes these rows switches on
+/* What a config or memory row does (pyamx.table.isa.ACTIONS): code that executes these rows switches on
  * it, never on an op id. NONE for the dot products and the row instructions. */
 enum pyamx_op_action {
     PYAMX_ACTION_NONE = 0,

@@ -13,10 +13,7 @@ import importlib
 import os
 
 from . import _first_use  # first: the fork hook must exist before any one-time work can start
-from . import _compat
 from . import errors as errors
-
-_compat.install()  # `import pyamx.detect` and the other public paths of modules that moved into a layer
 from ._version import __version__ as __version__
 from .errors import (  # "X as X": re-exported for type checkers (mypy --strict)
     AMXError as AMXError,
@@ -41,6 +38,8 @@ if TYPE_CHECKING:
     from . import emulator as emulator
     from .table import isa as isa
     from .table import layout as layout
+    from .cpu import trap as trap
+    from .emulator import engine as engine
     from ._dot_types import *  # noqa: F403  (the one-instruction functions, generated from the table)
     from ._matmul import matmul as matmul
     from ._packed import PackedB as PackedB
@@ -59,11 +58,16 @@ if TYPE_CHECKING:
 # pyamx.isa too (dataclasses and typing cost `pyamx run` ~15 ms): the one-instruction functions
 # it names (isa.DOT_NAMES) resolve in
 # __getattr__, and so does __all__, which lists them.
+# The modules the README and the guide show are attributes here (`pyamx.trap.emulate_process()`), each
+# the module of its one import path (pyamx.cpu.trap): an attribute, never a second module path
+# (docs/architecture.md, "Where the public names live").
 _LAZY = {
     "isa": ("table.isa", None),
     "bf16": ("table.bf16", None),
     "layout": ("table.layout", None),
     "emulator": ("emulator", None),
+    "engine": ("emulator.engine", None),
+    "trap": ("cpu.trap", None),
     "backend": ("_backend", "default_backend"),
     "backend_reason": ("_backend", "default_reason"),
     "tile_machine": ("_ops", "tile_machine"),
@@ -82,9 +86,7 @@ def _dot_names() -> tuple[str, ...]:
 
 
 def _is_submodule(name: str) -> bool:
-    """``from pyamx import cli`` asks this module for ``cli`` before importing it: not a reason to load isa."""
-    if f"{__name__}.{name}" in _compat.MOVED:
-        return True
+    """``from pyamx import cpu`` asks this module for ``cpu`` before importing it: not a reason to load isa."""
     return any(os.path.exists(os.path.join(d, name + ".py")) or os.path.isdir(os.path.join(d, name))
                for d in __path__)  # noqa: F405  (the package path, not a star import's name)
 
@@ -118,7 +120,7 @@ def __dir__() -> list[str]:
 
 
 def cpu_features() -> dict[str, object]:
-    """Every detection stage as a dict (see :mod:`pyamx.detect`)."""
+    """Every detection stage as a dict (see :mod:`pyamx.cpu.detect`)."""
     from .cpu.detect import cpu_features as _cpu_features
 
     return _cpu_features()
@@ -135,7 +137,7 @@ def show_runtime() -> None:
 _ALL_HEAD = ("__version__", "backend", "backend_reason", "cpu_features", "show_runtime")
 _ALL_TAIL = (
     "tile_machine", "isa", "matmul", "pack", "PackedB",
-    "TileMachine", "TileConfig", "Numerics", "AMXResult", "bf16", "layout", "emulator", "errors",
+    "TileMachine", "TileConfig", "Numerics", "AMXResult", "bf16", "layout", "emulator", "engine", "trap", "errors",
     "AMXError", "AMXFault", "BackendError", "EnvironmentVariableError", "GeneralProtectionFault",
     "InvalidOpcodeFault", "MemoryAccessFault", "NativeUnavailableError", "ReentrantUseError", "WrongThreadError",
 )

@@ -1,4 +1,4 @@
-"""``python -m pyamx``: see :mod:`pyamx.cli`."""
+"""``python -m pyamx``: see :mod:`pyamx.tools.cli`."""
 
 import sys
 

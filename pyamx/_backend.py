@@ -151,11 +151,11 @@ class Backend(str):
 EMULATOR = Backend("emulator")  # the one emulator backend: resolve() returns this object
 
 
-def native_status(family: str = "bf16", report=None):
-    """``(usable, reason)`` of the native ``family`` kernels (bf16, int8, fp16), from ``report`` (None:
+def native_status(group: str = "bf16", report=None):
+    """``(usable, reason)`` of the native ``group`` kernels (bf16, int8, fp16), from ``report`` (None:
     the cached one)."""
     native = module(".cpu.native", __package__)
-    return native.available(family) if report is None else native.availability(report, family)
+    return native.available(group) if report is None else native.availability(report, group)
 
 
 def native_mode():
@@ -254,7 +254,7 @@ def _named_engine(engine):
 
 
 def _engine_module():
-    # Imported on first use (pyamx.engine needs numpy; the CLI builds its parser from this module)
+    # Imported on first use (pyamx.emulator.engine needs numpy; the CLI builds its parser from this module)
     # and kept: this runs on every call.
     global _engine_mod
     if _engine_mod is None:
@@ -265,7 +265,7 @@ def _engine_module():
 _engine_mod = None
 
 
-#: The choices already made for calls of the default numerics: (backend, family, engine) -> Backend. A
+#: The choices already made for calls of the default numerics: (backend, group, engine) -> Backend. A
 #: call decides its backend once (the rule below costs microseconds: detection's report, the engine
 #: setting) and a later call with the same arguments takes it from here while :func:`_settings` says
 #: the same; a failure is never kept, so a bad argument or variable raises at every call.
@@ -275,14 +275,14 @@ _chosen_under: tuple = ()
 
 def _settings() -> tuple:
     """What a choice depends on besides the call's arguments: PYAMX_BACKEND and the process default
-    as read, PYAMX_ENGINE as read (until pyamx.engine.reset_environment()), and the functions that
+    as read, PYAMX_ENGINE as read (until pyamx.emulator.engine.reset_environment()), and the functions that
     ask detection (tests stand in for them). Any change makes every kept choice be made again."""
     engine_module = _engine_mod or _engine_module()
     return (_requested, _decision, native_status, _native, engine_module.settings_generation)
 
 
-def choose_backend(backend=None, family: str = "bf16", numerics=None, engine=None) -> Backend:
-    """The backend a call of the ``family`` kernels runs on, by the rule of :func:`backend_rule`,
+def choose_backend(backend=None, group: str = "bf16", numerics=None, engine=None) -> Backend:
+    """The backend a call of the ``group`` kernels runs on, by the rule of :func:`backend_rule`,
     decided once per distinct arguments and settings and then kept.
 
     ``numerics``: None or a :class:`~pyamx.Numerics` chosen at the call's entry
@@ -290,27 +290,27 @@ def choose_backend(backend=None, family: str = "bf16", numerics=None, engine=Non
     """
     global _chosen_under
     if numerics is not None and numerics is not _default_numerics():
-        return backend_rule(backend, family, numerics, engine)
+        return backend_rule(backend, group, numerics, engine)
     under = _settings()
     if under != _chosen_under:
         _chosen.clear()
         _chosen_under = under
-    key = (backend, family, engine)
+    key = (backend, group, engine)
     try:
         chosen = _chosen.get(key)
     except TypeError:  # an unhashable argument: the rule refuses it
-        return backend_rule(backend, family, numerics, engine)
+        return backend_rule(backend, group, numerics, engine)
     if chosen is None:
-        chosen = backend_rule(backend, family, numerics, engine)
+        chosen = backend_rule(backend, group, numerics, engine)
         if type(backend) in (str, type(None)) and type(engine) in (str, type(None)):
             _chosen[key] = chosen  # only plain values: a str subclass could compare equal and mean more
     return chosen
 
 
-def backend_rule(backend, family: str = "bf16", numerics=None, engine=None) -> Backend:
-    """The backend a call of the ``family`` kernels runs on: ``None`` means the process default.
+def backend_rule(backend, group: str = "bf16", numerics=None, engine=None) -> Backend:
+    """The backend a call of the ``group`` kernels runs on: ``None`` means the process default.
 
-    ``auto`` decides per family (a Sapphire Rapids has AMX-BF16 but not
+    ``auto`` decides per group (a Sapphire Rapids has AMX-BF16 but not
     AMX-FP16, so its fp16 calls run on the emulator and say so), per
     ``numerics`` (see the module docstring) and per engine: a concrete engine
     (the ``engine`` argument, else ``PYAMX_ENGINE``) means the emulator, just
@@ -340,7 +340,7 @@ def backend_rule(backend, family: str = "bf16", numerics=None, engine=None) -> B
         if not (from_variable and backend is not None):
             raise native_engine_error(engine_source, source)
     native = _native()  # the one detection report of this call
-    usable, reason = native_status(family, native.report)
+    usable, reason = native_status(group, native.report)
     if choice == "native" and not usable:
         raise _unavailable(reason, source)
     return native if usable else EMULATOR

@@ -1,6 +1,6 @@
 """float32/float64 <-> bf16/fp16 arrays in C (csrc/convert.c), where ``pyamx._native`` is built.
 
-The one bridge between the conversions' Python callers (:mod:`pyamx.bf16`,
+The one bridge between the conversions' Python callers (:mod:`pyamx.table.bf16`,
 the fp16 widening of the numpy engine, ``pyamx.matmul``'s rounding of float
 operands) and ``pyamx_convert()``. Where the extension is not built, or is
 an older build without the function, :func:`to_bits` and :func:`widen`
@@ -119,7 +119,7 @@ def widen(bits: np.ndarray, fmt: str, threads: "int | None" = None):
 def round_floats(values: np.ndarray, fmt: str) -> np.ndarray:
     """float32/float64 values -> ``fmt`` ("bf16" or "fp16") bits, each rounded once, directly, to
     nearest even: in C where built, else by :func:`numpy_bf16_bits` or :func:`numpy_fp16_bits`.
-    :func:`pyamx.bf16.from_float32` and ``pyamx.matmul``'s rounding of float operands."""
+    :func:`pyamx.table.bf16.from_float32` and ``pyamx.matmul``'s rounding of float operands."""
     out = to_bits(values, fmt)
     if out is not None:
         return out

@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from ._types import ArrayInput
     from .table.numerics import Numerics
 
-#: the values of ``kind=``: the kernel groups of pyamx.isa. Which instruction runs is the row
+#: the values of ``kind=``: the kernel groups of pyamx.table.isa. Which instruction runs is the row
 #: that isa.MATMUL_ROUTES names for the operands' formats (the padding A's last dword gets is
 #: that row's a_format.pad: -0 for the float formats; B is padded with 0).
 KINDS = isa.GROUPS
@@ -50,7 +50,7 @@ class Plan:
     """What one matmul call runs: the instruction, the dword count and the padded, packed operands."""
 
     mnemonic: str
-    family: str
+    group: str
     m: int
     n: int
     k: int
@@ -74,7 +74,7 @@ class _Operand:
     """One a/b operand as checked: a view (no copy) of its bits, or of its float values to round."""
 
     array: np.ndarray
-    format: isa.Format  # the pyamx.isa format its bits are read as (int8 or uint8 for bytes)
+    format: isa.Format  # the pyamx.table.isa format its bits are read as (int8 or uint8 for bytes)
     rounds: bool  # float32/float64 values, rounded to the format once before the run
 
 
@@ -151,7 +151,7 @@ class Call:
     """A checked call: operand views (nothing copied yet), the instruction and the shapes."""
 
     mnemonic: str  # the row isa.MATMUL_ROUTES names for the operand formats
-    family: str  # its kernel group
+    group: str  # its kernel group
     a: _Operand  # (..., M, K)
     b: _Operand  # (..., K, N)
     c: "np.ndarray | None"  # view of (..., M, N) accumulator bits, or None for zeros
@@ -225,7 +225,7 @@ class Operands:
     """Validated operands as raw bits, before any padding or interleaving."""
 
     mnemonic: str
-    family: str
+    group: str
     a: np.ndarray  # (M, K) raw bits
     b: np.ndarray  # (K, N) raw bits, row-major
     c: "np.ndarray | None"  # (M, N) uint32 bits / int32, or None for zeros
@@ -234,7 +234,7 @@ class Operands:
 def _materialize(call: Call, a_bits: np.ndarray, b_bits: np.ndarray, c_bits) -> Operands:
     """One 2-D product's operands, C-contiguous, native-endian and aligned (copied only where needed)."""
     contiguous = _validate.contiguous_bits
-    return Operands(call.mnemonic, call.family, contiguous(a_bits), contiguous(b_bits),
+    return Operands(call.mnemonic, call.group, contiguous(a_bits), contiguous(b_bits),
                     None if c_bits is None else contiguous(c_bits))
 
 
@@ -270,7 +270,7 @@ def _pack(ops: Operands) -> Plan:
         b_pad = np.zeros((width, n), dtype=b_bits.dtype)
         b_pad[:k] = b_bits
     b_vnni = _interleave(b_pad, k_dwords, lanes)
-    return Plan(ops.mnemonic, ops.family, m, n, k, k_dwords, a_pad, b_vnni, c_bits)
+    return Plan(ops.mnemonic, ops.group, m, n, k, k_dwords, a_pad, b_vnni, c_bits)
 
 
 def _interleave(b_pad: np.ndarray, k_dwords: int, lanes: int) -> np.ndarray:
@@ -382,7 +382,7 @@ def matmul(a: ArrayInput, b: ArrayInput | PackedB, c: ArrayInput | None = None, 
       (``kind="fp8"`` reads uint8 operands as BF8 bits);
     - float32 or float64 (Python floats) with ``kind="bf16"`` or ``kind="fp16"``: each such
       operand is rounded once, directly, to that format (nearest even, as
-      :func:`pyamx.bf16.from_float32`) and the product runs as above; the result's
+      :func:`pyamx.table.bf16.from_float32`) and the product runs as above; the result's
       ``.rounded_to`` names the format.
 
     Operands are anything numpy converts (lists, ``__array__`` objects, buffers); a DLPack
@@ -392,7 +392,7 @@ def matmul(a: ArrayInput, b: ArrayInput | PackedB, c: ArrayInput | None = None, 
     must match it. ``c``: optional (..., M, N) float32 (int32 for int8) accumulator, uint32
     taken as raw bits, broadcasting over the batch; zeros by default.
     ``out_dtype``: None or "float32" (int32, complex64 for those kinds); "bf16"/"bfloat16": the
-    float32 result rounded once (nearest even, :func:`pyamx.bf16.from_float32`) to bf16 bits,
+    float32 result rounded once (nearest even, :func:`pyamx.table.bf16.from_float32`) to bf16 bits,
     uint16; ``ml_dtypes.bfloat16``: the same bits as that dtype. ``out``: an array of the
     result's shape and dtype (float32, int32, complex64; uint16/int16/bfloat16 for a bf16
     result; any strides) written in place; the result is then an AMXResult view of ``out``.
@@ -403,7 +403,7 @@ def matmul(a: ArrayInput, b: ArrayInput | PackedB, c: ArrayInput | None = None, 
     element, blocks of 16 dwords of K in increasing order, one dot-product instruction
     each, C chained through them. ``backend``: None (process default), "auto", "native",
     "emulator"; ``engine``: the emulator's arithmetic engine (None: ``PYAMX_ENGINE``, else
-    auto); ``threads``: worker threads (None: :func:`pyamx.engine.default_threads` on the
+    auto); ``threads``: worker threads (None: :func:`pyamx.emulator.engine.default_threads` on the
     emulator, by the work's size on native; at most 256); ``numerics``: the
     emulator's model (emulator only). The result's ``.backend``, ``.engine`` and
     ``.native_mode`` say what ran.
@@ -425,12 +425,12 @@ def matmul(a: ArrayInput, b: ArrayInput | PackedB, c: ArrayInput | None = None, 
     view = np.dtype(np.float32 if isa.get(call.mnemonic).is_float else np.int32)
     target = None
     if out is not None:
-        dtype = _matmul_out.result_dtype(spec, view, call.family)
+        dtype = _matmul_out.result_dtype(spec, view, call.group)
         target = _matmul_out.check_out(out, call.batch + (call.m, call.n), dtype,
                                        {"a": call.a.array, "b": call.b.array, "c": call.c})
     elif spec.name is not None:
-        _matmul_out.result_dtype(spec, view, call.family)
-    chosen = _backend.choose_backend(backend, call.family, numerics, engine)
+        _matmul_out.result_dtype(spec, view, call.group)
+    chosen = _backend.choose_backend(backend, call.group, numerics, engine)
     eng = None if chosen.is_native else _engine.choose_engine(engine, numerics, op=call.mnemonic)
     _matmul_memory.check(_needed_bytes(call, eng), f"a {'x'.join(map(str, call.batch + (call.m, call.n)))} "
                          f"product over K={call.k}")
@@ -514,7 +514,7 @@ def _product(ops: Operands, eng, threads, backend=None, out=None) -> np.ndarray:
         out = np.empty((m, n), np.dtype(isa.get(ops.mnemonic).acc_format.bits).newbyteorder("="))
     for start in range(0, m, rows):
         stop = min(start + rows, m)
-        block = Operands(ops.mnemonic, ops.family, ops.a[start:stop], ops.b,
+        block = Operands(ops.mnemonic, ops.group, ops.a[start:stop], ops.b,
                          None if ops.c is None else ops.c[start:stop])
         out[start:stop] = _whole_product(block, eng, threads, backend, tiles).view(out.dtype)  # bits: no conversion
     return out

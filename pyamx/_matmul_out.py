@@ -2,7 +2,7 @@
 and ``out=`` (a caller's array written in place, checked before anything runs).
 
 The product itself is always computed into a new array of the accumulator's format (float32,
-int32, complex64); only then is it rounded (``out_dtype`` bf16: :func:`pyamx.bf16.from_float32`,
+int32, complex64); only then is it rounded (``out_dtype`` bf16: :func:`pyamx.table.bf16.from_float32`,
 nearest even, once) and copied, bit for bit, into ``out``. So ``out`` may even be ``c`` itself
 (every input is read before anything is written), and a result's bits never depend on either.
 """
@@ -59,16 +59,16 @@ def parse(out_dtype: object) -> OutDtype:
     raise ValueError(f"matmul: out_dtype must be {_ACCEPTED}; not {out_dtype!r}")
 
 
-def result_dtype(spec: OutDtype, accumulator: np.dtype, family: str) -> np.dtype:
-    """The dtype a ``family`` product with this ``accumulator`` dtype returns under ``spec``."""
+def result_dtype(spec: OutDtype, accumulator: np.dtype, group: str) -> np.dtype:
+    """The dtype a ``group`` product with this ``accumulator`` dtype returns under ``spec``."""
     if spec.name is None:
         return accumulator
     if spec.name == "bf16":
         if accumulator != np.float32:
-            raise ValueError(f"matmul: out_dtype='bf16' rounds a float32 result once to bf16; a {family} product's "
+            raise ValueError(f"matmul: out_dtype='bf16' rounds a float32 result once to bf16; a {group} product's "
                              f"result is {accumulator}")
     elif np.dtype(spec.name) != accumulator:
-        raise ValueError(f"matmul: out_dtype={spec.name!r}, but a {family} product's result is {accumulator}")
+        raise ValueError(f"matmul: out_dtype={spec.name!r}, but a {group} product's result is {accumulator}")
     assert spec.dtype is not None
     return spec.dtype
 

@@ -1,7 +1,7 @@
 """The numerics rule: which :class:`~pyamx.Numerics` models each backend and engine computes.
 
 One place for it, read by the backend choice (pyamx._backend), the native
-machine (pyamx.native) and the engine choice (pyamx.engine):
+machine (pyamx.cpu.native) and the engine choice (pyamx.emulator.engine):
 
 * the emulator's numpy engine runs every :class:`~pyamx.Numerics` option;
 * the compiled engines run the default ``"sdm"`` model's dot-product

@@ -1,6 +1,6 @@
 """The public one-instruction functions, dispatched to a backend.
 
-One function per dot product of :mod:`pyamx.isa` (``isa.DOT_NAMES``), generated from its row.
+One function per dot product of :mod:`pyamx.table.isa` (``isa.DOT_NAMES``), generated from its row.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ _EMULATOR = _backend.EMULATOR
 
 
 def _function(insn: isa.Instruction):
-    """The public function of one dot product, generated from its pyamx.isa row."""
+    """The public function of one dot product, generated from its pyamx.table.isa row."""
     name, group, check = insn.name, insn.group, emulator.operands
     result_dtype = np.dtype(np.float32 if insn.is_float else np.int32)
     dot_operands, choose_backend, choose_engine = _validate.dot_operands, _backend.choose_backend, _engine.choose_engine

@@ -86,7 +86,7 @@ def pack(b: "ArrayInput", kind: "str | None" = None, *, threads: "int | None" = 
     ``b`` and ``kind`` follow :func:`pyamx.matmul`'s rules for its right operand (bf16 bits,
     float16, int8/uint8, fp8; float32/float64 with ``kind="bf16"``/``"fp16"``, rounded once
     here, to nearest even). ``threads``: packing threads (None: one per MiB of the layout, at
-    most :func:`pyamx.engine.default_threads`). Returns an immutable :class:`PackedB`, safe to
+    most :func:`pyamx.emulator.engine.default_threads`). Returns an immutable :class:`PackedB`, safe to
     share between calls and threads.
     """
     threads = _matmul._check_threads(threads)

@@ -14,7 +14,7 @@ def backend_label(backend: str | None, native_mode: str | None = None) -> str:
 
     ``native_mode`` is what :func:`pyamx._backend.native_mode` returns
     (``"silicon"``, ``"trap"`` or None), or ``"complement"`` for an instruction the
-    complement mode emulates on silicon (``pyamx.detect.Report.mode_for``).
+    complement mode emulates on silicon (``pyamx.cpu.detect.Report.mode_for``).
     """
     if backend is None:
         return "none"
@@ -28,7 +28,7 @@ class AMXResult(np.ndarray):
 
     ``backend`` is ``"emulator"`` or ``"native"`` (``native_mode`` then says
     ``"silicon"`` or ``"trap"``; on the emulator ``engine`` names the
-    arithmetic engine, see :mod:`pyamx.engine`); ``label`` is the readable form. Arithmetic
+    arithmetic engine, see :mod:`pyamx.emulator.engine`); ``label`` is the readable form. Arithmetic
     on the result gives plain arrays, so the labels never stick to numbers
     pyamx did not compute; views, copies and pickles keep them.
     """
@@ -37,7 +37,7 @@ class AMXResult(np.ndarray):
     # so attributes added later (an engine name) travel without changes here.
     backend: str | None = None
     native_mode: str | None = None
-    engine: str | None = None  # the emulator's arithmetic engine, where one is named (pyamx.engine)
+    engine: str | None = None  # the emulator's arithmetic engine, where one is named (pyamx.emulator.engine)
     rounded_to: str | None = None  # "bf16"/"fp16" where pyamx.matmul rounded float operands to that format
 
     def __array_finalize__(self, obj):

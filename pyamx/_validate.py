@@ -31,7 +31,7 @@ def require_array(x: object, name: str, fn: str) -> np.ndarray:
     tensor), __array__, the buffer protocol.
 
     The one operand rule: every public entry point (the one-instruction
-    functions, ``pyamx.matmul``, ``pyamx.bf16.*``) takes its arrays through
+    functions, ``pyamx.matmul``, ``pyamx.table.bf16.*``) takes its arrays through
     here, so they accept the same objects and refuse the rest with the same
     message (a failing ``__array__`` never escapes as the framework's own error).
     A tensor of a format numpy has no dtype for (``torch.bfloat16``, torch's float8)
@@ -139,7 +139,7 @@ def _kind(allowed: dict, hint: str) -> tuple:
 
 
 def _format_kind(fmt: isa.Format) -> tuple:
-    """The kind of a pyamx.isa format row: its dtypes, each read as its bits; 16-bit floats add
+    """The kind of a pyamx.table.isa format row: its dtypes, each read as its bits; 16-bit floats add
     how to hand over a framework's tensor, which numpy cannot hold as such."""
     hint = f" ({fmt.note})" if fmt.note else ""
     if fmt.is_float and fmt.width // fmt.components == 16:
@@ -263,7 +263,7 @@ def _plain_types():
     return _PLAIN
 
 
-#: dot product name -> (c kind, a kind, b kind, values per dword), from its pyamx.isa row
+#: dot product name -> (c kind, a kind, b kind, values per dword), from its pyamx.table.isa row
 DOT_KINDS = {insn.name: (FORMAT_KINDS[insn.acc_format.name], FORMAT_KINDS[insn.a_format.name],
                          FORMAT_KINDS[insn.b_format.name], insn.lanes) for insn in isa.DOTS}
 
@@ -329,7 +329,7 @@ def complex_pairs(x: object, name: str, fn: str, fmt: isa.Format) -> np.ndarray:
 
 
 def format_view(x: object, name: str, fn: str, fmt: isa.Format) -> np.ndarray:
-    """An array of format ``fmt`` (a pyamx.isa row) as a view of its bits, no copy (shapes are checked next)."""
+    """An array of format ``fmt`` (a pyamx.table.isa row) as a view of its bits, no copy (shapes are checked next)."""
     return _bits_view(x, name, fn, *FORMAT_KINDS[fmt.name])
 
 

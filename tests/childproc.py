@@ -34,11 +34,11 @@ def require_pyamx_run() -> str:
     """The preload library of ``pyamx run``, or skip the test saying why run cannot work here."""
     import pytest
 
-    import pyamx.run
+    import pyamx.tools.run
 
     try:
-        return pyamx.run.preload_file()
-    except pyamx.run.RunError as exc:
+        return pyamx.tools.run.preload_file()
+    except pyamx.tools.run.RunError as exc:
         pytest.skip(f"pyamx run is unavailable here: {exc}")
 
 
@@ -80,7 +80,7 @@ def run_directly_on_silicon(program, timeout):
 
     import pytest
 
-    from pyamx import detect
+    from pyamx.cpu import detect
 
     if not detect.report().cpu_runs_amx:
         pytest.skip("no AMX silicon here to run the program on directly")

@@ -33,7 +33,7 @@ def pytest_addoption(parser):
 
 def pytest_collection_modifyitems(config, items):
     for item in items:
-        if {"native", "native_family"} & set(getattr(item, "fixturenames", ())):
+        if {"native", "native_group"} & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.native)
         if item.path.name.startswith("test_trap"):
             item.add_marker(pytest.mark.trap)
@@ -82,19 +82,19 @@ def native_required_by_env() -> bool:
     return _require_native
 
 
-def _cpu_lacks_family(native, family) -> bool:
-    """Silicon whose CPU lacks this family's extension (AMX-FP16 on a Sapphire Rapids): no promise broken."""
-    from pyamx import detect
+def _cpu_lacks_group(native, group) -> bool:
+    """Silicon whose CPU lacks this group's extension (AMX-FP16 on a Sapphire Rapids): no promise broken."""
+    from pyamx.cpu import detect
 
-    return family is not None and native.available()[0] and detect.report().mode == "silicon"
+    return group is not None and native.available()[0] and detect.report().mode == "silicon"
 
 
-def _native_or_skip(family=None):
-    from pyamx import native
+def _native_or_skip(group=None):
+    from pyamx.cpu import native
 
-    usable, reason = native.available(family)
+    usable, reason = native.available(group)
     if not usable:
-        if native_required_by_env() and not _cpu_lacks_family(native, family):
+        if native_required_by_env() and not _cpu_lacks_group(native, group):
             pytest.fail(f"{REQUIRE_NATIVE_ENV} is set but the native backend is unavailable: {reason}", pytrace=False)
         pytest.skip(f"native backend unavailable: {reason}")
     return native
@@ -102,7 +102,7 @@ def _native_or_skip(family=None):
 
 @pytest.fixture
 def native():
-    """The ``pyamx.native`` module where it can run; skip (or fail, see above) elsewhere."""
+    """The ``pyamx.cpu.native`` module where it can run; skip (or fail, see above) elsewhere."""
     module = _native_or_skip()
     # A machine an earlier test dropped inside a reference cycle (an exception raised from a
     # signal handler holds its frame) still owns this thread's tile state until the collector
@@ -113,8 +113,8 @@ def native():
 
 
 @pytest.fixture
-def native_family():
-    """A function ``(family) -> pyamx.native`` that skips/fails when that kernel family cannot run."""
+def native_group():
+    """A function ``(group) -> pyamx.cpu.native`` that skips/fails when that kernel group cannot run."""
     return _native_or_skip
 
 

@@ -75,9 +75,9 @@ def main(argv=None) -> int:
 
     from pyamx.table import _memory
     from pyamx.cpu import _nativelib
-    from pyamx import native
+    from pyamx.cpu import native
     from pyamx.errors import InvalidOpcodeFault, MemoryAccessFault
-    from pyamx.tilecfg import check_dot_product, check_memory_tile
+    from pyamx.table.tilecfg import check_dot_product, check_memory_tile
 
     usable, reason = native.available()
     if not usable:

@@ -1,4 +1,4 @@
-"""docs/isa.md's instruction table, derived from the rows of :mod:`pyamx.isa`.
+"""docs/isa.md's instruction table, derived from the rows of :mod:`pyamx.table.isa`.
 
 Each row's own cells (mnemonic, kind, kernel group, CPUID feature, encoding) come from the row; the
 kernels and tests that serve it come from its *group*: the action of a config or memory row, the kind
@@ -19,7 +19,7 @@ TESTS = ROOT / "tests"
 ISA_MD = ROOT / "docs" / "isa.md"
 BEGIN = "<!-- instruction table: generated from pyamx/table/isa.py by tests/isa_doc.py (python tests/isa_doc.py rewrites it) -->"
 END = "<!-- end of the generated instruction table -->"
-HEADER = ("| Instruction | Kind | Family | CPUID | Encoding | Emulator | Kernel | Trap case | Tests |\n"
+HEADER = ("| Instruction | Kind | Group | CPUID | Encoding | Emulator | Kernel | Trap case | Tests |\n"
           "|---|---|---|---|---|---|---|---|---|")
 
 MACHINE = "`pyamx.emulator.machine.TileMachine.{name}`"
@@ -143,13 +143,13 @@ def _test_links(tests: Tuple[str, ...]) -> str:
 
 
 def table_text() -> str:
-    """The whole table, header included, one line per row of ``pyamx.isa.TABLE`` in table order."""
-    from pyamx import isa
+    """The whole table, header included, one line per row of ``pyamx.table.isa.TABLE`` in table order."""
+    from pyamx.table import isa
 
     lines = [HEADER]
     for insn in isa.TABLE:
         emulator, kernel, trap, tests = GROUPS[group_of(insn)]
-        cells = (f"`{insn.mnemonic}`", insn.kind, insn.family or "-", insn.cpuid, encoding_cell(insn),
+        cells = (f"`{insn.mnemonic}`", insn.kind, insn.group or "-", insn.cpuid, encoding_cell(insn),
                  emulator.format(name=insn.name), kernel, trap, _test_links(tests))
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)

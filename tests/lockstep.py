@@ -26,10 +26,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from pyamx import isa
+from pyamx.table import isa
 from pyamx.emulator import TileMachine
 from pyamx.errors import AMXError, AMXFault, ReentrantUseError
-from pyamx.tilecfg import TileConfig
+from pyamx.table.tilecfg import TileConfig
 
 # Wider than the farthest byte any operation generated here can address
 # (|offset| + 15 * |stride| + 64 with the bounds below), so that even a
@@ -47,12 +47,12 @@ def native_dot_names() -> tuple:
     """The dot products the native side runs here: on silicon only those whose extension the CPU has
     (a Sapphire Rapids has no AMX-FP16, AMX-COMPLEX nor AMX-FP8), everywhere else (trap mode, or no
     native) all of them."""
-    from pyamx import detect
+    from pyamx.cpu import detect
 
     rep = detect.report()
     if not rep.native_usable:
         return DOT_NAMES
-    return tuple(name for name in DOT_NAMES if isa.BY_NAME[name].family in rep.kernels)
+    return tuple(name for name in DOT_NAMES if isa.BY_NAME[name].group in rep.kernels)
 
 
 class Interrupt(BaseException):

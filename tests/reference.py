@@ -232,7 +232,7 @@ def int8_signedness(mnemonic: str):
     """``(tsrc1 signed, tsrc2 signed)`` of TDPB[SU][SU]D, read off the mnemonic as docs/semantics.md
     section 4 defines it (first letter: tsrc1, second: tsrc2; S signed, U unsigned).
 
-    The tests' one statement of signedness that does not come from pyamx.isa: tests that hold the
+    The tests' one statement of signedness that does not come from pyamx.table.isa: tests that hold the
     code to this reference must not take the expectation from the table under test.
     """
     name = mnemonic.lower()

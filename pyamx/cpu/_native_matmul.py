@@ -19,7 +19,7 @@ Contract of :func:`matmul_native` (the caller, :mod:`pyamx.matmul`, packs and pa
 - ``k_dwords``: int >= 1. ``threads``: int from 1 to
   ``lib.PYAMX_MATMUL_MAX_THREADS``, or None for :func:`threads_for_work`:
   one thread per :data:`MIN_MACS_PER_THREAD` multiply-adds, at most
-  :func:`pyamx.engine.default_threads` (``PYAMX_ENGINE_THREADS``, else the
+  :func:`pyamx.emulator.engine.default_threads` (``PYAMX_ENGINE_THREADS``, else the
   CPUs this process may run on). The kernel
   never starts more threads than there are 32 x 32 output blocks, and the
   result does not depend on ``threads``.
@@ -35,7 +35,7 @@ Contract of :func:`matmul_native` (the caller, :mod:`pyamx.matmul`, packs and pa
 - Raises ``ValueError`` (unknown op, shapes,
   strides, threads), ``TypeError`` (not an ndarray, wrong item size or
   dtype kind, non-native byte order), ``NativeUnavailableError`` (no AMX,
-  no permission, kernel family not built or not in this CPU),
+  no permission, kernel group not built or not in this CPU),
   ``BackendError`` (the thread's tile state has a pending start_row).
 
 The GIL is released while the kernel runs (cffi API mode releases it around
@@ -93,7 +93,7 @@ def _count(fn, name, value, low, high=None):
 
 
 def default_threads() -> int:
-    """What ``threads=None`` uses: :func:`pyamx.engine.thread_default` (``PYAMX_ENGINE_THREADS``, else the
+    """What ``threads=None`` uses: :func:`pyamx.emulator.engine.thread_default` (``PYAMX_ENGINE_THREADS``, else the
     usable CPUs), read once and kept as the engines keep it."""
     return _engine.thread_default()
 
@@ -146,7 +146,7 @@ def matmul_native(op_name, a_bits, b_vnni, c_bits, k_dwords, threads, *, panels=
     fn = f"native matmul ({op_name})"
     if op_name not in native.OPS:
         raise ValueError(f"native matmul: unknown instruction {op_name!r}; expected one of {', '.join(native.OPS)}")
-    op_attr, family, lanes = native.OPS[op_name]
+    op_attr, group, lanes = native.OPS[op_name]
     k_dwords = _count(fn, "k_dwords", k_dwords, 1)
     item = 4 // lanes
     lda = _operand(fn, "a_bits", a_bits, item, "uif")
@@ -160,8 +160,8 @@ def matmul_native(op_name, a_bits, b_vnni, c_bits, k_dwords, threads, *, panels=
             f"{fn}: shapes do not fit: c{c_bits.shape}, k_dwords={k_dwords} needs a({m}, {k_dwords * lanes}) "
             f"and b({k_dwords}, {n * lanes}), got a{a_bits.shape} b{b_vnni.shape}"
         )
-    # A call's resolved native backend has checked this family against its detection report already.
-    ffi, lib = native._lib(family) if backend is None else backend.library
+    # A call's resolved native backend has checked this group against its detection report already.
+    ffi, lib = native._lib(group) if backend is None else backend.library
     threads = _threads(fn, lib, threads, m, n, k_dwords * lanes)
     k_panel, n_panel = _panels(fn, lib, panels)
     out = _aligned_copy(c_bits)
@@ -184,7 +184,7 @@ def matmul_native_packed(op_name, a_bits, tiles, k_dwords, c_bits, threads, *, p
     fn = f"native matmul ({op_name})"
     if op_name not in native.OPS:
         raise ValueError(f"native matmul: unknown instruction {op_name!r}; expected one of {', '.join(native.OPS)}")
-    op_attr, family, lanes = native.OPS[op_name]
+    op_attr, group, lanes = native.OPS[op_name]
     k_dwords = _count(fn, "k_dwords", k_dwords, 1)
     lda = _operand(fn, "a_bits", a_bits, 4 // lanes, "uif")
     _operand(fn, "c_bits", c_bits, 4, "uif")
@@ -195,7 +195,7 @@ def matmul_native_packed(op_name, a_bits, tiles, k_dwords, c_bits, threads, *, p
     need = 2048 * (-(-n // 32)) * (-(-k_dwords // 16))
     tiles_ok = isinstance(tiles, np.ndarray) and tiles.dtype == np.uint8 and tiles.ndim == 1 and \
         tiles.flags.c_contiguous and tiles.nbytes >= need
-    ffi, lib = native._lib(family) if backend is None else backend.library
+    ffi, lib = native._lib(group) if backend is None else backend.library
     tiles_ptr = ffi.from_buffer(tiles) if tiles_ok else None
     if tiles_ptr is None or int(ffi.cast("uintptr_t", tiles_ptr)) % 64:
         raise ValueError(f"{fn}: tiles must be a 64-byte aligned, contiguous uint8 array of at least {need} bytes "

@@ -1,7 +1,7 @@
 """The runtime report (``pyamx.show_runtime()``, ``pyamx info``): versions, the backend decision, the
 settings, the emulator's engines, then detection's stages.
 
-Apart from pyamx.detect on purpose: this report asks the backend choice (pyamx._backend), which
+Apart from pyamx.cpu.detect on purpose: this report asks the backend choice (pyamx._backend), which
 itself asks detection, so living in detect.py made the two import each other.
 """
 
@@ -38,7 +38,7 @@ def runtime_lines() -> list:
 
 
 def engine_lines() -> list:
-    """The emulator's engines (pyamx.engine): which one runs by default, with what SIMD level."""
+    """The emulator's engines (pyamx.emulator.engine): which one runs by default, with what SIMD level."""
     from ..emulator import engine
 
     return engine.describe_lines()

@@ -91,7 +91,7 @@ def pack(bits: np.ndarray, threads=None) -> np.ndarray:
     """C-contiguous (K, N) bits (1- or 2-byte items) in the layout: a new, read-only uint8 array.
 
     ``threads``: packing threads (None: one per :data:`PACK_BYTES_PER_THREAD` of the layout, at
-    most :func:`pyamx.engine.default_threads`).
+    most :func:`pyamx.emulator.engine.default_threads`).
     """
     (k, n), item = bits.shape, bits.itemsize
     nbytes = layout_bytes(item, k, n)

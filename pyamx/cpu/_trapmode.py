@@ -1,8 +1,8 @@
-"""The trap side of the native decision: the facts detection judges about pyamx.trap.
+"""The trap side of the native decision: the facts detection judges about pyamx.cpu.trap.
 
 Detection reads the machine; this module is where it consults the trap and
 (where silicon said no and the trap was asked for) switches it on, so that
-pyamx.detect itself only reads and judges. It imports nothing from detect:
+pyamx.cpu.detect itself only reads and judges. It imports nothing from detect:
 detect imports it.
 """
 
@@ -16,16 +16,16 @@ from typing import Callable, Optional, Tuple
 class TrapFacts:
     """The trap-and-emulate mode, consulted only when silicon said no."""
 
-    available: bool  # pyamx.trap could be imported
+    available: bool  # pyamx.cpu.trap could be imported
     requested: bool = False
     error: Optional[str] = None  # why requested() / enable() / the grant failed
     active: bool = False
-    kernels: Optional[frozenset] = None  # families the trap emulates; None = all built ones
-    guard: Optional[str] = None  # pyamx.trap.guard().reason: whether other SIGILL handlers are kept out
+    kernels: Optional[frozenset] = None  # groups the trap emulates; None = all built ones
+    guard: Optional[str] = None  # pyamx.cpu.trap.guard().reason: whether other SIGILL handlers are kept out
 
 
 def trap_facts(lib, errno_name: Callable[[int], str]) -> TrapFacts:
-    """Consult pyamx.trap and enable it if requested (``lib``: pyamx._native's; ``errno_name`` names a
+    """Consult pyamx.cpu.trap and enable it if requested (``lib``: pyamx._native's; ``errno_name`` names a
     failed permission's code as detection does)."""
     from . import trap
 
@@ -64,7 +64,7 @@ def complement_facts() -> Tuple[Optional[Tuple[str, ...]], Optional[str]]:
 
 
 def env_var() -> str:
-    """The trap variable's name (pyamx.trap owns it), for detection's stage names."""
+    """The trap variable's name (pyamx.cpu.trap owns it), for detection's stage names."""
     from .trap import ENV_VAR
 
     return ENV_VAR

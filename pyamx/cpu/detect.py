@@ -38,7 +38,7 @@ from ._trapmode import TrapFacts as TrapFacts  # RawFacts.trap; tests build it f
 
 # -- constants of the hardware and kernel interfaces --------------------------
 
-# The AMX feature bits are pyamx.isa's Feature rows (leaf, sub-leaf, register, bit)
+# The AMX feature bits are pyamx.table.isa's Feature rows (leaf, sub-leaf, register, bit)
 BIT_AMX_BF16, BIT_AMX_TILE, BIT_AMX_INT8, BIT_AMX_FP16 = (
     isa.FEATURES[name].bit for name in ("AMX-BF16", "AMX-TILE", "AMX-INT8", "AMX-FP16"))
 BIT_OSXSAVE = 27  # CPUID.1:ECX
@@ -104,8 +104,8 @@ def _c(name: str):
 
 
 def _kernel_bits():
-    """family -> bit of pyamx_build_kernels() (csrc/pyamx.h, enum pyamx_kernel_bits)."""
-    return MappingProxyType({family: _c("KERNEL_" + family.upper()) for family in KERNEL_FEATURE})
+    """group -> bit of pyamx_build_kernels() (csrc/pyamx.h, enum pyamx_kernel_bits)."""
+    return MappingProxyType({group: _c("KERNEL_" + group.upper()) for group in KERNEL_FEATURE})
 
 
 def __getattr__(name):
@@ -115,7 +115,7 @@ def __getattr__(name):
         return _kernel_bits()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
-#: kernel group -> the feature key (decode_features) its kernels need, from pyamx.isa
+#: kernel group -> the feature key (decode_features) its kernels need, from pyamx.table.isa
 KERNEL_FEATURE = MappingProxyType({group: isa.FEATURES[name].key for group, name in isa.GROUP_FEATURE.items()})
 
 FAULTHANDLER_FIXED = {(3, 9): (3, 9, 12), (3, 10): (3, 10, 4)}  # 3.11+ fixed from the start
@@ -129,7 +129,7 @@ class BuildFacts:
 
     version: str
     compiler: str
-    kernels: frozenset  # families compiled in: {"bf16", "int8", "fp16"}
+    kernels: frozenset  # groups compiled in: {"bf16", "int8", "fp16"}
     x86_64_linux: bool
     kernels_reason: str = ""  # the build's decision: why the AMX kernels are (not) compiled in
 
@@ -151,7 +151,7 @@ class RawFacts:
     child: Optional[Tuple[int, int]] = None  # (errno or C status, wait status)
     trap: Optional[TrapFacts] = None
     # On AMX silicon with the trap variable set: the CPUID features the complement mode emulates
-    # (pyamx.trap.complement), or the error that kept it out
+    # (pyamx.cpu.trap.complement), or the error that kept it out
     complement: Optional[Tuple[str, ...]] = None
     complement_error: Optional[str] = None
     cpuinfo_flags: Optional[Tuple[str, ...]] = None  # AMX flags of /proc/cpuinfo, read when there is no extension
@@ -173,7 +173,7 @@ class Report:
     reason: str  # "ok", or the first failing stage and its remedy
     mode: Optional[str]  # "silicon", "trap" or None
     stages: Tuple[Stage, ...]
-    kernels: frozenset  # families native can run: subset of {"bf16", "int8", "fp16"}
+    kernels: frozenset  # groups native can run: subset of {"bf16", "int8", "fp16"}
     cpu: Mapping = field(default_factory=lambda: MappingProxyType({}))
     build: Mapping = field(default_factory=lambda: MappingProxyType({}))
     warning: Optional[str] = None  # loud text when native means trapped, not silicon
@@ -326,7 +326,7 @@ def permission_remedy(err: int, python: Tuple[int, int, int] = (3, 11, 0)) -> st
         return (
             "ENOSPC: a thread's sigaltstack is too small for the AMX signal frame (about 11 KiB); "
             f"{old}. Fix: upgrade CPython, or run pytest with -p no:faulthandler, or request the "
-            "permission (import pyamx and call pyamx.detect.report()) before faulthandler is enabled"
+            "permission (import pyamx.cpu.detect and call pyamx.cpu.detect.report()) before faulthandler is enabled"
         )
     if err == _errno.EINVAL:
         return (
@@ -347,7 +347,7 @@ def permission_remedy(err: int, python: Tuple[int, int, int] = (3, 11, 0)) -> st
         return (
             "EBUSY: the kernel refused to change this process's XSTATE permission at this point "
             "(it is locked once in use). Fix: request it early, before other threads start, e.g. "
-            "import pyamx and call pyamx.detect.report() at start-up"
+            "import pyamx.cpu.detect and call pyamx.cpu.detect.report() at start-up"
         )
     if err == _errno.ENOSYS:
         return "ENOSYS: this kernel (or sandbox) has no arch_prctl AMX interface; Linux >= 5.16 is needed"
@@ -417,11 +417,11 @@ class _Stages:
 
 
 def _feature_stage(feature: isa.Feature) -> str:
-    """A stage named after a pyamx.isa feature row: ``"AMX-BF16 (CPUID.7.0:EDX[22])"``."""
+    """A stage named after a pyamx.table.isa feature row: ``"AMX-BF16 (CPUID.7.0:EDX[22])"``."""
     return f"{feature.name} (CPUID.{feature.leaf:X}.{feature.subleaf:X}:{feature.register.upper()}[{feature.bit}])"
 
 
-#: the AMX features of pyamx.isa: AMX-TILE first (the verdict of the stage), then each kernel group's
+#: the AMX features of pyamx.table.isa: AMX-TILE first (the verdict of the stage), then each kernel group's
 _FEATURES = (isa.FEATURES["AMX-TILE"],) + tuple(f for f in isa.FEATURE_ROWS if f.name != "AMX-TILE")
 
 SILICON_STAGES_AFTER_CPUID = (
@@ -458,10 +458,10 @@ def _hidden_hint(cpu: Mapping) -> str:
 
 
 def _silicon_stages(raw: RawFacts, st: _Stages, cpu: dict) -> Tuple[set, dict]:
-    """CPUID through the child probe; returns (CPU kernel families, feature dict)."""
+    """CPUID through the child probe; returns (CPU kernel groups, feature dict)."""
     names = iter(SILICON_STAGES_AFTER_CPUID)
     feats = decode_features(raw.cpuid)
-    cpu_families = {fam for fam, feat in KERNEL_FEATURE.items() if feats[feat]}
+    cpu_groups = {group for group, feat in KERNEL_FEATURE.items() if feats[feat]}
 
     name = next(names)
     st.add(name, _yes(feats["amx_tile"]), feats["amx_tile"],
@@ -542,7 +542,7 @@ def _silicon_stages(raw: RawFacts, st: _Stages, cpu: dict) -> Tuple[set, dict]:
     else:
         ok, text = child_verdict(*raw.child)
         st.add(name, text, ok)
-    return cpu_families, feats
+    return cpu_groups, feats
 
 
 def _trap_stage(raw: RawFacts, st: _Stages, silicon_reason: str) -> bool:
@@ -553,7 +553,7 @@ def _trap_stage(raw: RawFacts, st: _Stages, silicon_reason: str) -> bool:
     if trap is None:
         return False
     if not trap.available:
-        st.add(name, "unavailable: " + (trap.error or "pyamx.trap is not installed"), None)
+        st.add(name, "unavailable: " + (trap.error or "pyamx.cpu.trap is not installed"), None)
         return False
     if trap.error and not trap.requested:  # e.g. a value of the variable the parser refused
         st.add(name, f"refused: {trap.error}", False)
@@ -592,7 +592,7 @@ def evaluate(raw: RawFacts) -> Report:
         st.add("native module (pyamx._native)", f"{build.version}, {build.compiler}, kernels: {kernels_text}", True)
 
     cpu = {}
-    families = set()
+    groups = set()
     feats = {}
     if raw.cpuid is None:
         st.skip("cpu", *SILICON_STAGES_AFTER_CPUID)
@@ -600,14 +600,14 @@ def evaluate(raw: RawFacts) -> Report:
         cpu = _cpu_info(raw.cpuid)
         line = len(st.items)
         st.add("cpu", "", None)  # worded below, once the forked child has said what executes
-        families, feats = _silicon_stages(raw, st, cpu)
+        groups, feats = _silicon_stages(raw, st, cpu)
         child = next(s for s in st.items if s.name == SILICON_STAGES_AFTER_CPUID[-1])
         st.items[line] = Stage("cpu", describe_cpu(cpu, feats, child.ok), None)
         cpu.update(feats)
 
     built = set(build.kernels) if build else set()
     silicon_ok = not st.failed
-    kernels = built & families
+    kernels = built & groups
     if silicon_ok:
         if not built:
             st.add("kernels", "none in this build", False,
@@ -616,7 +616,7 @@ def evaluate(raw: RawFacts) -> Report:
                    "on x86-64, without PYAMX_DISABLE_AMX_KERNELS")
         else:
             st.add("kernels", ", ".join(sorted(kernels)) or "none", bool(kernels),
-                   "the CPU supports none of the kernel families this build has")
+                   "the CPU supports none of the kernel groups this build has")
 
     silicon_reason = st.reason or "ok"
     mode = "silicon" if not st.failed else None

@@ -49,7 +49,7 @@ from ..table.tilecfg import (
     parse_tilecfg,
 )
 
-#: mnemonic -> (C op name in lib, kernel group, lanes per dword), from pyamx.isa; the id itself is read from lib.
+#: mnemonic -> (C op name in lib, kernel group, lanes per dword), from pyamx.table.isa; the id itself is read from lib.
 OPS = {insn.name: (insn.c_op, insn.group, insn.lanes) for insn in isa.DOTS}
 
 
@@ -58,36 +58,36 @@ def _needs(feature: isa.Feature) -> str:
     return f"{feature.name} ({where}" + (f"; {feature.since})" if feature.since else ")")
 
 
-#: kernel group -> what it needs (the CPUID feature of pyamx.isa, with where to find it)
-FAMILY_FEATURE = {group: _needs(isa.FEATURES[name]) for group, name in isa.GROUP_FEATURE.items()}
+#: kernel group -> what it needs (the CPUID feature of pyamx.table.isa, with where to find it)
+GROUP_FEATURE = {group: _needs(isa.FEATURES[name]) for group, name in isa.GROUP_FEATURE.items()}
 
 
-def available(family=None):
+def available(group=None):
     """``(usable, reason)`` of the native backend, from the cached detection report.
 
-    ``family`` (``"bf16"``, ``"int8"``, ``"fp16"``) narrows the question to
-    one kernel family: AMX-FP16, for one, exists only from Granite Rapids on.
+    ``group`` (``"bf16"``, ``"int8"``, ``"fp16"``) narrows the question to
+    one kernel group: AMX-FP16, for one, exists only from Granite Rapids on.
     """
-    return availability(detect.report(), family)
+    return availability(detect.report(), group)
 
 
-def availability(rep, family):
+def availability(rep, group):
     """``available``'s answer from a given report (a machine, or a call's resolved backend, asks with
     the one it kept)."""
-    if family is not None and family not in FAMILY_FEATURE:
-        raise ValueError(f"unknown kernel family {family!r}; expected one of {', '.join(FAMILY_FEATURE)}")
+    if group is not None and group not in GROUP_FEATURE:
+        raise ValueError(f"unknown kernel group {group!r}; expected one of {', '.join(GROUP_FEATURE)}")
     if not rep.native_usable:
         return False, rep.reason
-    if family is not None and family not in rep.kernels:
+    if group is not None and group not in rep.kernels:
         return False, (
-            f"the native {family} kernels cannot run here: they need {FAMILY_FEATURE[family]} in the CPU "
+            f"the native {group} kernels cannot run here: they need {GROUP_FEATURE[group]} in the CPU "
             f"and in this build (available: {', '.join(sorted(rep.kernels)) or 'none'})"
         )
     return True, rep.reason
 
 
-def _lib(family=None):
-    usable, reason = available(family)
+def _lib(group=None):
+    usable, reason = available(group)
     if not usable:
         raise NativeUnavailableError(f"the native backend cannot run here: {reason}", reason=reason)
     from . import _nativelib
@@ -250,7 +250,7 @@ def oneshot_runner(name: str, backend):
 
 
 def run(name: str, c: np.ndarray, a: np.ndarray, b: np.ndarray, backend=None) -> np.ndarray:
-    """One dot product ``name`` (a :mod:`pyamx.isa` row) on silicon; see the per-mnemonic functions.
+    """One dot product ``name`` (a :mod:`pyamx.table.isa` row) on silicon; see the per-mnemonic functions.
 
     ``backend``: the native :class:`~pyamx._backend.Backend` the call resolved for the row's
     group, whose report and library it runs with; None checks availability here.
@@ -504,7 +504,7 @@ class NativeMachine:
     # -- configuration -----------------------------------------------------------
 
     # The public methods (one per config or memory row) are bound from the table at the end of
-    # this module (pyamx.isa.add_state_methods); each passes its row's name for the messages.
+    # this module (pyamx.table.isa.add_state_methods); each passes its row's name for the messages.
 
     def _configure(self, mnemonic, cfg) -> None:
         parsed = parse_tilecfg(cfg)

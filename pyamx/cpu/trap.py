@@ -47,7 +47,7 @@ ENV_VAR = "PYAMX_TRAP_EMULATION"
 #: ``0`` leaves out the seccomp guard (its cost: some tens of ns on every system call of the process)
 GUARD_ENV = "PYAMX_TRAP_GUARD"
 
-# Kernel groups the handler emulates (the names pyamx.detect uses): every dot-product row
+# Kernel groups the handler emulates (the names pyamx.cpu.detect uses): every dot-product row
 # (csrc/trap/semantics.c, fp8.c).
 _KERNELS = frozenset(isa.GROUPS)
 
@@ -164,7 +164,7 @@ def complement() -> tuple:
     ffi, lib = _load_or_backend_error()
     if not lib.pyamx_trap_cpu_has_amx():
         raise BackendError("the complement mode needs usable AMX silicon; without it the trap mode "
-                           "(pyamx.trap.enable) emulates every AMX instruction")
+                           "(pyamx.cpu.trap.enable) emulates every AMX instruction")
     if not lib.pyamx_trap_complementing():
         rc = lib.pyamx_trap_install_complement()
         if rc == lib.PYAMX_TRAP_E_HAS_AMX:
@@ -228,7 +228,7 @@ def ensure_installed() -> bool:
     """Reinstall the handler if it was replaced; True if it had to. Call before native entries."""
     rc = _lib().pyamx_trap_ensure_installed()
     if rc < 0:
-        raise BackendError("the trap mode is not enabled; call pyamx.trap.enable() first")
+        raise BackendError("the trap mode is not enabled; call pyamx.cpu.trap.enable() first")
     return rc == 1
 
 
@@ -241,13 +241,13 @@ def thread_prepare() -> None:
             f"the trap mode's per-thread tile state table is full ({lib.PYAMX_TRAP_MAX_THREADS} live threads)"
         )
     if rc < 0:
-        raise BackendError("the trap mode is not enabled; call pyamx.trap.enable() first")
+        raise BackendError("the trap mode is not enabled; call pyamx.cpu.trap.enable() first")
 
 
 def grant_permission() -> None:
     """The emulated ``arch_prctl(ARCH_REQ_XCOMP_PERM)``; normally done by the C permission code."""
     if _lib().pyamx_trap_grant_permission() != 0:
-        raise BackendError("the trap mode is not enabled; call pyamx.trap.enable() first")
+        raise BackendError("the trap mode is not enabled; call pyamx.cpu.trap.enable() first")
 
 
 def trapped_count() -> int:
@@ -267,7 +267,7 @@ def op_counts() -> dict:
 
 
 def supported_kernels() -> frozenset:
-    """The kernel families whose instructions the handler emulates."""
+    """The kernel groups whose instructions the handler emulates."""
     return _KERNELS
 
 

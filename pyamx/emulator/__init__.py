@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
     class TileMachine(_machine.TileMachine, _dot_types.TileMachine):
         """The tile machine as type checkers must see it: machine.TileMachine, whose dot-product
-        methods pyamx.isa.add_dot_methods adds at import (build.py generates their types), with its
+        methods pyamx.table.isa.add_dot_methods adds at import (build.py generates their types), with its
         constructor typed."""
 
         def __init__(self, numerics: str | Numerics = "sdm", engine: str | None = None) -> None: ...
@@ -53,7 +53,7 @@ def operands(name: str, c, a, b) -> _validate.DotOperands:
 
 
 def _function(insn: isa.Instruction):
-    """The array-level function of one dot product, generated from its pyamx.isa row."""
+    """The array-level function of one dot product, generated from its pyamx.table.isa row."""
     name = insn.name
     dot_operands, choose_engine = _validate.dot_operands, _engine.choose_engine
 

@@ -500,7 +500,7 @@ def engine_dot(op_name: str, c_bits, a, b_vnni, k_dwords: int, threads: int, num
             and numerics.structure in _ONE_TILE_STRUCTURES
             and a.shape == (m, 2 * k_dwords) and b_vnni.shape == (k_dwords, 2 * n)):
         # one instruction: ordinary operands take a few float32 ufuncs (onetile.py proves why)
-        fp16 = isa.BY_NAME[op_name].family != "bf16"
+        fp16 = isa.BY_NAME[op_name].group != "bf16"
         out = one_tile(numerics.structure, fp16, _words(c_bits, np.uint32), a.view(np.uint16), b_vnni.view(np.uint16),
                        m, n, k_dwords)
         if out is not None:
@@ -511,7 +511,7 @@ def engine_dot(op_name: str, c_bits, a, b_vnni, k_dwords: int, threads: int, num
     if op_name in _FLOAT_OPS:
         if a.shape != (m, 2 * k_dwords) or b_vnni.shape != (k_dwords, 2 * n):
             raise ValueError(f"engine_dot: shapes a {a.shape}, b {b_vnni.shape}, c {c_bits.shape} do not match Kd={k_dwords}")
-        if isa.BY_NAME[op_name].family == "bf16":
+        if isa.BY_NAME[op_name].group == "bf16":
             a32, b32, input_daz, precision = widen_bits(a), widen_bits(b_vnni), numerics.input_daz, 8
         else:
             a32, b32, input_daz, precision = widen_fp16_bits(a), widen_fp16_bits(b_vnni), False, 11

@@ -1,4 +1,4 @@
-"""fp16 operands as fp32 bit patterns, exactly (bf16's widening is pyamx.bf16.widen_bits).
+"""fp16 operands as fp32 bit patterns, exactly (bf16's widening is pyamx.table.bf16.widen_bits).
 
 Its own module because both numpy dot paths widen fp16: the instructions
 (instructions.py) and the engine's matmul (dot.py), which instructions.py

@@ -20,7 +20,7 @@ from .dot import float_dot, integer_dot
 from .fp16 import widen_fp16_bits
 from ..table.numerics import Numerics
 
-#: sign extension per operand for TDPB[SU][SU]D: (tsrc1 signed, tsrc2 signed), from pyamx.isa
+#: sign extension per operand for TDPB[SU][SU]D: (tsrc1 signed, tsrc2 signed), from pyamx.table.isa
 INT8_SIGNEDNESS = {insn.name: insn.signed for insn in isa.DOTS if insn.signed is not None}
 
 

@@ -42,7 +42,7 @@ class TileMachine:
     Memory operands are numpy arrays (or buffers) addressed with a byte
     ``offset`` and a byte ``stride`` between rows, as the instruction's base
     and index registers would address them.
-    ``engine`` names the arithmetic engine (:func:`pyamx.engine.choose_engine`:
+    ``engine`` names the arithmetic engine (:func:`pyamx.emulator.engine.choose_engine`:
     None for ``PYAMX_ENGINE``, default auto); ``self.engine`` is the one chosen.
     """
 
@@ -77,7 +77,7 @@ class TileMachine:
     # -- configuration ------------------------------------------------------
 
     # The public methods (one per config or memory row) are bound from the table at the end of
-    # this module (pyamx.isa.add_state_methods); each passes its row's name for the messages.
+    # this module (pyamx.table.isa.add_state_methods); each passes its row's name for the messages.
 
     def _load_config(self, mnemonic, cfg) -> None:
         self._config = parse_tilecfg(cfg)
@@ -182,12 +182,12 @@ class TileMachine:
 
     @staticmethod
     def _check_dot(name, config, dst, src1, src2):
-        """(M, K, N) of the instruction, or the #UD fault (pyamx.tilecfg.check_dot_product)."""
+        """(M, K, N) of the instruction, or the #UD fault (pyamx.table.tilecfg.check_dot_product)."""
         shape = check_dot_product(_DOTS[name].mnemonic, config, dst, src1, src2)
         return shape.m, shape.k, shape.n
 
 
-#: name -> pyamx.isa row
+#: name -> pyamx.table.isa row
 _DOTS = {insn.name: insn for insn in isa.DOTS}
 #: name -> (C, A/B) dtypes of its operands as the tiles hold them
 _DTYPES = {insn.name: (np.dtype(insn.c_dtype), np.dtype(insn.ab_dtype)) for insn in isa.DOTS}

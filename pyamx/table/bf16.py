@@ -2,7 +2,7 @@
 
 bf16 values travel as uint16 bit patterns (``ml_dtypes.bfloat16`` arrays are
 accepted wherever bits are, without a copy). The interleaved layouts live in
-:mod:`pyamx.layout`; ``pack_pairs``/``unpack_pairs`` (the bf16/fp16 layout)
+:mod:`pyamx.table.layout`; ``pack_pairs``/``unpack_pairs`` (the bf16/fp16 layout)
 and ``pack_quads``/``unpack_quads`` (the int8 one) stay importable from here.
 """
 
@@ -56,7 +56,7 @@ def _float_input(x) -> np.ndarray:
     if dtype_name(array.dtype) in _BITS_DTYPES:
         raise TypeError(
             f"from_float32: x has dtype {array.dtype}, which pyamx reads as bf16 bits (already converted); "
-            "decode bits with pyamx.bf16.to_float32, or cast integers to float64 first"
+            "decode bits with pyamx.table.bf16.to_float32, or cast integers to float64 first"
         )
     kind, size = array.dtype.kind, array.dtype.itemsize
     if kind == "f" and size in (4, 8):

@@ -98,7 +98,7 @@ _BITS_NOTE = "int16/uint16 are taken as bit patterns"
 
 FORMAT_ROWS: Tuple[Format, ...] = (
     Format("bf16", "<u2", ("uint16", "int16", "bfloat16"), infers=("uint16", "int16", "bfloat16"),
-           call_dtype="<u2", note=_BITS_NOTE + "; convert float32 with pyamx.bf16.from_float32",
+           call_dtype="<u2", note=_BITS_NOTE + "; convert float32 with pyamx.table.bf16.from_float32",
            exponent=8, mantissa=7, bias=127, denormals="flushed", specials="inf-nan", pad=0x8000,
            special_values=(0x0000, 0x8000, 0x7F80, 0xFF80, 0x7FC0, 0x0001, 0x7F7F, 0xFF7F)),
     Format("fp16", "<u2", ("float16", "uint16", "int16"), infers=("float16",), call_dtype="<f2", note=_BITS_NOTE,
@@ -139,7 +139,7 @@ FORMAT_ROWS: Tuple[Format, ...] = (
 @dataclass(frozen=True)
 class Feature:
     """A CPUID feature bit: ``name`` as the SDM spells it, ``key`` as detection reports it
-    (``pyamx.detect.decode_features``), and where it is: CPUID.(leaf, subleaf):register bit.
+    (``pyamx.cpu.detect.decode_features``), and where it is: CPUID.(leaf, subleaf):register bit.
     ``since``: the first CPUs that have it, where that is later than AMX itself (for messages)."""
 
     name: str
@@ -223,7 +223,7 @@ class Instruction:
     feature it needs. The dot-product fields are None for the others:
     ``a_format``/``b_format`` (src1/src2, whose signedness an integer format
     carries), ``acc_format`` (dst), ``group`` (the kernel group the compiled
-    code and ``pyamx.native.available`` file it under, also matmul's
+    code and ``pyamx.cpu.native.available`` file it under, also matmul's
     ``kind=``), ``matmul`` (True: the instruction ``pyamx.matmul`` runs for
     its pair of operand formats; one row per pair at most), ``part``
     (``"real"`` or ``"imaginary"``: the part of the complex product a
@@ -255,11 +255,6 @@ class Instruction:
     @property
     def is_dot(self) -> bool:
         return self.kind.startswith("dot-")
-
-    @property
-    def family(self) -> Optional[str]:
-        """The kernel group under its older name (``kind=`` of matmul, ``native.available(family)``)."""
-        return self.group
 
     @property
     def cpuid(self) -> str:
@@ -362,7 +357,7 @@ def _unique(pairs, what: str, repeats: bool = False) -> Mapping:
     out: dict = {}
     for key, value in pairs:
         if key in out and (out[key] != value or not repeats):
-            raise TableError(f"pyamx.isa: two rows claim {what} {key!r}: {_label(out[key])} and {_label(value)}")
+            raise TableError(f"pyamx.table.isa: two rows claim {what} {key!r}: {_label(out[key])} and {_label(value)}")
         out[key] = value
     return MappingProxyType(out)
 
@@ -459,7 +454,7 @@ def views(table: Tuple[Instruction, ...]) -> SimpleNamespace:
     rows = tuple(i for i in table if i.is_row)
     unknown = [i.mnemonic for i in table if i.action is not None and i.action not in ACTIONS]
     if unknown:
-        raise TableError(f"pyamx.isa: rows with an action outside ACTIONS: {', '.join(unknown)}")
+        raise TableError(f"pyamx.table.isa: rows with an action outside ACTIONS: {', '.join(unknown)}")
     groups = tuple(dict.fromkeys(i.group for i in dots))
     group_formats = {g: tuple(dict.fromkeys(f for i in dots if i.group == g for f in (i.a_format, i.b_format)))
                      for g in groups}
@@ -496,9 +491,8 @@ ROW_NAMES: Tuple[str, ...] = tuple(insn.name for insn in ROWS)
 STATE_OPS: Tuple[Instruction, ...] = VIEWS.state_ops
 #: action -> the one row that does it
 BY_ACTION = VIEWS.by_action
-#: kernel groups, in table order (``FAMILIES``: their older name)
+#: kernel groups, in table order
 GROUPS: Tuple[str, ...] = VIEWS.groups
-FAMILIES = GROUPS
 #: kernel group -> CPUID feature it needs
 GROUP_FEATURE = VIEWS.group_feature
 #: (a format, b format) -> the row pyamx.matmul runs for them
@@ -519,11 +513,6 @@ def of_action(action: str) -> Instruction:
     """The row that does ``action`` (one of :data:`ACTIONS`): how code that must name such an
     instruction (a message, a kernel's exported name) finds it."""
     return BY_ACTION[action]
-
-
-def family_of(name: str) -> str:
-    """The kernel group of a dot product (``"bf16"``, ``"fp16"``, ``"int8"``; ``family`` is its older name)."""
-    return get(name).group
 
 
 def by_op_id(op_id: int) -> Optional[Instruction]:
@@ -716,14 +705,14 @@ _FLOAT_DOCS = {
     ``c``: (M, N) float32, or uint32 taken as raw bits. ``a``: (M, 2K) {f};
     ``b``: (K, 2N) {f} in the pair-interleaved layout (row k holds
     ``(b[2k][n], b[2k+1][n])`` for each n; build it with
-    :func:`pyamx.layout.pack_pairs`). {f} arrays are {dtypes} (integers as bit patterns). 1 <= M, K, N <= 16.
+    :func:`pyamx.table.layout.pack_pairs`). {f} arrays are {dtypes} (integers as bit patterns). 1 <= M, K, N <= 16.
 
     ``backend``: None for the process default (``PYAMX_BACKEND``), or
     ``"auto"``, ``"native"``, ``"emulator"``. The result's ``.backend`` says
     which ran. The emulator uses the SDM numerics; for other models call
     :func:`pyamx.emulator.{n}` with ``numerics=``.
 
-    ``engine``: the emulator's arithmetic engine (:mod:`pyamx.engine`):
+    ``engine``: the emulator's arithmetic engine (:mod:`pyamx.emulator.engine`):
     None for ``PYAMX_ENGINE`` (default ``"auto"``), or ``"auto"``,
     ``"avx512"``, ``"avx2"``, ``"portable"``, ``"numpy"``; all give the same
     bits, the result's ``.engine`` says which ran. Naming a concrete engine
@@ -733,7 +722,7 @@ _FLOAT_DOCS = {
 
     ``c`` is (M, N) float32 (or uint32 raw bits), ``a`` (M, 2K) and ``b``
     (K, 2N) {f} bits ({dtypes}), ``b`` pair-interleaved
-    (see :func:`pyamx.layout.pack_pairs`); 1 <= M, K, N <= 16. ``numerics`` is
+    (see :func:`pyamx.table.layout.pack_pairs`); 1 <= M, K, N <= 16. ``numerics`` is
     a preset name or a :class:`Numerics`. Inputs are never modified.
     """,
     "native": """One {m} on silicon: (M,N) uint32 fp32 bits + (M,2K) {f} bits . (K,2N) {f} pairs.
@@ -750,7 +739,7 @@ _FP8_DOCS = {
     ``c``: (M, N) float32, or uint32 taken as raw bits. ``a``: (M, 4K)
     {fa} values ({da}); ``b``: (K, 4N) {fb} values ({db}) in the
     quad-interleaved layout (row k holds ``b[4k .. 4k+3][n]`` for each n;
-    :func:`pyamx.layout.pack_quads`). uint8 arrays are fp8 bit patterns.
+    :func:`pyamx.table.layout.pack_quads`). uint8 arrays are fp8 bit patterns.
     1 <= M, K, N <= 16. Per output element the products of the instruction
     are summed exactly, rounded once to fp32 (nearest even) and added to C
     once (docs/semantics.md, "AMX-FP8").
@@ -767,7 +756,7 @@ _FP8_DOCS = {
 
     ``c`` is (M, N) float32 (or uint32 raw bits), ``a`` (M, 4K) {fa}
     ({da}) and ``b`` (K, 4N) {fb} ({db}), quad-interleaved (see
-    :func:`pyamx.layout.pack_quads`); 1 <= M, K, N <= 16. ``numerics`` is a
+    :func:`pyamx.table.layout.pack_quads`); 1 <= M, K, N <= 16. ``numerics`` is a
     preset name or a :class:`Numerics` (its ``fp8_*`` fields apply). Inputs are never modified.
     """,
     "native": """One {m} on silicon (AMX-FP8): (M,N) uint32 fp32 bits + (M,4K) {fa} codes . (K,4N) {fb} quads.
@@ -780,12 +769,12 @@ _INTEGER_DOCS = {
     "function": """Run one {m}: ``c`` (M, N) int32 + {s1} (M, 4K) ``a`` . {s2} (K, 4N) ``b``, wrapping.
 
     ``a``/``b`` are int8 or uint8 arrays whose bytes the mnemonic reads as
-    signed or unsigned; ``b`` is quad-interleaved (:func:`pyamx.layout.pack_quads`).
+    signed or unsigned; ``b`` is quad-interleaved (:func:`pyamx.table.layout.pack_quads`).
     """,
     "emulator": """One {m}: ``c`` (M, N) int32 plus {s1} (M, 4K) ``a`` times {s2} (K, 4N) quad-interleaved ``b``.
 
     ``a`` and ``b`` are int8 or uint8 arrays (their bytes are reinterpreted
-    per the mnemonic); the int32 sum wraps around. See :func:`pyamx.layout.pack_quads`.
+    per the mnemonic); the int32 sum wraps around. See :func:`pyamx.table.layout.pack_quads`.
     """,
     "native": "One {m}: (M,N) int32 + {s1} (M,4K) bytes . {s2} (K,4N) quad-interleaved bytes.",
 }

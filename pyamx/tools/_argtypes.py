@@ -1,6 +1,6 @@
 """The bounded number types of the command line's arguments (argparse ``type=``).
 
-Apart from cli.py so that a command defined elsewhere (pyamx.bench) takes
+Apart from cli.py so that a command defined elsewhere (pyamx.tools.bench) takes
 them without importing the CLI, which imports it.
 """
 

@@ -5,8 +5,8 @@ and a row selector (a 32-bit GPR value, or an imm8), answered by the 64-byte
 zmm result. A load case is a buffer, a stride and an offset, answered by all
 16 x 64 bytes of the loaded tile (the bytes past colsb and the rows past
 ``rows`` must be zero too). Which instructions take which case comes from
-the kinds of :mod:`pyamx.isa`, so a new row or load row is recorded without
-a change here. :mod:`pyamx.vectors` reads and writes the files.
+the kinds of :mod:`pyamx.table.isa`, so a new row or load row is recorded without
+a change here. :mod:`pyamx.tools.vectors` reads and writes the files.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""``pyamx bench``: time pyamx.matmul per dtype family against numpy's float32 matmul.
+"""``pyamx bench``: time pyamx.matmul per kernel group against numpy's float32 matmul.
 
 Every backend and engine that can run here is timed at each size, next to
 numpy float32 matmul of the same shape, in the same process, with the same
@@ -28,13 +28,13 @@ from ..emulator.engine import COMPILED_GROUPS
 
 #: the groups pyamx.matmul routes real operands to (AMX-COMPLEX's complex product is not benchmarked here:
 #: its numpy reference would be a complex64 product, not the float32 one every row is compared with)
-FAMILIES = tuple(g for g in isa.FAMILIES if any(i.matmul for i in isa.DOTS if i.group == g))
+GROUPS = tuple(g for g in isa.GROUPS if any(i.matmul for i in isa.DOTS if i.group == g))
 DEFAULT_SIZES = (256, 512, 1024)
 DEFAULT_BUDGET_S = 60.0
 #: the size that calibrates a backend's rate before a larger first size: a call takes milliseconds
 #: on the compiled engines and about 0.1 s on the numpy engine
 CALIBRATION_SIZE = 256
-#: the largest size: three float32 operands of 8192^2 already take 768 MiB, the operands of each family more
+#: the largest size: three float32 operands of 8192^2 already take 768 MiB, the operands of each group more
 MAX_SIZE = 8192
 MAX_BUDGET_S = 7 * 24 * 3600.0
 #: AMX TMUL throughput per core per cycle (one 16x16x32 bf16/fp16 or 16x16x64 int8 product per 16 cycles)
@@ -52,7 +52,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="threads for pyamx and numpy alike (default: the engine's default; numpy's BLAS likewise)")
     parser.add_argument("--engines", default=None,
                         help="comma-separated emulator engines to time (default: every engine that runs here)")
-    parser.add_argument("--families", default=",".join(FAMILIES), help=f"comma-separated: {', '.join(FAMILIES)}")
+    parser.add_argument("--groups", default=",".join(GROUPS), help=f"comma-separated: {', '.join(GROUPS)}")
     parser.add_argument("--budget", type=bounded_float(0.0, MAX_BUDGET_S, "the budget in seconds"),
                         default=DEFAULT_BUDGET_S,
                         help="seconds the whole run may take: no measurement starts once they are spent or when "
@@ -122,27 +122,27 @@ def _cpu_mhz():
     return None
 
 
-def amx_peak_gflops(family: str, threads: int):
+def amx_peak_gflops(group: str, threads: int):
     """Nominal AMX peak of ``threads`` cores at the current clock (None where the clock is unknown)."""
     mhz = _cpu_mhz()
-    return None if mhz is None else AMX_OPS_PER_CYCLE[family] * mhz * 1e-3 * threads
+    return None if mhz is None else AMX_OPS_PER_CYCLE[group] * mhz * 1e-3 * threads
 
 
 # -- what to run ----------------------------------------------------------------------------
 
 
-def _operands(family: str, n: int, rng):
+def _operands(group: str, n: int, rng):
     from ..table import bf16
 
-    if family == "int8":
+    if group == "int8":
         return rng.integers(-128, 128, (n, n)).astype(np.int8), rng.integers(-128, 128, (n, n)).astype(np.int8)
     a32 = rng.standard_normal((n, n)).astype(np.float32)
     b32 = rng.standard_normal((n, n)).astype(np.float32)
-    if family == "fp8":
+    if group == "fp8":
         import ml_dtypes
 
         return a32.astype(ml_dtypes.float8_e5m2), b32.astype(ml_dtypes.float8_e4m3fn)
-    if family == "bf16":
+    if group == "bf16":
         return bf16.from_float32(a32), bf16.from_float32(b32)
     return a32.astype(np.float16), b32.astype(np.float16)
 
@@ -232,7 +232,7 @@ class _Budget:
         return None
 
 
-def run(sizes=DEFAULT_SIZES, *, threads=None, engines=None, families=FAMILIES, budget=DEFAULT_BUDGET_S,
+def run(sizes=DEFAULT_SIZES, *, threads=None, engines=None, groups=GROUPS, budget=DEFAULT_BUDGET_S,
         progress=None) -> dict:
     """Time everything; returns {"environment": ..., "results": [...], "skipped": [...], "interrupted": bool}.
 
@@ -257,28 +257,28 @@ def run(sizes=DEFAULT_SIZES, *, threads=None, engines=None, families=FAMILIES, b
             report["skipped"].append({"backend": backend, "engine": engine, "reason": why_not, "asked": asked})
     runnable = [(b, e) for b, e, why in targets if why is None]
     try:
-        _time_every_size(report, sizes, families, runnable, threads, allowance, say)
+        _time_every_size(report, sizes, groups, runnable, threads, allowance, say)
     except KeyboardInterrupt:
         report["interrupted"] = True
     return report
 
 
-def _time_every_size(report, sizes, families, runnable, threads, allowance, say) -> None:
+def _time_every_size(report, sizes, groups, runnable, threads, allowance, say) -> None:
     import pyamx
     from ..errors import AMXError
 
     results, skipped = report["results"], report["skipped"]
     rng = np.random.default_rng(0)
-    total = len(sizes) * (1 + len(families) * len(runnable))
+    total = len(sizes) * (1 + len(groups) * len(runnable))
     step = 0
-    # (backend, engine, family) -> (seconds per multiply-add, the size it was measured at): from the
+    # (backend, engine, group) -> (seconds per multiply-add, the size it was measured at): from the
     # last size that ran, or a calibration call where that size was too small to scale from (a call's
     # fixed cost dominates there and, scaled by n^3, would skip what takes a second)
     rate = {}
     for n in sizes:
         why_not = allowance.refusal(0.0)
         if why_not is not None:  # nothing at this size can start, not even numpy's reference
-            step += 1 + len(families) * len(runnable)
+            step += 1 + len(groups) * len(runnable)
             say(f"[{step}/{total}] everything at {n}^3: skipped ({why_not})")
             skipped.append({"backend": None, "engine": None, "size": n, "reason": why_not})
             continue
@@ -288,15 +288,15 @@ def _time_every_size(report, sizes, families, runnable, threads, allowance, say)
         with _BlasThreads(threads):  # a share of what is left: the timed rounds below time it again
             reference = _best_time(lambda: a32 @ b32, allowance.left() / 10)
         flops = 2.0 * n ** 3
-        for family in families:
-            a, b = _operands(family, n, rng)
+        for group in groups:
+            a, b = _operands(group, n, rng)
             for backend, engine in runnable:
                 step += 1
-                key = (backend, engine, family)
+                key = (backend, engine, group)
                 label = f"{backend}/{engine}" if engine else backend
-                if backend == "emulator" and engine != "numpy" and family not in COMPILED_GROUPS:
-                    skipped.append({"backend": backend, "engine": engine, "family": family, "size": n,
-                                    "reason": f"the {engine} engine does not implement {family}: numpy only"})
+                if backend == "emulator" and engine != "numpy" and group not in COMPILED_GROUPS:
+                    skipped.append({"backend": backend, "engine": engine, "group": group, "size": n,
+                                    "reason": f"the {engine} engine does not implement {group}: numpy only"})
                     continue
 
                 def call(a=a, b=b, backend=backend, engine=engine):
@@ -306,15 +306,15 @@ def _time_every_size(report, sizes, families, runnable, threads, allowance, say)
                     with _BlasThreads(threads):  # an engine that calls BLAS (numpy: int8) gets the same count
                         measured_at = rate.get(key, (0.0, 0))[1]
                         if measured_at < CALIBRATION_SIZE < n and allowance.refusal(0.0) is None:
-                            rate[key] = (_calibrate(family, backend, engine, threads), CALIBRATION_SIZE)
+                            rate[key] = (_calibrate(group, backend, engine, threads), CALIBRATION_SIZE)
                         estimate = rate.get(key, (0.0, 0))[0] * n ** 3
                         why_not = allowance.refusal(estimate)
                         if why_not is not None:
-                            say(f"[{step}/{total}] {family} {label} {n}^3: skipped ({why_not})")
-                            skipped.append({"backend": backend, "engine": engine, "family": family, "size": n,
+                            say(f"[{step}/{total}] {group} {label} {n}^3: skipped ({why_not})")
+                            skipped.append({"backend": backend, "engine": engine, "group": group, "size": n,
                                             "reason": why_not})
                             continue
-                        say(f"[{step}/{total}] {family} {label} {n}^3" + (f" (about {estimate:.1f} s)" if estimate else ""))
+                        say(f"[{step}/{total}] {group} {label} {n}^3" + (f" (about {estimate:.1f} s)" if estimate else ""))
                         started = time.perf_counter()
                         result = call()
                         first = time.perf_counter() - started
@@ -325,15 +325,15 @@ def _time_every_size(report, sizes, families, runnable, threads, allowance, say)
                             seconds, again = _best_interleaved(call, lambda: a32 @ b32, left)
                             reference = min(reference, again)
                 except AMXError as exc:
-                    skipped.append({"backend": backend, "engine": engine, "family": family, "size": n, "reason": str(exc)})
+                    skipped.append({"backend": backend, "engine": engine, "group": group, "size": n, "reason": str(exc)})
                     continue
                 rate[key] = (seconds / n ** 3, n)
-                record = {"family": family, "size": n, "backend": result.backend, "engine": result.engine,
+                record = {"group": group, "size": n, "backend": result.backend, "engine": result.engine,
                           "native_mode": result.native_mode, "seconds": seconds, "gflops": flops / seconds / 1e9,
                           "numpy_seconds": reference, "numpy_gflops": flops / reference / 1e9,
                           "ratio": seconds / reference, "amx_peak_fraction": None}
                 if result.backend == "native" and result.native_mode == "silicon":
-                    peak = amx_peak_gflops(family, threads or os.cpu_count() or 1)
+                    peak = amx_peak_gflops(group, threads or os.cpu_count() or 1)
                     record["amx_peak_fraction"] = None if peak is None else record["gflops"] / peak
                 results.append(record)
         for record in results:  # every ratio at this size against the best numpy time seen at it
@@ -342,12 +342,12 @@ def _time_every_size(report, sizes, families, runnable, threads, allowance, say)
                               ratio=record["seconds"] / reference)
 
 
-def _calibrate(family: str, backend: str, engine, threads) -> float:
+def _calibrate(group: str, backend: str, engine, threads) -> float:
     """Seconds per multiply-add of one CALIBRATION_SIZE^3 call: the estimate of a larger first size."""
     import pyamx
 
     n = CALIBRATION_SIZE
-    a, b = _operands(family, n, np.random.default_rng(1))
+    a, b = _operands(group, n, np.random.default_rng(1))
     pyamx.matmul(a, b, backend=backend, engine=engine, threads=threads)  # the first call pays one-time set-up
     best = float("inf")
     for _ in range(2):  # the better of two: a neighbour's load on a shared machine inflates one
@@ -369,15 +369,15 @@ def format_report(report: dict) -> str:
         lines.append(f"native: {env['native']}")
     lines += [
         "",
-        f"{'family':6s} {'backend/engine':18s} {'size':>6s} {'time':>11s} {'GFLOP/s':>9s} {'numpy f32':>11s} {'ratio':>9s} {'AMX peak':>8s}",
+        f"{'group':6s} {'backend/engine':18s} {'size':>6s} {'time':>11s} {'GFLOP/s':>9s} {'numpy f32':>11s} {'ratio':>9s} {'AMX peak':>8s}",
     ]
     for r in report["results"]:
         label = r["backend"] + (f"/{r['engine']}" if r["engine"] else f"/{r['native_mode']}" if r["native_mode"] else "")
         peak = "" if r["amx_peak_fraction"] is None else f"{100 * r['amx_peak_fraction']:.0f}%"
-        lines.append(f"{r['family']:6s} {label:18s} {r['size']:6d} {r['seconds'] * 1e3:9.2f}ms {r['gflops']:9.2f} "
+        lines.append(f"{r['group']:6s} {label:18s} {r['size']:6d} {r['seconds'] * 1e3:9.2f}ms {r['gflops']:9.2f} "
                      f"{r['numpy_seconds'] * 1e3:9.2f}ms {r['ratio']:8.2f}x {peak:>8s}")
     for s in report["skipped"]:
-        where = " ".join(str(s[k]) for k in ("family", "size") if k in s)
+        where = " ".join(str(s[k]) for k in ("group", "size") if k in s)
         if s["backend"] is None:  # the budget ran out before this size
             lines.append(f"skipped: everything at size {s['size']}: {s['reason']}")
             continue
@@ -398,10 +398,10 @@ def main(args: argparse.Namespace) -> int:
     def split(value):
         return None if value is None else [v.strip() for v in value.split(",") if v.strip()]
 
-    families = split(args.families)
-    bad = [f for f in families if f not in FAMILIES]
-    if bad or not families:
-        print(f"pyamx bench: --families takes {', '.join(FAMILIES)}, not {args.families!r}", file=sys.stderr)
+    groups = split(args.groups)
+    bad = [f for f in groups if f not in GROUPS]
+    if bad or not groups:
+        print(f"pyamx bench: --groups takes {', '.join(GROUPS)}, not {args.groups!r}", file=sys.stderr)
         return 2
     engines = split(args.engines)
     from ..emulator.engine import NAMES
@@ -409,7 +409,7 @@ def main(args: argparse.Namespace) -> int:
     if engines is not None and [e for e in engines if e not in NAMES]:
         print(f"pyamx bench: --engines takes {', '.join(NAMES)}, not {args.engines!r}", file=sys.stderr)
         return 2
-    report = run(args.sizes, threads=args.threads, engines=engines, families=families, budget=args.budget,
+    report = run(args.sizes, threads=args.threads, engines=engines, groups=groups, budget=args.budget,
                  progress=lambda message: print(message, file=sys.stderr, flush=True))
     if args.json:
         json.dump(report, sys.stdout, indent=2)

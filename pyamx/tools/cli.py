@@ -327,7 +327,7 @@ def _bench_arguments(parser: argparse.ArgumentParser) -> None:
     bench.add_arguments(parser)
 
 
-@subcommand("bench", "time pyamx.matmul per dtype family against numpy float32 matmul", _bench_arguments, computes=True)
+@subcommand("bench", "time pyamx.matmul per kernel group against numpy float32 matmul", _bench_arguments, computes=True)
 def bench_command(args: argparse.Namespace) -> int:
     from . import bench
 
@@ -343,7 +343,7 @@ def _demo_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _demo_help() -> str:
-    from ..table import isa  # here, not at the top: `pyamx run` starts without pyamx.isa (docs/run.md)
+    from ..table import isa  # here, not at the top: `pyamx run` starts without pyamx.table.isa (docs/run.md)
 
     return f"the main job: one bf16 product through {isa.MATMUL_ROUTES[('bf16', 'bf16')].mnemonic}, checked against float64"
 
@@ -360,7 +360,7 @@ def demo_command(args: argparse.Namespace) -> int:
 
 
 def _run_arguments(parser: argparse.ArgumentParser) -> None:
-    # pyamx.run.parse_arguments reads the plain forms of these without argparse; keep both in step.
+    # pyamx.tools.run.parse_arguments reads the plain forms of these without argparse; keep both in step.
     import argparse
 
     parser.add_argument("--verbose", action="store_true", help="print each emulated instruction (stderr)")

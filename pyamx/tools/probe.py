@@ -120,7 +120,7 @@ FP16_POINTS = {
 
 
 def _is_fp16(instruction: str) -> bool:
-    return isa.BY_NAME[instruction].family == "fp16"
+    return isa.BY_NAME[instruction].group == "fp16"
 
 
 def point(name: str, instruction: str = _BF16) -> Experiment:
@@ -461,7 +461,7 @@ def _run_row(machine, e: RowExperiment):
 
 
 def _do(machine, action: str, *args):
-    """Run the machine's instruction of ``action`` (pyamx.isa.ACTIONS) on ``args``."""
+    """Run the machine's instruction of ``action`` (pyamx.table.isa.ACTIONS) on ``args``."""
     return getattr(machine, isa.of_action(action).name)(*args)
 
 

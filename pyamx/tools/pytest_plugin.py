@@ -2,7 +2,7 @@
 
 Inactive unless asked. It adds:
 
-* ``--amx=emulate``: at session start, :func:`pyamx.trap.emulate_process`
+* ``--amx=emulate``: at session start, :func:`pyamx.cpu.trap.emulate_process`
   (nothing on AMX silicon); the session fails at once when that is
   impossible, saying why.
 * ``--amx=require``: the session fails at once unless AMX is there, on
@@ -24,7 +24,7 @@ def pytest_addoption(parser):
     group = parser.getgroup("pyamx", "AMX (pyamx)")
     group.addoption("--amx", choices=MODES, default=None, dest="pyamx_amx",
                     help="emulate: emulate AMX for the whole test process where the CPU lacks it "
-                         "(pyamx.trap.emulate_process); require: fail unless AMX (silicon or emulated) is there")
+                         "(pyamx.cpu.trap.emulate_process); require: fail unless AMX (silicon or emulated) is there")
 
 
 # What emulate_process() returned -> whether pyamx's SIGILL handler is this process's and must stay
@@ -82,7 +82,7 @@ def availability(*, process_emulated: bool, complementing: bool, trap_active: bo
     if trap_active:
         from ..cpu import trap
 
-        how = f"{trap.ENV_VAR}=1" if trap_env_set else "pyamx.trap.enable() was called"
+        how = f"{trap.ENV_VAR}=1" if trap_env_set else "pyamx.cpu.trap.enable() was called"
         return False, (f"pyamx's own trap mode is on ({how}) but other code's arch_prctl permission "
                        "request is not emulated; use --amx=emulate")
     if cpu_runs_amx:  # other code's kernels need the CPU, not pyamx's own kernels

@@ -30,7 +30,7 @@ PRELOAD_PREFIX, PRELOAD_SUFFIX = "_amxpreload", ".so"
 PRELOAD_GLOB = PRELOAD_PREFIX + "*" + PRELOAD_SUFFIX
 STATS_ENV = "PYAMX_RUN_STATS"
 VERBOSE_ENV = "PYAMX_RUN_VERBOSE"
-GUARD_ENV = "PYAMX_TRAP_GUARD"  # 0: no seccomp guard (pyamx.trap.GUARD_ENV; read by the preload too)
+GUARD_ENV = "PYAMX_TRAP_GUARD"  # 0: no seccomp guard (pyamx.cpu.trap.GUARD_ENV; read by the preload too)
 
 
 class RunError(RuntimeError):

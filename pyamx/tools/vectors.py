@@ -4,7 +4,7 @@ A vector file is one JSON document: a format tag, the provenance of the
 recording (backend, whether that was silicon, CPU, microcode, kernel, pyamx
 version, date, the instructions the backend could not run and why) and the
 cases, each with its instruction, operands and output as little-endian hex.
-A case's shape follows its instruction's kind in :mod:`pyamx.isa`: a dot
+A case's shape follows its instruction's kind in :mod:`pyamx.table.isa`: a dot
 product (C, A, B -> C), a row instruction (tile bytes and a row selector ->
 the 64-byte zmm result) or a load (memory, stride, offset -> the tile); the
 last two are :mod:`pyamx._vector_tiles`'. Format version 1 held dot products
@@ -38,7 +38,7 @@ VERSION = 2
 #: the versions load reads (a version 1 file holds dot products only)
 READS = (1, 2)
 
-# instruction -> (dtype of c, dtype of a and b, lanes per dword) as the file stores them, from pyamx.isa
+# instruction -> (dtype of c, dtype of a and b, lanes per dword) as the file stores them, from pyamx.table.isa
 INSTRUCTIONS = {insn.name: (insn.c_dtype, insn.ab_dtype, insn.lanes) for insn in isa.DOTS}
 # instruction -> (dtype of c, dtype of a and b) the public function is called with
 _CALL_DTYPES = {insn.name: (np.dtype(insn.c_dtype), np.dtype(insn.call_dtype)) for insn in isa.DOTS}

@@ -149,7 +149,7 @@ def test_native_backend_runs_only_the_default_numerics():
 def forced_native(request, monkeypatch):
     """Native usable or not, forced, so the rule is checked both ways on any machine."""
     usable = request.param
-    monkeypatch.setattr(_backend, "native_status", lambda family="bf16", report=None: (usable, "forced by the test"))
+    monkeypatch.setattr(_backend, "native_status", lambda group="bf16", report=None: (usable, "forced by the test"))
     monkeypatch.setattr(_backend, "native_mode", lambda: "silicon" if usable else None)
     monkeypatch.setattr(_backend, "_requested", "auto")
     # decided afresh under the forced status, not read from what an earlier test of this worker cached
@@ -177,8 +177,8 @@ def test_named_native_with_a_non_default_numerics_raises_value_error_either_way(
 
 _SAME_SCRIPT = r"""
 import pyamx
-from pyamx import probe
-from pyamx.native import NativeMachine
+from pyamx.tools import probe
+from pyamx.cpu.native import NativeMachine
 m = pyamx.tile_machine(numerics="straight")
 print("straight:", type(m).__name__, m.numerics.name)
 print("probe:", probe.probe("auto", "straight")["backend"])
@@ -209,7 +209,7 @@ def test_the_same_numerics_script_behaves_the_same_where_auto_picks_native_and_w
 
 @pytest.mark.skipif(not _backend.native_status("int8")[0], reason="the native int8 kernels cannot run here")
 def test_a_native_call_asks_detection_once_and_its_backend_carries_the_answer(monkeypatch):
-    from pyamx import detect
+    from pyamx.cpu import detect
 
     rep = detect.report()
     asked = []
@@ -223,4 +223,4 @@ def test_a_native_call_asks_detection_once_and_its_backend_carries_the_answer(mo
     assert len(asked) <= 1 and r.backend == "native" and int(r[1, 0, 0]) == 64
     chosen = _backend.resolve("native", "int8")
     assert chosen.report is rep and chosen.library is not None
-    assert chosen.mode_for(pyamx.isa.DOTS[0]) in ("silicon", "trap", "complement")
+    assert chosen.mode_for(pyamx.table.isa.DOTS[0]) in ("silicon", "trap", "complement")

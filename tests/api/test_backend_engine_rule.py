@@ -28,7 +28,7 @@ _NATIVE = _backend.Backend("native", "trap")
 @pytest.fixture
 def settings(monkeypatch):
     """``apply(backend_env, engine_env)``: a fresh process's settings, with native usable."""
-    monkeypatch.setattr(_backend, "native_status", lambda family="bf16", report=None: (True, "stand-in"))
+    monkeypatch.setattr(_backend, "native_status", lambda group="bf16", report=None: (True, "stand-in"))
     monkeypatch.setattr(_backend, "_native", lambda: _NATIVE)
 
     def apply(backend_env=None, engine_env=None):
@@ -95,7 +95,7 @@ _CHILD = r"""
 import json
 import numpy as np
 import pyamx
-from pyamx import native
+from pyamx.cpu import native
 
 out = {"native": native.available()[0]}
 f32 = np.zeros((1, 1), np.float32)
@@ -109,12 +109,12 @@ print(json.dumps(out))
 
 
 @pytest.mark.parametrize("engine, want", [("gpu", "EnvironmentVariableError"), ("numpy", "ValueError")])
-def test_native_calls_of_every_family_refuse_what_the_rule_refuses(engine, want):
+def test_native_calls_of_every_group_refuse_what_the_rule_refuses(engine, want):
     """PYAMX_ENGINE=gpu used to be ignored by native bf16 calls, and PYAMX_ENGINE=numpy with
     PYAMX_BACKEND=native ran native silently: the public functions, native really running."""
     env = child_env(drop=("PYAMX_BACKEND", "PYAMX_ENGINE", "PYAMX_TRAP_EMULATION"), PYAMX_BACKEND="native",
                     PYAMX_ENGINE=engine, PYAMX_TRAP_EMULATION="1")
-    probe = subprocess.run([sys.executable, "-c", "from pyamx import native; print(native.available()[0])"],
+    probe = subprocess.run([sys.executable, "-c", "from pyamx.cpu import native; print(native.available()[0])"],
                            capture_output=True, text=True, cwd=PYAMX_HOME, timeout=120,
                            env=child_env(drop=("PYAMX_BACKEND", "PYAMX_ENGINE", "PYAMX_TRAP_EMULATION")))
     if probe.stdout.strip() == "True":  # AMX silicon: native without the trap mode

@@ -118,7 +118,7 @@ def test_a_huge_zero_stride_view_is_refused_before_any_allocation():
     assert peak < 1 << 20, f"{peak} bytes allocated before the ValueError"
 
 
-def test_bad_shapes_come_before_dtype_conversions_for_every_family():
+def test_bad_shapes_come_before_dtype_conversions_for_every_group():
     z8 = np.lib.stride_tricks.as_strided(np.zeros(1, np.uint8), shape=(2**20, 2**20), strides=(0, 0))
     with pytest.raises(ValueError):
         pyamx.tdpbssd(np.zeros((1, 1), np.int32), z8, np.zeros((1, 4), np.uint8), backend="emulator")
@@ -148,8 +148,8 @@ class _Unconvertible:
 def _bf16_case(seed=0):
     rng = np.random.default_rng(seed)
     c = rng.standard_normal((3, 4)).astype(np.float32)
-    a = pyamx.bf16.from_float32(rng.standard_normal((3, 6)).astype(np.float32))
-    b = pyamx.bf16.from_float32(rng.standard_normal((3, 8)).astype(np.float32))
+    a = pyamx.table.bf16.from_float32(rng.standard_normal((3, 6)).astype(np.float32))
+    b = pyamx.table.bf16.from_float32(rng.standard_normal((3, 8)).astype(np.float32))
     return c, a, b
 
 
@@ -163,7 +163,7 @@ def test_int16_bit_patterns_are_bf16_and_fp16_operands():
     expected16 = pyamx.tdpfp16ps(np.zeros((1, 2), np.float32), h, hb, backend="emulator")
     got16 = pyamx.tdpfp16ps(np.zeros((1, 2), np.float32), h.view(np.int16), hb.view(np.int16), backend="emulator")
     np.testing.assert_array_equal(got16.view(np.uint32), expected16.view(np.uint32))
-    np.testing.assert_array_equal(pyamx.bf16.to_float32(a.view(np.int16)), pyamx.bf16.to_float32(a))
+    np.testing.assert_array_equal(pyamx.table.bf16.to_float32(a.view(np.int16)), pyamx.table.bf16.to_float32(a))
 
 
 def test_array_likes_and_buffers_are_converted_by_numpy():
@@ -191,11 +191,11 @@ def _entry_points():
         ("tdpbf16ps", lambda x: pyamx.tdpbf16ps(c, x, b, backend="emulator"), a.view(np.int16)),
         ("tdpbf16ps", lambda x: pyamx.emulator.tdpbf16ps(c, x, b), a.view(np.int16)),
         ("matmul", lambda x: pyamx.matmul(x, a.T, backend="emulator"), a.view(np.int16)),
-        ("from_float32", pyamx.bf16.from_float32, a.astype(np.float32)),
-        ("to_float32", pyamx.bf16.to_float32, a.view(np.int16)),
-        ("widen_bits", pyamx.bf16.widen_bits, a.view(np.int16)),
-        ("pack_pairs", pyamx.layout.pack_pairs, a.T),
-        ("unpack_quads", pyamx.layout.unpack_quads, a[:, :4]),
+        ("from_float32", pyamx.table.bf16.from_float32, a.astype(np.float32)),
+        ("to_float32", pyamx.table.bf16.to_float32, a.view(np.int16)),
+        ("widen_bits", pyamx.table.bf16.widen_bits, a.view(np.int16)),
+        ("pack_pairs", pyamx.table.layout.pack_pairs, a.T),
+        ("unpack_quads", pyamx.table.layout.unpack_quads, a[:, :4]),
     ]
 
 

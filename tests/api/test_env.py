@@ -94,7 +94,7 @@ def test_require_native_is_parsed_once_at_startup(tmp_path):
 
 
 def test_require_native_accepts_yes(tmp_path):
-    from pyamx import native
+    from pyamx.cpu import native
 
     proc = _pytest_child(tmp_path, PYAMX_REQUIRE_NATIVE="yes")
     usable = native.available()[0]
@@ -106,7 +106,7 @@ def test_require_native_accepts_yes(tmp_path):
 @pytest.mark.parametrize("variable, value", [("PYAMX_ENGINE", "fast"), ("PYAMX_ENGINE_THREADS", "0"),
                                              ("PYAMX_ENGINE_THREADS", "two")])
 def test_engine_variables_go_through_the_same_parser(monkeypatch, variable, value):
-    from pyamx import engine
+    from pyamx.emulator import engine
 
     monkeypatch.setenv(variable, value)
     engine.reset_environment()

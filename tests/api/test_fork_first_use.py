@@ -90,7 +90,7 @@ _BACKENDS = {
 
 
 def _native_runs_in_trap_mode() -> tuple:
-    code = "from pyamx import native; print(native.available())"
+    code = "from pyamx.cpu import native; print(native.available())"
     env = child_env(drop=("PYAMX_BACKEND", "PYAMX_TRAP_EMULATION"), **_BACKENDS["trap"])
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
                           cwd=PYAMX_HOME, timeout=120)

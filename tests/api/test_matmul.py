@@ -12,7 +12,8 @@ import pytest
 
 import pyamx
 import reference
-from pyamx import TileConfig, TileMachine, bf16, isa
+from pyamx import TileConfig, TileMachine
+from pyamx.table import bf16, isa
 
 # matmul runs on each of these engines; the schedule it is held against runs on the numpy engine's
 # one-instruction path. "auto" is the best compiled engine where one is built (else numpy again).
@@ -37,7 +38,7 @@ FP32_POOL = np.array(
 
 # -- the schedule, written out as tile instructions -----------------------------------------
 
-FAMILY = {insn.name: (insn.lanes, np.uint16 if insn.is_float else np.uint8) for insn in isa.DOTS}
+GROUP = {insn.name: (insn.lanes, np.uint16 if insn.is_float else np.uint8) for insn in isa.DOTS}
 
 
 def tile_schedule(mnemonic, a_bits, b_bits, c_bits, numerics="sdm"):
@@ -49,7 +50,7 @@ def tile_schedule(mnemonic, a_bits, b_bits, c_bits, numerics="sdm"):
     bytes. One LDTILECFG per output tile: tmm0 C, tmm1/tmm2 a full A/B block,
     tmm3/tmm4 the edge block.
     """
-    lanes, dtype = FAMILY[mnemonic]
+    lanes, dtype = GROUP[mnemonic]
     m, k = a_bits.shape
     n = b_bits.shape[1]
     kd = -(-k // lanes)
@@ -325,33 +326,33 @@ def test_odd_k_under_every_numerics_option_matches_the_unpadded_reference(option
 
 @pytest.mark.parametrize("mnemonic", isa.DOT_NAMES)
 @pytest.mark.parametrize("m, k, n", [(1, 1, 1), (17, 33, 15), (5, 70, 3), (33, 129, 18)])
-def test_native_matmul_is_the_emulator_bit_for_bit(native_family, mnemonic, m, k, n):
+def test_native_matmul_is_the_emulator_bit_for_bit(native_group, mnemonic, m, k, n):
     """On silicon, or in the trap mode in CI: the native kernels against the emulator, adversarial data."""
-    family = isa.family_of(mnemonic)
-    native_family(family)
+    group = isa.get(mnemonic).group
+    native_group(group)
     rng = np.random.default_rng([SEED, 9, m, k, n, len(mnemonic)])
-    if family == "int8":
+    if group == "int8":
         signed = isa.get(mnemonic).signed
         a = rng.integers(0, 256, (m, k)).astype(np.uint8).view(np.int8 if signed[0] else np.uint8)
         b = rng.integers(0, 256, (k, n)).astype(np.uint8).view(np.int8 if signed[1] else np.uint8)
         c = rng.integers(-(2**31), 2**31, (m, n)).astype(np.int32)
         kind = None
-    elif family == "fp8":  # every code, NaN and infinity encodings included, as the row's two formats
+    elif group == "fp8":  # every code, NaN and infinity encodings included, as the row's two formats
         ml_dtypes = pytest.importorskip("ml_dtypes", reason="fp8 operands by their dtypes need ml_dtypes")
         insn = isa.get(mnemonic)
         dtype = (lambda fmt: getattr(ml_dtypes, fmt.infers[0]))
         a = rng.integers(0, 256, (m, k)).astype(np.uint8).view(dtype(insn.a_format))
         b = rng.integers(0, 256, (k, n)).astype(np.uint8).view(dtype(insn.b_format))
         c, kind = random_c(rng, (m, n), True), None
-    elif family == "complex":  # both instructions: the real and the imaginary chain
+    elif group == "complex":  # both instructions: the real and the imaginary chain
         a = random_fp16(rng, (m, 2 * k), True).view(np.uint16).view(np.uint32)
         b = random_fp16(rng, (k, 2 * n), True).view(np.uint16).view(np.uint32)
         c = np.stack([random_c(rng, (m, n), True), random_c(rng, (m, n), True)], axis=-1).view(np.complex64)[..., 0]
         kind = "complex"
     else:
-        make = random_bf16 if family == "bf16" else random_fp16
+        make = random_bf16 if group == "bf16" else random_fp16
         a, b, c = make(rng, (m, k), True), make(rng, (k, n), True), random_c(rng, (m, n), True)
-        kind = family
+        kind = group
     got = pyamx.matmul(a, b, c, kind=kind, backend="native")
     assert got.backend == "native" and got.native_mode in ("silicon", "trap", "complement")
     want = pyamx.matmul(a, b, c, kind=kind, backend="emulator")

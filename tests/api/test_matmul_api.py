@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 import pyamx
-from pyamx import bf16
-import pyamx.engine  # noqa: F401  (a submodule: bound on pyamx only once imported)
+from pyamx.table import bf16
+import pyamx.emulator.engine  # noqa: F401  (a submodule: bound on pyamx only once imported)
 from pyamx.errors import BackendError, NativeUnavailableError
 
 RNG_SEED = 99
@@ -30,7 +30,7 @@ def test_result_is_labelled_and_typed():
     assert (r.backend, r.engine, r.native_mode) == ("emulator", "numpy", None)
     assert "engine=numpy" in repr(r)
     auto = pyamx.matmul(a, b, backend="emulator")
-    assert auto.engine in pyamx.engine.NAMES and auto.engine != "auto"
+    assert auto.engine in pyamx.emulator.engine.NAMES and auto.engine != "auto"
     i = pyamx.matmul(np.ones((2, 3), np.int8), np.ones((3, 4), np.uint8), backend="emulator")
     assert i.dtype == np.int32 and (np.asarray(i) == 3).all()
 
@@ -140,15 +140,15 @@ def test_engine_choice_is_strict(monkeypatch):
             assert r.engine == compiled
     try:
         monkeypatch.setenv("PYAMX_ENGINE", "nonsense")
-        pyamx.engine.reset_environment()  # the environment is read once, like PYAMX_BACKEND
+        pyamx.emulator.engine.reset_environment()  # the environment is read once, like PYAMX_BACKEND
         with pytest.raises(BackendError, match="PYAMX_ENGINE"):
             pyamx.matmul(a, b, backend="emulator")
         monkeypatch.setenv("PYAMX_ENGINE", "numpy")
-        pyamx.engine.reset_environment()
+        pyamx.emulator.engine.reset_environment()
         assert pyamx.matmul(a, b, backend="emulator").engine == "numpy"
     finally:
         monkeypatch.undo()
-        pyamx.engine.reset_environment()
+        pyamx.emulator.engine.reset_environment()
 
 
 def test_native_backend_by_name_is_used_or_fails():

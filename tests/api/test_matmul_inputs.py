@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import pyamx
-from pyamx import bf16
+from pyamx.table import bf16
 from pyamx.errors import BackendError
 from test_bad_input import _ArrayLike, _Unconvertible  # stand-ins for framework tensors
 
@@ -187,12 +187,12 @@ def test_a_bad_kind_is_refused_before_the_operands_are_looked_at():
         pyamx.matmul(_huge(np.uint16), _huge(np.uint16), kind="half")
 
 
-@pytest.mark.parametrize("family, make, kind", [
+@pytest.mark.parametrize("group, make, kind", [
     ("bf16", lambda s: RNG.standard_normal(s).astype(np.float32), "bf16"),
     ("int8", lambda s: RNG.integers(-128, 128, s).astype(np.int8), None),
 ])
-def test_native_batches_and_rounded_floats_match_the_emulator(native_family, family, make, kind):
-    native_family(family)
+def test_native_batches_and_rounded_floats_match_the_emulator(native_group, group, make, kind):
+    native_group(group)
     a, b = make((3, 20, 40)), make((40, 17))
     got = pyamx.matmul(a, b, kind=kind, backend="native")
     assert got.backend == "native" and got.shape == (3, 20, 17) and got.rounded_to == kind

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 import pyamx
-from pyamx import native as _native
+from pyamx.cpu import native as _native
 from childproc import PYAMX_HOME, child_env
 from pyamx import _matmul_memory
 from pyamx.emulator import engine as _engine
@@ -73,7 +73,7 @@ _RSS_CHILD = r"""
 import json, resource, sys
 import numpy as np
 import pyamx
-from pyamx import native as _native
+from pyamx.cpu import native as _native
 
 engine, kind, m = sys.argv[1], sys.argv[2], int(sys.argv[3])
 dtype = {"bf16": np.uint16, "fp8": np.uint8}[kind]

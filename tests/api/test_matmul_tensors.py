@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 import pyamx
-from pyamx import _matmul, bf16
+from pyamx import _matmul
+from pyamx.table import bf16
 
 RNG = np.random.default_rng(29)
 #: bf16 values every product must carry through: zeros of both signs, infinities, NaN payloads, denormals
@@ -44,16 +45,16 @@ def _make(kind, shape):
     return RNG.standard_normal(shape).astype(np.float32)  # "f32": rounded by kind="bf16"
 
 
-_FAMILY = {"bf16": "bf16", "fp16": "fp16", "int8": "int8", "f32": "bf16"}
+_GROUP = {"bf16": "bf16", "fp16": "fp16", "int8": "int8", "f32": "bf16"}
 _KIND = {"f32": "bf16"}
 
 
 @pytest.fixture(params=["emulator", "numpy", "native"])
-def run(request, native_family):
-    """``run(family) -> matmul keyword arguments``: the emulator's default engine, the numpy engine, or native."""
-    def arguments(family):
+def run(request, native_group):
+    """``run(group) -> matmul keyword arguments``: the emulator's default engine, the numpy engine, or native."""
+    def arguments(group):
         if request.param == "native":
-            native_family(family)
+            native_group(group)
             return {"backend": "native"}
         return {"backend": "emulator", "engine": None if request.param == "emulator" else "numpy"}
     return arguments
@@ -127,7 +128,7 @@ def test_a_stack_times_a_shared_b_is_one_call_with_each_elements_bits(run, monke
     acc = np.int32 if kind == "int8" else np.float32
     c = None if c_shape is None else {"mn": RNG.standard_normal((m, n)), "full": RNG.standard_normal(batch + (m, n)),
                                       "one": RNG.standard_normal((1, 1, m, n))}[c_shape].astype(acc)
-    where = dict(run(_FAMILY[kind]), kind=_KIND.get(kind))
+    where = dict(run(_GROUP[kind]), kind=_KIND.get(kind))
     calls = _count_products(monkeypatch)
     got = pyamx.matmul(a, b, c, **where)
     assert calls == [(6 * m, k)], calls  # one call on the stacked rows
@@ -174,7 +175,7 @@ def _rne_bf16(values: np.ndarray) -> np.ndarray:
 @pytest.mark.parametrize("kind", ["bf16", "fp16", "f32"])
 def test_out_dtype_bf16_is_the_float32_result_rounded_once_to_nearest_even(run, kind):
     a, b = _make(kind, (9, 40)), _make(kind, (40, 11))
-    where = dict(run(_FAMILY[kind]), kind=_KIND.get(kind))
+    where = dict(run(_GROUP[kind]), kind=_KIND.get(kind))
     plain = np.asarray(pyamx.matmul(a, b, **where))
     got = pyamx.matmul(a, b, out_dtype="bf16", **where)
     assert isinstance(got, pyamx.AMXResult) and got.dtype == np.uint16 and got.shape == plain.shape
@@ -182,7 +183,7 @@ def test_out_dtype_bf16_is_the_float32_result_rounded_once_to_nearest_even(run, 
     finite = ~np.isnan(plain)
     np.testing.assert_array_equal(_bits(got)[finite], _rne_bf16(plain)[finite])
     assert np.isnan(bf16.to_float32(np.asarray(got))[~finite]).all()
-    np.testing.assert_array_equal(_bits(got), bf16.from_float32(plain))  # NaNs as pyamx.bf16 keeps them
+    np.testing.assert_array_equal(_bits(got), bf16.from_float32(plain))  # NaNs as pyamx.table.bf16 keeps them
     np.testing.assert_array_equal(_bits(pyamx.matmul(a, b, out_dtype="bfloat16", **where)), _bits(got))
     np.testing.assert_array_equal(_bits(pyamx.matmul(a, b, out_dtype="float32", **where)), _bits(plain))
 
@@ -245,7 +246,7 @@ def _strided(shape, dtype, fill):
 def test_out_is_written_in_place_and_returned_labelled(run, kind, layout):
     m, k, n = 6, 37, 5
     a, b = _make(kind, (m, k)), _make(kind, (k, n))
-    where = dict(run(_FAMILY[kind]), kind=_KIND.get(kind))
+    where = dict(run(_GROUP[kind]), kind=_KIND.get(kind))
     plain = pyamx.matmul(a, b, **where)
     dtype = np.int32 if kind == "int8" else np.float32
     big = None
@@ -451,8 +452,8 @@ def test_torch_operands_give_the_bits_of_their_numpy_arrays(run, dtype, referenc
         a, b = torch.cat([a, a], 1)[:, ::2], torch.cat([b, b], 0)[1::2]
     elif layout == "expanded":
         a = a[:1].expand(7, 40)
-    family = "int8" if "int" in dtype else ("fp16" if dtype == "float16" else "bf16")
-    where = dict(run(family), kind=kind)
+    group = "int8" if "int" in dtype else ("fp16" if dtype == "float16" else "bf16")
+    where = dict(run(group), kind=kind)
     got = pyamx.matmul(a, b, **where)
     want = pyamx.matmul(reference(a, torch), reference(b, torch), **where)
     np.testing.assert_array_equal(_bits(got), _bits(want))

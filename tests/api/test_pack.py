@@ -115,7 +115,7 @@ def test_floats_are_rounded_once_while_packing():
     b = (rng.standard_normal((37, 21)) * 2.0 ** rng.integers(-140, 120, (37, 21))).astype(np.float64)
     packed = pyamx.pack(b, "bf16")
     assert packed.rounded_to == "bf16" and packed.format == "bf16"
-    assert np.array_equal(packed.unpack(), pyamx.bf16.from_float32(b))  # float64 directly, never via float32
+    assert np.array_equal(packed.unpack(), pyamx.table.bf16.from_float32(b))  # float64 directly, never via float32
     with np.errstate(over="ignore"):  # values past fp16's range round to infinity, as they should
         fp16 = pyamx.pack(b.astype(np.float32), "fp16")
         want = b.astype(np.float32).astype(np.float16).view(np.uint16)
@@ -220,10 +220,10 @@ def test_pack_refuses_what_matmul_refuses(b, kind, error, match):
 
 
 @pytest.mark.parametrize("kind_case", KIND_CASES, ids=lambda c: str(c[0].__name__ if isinstance(c[0], type) else c[0]))
-def test_native_packed_and_unpacked_equal_the_emulator(kind_case, native_family):
+def test_native_packed_and_unpacked_equal_the_emulator(kind_case, native_group):
     """Edge tiles (M, N, K not multiples of 16/32/64), 1..4 threads, packed and unpacked B."""
-    family = {"bf16": "bf16", "fp16": "fp16", "bf8": "fp8", "hf8/bf8": "fp8"}.get(kind_case[1] or kind_case[0], "int8")
-    native_family(family)
+    group = {"bf16": "bf16", "fp16": "fp16", "bf8": "fp8", "hf8/bf8": "fp8"}.get(kind_case[1] or kind_case[0], "int8")
+    native_group(group)
     rng = np.random.default_rng(8)
     random_shapes = [tuple(int(x) for x in rng.integers(1, 100, 3)) for _ in range(3)]
     for m, k, n in SHAPES + [(70, 200, 33), (33, 65, 97)] + random_shapes:
@@ -237,8 +237,8 @@ def test_native_packed_and_unpacked_equal_the_emulator(kind_case, native_family)
                 assert np.array_equal(_u32(got), want), (m, k, n, threads, type(operand).__name__)
 
 
-def test_native_packed_kernel_refuses_tiles_that_do_not_fit(native_family):
-    native_family("int8")
+def test_native_packed_kernel_refuses_tiles_that_do_not_fit(native_group):
+    native_group("int8")
     packed = pyamx.pack(np.ones((40, 8), np.int8))  # 10 dwords of K
     a, c = np.ones((2, 40), np.int8), np.zeros((2, 8), np.int32)
     with pytest.raises(ValueError, match="shapes do not fit"):
@@ -251,8 +251,8 @@ def test_native_packed_kernel_refuses_tiles_that_do_not_fit(native_family):
                           np.full((2, 8), 40, np.int32))
 
 
-def test_native_cache_panels_do_not_change_a_bit_of_a_packed_product(native_family):
-    native_family("bf16")
+def test_native_cache_panels_do_not_change_a_bit_of_a_packed_product(native_group):
+    native_group("bf16")
     rng = np.random.default_rng(10)
     m, k, n = 70, 1100, 100  # 3 block rows, 4 block columns, 34 K blocks and a remainder
     a = rng.integers(0, 1 << 16, (m, k), dtype=np.uint16)
@@ -279,9 +279,9 @@ def test_threads_none_grows_with_the_work():
     assert rule(2048, 2048, 2048, 3) == 3
 
 
-def test_small_work_with_threads_none_stays_on_the_calling_thread(native_family):
-    native_family("bf16")
-    _, kernels = pyamx.native._lib()
+def test_small_work_with_threads_none_stays_on_the_calling_thread(native_group):
+    native_group("bf16")
+    _, kernels = pyamx.cpu.native._lib()
     assert kernels.pyamx_pool_shutdown() >= 0
     rng = np.random.default_rng(9)
     a = rng.integers(0, 1 << 16, (64, 64), dtype=np.uint16)
@@ -307,16 +307,16 @@ def test_without_the_c_extension_numpy_packs_the_same_bytes(monkeypatch):
 # -- a packed b through the rest of matmul's front: kind names, out=, out_dtype=, stacks, blocks --------
 
 
-def _backends(native_family):
+def _backends(native_group):
     """The emulator, and native where it runs (silicon or the trap mode); skip-free for the emulator."""
     try:
-        native_family("bf16")
+        native_group("bf16")
     except pytest.skip.Exception:
         return ["emulator"]
     return ["emulator", "native"]
 
 
-def test_packed_b_takes_the_front_of_matmul_like_any_b(native_family):
+def test_packed_b_takes_the_front_of_matmul_like_any_b(native_group):
     """kind's dtype names, out=, out_dtype='bf16', a stack times one packed b (one product on the
     stack's rows, and a broadcast c), each the bits of the same call with the unpacked b."""
     rng = np.random.default_rng(21)
@@ -325,7 +325,7 @@ def test_packed_b_takes_the_front_of_matmul_like_any_b(native_family):
     c = rng.standard_normal((17, 33)).astype(np.float32)
     packed = pyamx.pack(b, "bfloat16")
     assert packed.kind == "bf16"
-    for backend in _backends(native_family):
+    for backend in _backends(native_group):
         want = pyamx.matmul(a, b, c, kind="bf16", backend=backend)
         got = pyamx.matmul(a, packed, c, kind="bfloat16", backend=backend)
         assert got.backend == backend and np.array_equal(_u32(got), _u32(want))
@@ -347,7 +347,7 @@ def test_packed_b_takes_the_front_of_matmul_like_any_b(native_family):
         pyamx.matmul(a, packed, kind="bf16", backend="emulator", out=np.zeros((17, 33), np.float32))
 
 
-def test_packed_b_in_blocks_of_rows_gives_the_same_bits(monkeypatch, native_family):
+def test_packed_b_in_blocks_of_rows_gives_the_same_bits(monkeypatch, native_group):
     """Where the transients would pass the block size the rows run in blocks, B's tiles shared by all."""
     from pyamx import _matmul_memory
 
@@ -356,7 +356,7 @@ def test_packed_b_in_blocks_of_rows_gives_the_same_bits(monkeypatch, native_fami
     b = rng.integers(0, 1 << 16, (70, 40), dtype=np.uint16)
     c = rng.integers(0, 1 << 32, (300, 40), dtype=np.uint32).view(np.float32)
     packed = pyamx.pack(b)
-    backends = _backends(native_family)
+    backends = _backends(native_group)
     whole = {backend: _u32(pyamx.matmul(a, b, c, backend=backend)) for backend in backends}
     monkeypatch.setattr(_matmul_memory, "BLOCK_BYTES", 4096)
     for backend in backends:

@@ -63,7 +63,8 @@ def test_one_vocabulary(backend, mode, text):
 
 
 def test_replay_and_info_use_the_same_words():
-    from pyamx import detect, vectors
+    from pyamx.cpu import detect
+    from pyamx.tools import vectors
 
     prov = {"backend": "native", "native_mode": "trap", "silicon": False, "cpu": {}}
     assert "native (trap mode) (NOT silicon)" in vectors.describe_provenance(prov)
@@ -72,7 +73,8 @@ def test_replay_and_info_use_the_same_words():
 
 
 def test_probe_uses_the_same_words(native):
-    from pyamx import _backend, probe
+    from pyamx import _backend
+    from pyamx.tools import probe
 
     report = probe.probe("native")
     assert report["backend"] == backend_label("native", _backend.native_mode())

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 import pyamx
-from pyamx import isa
+from pyamx.table import isa
 
 # Reads the source tree only: CI runs it once per Python, not under every backend (.ci/run).
 pytestmark = pytest.mark.static
@@ -33,7 +33,7 @@ import numpy.typing as npt
 from typing_extensions import assert_type
 
 import pyamx
-from pyamx import bf16, layout
+from pyamx.table import bf16, layout
 
 a32 = np.ones((4, 6), np.float32)
 a: npt.NDArray[np.uint16] = bf16.from_float32(a32)
@@ -67,7 +67,7 @@ BAD = {
     "pyamx.tdpbf16ps(1.0, 2, 3)": 'Argument 1 to "tdpbf16ps" has incompatible type "float"',
     "pyamx.emulator.tdpbssd(None, [[1]], [[1]])": 'Argument 1 to "tdpbssd" has incompatible type "None"',
     "pyamx.matmul([[1]], [[2]], kind=3)": 'Argument "kind" to "matmul" has incompatible type "int"',
-    "pyamx.bf16.from_float32(None)": 'Argument 1 to "from_float32" has incompatible type "None"',
+    "pyamx.table.bf16.from_float32(None)": 'Argument 1 to "from_float32" has incompatible type "None"',
     "pyamx.TileMachine().tdpbf16ps('0', 1, 2)": 'Argument 1 to "tdpbf16ps" of "TileMachine"',
     "pyamx.matmull": 'Module has no attribute "matmull"',
 }
@@ -88,7 +88,7 @@ def _mypy(tmp_path: Path, *scripts: Path) -> str:
 
 
 def _good_script() -> str:
-    # The dot products are generated from pyamx.isa at import; their declarations for type checkers
+    # The dot products are generated from pyamx.table.isa at import; their declarations for type checkers
     # are written out, so every row must be seen by mypy under each of its three names.
     names = "".join(f"_{n} = (pyamx.{n}, pyamx.emulator.{n}, pyamx.TileMachine.{n})\n" for n in isa.DOT_NAMES)
     return textwrap.dedent(GOOD) + names

@@ -29,15 +29,16 @@ from conftest import native_required_by_env
 _SCRIPT = r"""
 import json
 import numpy as np
-from pyamx import isa, native
-from pyamx.tilecfg import TileConfig
+from pyamx.table import isa
+from pyamx.cpu import native
+from pyamx.table.tilecfg import TileConfig
 
 usable, reason = native.available()
 if not usable:
     print(json.dumps({"skip": reason}))
     raise SystemExit(0)
 from pyamx.cpu import _nativelib
-from pyamx import detect, trap
+from pyamx.cpu import detect, trap
 ffi, lib = _nativelib.load()
 if detect.report().mode == "trap":
     trap.ensure_installed()
@@ -127,7 +128,7 @@ print(json.dumps({"codes": CODES, "results": results}))
 def _run_guards():
     env = child_env(drop=("PYAMX_BACKEND",))
     env.setdefault("PYAMX_TRAP_EMULATION", "1")
-    probe = subprocess.run([sys.executable, "-c", "from pyamx import native; print(native.available()[0])"],
+    probe = subprocess.run([sys.executable, "-c", "from pyamx.cpu import native; print(native.available()[0])"],
                            capture_output=True, text=True, env=child_env(drop=("PYAMX_BACKEND", "PYAMX_TRAP_EMULATION")),
                            cwd=PYAMX_HOME, timeout=120)
     if probe.stdout.strip() == "True":  # AMX silicon: the trap mode is refused there, and not needed
@@ -175,7 +176,7 @@ def test_restore_tiles_refuses_an_illegal_config_or_a_pending_start_row(guards):
 
 
 def test_tdp_refuses_unless_three_distinct_tiles_below_8_or_a_dot_op(guards):
-    from pyamx import isa
+    from pyamx.table import isa
 
     rows = _refused(guards, "tdp ")
     for insn in isa.DOTS:

@@ -1,7 +1,7 @@
 """Native against emulator, byte for byte (in the spirit of corsix/amx's test suite).
 
 Seeded random tile configurations, memory and instruction sequences run on
-``pyamx.emulator.TileMachine`` and ``pyamx.native.NativeMachine`` side by
+``pyamx.emulator.TileMachine`` and ``pyamx.cpu.native.NativeMachine`` side by
 side; after every step the whole tile state (STTILECFG image and all eight
 tiles) and the memory the stores wrote must be identical, and a faulting
 step must fault the same way on both. A failure prints the step, its
@@ -25,10 +25,11 @@ import warnings
 import numpy as np
 import pytest
 
-from pyamx import _env, emulator, isa
+from pyamx import _env, emulator
+from pyamx.table import isa
 from pyamx.emulator import PRESETS, instructions
 from pyamx.errors import BackendError, GeneralProtectionFault, InvalidOpcodeFault
-from pyamx.tilecfg import TileConfig
+from pyamx.table.tilecfg import TileConfig
 
 SEQUENCES = _env.integer("PYAMX_CROSSCHECK_SEQUENCES", 200)
 SEED = _env.integer("PYAMX_CROSSCHECK_SEED", 20240611)
@@ -131,7 +132,7 @@ def memory_operand(rng, cfg: TileConfig, tmm: int):
     return stride, int(rng.integers(lo, hi + 1))
 
 
-def random_step(rng, state, families, extensions=frozenset()):
+def random_step(rng, state, groups, extensions=frozenset()):
     """One (method name, args) step; ``state`` holds the current config and roles. ``extensions``: the
     CPUID features beyond the kernel groups that native runs here (AMX-AVX512, AMX-MOVRS); without
     them the random stream is the same as before they existed."""
@@ -171,12 +172,12 @@ def random_step(rng, state, families, extensions=frozenset()):
         chunk = int(rng.choice([0, 0, 0, 1, 3]))
         selector = (chunk << 6 | index) if imm else (chunk << 16 | index)
         return str(rng.choice(isa.ROW_NAMES)), (tmm, selector, imm)
-    names = [name for fam in sorted(families) for name in _FAMILY_NAMES[fam] * (4 // len(_FAMILY_NAMES[fam]))]
+    names = [name for group in sorted(groups) for name in _GROUP_NAMES[group] * (4 // len(_GROUP_NAMES[group]))]
     triple = roles if rng.random() < 0.9 else tuple(int(x) for x in rng.integers(0, 8, 3))
     return str(rng.choice(names)), triple
 
 
-_FAMILY_NAMES = {fam: [i.name for i in isa.DOTS if i.family == fam] for fam in isa.FAMILIES}
+_GROUP_NAMES = {group: [i.name for i in isa.DOTS if i.group == group] for group in isa.GROUPS}
 
 
 # -- running one step on both machines ----------------------------------------------
@@ -209,7 +210,7 @@ def _describe(step_no, method, args, emu_before):
 
 
 def _parse(cfg_bytes):
-    from pyamx.tilecfg import parse_tilecfg
+    from pyamx.table.tilecfg import parse_tilecfg
 
     return parse_tilecfg(cfg_bytes)
 
@@ -253,7 +254,7 @@ def _oneshot_step(rng, native, emu, nat, context):
 
 # -- a fault must fault in C too ------------------------------------------------------
 #
-# Both machines raise their exceptions from the same Python rules (pyamx.tilecfg)
+# Both machines raise their exceptions from the same Python rules (pyamx.table.tilecfg)
 # before any C runs, so agreeing on them says nothing about the C side. A
 # faulting step is therefore also replayed as a raw lib call, every Python
 # check skipped, in a forked child (a fault there kills the child, not the
@@ -297,7 +298,7 @@ def _raw_in_child(cfg: TileConfig, method, args):
     import faulthandler
 
     from pyamx.cpu import _nativelib
-    from pyamx import detect
+    from pyamx.cpu import detect
 
     ffi, lib = _nativelib.load()
     trapped = detect.report().mode == "trap"
@@ -318,7 +319,7 @@ def _raw_in_child(cfg: TileConfig, method, args):
             # trap handler (reinstalled below) chains to the default action: death by the signal.
             faulthandler.disable()
             if trapped:
-                from pyamx import trap
+                from pyamx.cpu import trap
 
                 trap.ensure_installed()  # pyamx._trap's, not _native's
             image = cfg.to_bytes()
@@ -367,7 +368,7 @@ def _check_fault_in_c(cfg, method, args, err):
     key = (method, expected)
     if FAULT_CHECKS.get(key, 0) >= _FAULT_BUDGET:
         return
-    from pyamx import detect
+    from pyamx.cpu import detect
 
     got, stderr = _raw_in_child(cfg, method, args)
     assert got == expected, (
@@ -381,14 +382,14 @@ def _check_fault_in_c(cfg, method, args, err):
 
 def native_extensions() -> frozenset:
     """The features beyond the kernel groups (AMX-AVX512, AMX-MOVRS) whose instructions native runs here."""
-    from pyamx import detect, native as native_module
+    from pyamx.cpu import detect, native as native_module
 
     rep = detect.report()
     return frozenset(i.feature.name for i in isa.TABLE if i.feature.name in ("AMX-AVX512", "AMX-MOVRS")
                      and native_module.feature_missing(rep, i) is None)
 
 
-def run_sequence(native, seed: int, families, check_faults_in_c: bool = False) -> None:
+def run_sequence(native, seed: int, groups, check_faults_in_c: bool = False) -> None:
     """One random sequence on both machines, compared after every step.
 
     ``check_faults_in_c``: replay faulting steps as raw C calls in a forked
@@ -405,7 +406,7 @@ def run_sequence(native, seed: int, families, check_faults_in_c: bool = False) -
     steps = [("ldtilecfg", (cfg.to_bytes(),))] + [None] * STEPS
     try:
         for i in range(len(steps)):
-            method, args = steps[i] or random_step(rng, state, families, extensions)
+            method, args = steps[i] or random_step(rng, state, groups, extensions)
             context = f"seed {seed}, " + _describe(i, method, args, emu.snapshot())
             if method == "oneshot":
                 _oneshot_step(rng, native, emu, nat, context)
@@ -434,7 +435,7 @@ def run_sequence(native, seed: int, families, check_faults_in_c: bool = False) -
 
 def test_random_sequences_match_emulator_and_faults_reach_the_c_guards_and_the_trap(native):
     from pyamx.cpu import _nativelib
-    from pyamx import detect
+    from pyamx.cpu import detect
 
     _, lib = _nativelib.load()
     STATS.clear()
@@ -462,7 +463,7 @@ def test_random_sequences_in_four_threads_at_once_match_emulator(native):
     their tile instructions interleave, and per-thread tile state must keep them apart."""
     import threading
 
-    from pyamx import detect
+    from pyamx.cpu import detect
 
     failures = []
 
@@ -527,22 +528,22 @@ def test_oneshot_tdpbf16ps_matches_emulator(native):
         )
 
 
-def test_oneshot_int8_matches_emulator(native_family):
-    native = native_family("int8")
+def test_oneshot_int8_matches_emulator(native_group):
+    native = native_group("int8")
     rng = np.random.default_rng(SEED + 2)
     for trial in range(100):
         m, k, n = (int(x) for x in rng.integers(1, 17, 3))
         c = rng.integers(-(2**31), 2**31, (m, n), dtype=np.int64).astype(np.int32)
         a = rng.integers(0, 256, (m, 4 * k), dtype=np.uint8)
         b = rng.integers(0, 256, (k, 4 * n), dtype=np.uint8)
-        for name in _FAMILY_NAMES["int8"]:
+        for name in _GROUP_NAMES["int8"]:
             expected = instructions.tdpb_int8(name, c, a, b)
             got = getattr(native, name)(c, a, b)
             assert np.array_equal(expected, got), f"{name} trial {trial}"
 
 
-def test_oneshot_fp16_matches_emulator(native_family):
-    native = native_family("fp16")
+def test_oneshot_fp16_matches_emulator(native_group):
+    native = native_group("fp16")
     rng = np.random.default_rng(SEED + 3)
     for trial in range(100):
         m, k, n = (int(x) for x in rng.integers(1, 17, 3))
@@ -569,7 +570,7 @@ def test_oneshot_keeps_a_machine_state_intact(native):
     assert before[0] == after[0] and np.array_equal(before[1], after[1])
 
 
-# docs/semantics.md section 3: the operands come from pyamx.probe.POINTS (defined once); the values
+# docs/semantics.md section 3: the operands come from pyamx.tools.probe.POINTS (defined once); the values
 # each model gives are the spec's, restated here so the probe's bytes are checked against them.
 PROBES = [("P1", 0x3F800001, 0x3F800000), ("P2", 0x3F800001, 0x3F800000), ("P7", 0x00000000, 0x80000000)]
 
@@ -577,7 +578,7 @@ PROBES = [("P1", 0x3F800001, 0x3F800000), ("P2", 0x3F800001, 0x3F800000), ("P7",
 @pytest.mark.parametrize("probe", PROBES, ids=[p[0] for p in PROBES])
 def test_semantics_probes_on_native_give_the_emulators_default_bits(native, probe, capsys):
     """Silicon's answer to each probe is surfaced, then held to the emulator's default model."""
-    from pyamx.probe import point
+    from pyamx.tools.probe import point
 
     name, sdm, straight = probe
     e = point(name)
@@ -585,7 +586,7 @@ def test_semantics_probes_on_native_give_the_emulators_default_bits(native, prob
     got = int(native.tdpbf16ps(c, a, b)[0, 0])
     emu = int(instructions.tdpbf16ps(c, a, b, PRESETS["sdm"])[0, 0])
     model = {sdm: "SDM even/odd", straight: "straight (intrinsics guide)"}.get(got, "neither documented model")
-    from pyamx import detect
+    from pyamx.cpu import detect
 
     line = (f"docs/semantics.md probe {name} on native ({detect.report().mode}): 0x{got:08X} = {model} "
             f"(SDM 0x{sdm:08X}, straight 0x{straight:08X}, emulator default 0x{emu:08X})")

@@ -21,8 +21,9 @@ from dataclasses import replace
 import pytest
 
 from pyamx.cpu import _runtime
-from pyamx import detect, isa
-from pyamx.detect import BuildFacts, RawFacts, TrapFacts, evaluate
+from pyamx.cpu import detect
+from pyamx.table import isa
+from pyamx.cpu.detect import BuildFacts, RawFacts, TrapFacts, evaluate
 
 from childproc import PYAMX_HOME as ROOT  # the pyamx under test, not necessarily this checkout
 
@@ -270,7 +271,7 @@ def test_trap_mode_makes_native_usable_and_says_so_loudly():
 
 def test_trap_mode_absent_or_failing_keeps_the_silicon_reason():
     for trap, word in [
-        (TrapFacts(available=False, error="pyamx.trap cannot be imported"), "unavailable"),
+        (TrapFacts(available=False, error="pyamx.cpu.trap cannot be imported"), "unavailable"),
         (TrapFacts(available=True, requested=False), "not requested"),
         (TrapFacts(available=True, requested=True, error="BackendError: refused"), "failed"),
     ]:
@@ -347,7 +348,7 @@ def test_cli_info_json():
 
 
 def test_cli_registry_takes_new_subcommands():
-    from pyamx import cli
+    from pyamx.tools import cli
 
     assert "info" in cli.COMMANDS
     with pytest.raises(ValueError):
@@ -357,7 +358,7 @@ def test_cli_registry_takes_new_subcommands():
 def test_native_requested_where_absent_raises_with_the_reason():
     code = (
         "import numpy as np, pyamx\n"
-        "from pyamx import detect\n"
+        "from pyamx.cpu import detect\n"
         "rep = detect.report()\n"
         "if rep.amx_usable: print('USABLE'); raise SystemExit(0)\n"
         "try:\n"
@@ -365,7 +366,7 @@ def test_native_requested_where_absent_raises_with_the_reason():
         "except pyamx.NativeUnavailableError as exc:\n"
         "    assert rep.reason in str(exc), (rep.reason, str(exc))\n"
         "    print('RAISED')\n"
-        "from pyamx import native\n"
+        "from pyamx.cpu import native\n"
         "try:\n"
         "    native.NativeMachine()\n"
         "except pyamx.NativeUnavailableError as exc:\n"
@@ -382,6 +383,6 @@ def test_native_requested_where_absent_raises_with_the_reason():
 def test_detection_never_kills_the_process():
     """Detection in a fresh interpreter, twice, with faulthandler on as under pytest: exits 0."""
     proc = _run(["-X", "faulthandler", "-c",
-                 "from pyamx import detect; a = detect.report(); b = detect.report(); assert a is b; print('alive')"])
+                 "from pyamx.cpu import detect; a = detect.report(); b = detect.report(); assert a is b; print('alive')"])
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "alive"

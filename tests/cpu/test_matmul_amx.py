@@ -20,35 +20,38 @@ import numpy as np
 import pytest
 
 from pyamx.cpu import _native_matmul
-from pyamx import emulator, isa, native, testing
+from pyamx import emulator
+from pyamx.table import isa
+from pyamx.cpu import native
+from pyamx.tools import testing
 from pyamx.cpu._native_matmul import matmul_native
 from pyamx.errors import BackendError
 
 from childproc import PYAMX_HOME, child_env
 
-OPS = tuple(native.OPS)  # mnemonic -> (C op name, family, lanes)
+OPS = tuple(native.OPS)  # mnemonic -> (C op name, group, lanes)
 INT8 = ("tdpbssd", "tdpbsud", "tdpbusd", "tdpbuud")
 DIMS = (1, 15, 17, 33)
 KDS = (1, 16, 17, 33)
 
 
 @pytest.fixture
-def family_lib(native_family):
-    """``(op_name) -> (ffi, lib)`` of a kernel family that can run here (else skip/fail)."""
+def group_lib(native_group):
+    """``(op_name) -> (ffi, lib)`` of a kernel group that can run here (else skip/fail)."""
 
     def get(op_name):
-        family = native.OPS[op_name][1]
-        native_family(family)
-        return native._lib(family)
+        group = native.OPS[op_name][1]
+        native_group(group)
+        return native._lib(group)
 
     return get
 
 
 @pytest.fixture
-def trap_lib(family_lib):
+def trap_lib(group_lib):
     """The C functions of the trap mode (counters, per-thread state), where native runs trapped."""
-    family_lib("tdpbf16ps")
-    from pyamx import detect, trap
+    group_lib("tdpbf16ps")
+    from pyamx.cpu import detect, trap
 
     if detect.report().mode != "trap":
         pytest.skip("this checks the trap mode's per-thread state and counters; native runs on silicon here")
@@ -146,8 +149,8 @@ def _shapes():
 
 
 @pytest.mark.parametrize("op_name", OPS)
-def test_kernel_matches_the_emulated_schedule_bit_for_bit_on_edge_shapes(op_name, family_lib):
-    family_lib(op_name)
+def test_kernel_matches_the_emulated_schedule_bit_for_bit_on_edge_shapes(op_name, group_lib):
+    group_lib(op_name)
     rng = np.random.default_rng(1000 + OPS.index(op_name))
     classes = testing.CLASSES if op_name == "tdpbf16ps" else ("normal", "mixed")
     for number, (m, kd, n) in enumerate(_shapes()):
@@ -159,9 +162,9 @@ def test_kernel_matches_the_emulated_schedule_bit_for_bit_on_edge_shapes(op_name
 
 
 @pytest.mark.parametrize("op_name", OPS)
-def test_adversarial_values_survive_the_kernel_bit_for_bit(op_name, family_lib):
+def test_adversarial_values_survive_the_kernel_bit_for_bit(op_name, group_lib):
     """NaN payloads, denormals, +-0, inf in every operand, K spanning three blocks (one partial)."""
-    family_lib(op_name)
+    group_lib(op_name)
     rng = np.random.default_rng(2000 + OPS.index(op_name))
     m, kd, n = 17, 33, 33
     for cls in ("nans", "denormal", "zeros", "specials", "mixed"):
@@ -180,11 +183,11 @@ def test_adversarial_values_survive_the_kernel_bit_for_bit(op_name, family_lib):
 
 
 @pytest.mark.parametrize("op_name", ("tdpbf16ps", "tdpfp16ps", "tdpbsud"))
-def test_kernel_matches_the_exact_rational_reference(op_name, family_lib):
+def test_kernel_matches_the_exact_rational_reference(op_name, group_lib):
     """The schedule built from tests/reference.py (Fractions, written from the spec), not from pyamx."""
     import reference
 
-    family_lib(op_name)
+    group_lib(op_name)
     rng = np.random.default_rng(3000 + OPS.index(op_name))
     m, kd, n = 3, 33, 17  # two tile columns, three K blocks (the last one partial)
     c, a, b = operands(op_name, m, kd, n, "mixed", rng)
@@ -203,8 +206,8 @@ def test_kernel_matches_the_exact_rational_reference(op_name, family_lib):
     assert_same_bits(matmul_native(op_name, a, b, c, kd, 1), want, f"{op_name} vs the rational reference")
 
 
-def test_inputs_are_not_modified_and_c_dtype_is_kept(family_lib):
-    family_lib("tdpbf16ps")
+def test_inputs_are_not_modified_and_c_dtype_is_kept(group_lib):
+    group_lib("tdpbf16ps")
     rng = np.random.default_rng(5)
     c, a, b = operands("tdpbf16ps", 15, 17, 17, "normal", rng)
     copies = [x.copy() for x in (c, a, b)]
@@ -217,9 +220,9 @@ def test_inputs_are_not_modified_and_c_dtype_is_kept(family_lib):
 
 
 @pytest.mark.parametrize("m", (17, 33))  # B read in place (one block row) and through the kernel's packed copy
-def test_row_strided_operands_give_the_same_bits(m, family_lib):
+def test_row_strided_operands_give_the_same_bits(m, group_lib):
     """Views into wider arrays (row stride larger than a row) are read through the strides, not copied."""
-    family_lib("tdpbssd")
+    group_lib("tdpbssd")
     rng = np.random.default_rng(6)
     c, a, b = operands("tdpbssd", m, 17, 15, "mixed", rng)
     wide_a = np.zeros((m, 4 * 17 + 12), dtype=np.uint8)
@@ -240,9 +243,9 @@ def _placed(x, offset):
 
 
 @pytest.mark.parametrize("op_name", ("tdpbf16ps", "tdpbuud"))
-def test_a_anywhere_mod_64_gives_the_same_bits(op_name, family_lib):
+def test_a_anywhere_mod_64_gives_the_same_bits(op_name, group_lib):
     """A with 64-byte aligned rows is loaded in place, any other A through the kernel's aligned strip copy."""
-    family_lib(op_name)
+    group_lib(op_name)
     rng = np.random.default_rng(19)
     m, kd, n = 40, 33, 40  # row pitch 132 bytes: 64-byte aligned rows need a padded stride
     c, a, b = operands(op_name, m, kd, n, "mixed", rng)
@@ -261,8 +264,8 @@ def test_a_anywhere_mod_64_gives_the_same_bits(op_name, family_lib):
 
 
 @pytest.mark.parametrize("op_name", ("tdpbf16ps", "tdpbusd"))
-def test_three_threads_give_the_bits_of_one(op_name, family_lib):
-    ffi, lib = family_lib(op_name)
+def test_three_threads_give_the_bits_of_one(op_name, group_lib):
+    ffi, lib = group_lib(op_name)
     rng = np.random.default_rng(7)
     m, kd, n = 70, 17, 65  # 3 x 3 blocks of 32 x 32 with edge blocks in both directions
     c, a, b = operands(op_name, m, kd, n, "mixed", rng)
@@ -278,9 +281,9 @@ def test_three_threads_give_the_bits_of_one(op_name, family_lib):
 
 
 @pytest.mark.parametrize("op_name", ("tdpbf16ps", "tdpfp16ps", "tdpbsud"))
-def test_cache_panels_do_not_change_a_bit(op_name, family_lib):
+def test_cache_panels_do_not_change_a_bit(op_name, group_lib):
     """K panels store C and reload it between K ranges; N panels reorder blocks: the bits stay."""
-    family_lib(op_name)
+    group_lib(op_name)
     rng = np.random.default_rng(17)
     m, kd, n = 70, 50, 100  # 3 block rows, 4 block columns, 3 full K blocks and a remainder
     c, a, b = operands(op_name, m, kd, n, "mixed", rng)
@@ -291,9 +294,9 @@ def test_cache_panels_do_not_change_a_bit(op_name, family_lib):
         assert_same_bits(got, want, f"panels={panels} threads={threads}")
 
 
-def test_concurrent_calls_from_several_python_threads_keep_their_own_tiles(family_lib):
+def test_concurrent_calls_from_several_python_threads_keep_their_own_tiles(group_lib):
     """Tile registers are per thread: four callers at once, each with workers, each get their own bits."""
-    family_lib("tdpbf16ps")
+    group_lib("tdpbf16ps")
     rng = np.random.default_rng(18)
     cases = [operands("tdpbf16ps", 40 + 7 * i, 17 + i, 33 + 5 * i, "mixed", rng) for i in range(4)]
     wants = [schedule_reference("tdpbf16ps", c, a, b, a.shape[1] // 2) for c, a, b in cases]
@@ -350,9 +353,9 @@ def test_pool_workers_persist_and_release_their_trap_state_when_the_pool_stops(t
     assert_same_bits(matmul_native("tdpbf16ps", a, b, c, 2, 4), got, "a pool created again")
 
 
-def test_a_forked_child_gets_its_own_pool(family_lib):
+def test_a_forked_child_gets_its_own_pool(group_lib):
     """fork() copies only the forking thread: the child must not wait for the parent's workers."""
-    family_lib("tdpbf16ps")
+    group_lib("tdpbf16ps")
     rng = np.random.default_rng(18)
     c, a, b = operands("tdpbf16ps", 70, 17, 40, "mixed", rng)
     want = matmul_native("tdpbf16ps", a, b, c, 17, 3)  # the parent's workers exist now
@@ -376,8 +379,8 @@ def test_a_forked_child_gets_its_own_pool(family_lib):
     assert answer == b"0 2 True" and os.waitstatus_to_exitcode(status) == 0
 
 
-def test_threads_none_uses_the_default_and_gives_the_same_bits(family_lib):
-    family_lib("tdpbuud")
+def test_threads_none_uses_the_default_and_gives_the_same_bits(group_lib):
+    group_lib("tdpbuud")
     rng = np.random.default_rng(15)
     c, a, b = operands("tdpbuud", 40, 3, 70, "mixed", rng)
     assert _native_matmul.default_threads() >= 1
@@ -418,14 +421,14 @@ def test_workers_without_trap_state_leave_their_blocks_to_the_caller(trap_lib):
     assert_same_bits(got, want, "threads=4 with no free trap slot")
 
 
-def test_the_gil_is_released_while_the_kernel_runs(family_lib):
+def test_the_gil_is_released_while_the_kernel_runs(group_lib):
     """Python bytecode of another thread runs between the start and the end of one kernel call.
 
     With the GIL held across the call no other thread could execute a single
     bytecode in that window, so a tick stamped inside it proves the release.
     """
-    ffi, lib = family_lib("tdpbf16ps")
-    from pyamx import detect
+    ffi, lib = group_lib("tdpbf16ps")
+    from pyamx.cpu import detect
 
     # Long enough for the other thread to be scheduled: ~4600 trapped instructions, or ~17 GFLOP on silicon.
     m, kd, n = (256, 128, 256) if detect.report().mode == "trap" else (2048, 1024, 2048)
@@ -462,8 +465,8 @@ def test_the_gil_is_released_while_the_kernel_runs(family_lib):
 # -- the caller's tile state ----------------------------------------------------------
 
 
-def test_callers_native_machine_keeps_its_tiles_and_config(family_lib):
-    family_lib("tdpbf16ps")
+def test_callers_native_machine_keeps_its_tiles_and_config(group_lib):
+    group_lib("tdpbf16ps")
     machine = native.NativeMachine()
     cfg = bytearray(64)
     cfg[0] = 1
@@ -504,8 +507,8 @@ def test_a_fresh_thread_is_left_in_the_init_state(trap_lib):
     assert not seen["cfg"].any() and not seen["tiles"].any()
 
 
-def test_pending_start_row_is_refused_before_anything_runs(family_lib):
-    family_lib("tdpbf16ps")
+def test_pending_start_row_is_refused_before_anything_runs(group_lib):
+    group_lib("tdpbf16ps")
     machine = native.NativeMachine()
     cfg = bytearray(64)
     cfg[0], cfg[1] = 1, 5
@@ -547,8 +550,8 @@ def _expected_counts(m, kd, n, k_panel):
 
 @pytest.mark.parametrize("m,kd,n,k_panel", [(1, 1, 1, None), (33, 33, 33, None), (64, 16, 64, None),
                                              (70, 20, 17, None), (33, 81, 40, 2), (17, 64, 17, 1)])
-def test_instruction_counts_follow_the_schedule(m, kd, n, k_panel, trap_lib, family_lib):
-    ffi, ids = family_lib("tdpbf16ps")  # the op ids: the one numbering, in pyamx._native
+def test_instruction_counts_follow_the_schedule(m, kd, n, k_panel, trap_lib, group_lib):
+    ffi, ids = group_lib("tdpbf16ps")  # the op ids: the one numbering, in pyamx._native
     lib = trap_lib
     rng = np.random.default_rng(13)
     c, a, b = operands("tdpbf16ps", m, kd, n, "normal", rng)
@@ -570,8 +573,8 @@ def test_instruction_counts_follow_the_schedule(m, kd, n, k_panel, trap_lib, fam
 # -- bad arguments ----------------------------------------------------------------------
 
 
-def test_python_side_rejects_bad_arguments_before_any_c_call(family_lib):
-    family_lib("tdpbf16ps")
+def test_python_side_rejects_bad_arguments_before_any_c_call(group_lib):
+    group_lib("tdpbf16ps")
     rng = np.random.default_rng(14)
     c, a, b = operands("tdpbf16ps", 4, 3, 5, "normal", rng)
     with pytest.raises(ValueError, match="unknown instruction"):
@@ -612,8 +615,8 @@ def test_python_side_rejects_bad_arguments_before_any_c_call(family_lib):
         matmul_native("tdpbf16ps", a, b, c, 3, 1, panels=[1, 1])
 
 
-def test_c_side_rejects_bad_arguments_without_touching_memory(family_lib):
-    ffi, lib = family_lib("tdpbf16ps")
+def test_c_side_rejects_bad_arguments_without_touching_memory(group_lib):
+    ffi, lib = group_lib("tdpbf16ps")
     E_ARG = lib.PYAMX_E_ARG
     a = np.zeros((4, 8), dtype=np.uint16)  # M=4, Kd=4
     b = np.zeros((4, 10), dtype=np.uint16)  # N=5
@@ -675,9 +678,9 @@ def test_kernel_refuses_before_detection_and_permission_said_yes():
 
 
 @pytest.mark.parametrize("op_name", ("tdpbf16ps", "tdpbssd"))
-def test_the_peak_probe_runs_a_chain_of_exactly_count_dot_products(op_name, trap_lib, family_lib):
+def test_the_peak_probe_runs_a_chain_of_exactly_count_dot_products(op_name, trap_lib, group_lib):
     """benchmarks/bench_native.py's peak probe: `count` chained dot products and one configuration."""
-    ffi, ids = family_lib(op_name)
+    ffi, ids = group_lib(op_name)
     lib = trap_lib
     op = getattr(ids, f"PYAMX_OP_{op_name.upper()}")
     elapsed = ffi.new("int64_t *")
@@ -691,12 +694,12 @@ def test_the_peak_probe_runs_a_chain_of_exactly_count_dot_products(op_name, trap
     assert elapsed[0] > 0
 
 
-def test_the_pool_is_joined_at_interpreter_exit(family_lib):
+def test_the_pool_is_joined_at_interpreter_exit(group_lib):
     """An atexit hook registered before pyamx's runs after it: by then the workers are joined."""
-    family_lib("tdpbf16ps")
+    group_lib("tdpbf16ps")
     code = (
         "import atexit, numpy as np\n"
-        "from pyamx import native\n"
+        "from pyamx.cpu import native\n"
         "from pyamx.cpu._native_matmul import matmul_native\n"
         "atexit.register(lambda: print('workers at exit', native._lib()[1].pyamx_pool_workers()))\n"
         "c = np.zeros((64, 64), np.float32); a = np.zeros((64, 2), np.uint16); b = np.zeros((1, 128), np.uint16)\n"

@@ -20,7 +20,7 @@ from pyamx.errors import (
     MemoryAccessFault,
     WrongThreadError,
 )
-from pyamx.tilecfg import TileConfig
+from pyamx.table.tilecfg import TileConfig
 
 from childproc import PYAMX_HOME as ROOT  # the pyamx under test, not necessarily this checkout
 
@@ -51,7 +51,7 @@ def test_built_module_matches_the_package_version():
 
 
 def test_native_machine_has_every_emulator_method():
-    from pyamx.native import NativeMachine
+    from pyamx.cpu.native import NativeMachine
 
     public = {name for name in dir(emulator.TileMachine) if not name.startswith("_")} - {"numerics"}
     missing = {name for name in public if not hasattr(NativeMachine, name)}
@@ -60,7 +60,7 @@ def test_native_machine_has_every_emulator_method():
 
 
 def test_native_machine_refuses_an_emulator_numerics_model():
-    from pyamx.native import NativeMachine
+    from pyamx.cpu.native import NativeMachine
 
     with pytest.raises(ValueError, match="silicon"):
         NativeMachine(numerics="straight")
@@ -111,7 +111,7 @@ def test_c_module_refuses_before_detection_and_permission():
 
 
 def test_native_python_layer_raises_where_native_is_unavailable():
-    from pyamx import native
+    from pyamx.cpu import native
     from pyamx.errors import NativeUnavailableError
 
     usable, reason = native.available()
@@ -128,11 +128,11 @@ def test_native_python_layer_raises_where_native_is_unavailable():
 
 def _trapped(native):
     """A callable counting trapped instructions in trap mode (None on silicon)."""
-    from pyamx import detect
+    from pyamx.cpu import detect
 
     if detect.report().mode != "trap":
         return None
-    from pyamx import trap
+    from pyamx.cpu import trap
 
     return trap.trapped_count
 
@@ -289,10 +289,10 @@ def test_threads_have_their_own_tile_state(native):
         assert np.array_equal(tile, data[: 64 * (i + 1)].reshape(i + 1, 64)[:, : 4 * (i + 1)])
 
 
-def test_available_by_family(native):
-    from pyamx import detect
+def test_available_by_group(native):
+    from pyamx.cpu import detect
 
-    for family in ("bf16", "int8", "fp16", "fp8"):
-        assert native.available(family)[0] == (family in detect.report().kernels)
+    for group in ("bf16", "int8", "fp16", "fp8"):
+        assert native.available(group)[0] == (group in detect.report().kernels)
     with pytest.raises(ValueError):
         native.available("fp4")

@@ -20,7 +20,7 @@ from lockstep import GUARD, GuardedBuffer, random_config
 from pyamx.table import _memory
 from pyamx.cpu import _nativelib
 from pyamx.errors import GeneralProtectionFault, InvalidOpcodeFault, MemoryAccessFault
-from pyamx.tilecfg import TileConfig, check_dot_product, check_memory_tile
+from pyamx.table.tilecfg import TileConfig, check_dot_product, check_memory_tile
 
 I64 = (-(2**63), 2**63 - 1)
 EXTREMES = [I64[0], I64[0] + 1, -(2**62), -(2**32), -65, -1, 0, 1, 63, 64, 2**32, 2**62, 2**63 - 65, I64[1]]

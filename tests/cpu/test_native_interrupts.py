@@ -32,7 +32,7 @@ from lockstep import (
     random_config,
     random_op,
 )
-from pyamx.tilecfg import TileConfig
+from pyamx.table.tilecfg import TileConfig
 
 # A sequence that, without the C-side guards, ends in an out-of-bounds store:
 # a small config, a large one (interrupted after the C call ran), then loads

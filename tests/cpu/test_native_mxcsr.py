@@ -18,8 +18,8 @@ import numpy as np
 import pytest
 
 import pyamx
-from pyamx import isa
-from pyamx.tilecfg import TileConfig
+from pyamx.table import isa
+from pyamx.table.tilecfg import TileConfig
 
 if platform.machine().lower() not in ("x86_64", "amd64"):
     pytest.skip("MXCSR is an x86-64 register", allow_module_level=True)
@@ -70,7 +70,7 @@ def _check(name, call):
 
 
 def _native_dots():
-    from pyamx import detect
+    from pyamx.cpu import detect
 
     rep = detect.report()
     return [insn for insn in isa.DOTS if insn.group in rep.kernels]
@@ -142,7 +142,7 @@ def test_the_tile_machine_keeps_the_callers_mxcsr(native):
 
 
 def _runs_natively(insn) -> bool:
-    from pyamx import detect
+    from pyamx.cpu import detect
     from pyamx.cpu.native import feature_missing
 
     return feature_missing(detect.report(), insn) is None

@@ -12,9 +12,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pyamx import detect, isa, native
+from pyamx.cpu import detect, native
+from pyamx.table import isa
 from pyamx.errors import NativeUnavailableError
-from pyamx.tilecfg import TileConfig
+from pyamx.table.tilecfg import TileConfig
 
 # clang 22.1.8 (ziglang 0.17.1), `clang -c` of the AT&T lines, bytes from objdump -s
 CLANG = {

@@ -25,7 +25,7 @@ from conftest import native_required_by_env
 from pyamx import _env
 from pyamx.emulator import TileMachine
 from pyamx.errors import GeneralProtectionFault, InvalidOpcodeFault
-from pyamx.tilecfg import TileConfig
+from pyamx.table.tilecfg import TileConfig
 
 BUFFER = np.zeros(16 * 64 + 64, np.uint8)  # the program's buffer: any tile at stride 64 fits
 OPS = ["ldtilecfg", "tilezero", "tileloadd", "tileloaddt1", "tilestored", "tdpbf16ps", "tdpbssd"]
@@ -33,7 +33,7 @@ OPS = ["ldtilecfg", "tilezero", "tileloadd", "tileloaddt1", "tilestored", "tdpbf
 
 @pytest.fixture(scope="module")
 def silicon_program(c_program):
-    from pyamx import detect
+    from pyamx.cpu import detect
 
     report = detect.report()
     if report.mode != "silicon" or not {"bf16", "int8"} <= set(report.kernels):

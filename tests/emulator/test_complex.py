@@ -15,10 +15,11 @@ import numpy as np
 import pytest
 
 import pyamx
-from pyamx import emulator, isa
-from pyamx import engine as _engine
+from pyamx import emulator
+from pyamx.table import isa
+from pyamx.emulator import engine as _engine
 from pyamx.emulator import Numerics
-from pyamx.tilecfg import TileConfig
+from pyamx.table.tilecfg import TileConfig
 
 import reference
 
@@ -200,7 +201,7 @@ def test_operand_forms_give_the_same_bits(name):
 
 
 def test_native_refuses_without_amx_complex_and_auto_says_emulator():
-    from pyamx import native
+    from pyamx.cpu import native
 
     usable, why = native.available("complex")
     z = np.zeros((1, 2), np.float16)
@@ -253,7 +254,7 @@ def test_the_row_encodes_as_clang_assembles_the_mnemonic(name):
 
 def test_the_probe_experiments_of_the_complex_rows_agree_with_the_reference():
     """pyamx probe's complex points (docs/semantics.md section 8): the emulator's default bits are the SDM's."""
-    from pyamx import probe
+    from pyamx.tools import probe
 
     complex_points = [p for p in probe.EXPERIMENTS if p.startswith("complex_")]
     assert complex_points == ["complex_structure", "complex_dest_daz", "complex_nan_sign", "complex_nan_order"]
@@ -309,7 +310,7 @@ def test_complex_matmul_of_numpy_complex_values():
         pyamx.matmul(a, b, np.zeros((5, 4), np.complex128))
     with pytest.raises(TypeError, match="kind='complex'"):
         pyamx.matmul(a, np.zeros((20, 4), np.float32))
-    from pyamx import native
+    from pyamx.cpu import native
 
     if not native.available("complex")[0]:
         with pytest.raises(Exception, match="AMX-COMPLEX" if native.available()[0] else ""):
@@ -345,7 +346,7 @@ def test_complex_matmul_under_a_changed_mxcsr():
 def test_the_c_entries_refuse_the_rows_on_a_cpu_without_amx_complex():
     """Below the Python checks: pyamx_dp_oneshot, pyamx_tdp and the native matmul answer E_NO_KERNEL
     and execute nothing (in a child process, so a SIGILL would fail the test, not kill the suite)."""
-    from pyamx import native
+    from pyamx.cpu import native
 
     if not native.available()[0]:
         pytest.skip("native is not usable here")
@@ -355,7 +356,8 @@ def test_the_c_entries_refuse_the_rows_on_a_cpu_without_amx_complex():
 
     child = """
 import numpy as np
-from pyamx import isa, native
+from pyamx.table import isa
+from pyamx.cpu import native
 ffi, lib = native._lib("bf16")
 c = np.zeros((16, 16), np.uint32); a = np.zeros((16, 32), np.uint16); b = np.zeros((16, 32), np.uint16)
 cfg = bytearray(64); cfg[0] = 1

@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 import pyamx
-from pyamx import _convert, bf16
+from pyamx import _convert
+from pyamx.table import bf16
 from pyamx.emulator.fp16 import widen_fp16_bits, widen_fp16_bits_numpy
 from pyamx.table import bf16 as bf16_module
 

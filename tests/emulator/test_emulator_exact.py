@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pyamx import testing as gen
+from pyamx.tools import testing as gen
 import reference
 import pyamx
 from pyamx import emulator
@@ -97,7 +97,7 @@ def test_adversarial_classes_reach_their_rules():
     assert seen >= {"min_normal", "overflow", "nan", "default_nan", "negative_zero", "cancellation", "flushed"}, seen
 
 
-# Probes of docs/semantics.md section 3: the operands are pyamx.probe.POINTS (defined once, used by
+# Probes of docs/semantics.md section 3: the operands are pyamx.tools.probe.POINTS (defined once, used by
 # `pyamx probe` too); the bits each model gives are the spec's, restated here as the expectation.
 PROBES = {
     "sdm": {"P1": 0x3F800001, "P2": 0x3F800001, "P7": 0x00000000},
@@ -109,7 +109,7 @@ PROBES = {
 
 @pytest.mark.parametrize("model", sorted(PROBES))
 def test_probe_points_give_the_published_bits_on_emulator_and_reference(model):
-    from pyamx.probe import point
+    from pyamx.tools.probe import point
 
     for name, expected in PROBES[model].items():
         e = point(name)

@@ -1,7 +1,7 @@
 """The emulator's arithmetic engines give the same bits as each other and as the exact reference.
 
 Every engine this build and CPU offer (avx512, avx2, portable, numpy) runs
-the instruction schedule of pyamx.engine over random and adversarial
+the instruction schedule of pyamx.emulator.engine over random and adversarial
 operands (denormals, +-0, infinities, NaN payloads, overflow, cancellation,
 ties and products near 2^-126) for all six dot products; results are
 compared as uint32 bits. tests/reference.py (exact fractions, written from
@@ -20,8 +20,8 @@ import numpy as np
 import pytest
 
 import pyamx
-from pyamx import engine as eng
-from pyamx import isa
+from pyamx.emulator import engine as eng
+from pyamx.table import isa
 from pyamx.errors import BackendError
 
 import reference

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 import pyamx
-from pyamx import engine as eng
+from pyamx.emulator import engine as eng
 
 if not hasattr(signal, "pthread_kill"):
     pytest.skip("needs POSIX signals", allow_module_level=True)

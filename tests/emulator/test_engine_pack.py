@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 import pyamx
-from pyamx import bf16
-from pyamx import engine as eng
+from pyamx.table import bf16
+from pyamx.emulator import engine as eng
 
 from test_engine import MXCSR_CASES, _compiled_engine
 
@@ -35,9 +35,9 @@ def bits(x) -> np.ndarray:
     return np.ascontiguousarray(x).view(np.uint32)
 
 
-def _specials(family: str) -> np.ndarray:
+def _specials(group: str) -> np.ndarray:
     """Zeros, infinities, NaN payloads (quiet and signalling), denormals, extremes, as 16-bit patterns."""
-    if family == "bf16":
+    if group == "bf16":
         v = [0x0000, 0x8000, 0x7F80, 0xFF80, 0x7FC0, 0xFFC1, 0x7F81, 0xFFA5, 0x0001, 0x807F, 0x0040, 0x0080,
              0x8080, 0x7F7F, 0xFF7F, 0x3F80, 0xBF80, 0x0100, 0x7F00]
     else:
@@ -46,16 +46,16 @@ def _specials(family: str) -> np.ndarray:
     return np.array(v, dtype=np.uint16)
 
 
-def operand(rng, family: str, shape, adversarial: bool) -> np.ndarray:
+def operand(rng, group: str, shape, adversarial: bool) -> np.ndarray:
     """A bf16 (uint16 bits), float16 or 8-bit operand; adversarial: a third of it special values."""
-    if family == "int8":
+    if group == "int8":
         raise AssertionError("use int8_operand")
     x = rng.standard_normal(shape).astype(np.float32) * np.float32(4)
-    raw = bf16.from_float32(x) if family == "bf16" else x.astype(np.float16).view(np.uint16)
+    raw = bf16.from_float32(x) if group == "bf16" else x.astype(np.float16).view(np.uint16)
     if adversarial:
         pick = rng.random(shape) < 0.33
-        raw = np.where(pick, rng.choice(_specials(family), shape), raw).astype(np.uint16)
-    return raw if family == "bf16" else raw.view(np.float16)
+        raw = np.where(pick, rng.choice(_specials(group), shape), raw).astype(np.uint16)
+    return raw if group == "bf16" else raw.view(np.float16)
 
 
 def accumulator(rng, shape, adversarial: bool) -> np.ndarray:
@@ -102,19 +102,19 @@ def test_every_fp16_pattern_widens_exactly(compiled, side):
     assert np.array_equal(out[nan], quiet[nan])
 
 
-@pytest.mark.parametrize("family", ("bf16", "fp16"))
+@pytest.mark.parametrize("group", ("bf16", "fp16"))
 @pytest.mark.parametrize("threads", (1, 2))
-def test_every_16_bit_pattern_in_products_equals_the_numpy_engine(compiled, family, threads):
+def test_every_16_bit_pattern_in_products_equals_the_numpy_engine(compiled, group, threads):
     """Every pattern appears in A (and, transposed, in B) next to random and special values."""
     rng = np.random.default_rng(11)
     patterns = np.arange(65536, dtype=np.uint32).astype(np.uint16)
-    if family == "fp16":
+    if group == "fp16":
         patterns = patterns.view(np.float16)
     a = patterns.reshape(2048, 32)
-    b = operand(rng, family, (32, 7), adversarial=True)
+    b = operand(rng, group, (32, 7), adversarial=True)
     got, want = both(a, b, None, compiled.name, threads)
     assert np.array_equal(got, want)
-    got, want = both(operand(rng, family, (5, 31), True), patterns[: 31 * 2048].reshape(31, 2048), None,
+    got, want = both(operand(rng, group, (5, 31), True), patterns[: 31 * 2048].reshape(31, 2048), None,
                      compiled.name, threads)
     assert np.array_equal(got, want)
 
@@ -127,11 +127,11 @@ SMALL_SHAPES = [(1, 1, 1), (1, 2, 1), (2, 3, 5), (7, 1, 13), (6, 33, 32), (13, 3
 THREAD_SHAPES = [(130, 301, 97), pytest.param(400, 999, 40, marks=pytest.mark.slow), (97, 515, 131)]
 
 
-@pytest.mark.parametrize("family", ("bf16", "fp16"))
+@pytest.mark.parametrize("group", ("bf16", "fp16"))
 @pytest.mark.parametrize("m,k,n", SMALL_SHAPES)
-def test_odd_float_shapes_equal_the_numpy_engine(compiled, family, m, k, n):
+def test_odd_float_shapes_equal_the_numpy_engine(compiled, group, m, k, n):
     rng = np.random.default_rng(m * 10007 + k * 101 + n)
-    a, b = operand(rng, family, (m, k), True), operand(rng, family, (k, n), True)
+    a, b = operand(rng, group, (m, k), True), operand(rng, group, (k, n), True)
     c = accumulator(rng, (m, n), True)
     for cc in (None, c):
         got, want = both(a, b, cc, compiled.name, 3)
@@ -153,16 +153,16 @@ def test_odd_int8_shapes_equal_the_numpy_engine(compiled, dtypes, m, k, n):
     assert np.array_equal(bits(got), bits(exact.astype(np.uint64).astype(np.uint32)))  # 32-bit wrap
 
 
-@pytest.mark.parametrize("family", ("bf16", "fp16", "int8"))
+@pytest.mark.parametrize("group", ("bf16", "fp16", "int8"))
 @pytest.mark.parametrize("m,k,n", THREAD_SHAPES)
-def test_thread_counts_one_to_five_give_identical_bits(compiled, family, m, k, n):
+def test_thread_counts_one_to_five_give_identical_bits(compiled, group, m, k, n):
     rng = np.random.default_rng(3)
-    if family == "int8":
+    if group == "int8":
         a = rng.integers(-128, 128, (m, k)).astype(np.int8)
         b = rng.integers(0, 256, (k, n)).astype(np.uint8)
         c = None
     else:
-        a, b = operand(rng, family, (m, k), True), operand(rng, family, (k, n), True)
+        a, b = operand(rng, group, (m, k), True), operand(rng, group, (k, n), True)
         c = accumulator(rng, (m, n), True)
     want = bits(pyamx.matmul(a, b, c, backend="emulator", engine="numpy"))
     for threads in range(1, 6):
@@ -210,15 +210,15 @@ def test_inputs_are_not_modified(compiled):
 
 @pytest.mark.skipif(not eng._lib() or not eng._lib()[1].pyamx_engine_getcsr(), reason="x86-64 MXCSR only")
 @pytest.mark.parametrize("case", sorted(MXCSR_CASES))
-@pytest.mark.parametrize("family", ("bf16", "fp16"))
-def test_caller_mxcsr_changes_no_bit_of_matmul_and_is_restored(compiled, case, family):
+@pytest.mark.parametrize("group", ("bf16", "fp16"))
+def test_caller_mxcsr_changes_no_bit_of_matmul_and_is_restored(compiled, case, group):
     ffi, lib = eng._lib()
     mxcsr = MXCSR_CASES[case]
     rng = np.random.default_rng(21)
     m, k, n = 200, 65, 257  # several threads' work, odd K (padding), a partial panel
-    a, b = operand(rng, family, (m, k), True), operand(rng, family, (k, n), True)
+    a, b = operand(rng, group, (m, k), True), operand(rng, group, (k, n), True)
     want = bits(pyamx.matmul(a, b, backend="emulator", engine="numpy"))
-    op = lib.PYAMX_OP_TDPBF16PS if family == "bf16" else lib.PYAMX_OP_TDPFP16PS
+    op = lib.PYAMX_OP_TDPBF16PS if group == "bf16" else lib.PYAMX_OP_TDPFP16PS
     a16, b16 = a.view(np.uint16), b.view(np.uint16)
     for threads in (1, 2):
         out = np.empty((m, n), dtype=np.uint32)

@@ -12,8 +12,9 @@ import numpy as np
 import pytest
 
 import pyamx
-from pyamx import _validate, emulator, isa
-from pyamx import engine as _engine
+from pyamx import _validate, emulator
+from pyamx.table import isa
+from pyamx.emulator import engine as _engine
 from pyamx._result import AMXResult, label
 from pyamx.emulator import onetile
 
@@ -30,7 +31,7 @@ def _operands(rng, insn, m, k, n):
         c = rng.standard_normal((m, n)).astype(np.float32)
         if insn.a_format.width == 8:  # fp8 codes as uint8 bits
             return c, rng.integers(0, 256, (m, 4 * k)).astype(np.uint8), rng.integers(0, 256, (k, 4 * n)).astype(np.uint8)
-        if insn.family == "bf16":
+        if insn.group == "bf16":
             a = (rng.standard_normal((m, 2 * k)).astype(np.float32).view(np.uint32) >> 16).astype(np.uint16)
             b = (rng.standard_normal((k, 2 * n)).astype(np.float32).view(np.uint32) >> 16).astype(np.uint16)
         else:
@@ -254,7 +255,7 @@ def test_chains_equal_the_explicit_chain(count):
 @pytest.mark.parametrize("engine", _engines())
 def test_machine_reads_its_tiles_in_place_without_touching_them(engine):
     import reference
-    from pyamx import testing as gen
+    from pyamx.tools import testing as gen
 
     rng = np.random.default_rng([SEED, 7])
     machine = pyamx.emulator.TileMachine(engine=engine)

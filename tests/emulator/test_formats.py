@@ -10,7 +10,8 @@ import pytest
 
 import reference
 import pyamx
-from pyamx import bf16, emulator, isa
+from pyamx.table import bf16, isa
+from pyamx import emulator
 
 
 def _bits32(x: float) -> int:
@@ -107,9 +108,9 @@ def test_fp16_denormals_are_honoured():
     assert emulator.tdpfp16ps(np.zeros((1, 1), np.float32), a.view(np.float16), b.view(np.float16))[0, 0] == 2.0**-24
 
 
-@pytest.mark.parametrize("mnemonic", [i.name for i in isa.DOTS if i.family == "int8"])
+@pytest.mark.parametrize("mnemonic", [i.name for i in isa.DOTS if i.group == "int8"])
 def test_int8_dot_products_match_reference_including_wraparound_and_extremes(mnemonic):
-    # signedness from the reference, not from pyamx.isa: the code's table is what is under test
+    # signedness from the reference, not from pyamx.table.isa: the code's table is what is under test
     signs = reference.int8_signedness(mnemonic)
     rng = np.random.default_rng(8)
     for m, k, n in ((1, 1, 1), (16, 16, 16), (4, 9, 13)):
@@ -197,9 +198,9 @@ def test_big_endian_operands_give_the_same_bits():
 
 
 def test_the_layouts_live_in_pyamx_layout_and_bf16_keeps_its_names():
-    from pyamx import layout
+    from pyamx.table import layout
 
-    assert "layout" in pyamx.__all__ and pyamx.layout is layout
+    assert "layout" in pyamx.__all__ and pyamx.table.layout is layout
     for name in ("pack_pairs", "unpack_pairs", "pack_quads", "unpack_quads"):
         assert getattr(bf16, name) is getattr(layout, name), name  # the old names stay working aliases
     q = np.arange(24, dtype=np.uint8).reshape(6, 4)

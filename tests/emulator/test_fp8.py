@@ -18,8 +18,9 @@ import pytest
 
 import pyamx
 import reference_fp8 as ref
-from pyamx import emulator, isa
-from pyamx import engine as _engine
+from pyamx import emulator
+from pyamx.table import isa
+from pyamx.emulator import engine as _engine
 from pyamx.emulator import Numerics
 from pyamx.errors import BackendError, InvalidOpcodeFault
 
@@ -61,7 +62,7 @@ def _bits(result):
 
 
 def _reference(name, c, a, b, **options):
-    # the formats as the reference reads them off the mnemonic, not from pyamx.isa
+    # the formats as the reference reads them off the mnemonic, not from pyamx.table.isa
     return np.array(ref.dot(c.tolist(), a.tolist(), b.tolist(), *ref.formats(name), **options), np.uint32)
 
 
@@ -387,13 +388,13 @@ def test_results_do_not_depend_on_the_callers_mxcsr(mode):
 
 def _has_amx_fp8() -> bool:
     """Native runs the AMX-FP8 rows here (silicon with the feature, or the trap mode's say)."""
-    from pyamx import detect
+    from pyamx.cpu import detect
 
     return "fp8" in detect.report().kernels
 
 
 def test_native_refuses_without_amx_fp8_naming_the_feature():
-    from pyamx import native
+    from pyamx.cpu import native
 
     if _has_amx_fp8():
         pytest.skip("this CPU has AMX-FP8")
@@ -414,7 +415,7 @@ def test_the_native_matmul_kernel_refuses_fp8_without_the_cpuid_bit():
     if _has_amx_fp8():
         pytest.skip("this CPU has AMX-FP8")
     from pyamx.cpu import _native_matmul
-    from pyamx import native
+    from pyamx.cpu import native
 
     try:
         ffi, lib = native._lib("bf16")

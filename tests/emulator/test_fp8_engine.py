@@ -17,8 +17,8 @@ import pytest
 
 import pyamx
 import reference_fp8 as ref
-from pyamx import engine as _engine
-from pyamx import isa
+from pyamx.emulator import engine as _engine
+from pyamx.table import isa
 
 FP8_ROWS = [insn for insn in isa.DOTS if insn.group == "fp8"]
 NAMES = [insn.name for insn in FP8_ROWS]

@@ -18,7 +18,7 @@ import pyamx
 from childproc import PYAMX_HOME, child_env
 from pyamx import _fpenv, emulator
 from pyamx.emulator import instructions
-from pyamx.testing import CLASSES, operands, shapes
+from pyamx.tools.testing import CLASSES, operands, shapes
 
 if platform.machine().lower() not in ("x86_64", "amd64"):
     pytest.skip("MXCSR is an x86-64 register", allow_module_level=True)
@@ -187,7 +187,7 @@ def test_far_more_threads_than_the_work_warrants_raise_no_flag(engine, value):
     300 x 300 outputs over 150 dwords is about 51 threads' worth of work, not a whole number of them,
     so a floating-point cap would round; 256 threads are asked for.
     """
-    from pyamx import engine as _engine
+    from pyamx.emulator import engine as _engine
 
     available = {name: (ok, why) for name, ok, why in _engine.available_engines()}
     if not available[engine][0]:

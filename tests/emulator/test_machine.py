@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from pyamx import GeneralProtectionFault, InvalidOpcodeFault, MemoryAccessFault, TileConfig, TileMachine
-from pyamx import isa
+from pyamx.table import isa
 from pyamx.errors import AMXFault
 
 
@@ -285,13 +285,13 @@ def test_int8_machine_matches_reference():
     a = rng.integers(0, 256, (2, 8), dtype=np.uint8)
     b = rng.integers(0, 256, (2, 8), dtype=np.uint8)
     c = rng.integers(-(2**31), 2**31, (2, 2), dtype=np.int64).astype(np.int32)
-    for mnemonic in (i.name for i in isa.DOTS if i.family == "int8"):
+    for mnemonic in (i.name for i in isa.DOTS if i.group == "int8"):
         machine.tileloadd(0, c, 8)
         machine.tileloadd(1, a, 8)
         machine.tileloadd(2, b, 8)
         getattr(machine, mnemonic)(0, 1, 2)
         got = machine.tile(0)[:2, :8].copy().view(np.int32)
-        # signedness from the reference, not from pyamx.isa: the table is what is under test
+        # signedness from the reference, not from pyamx.table.isa: the table is what is under test
         want = np.array(reference.tdpb_int8(*reference.int8_signedness(mnemonic), c, a, b), np.int32)
         assert np.array_equal(got, want), mnemonic
 

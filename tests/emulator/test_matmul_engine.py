@@ -19,7 +19,8 @@ import pytest
 
 import pyamx
 import reference
-from pyamx import _fpenv, bf16, emulator
+from pyamx import _fpenv, emulator
+from pyamx.table import bf16
 from pyamx.emulator import dot, fp32
 from pyamx.emulator.numerics import Numerics
 

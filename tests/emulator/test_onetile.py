@@ -17,10 +17,10 @@ import pytest
 
 import pyamx
 import reference
-from pyamx import bf16
-from pyamx import engine as _engine
+from pyamx.table import bf16
+from pyamx.emulator import engine as _engine
 from pyamx.emulator import instructions, onetile
-from pyamx.testing import _bf16, _fp32
+from pyamx.tools.testing import _bf16, _fp32
 
 SEED = 20261202
 

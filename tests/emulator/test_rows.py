@@ -11,10 +11,11 @@ import numpy as np
 import pytest
 
 import reference_rows as ref
-from pyamx import emulator, isa
+from pyamx import emulator
+from pyamx.table import isa
 from pyamx.emulator.numerics import ROW_BF16_RULES, ROW_FP16_RULES, ROW_INDEX_RULES, Numerics
 from pyamx.errors import InvalidOpcodeFault, MemoryAccessFault
-from pyamx.tilecfg import TileConfig
+from pyamx.table.tilecfg import TileConfig
 
 ROWS = [insn.mnemonic for insn in isa.ROWS]
 CONVERTS = [m for m in ROWS if m != "TILEMOVROW"]
@@ -229,7 +230,7 @@ def test_a_tile_whose_colsb_is_not_a_multiple_of_4_reads_as_zeros_without_a_faul
 @pytest.mark.parametrize("point, values", [("row_index", ROW_INDEX_RULES), ("row_bf16", ROW_BF16_RULES),
                                            ("row_fp16", ROW_FP16_RULES), ("row_movrow_start_row", (True, False))])
 def test_the_row_probe_names_every_option_back(point, values):
-    from pyamx import probe
+    from pyamx.tools import probe
 
     for value in values:
         report = probe.probe_rows("emulator", Numerics().replace(**{point: value}))
@@ -240,7 +241,7 @@ def test_the_row_probe_names_every_option_back(point, values):
 def test_every_row_instruction_is_a_method_of_both_machines_with_the_tables_docstring():
     import inspect
 
-    from pyamx import native
+    from pyamx.cpu import native
 
     for insn in isa.ROWS:
         for machine in (emulator.TileMachine, native.NativeMachine):
@@ -252,7 +253,7 @@ def test_every_row_instruction_is_a_method_of_both_machines_with_the_tables_docs
 
 
 def test_row_options_are_validated_and_leave_the_dot_products_engine_alone():
-    from pyamx import engine
+    from pyamx.emulator import engine
 
     with pytest.raises(ValueError, match="row_index"):
         Numerics(row_index="wrap")

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from pyamx import isa
+from pyamx.table import isa
 
 # Reads the source tree only: CI runs it once per Python, not under every backend (.ci/run).
 pytestmark = pytest.mark.static

@@ -421,7 +421,7 @@ def test_the_command_line_shows_the_extension_warning_as_one_line(tmp_path):
 
 
 def test_cpuinfo_amx_flags_are_read_without_the_extension():
-    from pyamx import detect
+    from pyamx.cpu import detect
 
     text = "processor\t: 0\nflags\t\t: fpu sse2 amx_bf16 avx512f amx_tile amx_int8\n\nprocessor\t: 1\nflags\t: fpu\n"
     assert detect.cpuinfo_amx_flags(text) == ("amx_tile", "amx_bf16", "amx_int8")
@@ -493,9 +493,9 @@ def test_python_m_build_at_the_root_builds_an_abi3_wheel_and_a_complete_sdist(tm
         names = whl.namelist()
     assert any(n.startswith("pyamx/_native.abi3") for n in names)
     assert "pyamx/py.typed" in names and "pyamx/_buildinfo.py" in names
-    # every package of the layout and the public paths' type stubs (an explicit packages list forgets quietly)
+    # every package of the layout (an explicit packages list forgets quietly)
     package = Path(CHECKOUT) / "pyamx"
-    sources = {p.relative_to(CHECKOUT).as_posix() for p in (*package.rglob("*.py"), *package.glob("*.pyi"))}
+    sources = {p.relative_to(CHECKOUT).as_posix() for p in package.rglob("*.py")}
     assert {s for s in sources if "/__pycache__/" not in s} <= set(names)
     # the docs the messages point at travel inside the package, and the metadata says where the project lives
     assert {f"pyamx/docs/{n}" for n in os.listdir(os.path.join(CHECKOUT, "docs")) if n.endswith(".md")} <= set(names)
@@ -544,7 +544,7 @@ def test_install_without_a_compiler_is_pure_and_says_why(tmp_path):
     assert "built without the C extension because the C compiler cannot compile a trivial C file" in text, text
     assert "cpu flags (/proc/cpuinfo)" in text, text
     use = subprocess.run([str(py), "-W", "always", "-c",
-                          "import pyamx.native as n\ntry:\n n.NativeMachine()\nexcept Exception as e: print(type(e).__name__, e)"],
+                          "import pyamx.cpu.native as n\ntry:\n n.NativeMachine()\nexcept Exception as e: print(type(e).__name__, e)"],
                          cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert "ExtensionWarning" in use.stderr and "because the C compiler cannot compile" in use.stderr, use.stderr
 
@@ -712,7 +712,7 @@ def _stage_value(rep, prefix):
 
 
 def test_info_says_why_a_module_has_no_kernels():
-    from pyamx.detect import BuildFacts, RawFacts, evaluate
+    from pyamx.cpu.detect import BuildFacts, RawFacts, evaluate
 
     build_facts = BuildFacts(version="0.1.0", compiler="gcc 10.2.1", kernels=frozenset(), x86_64_linux=True,
                              kernels_reason="the C compiler rejects the AMX target attributes or intrinsics (...)")
@@ -723,7 +723,7 @@ def test_info_says_why_a_module_has_no_kernels():
 
 
 def test_info_without_the_extension_gives_the_cause_and_the_cpuinfo_flags():
-    from pyamx.detect import RawFacts, evaluate
+    from pyamx.cpu.detect import RawFacts, evaluate
 
     cause = "pyamx was built without the C extension because no C compiler was found (gcc: not found); ..."
     rep = evaluate(RawFacts(system="Linux", machine="x86_64", python=(3, 11, 7), build_error=cause,
@@ -788,7 +788,7 @@ def test_the_online_docs_address_is_the_one_in_the_metadata():
 
 
 def test_pyamx_run_points_at_a_doc_this_copy_has(tmp_path):
-    from pyamx import run
+    from pyamx.tools import run
 
     path = run._run_doc()
     assert os.path.isfile(path) and path.endswith("run.md")

@@ -29,9 +29,9 @@ def _native_env() -> "dict | None":
     if detect.report().amx_usable:
         return child_env()
     try:
-        import pyamx.trap
+        import pyamx.cpu.trap
 
-        pyamx.trap._lib()
+        pyamx.cpu.trap._lib()
     except Exception:
         return None
     return child_env(PYAMX_TRAP_EMULATION="1")

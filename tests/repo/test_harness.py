@@ -36,7 +36,8 @@ def test_the_lockstep_fuzz_draws_the_tables_dot_products_the_native_side_runs(mo
     from types import SimpleNamespace
 
     import lockstep
-    from pyamx import detect, isa
+    from pyamx.cpu import detect
+    from pyamx.table import isa
 
     monkeypatch.setattr(detect, "report", lambda: SimpleNamespace(native_usable=usable, kernels=kernels))
     names = lockstep.native_dot_names()

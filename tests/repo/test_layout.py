@@ -1,12 +1,12 @@
-"""The package's folders are its layers (issue 16, item 4), and the public paths users import survive.
+"""The package's folders are its layers (issue 16, item 4), and each module has one import path (issue 30, item 4).
 
 ``pyamx/table/`` (the instruction table and formats), ``pyamx/emulator/`` (the emulator and its
 engines), ``pyamx/cpu/`` (detection, the native kernels, trap control), ``pyamx/tools/`` (the command,
-probe, vectors, bench, run, the pytest plugin); the top level keeps the public front. A module that
-moved out of the top level keeps its public path: pyamx/_compat.py's finder makes ``import pyamx.detect``
-the very module ``pyamx.cpu.detect`` and ``pyamx/detect.pyi`` says so to type checkers (docs/architecture.md,
-"Where the public names live"). These tests keep the layout from flattening again and the public paths
-from drifting into copies.
+probe, vectors, bench, run, the pytest plugin); the top level keeps the public front. A module's one
+path is its home: 0.1's paths (``pyamx.detect`` for ``pyamx.cpu.detect``) import nothing, and what the
+README and the guide show (``pyamx.trap.emulate_process()``) is a lazy attribute of the package bound to
+the home (docs/architecture.md, "Where the public names live"). These tests keep the layout from
+flattening again and the docs' names from drifting.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ if not (ROOT / "build.py").exists():
 #: the layers' packages under pyamx/
 LAYERS = {"table", "emulator", "cpu", "tools"}
 
-#: what stays at the top level (besides the compat modules): the public front and what every layer shares
+#: what stays at the top level: the public front and what every layer shares
 FRONT = {
     "__init__", "__main__", "errors",                      # the names users import, the exceptions
     "_ops", "_matmul", "_matmul_complex", "_packed",       # the public functions' dispatch (and pyamx.pack)
@@ -41,13 +41,11 @@ FRONT = {
     "_env", "_fpenv", "_docs", "_version",                 # shared by every layer (_fpenv: bf16 and the engines)
     "_first_use",                                          # the one-time work's lock, which fork waits for
     "_convert",                                            # shared by every layer: bf16, the engines, matmul
-    "_compat",                                             # the public paths of the modules that moved
     "_buildinfo", "_dot_types",                            # written by build.py
 }
 
-#: public path -> the module it is (a type stub each at pyamx/<name>.pyi), written out independently of
-#: pyamx/_compat.py so a path dropped there fails here
-COMPAT = {
+#: 0.1's path -> the module's one home, written out independently of the package
+OLD_PATHS = {
     "isa": "pyamx.table.isa", "tilecfg": "pyamx.table.tilecfg", "bf16": "pyamx.table.bf16",
     "layout": "pyamx.table.layout",
     "engine": "pyamx.emulator.engine",
@@ -57,16 +55,21 @@ COMPAT = {
     "demo": "pyamx.tools.demo", "testing": "pyamx.tools.testing",
 }
 
+#: the modules the README and the guide show as attributes of the package (``pyamx.trap.emulate_process()``)
+DOCUMENTED_ATTRIBUTES = {"isa", "bf16", "layout", "engine", "trap"}
+
 #: `pyamx.` followed by a word in the docs that is no Python path: file names, URLs, the preload library
 NOT_PYTHON = {"pyamx.h", "pyamx.git", "pyamx.invalid", "pyamx._amxpreload"}  # _amxpreload: no Python in it
 
 
-def test_the_top_level_holds_the_front_and_the_public_paths_stubs_only():
+def test_the_top_level_holds_the_front_only_and_no_type_stubs():
     modules = {p.stem for p in PACKAGE.glob("*.py")}
     assert modules - FRONT == set(), "a new module belongs in one of the layers' packages"
-    assert {p.stem for p in PACKAGE.glob("*.pyi")} == set(COMPAT)
     packages = {p.parent.name for p in PACKAGE.glob("*/__init__.py")}
     assert packages == LAYERS
+    # type checkers read the sources (py.typed): a stub could only be a second path or a second copy
+    stubs = {p.relative_to(PACKAGE).with_suffix("").as_posix() for p in PACKAGE.rglob("*.pyi")}
+    assert stubs == set(), stubs
 
 
 def test_every_layer_package_imports_nothing():
@@ -77,53 +80,50 @@ def test_every_layer_package_imports_nothing():
         assert [type(node) for node in tree.body] == [ast.Expr], layer
 
 
-def test_the_finder_knows_exactly_these_paths():
-    from pyamx import _compat
-
-    assert _compat.MOVED == {f"pyamx.{name}": home for name, home in COMPAT.items()}
-    assert _compat.AliasFinder.find_spec("pyamx.no_such_module") is None
-    assert _compat.AliasFinder.find_spec("pyamx.errors") is None  # a real module is not the finder's
-
-
-@pytest.mark.parametrize("name", sorted(COMPAT))
-def test_a_public_paths_stub_names_its_home_and_nothing_else(name):
-    """A docstring and a star import of the home: what type checkers see is what runs."""
-    package, _, leaf = COMPAT[name].removeprefix("pyamx.").rpartition(".")
-    assert leaf == name and package in LAYERS
-    body = ast.parse((PACKAGE / f"{name}.pyi").read_text(encoding="utf-8")).body
-    assert [ast.unparse(node) for node in body[1:]] == [f"from .{package}.{name} import *"]
-
-
-@pytest.mark.parametrize("name", sorted(COMPAT))
-def test_a_compat_path_is_the_very_module_of_its_home_first_import_or_not(name):
-    """In a fresh interpreter, the public path imported first, then the home (and the other way round):
-    every spelling gives one module object, and patching through the public path patches the home."""
-    home = COMPAT[name]
+@pytest.mark.parametrize("name", sorted(OLD_PATHS))
+def test_an_old_path_imports_nothing_and_its_home_is_the_module(name):
+    """In a fresh interpreter (no module cached yet): ``import pyamx.<old>`` fails, no finder was installed,
+    the home imports under its own name only, and a documented attribute is the home's very module."""
+    home = OLD_PATHS[name]
     code = f"""
 import importlib, sys
-first, second = sys.argv[1], sys.argv[2]
-a = importlib.import_module(first)
-b = importlib.import_module(second)
-assert a is b, (a, b)
+finders = list(sys.meta_path)
 import pyamx
-from pyamx import {name} as via_from
-assert via_from is a and getattr(pyamx, {name!r}) is a and sys.modules["pyamx.{name}"] is a
-assert a.__name__ == {home!r}, a.__name__
-import pyamx.{name}
-pyamx.{name}.layout_probe = 1
-assert importlib.import_module({home!r}).layout_probe == 1
-print("same")
+assert sys.meta_path == finders, sys.meta_path
+try:
+    importlib.import_module("pyamx.{name}")
+except ModuleNotFoundError as exc:
+    assert exc.name == "pyamx.{name}", exc.name
+else:
+    raise AssertionError("pyamx.{name} imports")
+module = importlib.import_module({home!r})
+assert module.__name__ == {home!r}
+assert [n for n, m in sys.modules.items() if m is module] == [{home!r}]
+if {name in DOCUMENTED_ATTRIBUTES!r}:
+    assert getattr(pyamx, {name!r}) is module
+    assert "pyamx.{name}" not in sys.modules
+print("one path")
 """
-    for order in ((f"pyamx.{name}", home), (home, f"pyamx.{name}")):
-        proc = subprocess.run([sys.executable, "-c", code, *order], capture_output=True, text=True, timeout=120,
-                              cwd=ROOT)
-        assert proc.returncode == 0 and proc.stdout.strip() == "same", (order, proc.stderr[-2000:])
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert proc.returncode == 0 and proc.stdout.strip() == "one path", proc.stderr[-2000:]
 
 
-def test_monkeypatching_a_public_path_patches_the_real_module(monkeypatch):
-    home = importlib.import_module("pyamx.cpu.detect")
-    monkeypatch.setattr("pyamx.detect.report", lambda: "patched")
-    assert home.report() == "patched"
+def test_the_documented_attributes_are_the_homes_modules_and_patch_them(monkeypatch):
+    for name in sorted(DOCUMENTED_ATTRIBUTES):
+        assert getattr(pyamx, name) is importlib.import_module(OLD_PATHS[name])
+        assert name in pyamx.__all__
+    from pyamx import trap  # the guide's spelling: an attribute, found before any submodule import
+
+    assert trap is importlib.import_module("pyamx.cpu.trap")
+    monkeypatch.setattr("pyamx.trap.process_emulated", lambda: "patched")
+    assert importlib.import_module("pyamx.cpu.trap").process_emulated() == "patched"
+    # as a reader of the README runs them: a fresh interpreter, `import pyamx` and nothing else
+    code = ("import sys, pyamx\n"
+            "pyamx.trap.emulate_process, pyamx.engine.reset_environment, pyamx.bf16.from_float32, pyamx.isa.DOTS\n"
+            "from pyamx import bf16, trap\n"
+            "assert trap is sys.modules['pyamx.cpu.trap'] and bf16 is sys.modules['pyamx.table.bf16']\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-2000:]
 
 
 def _imports(path: Path, module: str) -> set[str]:
@@ -144,10 +144,10 @@ def _imports(path: Path, module: str) -> set[str]:
     return {name for name in found if name.startswith("pyamx")}
 
 
-def test_no_pyamx_module_imports_a_compat_path():
-    """The package's own code names the homes: the public paths are for users, and an import of one
-    would hide a layer's edge from tests/repo/test_architecture.py's graph."""
-    public = {f"pyamx.{name}" for name in COMPAT}
+def test_no_pyamx_module_imports_an_old_path():
+    """The package's own code names the homes: an import through an attribute of the package
+    (``from pyamx import trap``) would hide a layer's edge from tests/repo/test_architecture.py's graph."""
+    public = {f"pyamx.{name}" for name in OLD_PATHS}
     offenders = {}
     for path in PACKAGE.rglob("*.py"):
         rel = path.relative_to(ROOT).with_suffix("")
@@ -177,7 +177,7 @@ def test_every_pyamx_path_the_docs_and_the_metadata_name_resolves():
         # a trailing `*` or digit run cut short is a pattern (pyamx.tdp*), not a path
         named |= {m.group(1) for m in re.finditer(r"\b(pyamx(?:\.\w+)+)(?![\w*])", path.read_text(encoding="utf-8"))}
     named -= NOT_PYTHON
-    assert {"pyamx.cli", "pyamx.pytest_plugin", "pyamx.detect"} <= named  # the scan sees them
+    assert {"pyamx.tools.cli", "pyamx.tools.pytest_plugin", "pyamx.trap.emulate_process"} <= named  # the scan sees them
     missing = []
     for dotted in sorted(named):
         try:
@@ -185,6 +185,27 @@ def test_every_pyamx_path_the_docs_and_the_metadata_name_resolves():
         except (ImportError, AttributeError) as exc:
             missing.append(f"{dotted}: {exc}")
     assert missing == []
+
+
+def test_every_import_statement_the_readme_and_the_docs_show_runs():
+    """``import pyamx.x`` and ``from pyamx.x import y`` as the docs write them (code blocks and inline):
+    the statements a reader copies, so a short name used as an import path fails here."""
+    statements = set()
+    for path in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        text = path.read_text(encoding="utf-8")
+        statements |= {("import", m.group(1), "") for m in re.finditer(r"^\s*import (pyamx(?:\.\w+)*)\b", text, re.M)}
+        statements |= {("import", m.group(1), "") for m in re.finditer(r"`import (pyamx(?:\.\w+)*)[;`]", text)}
+        statements |= {("from", m.group(1), m.group(2))
+                       for m in re.finditer(r"\bfrom (pyamx(?:\.\w+)*) import (\w+)", text)}
+    assert ("from", "pyamx", "bf16") in statements  # the README's, so the scan sees them
+    failed = []
+    for kind, module, name in sorted(statements):
+        code = f"import {module}" if kind == "import" else f"from {module} import {name}"
+        try:
+            exec(code, {})
+        except ImportError as exc:
+            failed.append(f"{code}: {exc}")
+    assert failed == []
 
 
 def test_setuptools_ships_every_package():
@@ -199,7 +220,7 @@ def test_setuptools_ships_every_package():
 def test_dir_lists_the_public_names_only():
     names = dir(pyamx)
     assert names == sorted(pyamx.__all__)
-    for machinery in ("os", "importlib", "TYPE_CHECKING", "_LAZY", "_compat", "annotations", "cpu", "tools"):
+    for machinery in ("os", "importlib", "TYPE_CHECKING", "_LAZY", "annotations", "cpu", "tools"):
         assert machinery not in names
     for name in names:  # and each one it lists is there
         getattr(pyamx, name)

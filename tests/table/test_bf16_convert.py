@@ -8,7 +8,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from pyamx import bf16
+from pyamx.table import bf16
 
 # Every finite non-negative bf16 value, exactly, in order of its bits (which is the order of the values).
 _POSITIVE = [Fraction(float(v)) for v in (np.arange(0x7F80, dtype=np.uint32) << 16).view(np.float32)]

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from pyamx import isa
+from pyamx.table import isa
 
 ROOT = Path(__file__).resolve().parents[2]
 BUILD_PY = ROOT / "build.py"

@@ -10,7 +10,9 @@ import numpy as np
 import pytest
 
 import pyamx
-from pyamx import emulator, isa, native
+from pyamx import emulator
+from pyamx.table import isa
+from pyamx.cpu import native
 
 ROOT = Path(__file__).resolve().parents[2]
 ISA_MD = ROOT / "docs" / "isa.md"
@@ -40,6 +42,29 @@ def test_table_has_every_instruction_once_and_each_row_is_of_one_sort():
     for insn in isa.TABLE:
         sorts = (insn.is_dot, insn.is_row, insn.action is not None)
         assert sum(sorts) == 1 and insn.kind in isa.KINDS_OF_ARITHMETIC, insn.mnemonic
+
+
+def test_the_kernel_group_has_one_name_everywhere():
+    """``group`` (the row field, ``isa.GROUPS``): the older word is gone from the table, the native
+    backend, the backend rule, matmul's calls and ``pyamx bench``, with no alias left to drift."""
+    import argparse
+    import inspect
+
+    from pyamx import _backend, _matmul
+    from pyamx.tools import bench
+
+    assert not any(hasattr(isa, name) for name in ("FAMILIES", "family_of"))
+    assert not hasattr(isa.get("tdpbf16ps"), "family") and isa.get("tdpbf16ps").group == "bf16"
+    assert list(inspect.signature(native.available).parameters) == ["group"]
+    assert not hasattr(native, "FAMILY_FEATURE") and set(native.GROUP_FEATURE) == set(isa.GROUPS)
+    for rule in (_backend.choose_backend, _backend.backend_rule, _backend.native_status):
+        assert "group" in inspect.signature(rule).parameters, rule
+    assert set(_matmul.KINDS) == set(isa.GROUPS)
+    parser = argparse.ArgumentParser()
+    bench.add_arguments(parser)
+    assert parser.parse_args(["--groups", "int8"]).groups == "int8"
+    with pytest.raises(ValueError, match="unknown kernel group"):
+        native.available("no-such-group")
 
 
 def test_every_c_op_of_the_header_has_a_row_and_every_row_an_id():
@@ -123,10 +148,10 @@ def test_every_layer_has_exactly_the_tables_dot_products():
     for layer in (pyamx, emulator, native, pyamx.TileMachine, native.NativeMachine):
         for name in isa.DOT_NAMES:
             assert callable(getattr(layer, name)), (layer, name)
-    from pyamx import vectors
+    from pyamx.tools import vectors
 
     assert tuple(vectors.INSTRUCTIONS) == isa.DOT_NAMES
-    assert set(emulator.instructions.INT8_SIGNEDNESS) == {i.name for i in isa.DOTS if i.family == "int8"}
+    assert set(emulator.instructions.INT8_SIGNEDNESS) == {i.name for i in isa.DOTS if i.group == "int8"}
 
 
 def test_generated_functions_keep_their_names_signatures_and_docstrings():
@@ -151,7 +176,7 @@ def test_unknown_instruction_names_are_refused_with_the_known_ones():
 
 
 def test_c_constants_are_read_from_lib():
-    from pyamx import detect
+    from pyamx.cpu import detect
 
     ffi, lib = _lib()
     assert detect.E_ARG == lib.PYAMX_E_ARG and detect.E_NOT_READY == lib.PYAMX_E_NOT_READY
@@ -210,7 +235,7 @@ def test_isa_md_has_one_row_per_table_row_with_its_encoding():
     pp = {isa.PP_NP: "NP", isa.PP_66: "66", isa.PP_F3: "F3", isa.PP_F2: "F2"}
     for insn in isa.TABLE:
         cells = rows[insn.mnemonic]
-        assert cells[1] == insn.kind and cells[2] in (insn.family or "-") and cells[3] == insn.cpuid, cells
+        assert cells[1] == insn.kind and cells[2] in (insn.group or "-") and cells[3] == insn.cpuid, cells
         enc = insn.encoding
         if insn.is_row:
             imm = insn.imm_encoding
@@ -255,7 +280,7 @@ def test_isa_md_tests_exist():
 
 
 def test_without_the_extension_ids_and_constants_are_none_and_the_emulator_still_runs(monkeypatch):
-    from pyamx import detect
+    from pyamx.cpu import detect
 
     monkeypatch.setattr(isa, "_LIB", [None])  # as on an install without a C compiler
     assert all(i.op_id is None for i in isa.TABLE) and isa.by_op_id(8) is None

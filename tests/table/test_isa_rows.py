@@ -10,14 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from pyamx import isa
+from pyamx.table import isa
 
 from childproc import PYAMX_HOME, child_env
 
 ISA_PY = Path(isa.__file__)
 
 # A second instruction on fp16 operands, in fp16's kernel group: what broke pyamx.matmul once
-# (its row shared the family key "fp16" and took float16 matmuls over).
+# (its row shared the group key "fp16" and took float16 matmuls over).
 EXTRA = dataclasses.replace(isa.BY_NAME["tdpfp16ps"], mnemonic="TDPFP16PSX", matmul=False)
 
 
@@ -66,7 +66,10 @@ if extra:  # load pyamx.table.isa first, add the row, then let the package impor
     isa.VIEWS, isa.BY_NAME, isa.DOTS = v, v.by_name, v.dots
     isa.DOT_NAMES = tuple(i.name for i in v.dots)
 import pyamx
-from pyamx import _matmul, engine, vectors
+from pyamx import _matmul
+from pyamx.emulator import engine
+from pyamx.table import isa
+from pyamx.tools import vectors
 assert ("tdpfp16psx" in vectors.INSTRUCTIONS) == extra, "the probe did not install its row"
 rng = np.random.default_rng(1)
 arrays = {"float16": rng.standard_normal((3, 40)).astype(np.float16),
@@ -83,7 +86,7 @@ for x, a in arrays.items():
         r = pyamx.matmul(a, b.T.copy(), backend="emulator", engine="portable")
         out["bits"][x + "," + y] = np.asarray(r).view(np.uint32).tolist()
 eng = engine.resolve("portable")
-out["ops"] = {n: eng._op_ids[n] for n in (i.name for i in pyamx.isa.DOTS) if n != "tdpfp16psx"}
+out["ops"] = {n: eng._op_ids[n] for n in (i.name for i in isa.DOTS) if n != "tdpfp16psx"}
 out["vectors"] = [n for n in vectors.INSTRUCTIONS if n != "tdpfp16psx"]
 print(json.dumps(out))
 """

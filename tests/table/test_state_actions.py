@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pyamx import isa
+from pyamx.table import isa
 from pyamx.emulator.machine import TileMachine
 from pyamx.errors import GeneralProtectionFault, InvalidOpcodeFault
 

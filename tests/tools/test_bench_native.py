@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pyamx import detect
+from pyamx.cpu import detect
 
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_native.py"
 
@@ -49,9 +49,9 @@ def test_without_silicon_it_says_so_and_exits_0(bench, capsys):
     assert "no AMX silicon here" in capsys.readouterr().out
 
 
-def test_the_measuring_code_runs_through_the_trap(bench, native_family):
-    native_family("bf16")
-    native_family("int8")
+def test_the_measuring_code_runs_through_the_trap(bench, native_group):
+    native_group("bf16")
+    native_group("int8")
     if detect.report().mode != "trap":
         pytest.skip("checks the code path in trap mode; on silicon run the benchmark itself")
     for name in bench.PROBES:

@@ -38,7 +38,7 @@ def test_bench_call_quick_prints_every_per_call_cost():
     assert "emulator (" in out
     assert "native" in out  # a time, or why native does not run here
     assert "numpy float32 matmul 16x32 @ 32x16 + C" in out
-    for name in pyamx.isa.DOT_NAMES:  # every instruction, the complex and fp8 rows included
+    for name in pyamx.table.isa.DOT_NAMES:  # every instruction, the complex and fp8 rows included
         assert f"pyamx.{name} " in out, name
     assert "where pyamx.tdpbf16ps" in out
     assert "float32 -> bf16 (bf16.from_float32)" in out and "ml_dtypes" in out

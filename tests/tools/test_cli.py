@@ -147,7 +147,7 @@ def test_replay_names_the_backend_in_the_shared_vocabulary(native, tmp_path):
 
 
 def test_info_reports_the_engine_that_runs_and_every_engines_availability():
-    from pyamx import engine
+    from pyamx.emulator import engine
 
     text = _pyamx("info").stdout
     chosen = engine.resolve(None)
@@ -169,7 +169,7 @@ def test_pyamx_run_and_version_never_import_numpy():
     # `pyamx run` wraps other programs: its start-up (target < 50 ms) must not pay for numpy.
     code = (
         "import sys\n"
-        "from pyamx import cli\n"
+        "from pyamx.tools import cli\n"
         "status = cli.main(['run', '--env'])\n"
         "loaded = sorted(m for m in sys.modules if m == 'numpy' or m.startswith('numpy.'))\n"
         "assert not loaded, loaded[:5]\n"
@@ -199,7 +199,7 @@ def test_help_names_no_path_of_this_machine():
 
 
 def test_record_says_what_it_skipped_in_one_line(tmp_path, monkeypatch, capsys):
-    from pyamx import cli
+    from pyamx.tools import cli
     from pyamx.table import isa
     from pyamx.tools import vectors
 

@@ -10,7 +10,9 @@ from pathlib import Path
 import pytest
 
 from childproc import PYAMX_HOME, child_env
-from pyamx import _backend, isa, probe, vectors
+from pyamx import _backend
+from pyamx.table import isa
+from pyamx.tools import probe, vectors
 from pyamx.emulator import PRESETS
 
 DATA = Path(__file__).resolve().parents[1] / "data"
@@ -90,7 +92,7 @@ def test_probe_cli_prints_the_row_instructions_points_too():
 
 def test_native_probe_cli_names_why_the_row_points_were_not_probed(native):
     """In a child: where the CPU lacks AMX-AVX512 the native machine refuses, and probe says so (no SIGILL)."""
-    from pyamx import detect
+    from pyamx.cpu import detect
 
     proc = _pyamx("probe", "--backend", "native", check_rc=0)
     report = detect.report()

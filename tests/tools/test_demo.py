@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pyamx import demo
+from pyamx.tools import demo
 
 
 def test_demo_reports_backend_and_passes(capsys):

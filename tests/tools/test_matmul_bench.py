@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from childproc import PYAMX_HOME, child_env
-from pyamx import bench, cli
+from pyamx.tools import bench, cli
 
 
 @pytest.mark.slow  # a benchmark's own run: seconds of warm-up and timing rounds
@@ -19,8 +19,8 @@ def test_bench_json_on_tiny_sizes(capsys):
     assert cli.main(["bench", "--sizes", "8", "3", "--json", "--threads", "1"]) == 0
     captured = capsys.readouterr()
     report = json.loads(captured.out)
-    families = {r["family"] for r in report["results"]}
-    assert families == {"bf16", "fp16", "int8", "fp8"}
+    groups = {r["group"] for r in report["results"]}
+    assert groups == {"bf16", "fp16", "int8", "fp8"}
     for r in report["results"]:
         assert r["size"] in (8, 3) and r["seconds"] > 0 and r["numpy_seconds"] > 0
         assert r["ratio"] == pytest.approx(r["seconds"] / r["numpy_seconds"])
@@ -37,7 +37,7 @@ def test_bench_json_on_tiny_sizes(capsys):
 
 @pytest.mark.slow  # a benchmark's own run: seconds of warm-up and timing rounds
 def test_bench_table(capsys):
-    assert cli.main(["bench", "--sizes", "4", "--families", "int8,bf16", "--engines", "numpy"]) == 0
+    assert cli.main(["bench", "--sizes", "4", "--groups", "int8,bf16", "--engines", "numpy"]) == 0
     out = capsys.readouterr().out
     assert "GFLOP/s" in out and "ratio" in out and "BLAS" in out
     assert "int8" in out and "bf16" in out and "fp16   " not in out
@@ -57,7 +57,7 @@ def test_bench_says_when_threadpoolctl_is_missing(monkeypatch):
 
 
 def test_a_spent_budget_starts_nothing_not_even_the_first_size():
-    report = bench.run([4, 64], families=["bf16"], engines=["numpy"], budget=1e-9)
+    report = bench.run([4, 64], groups=["bf16"], engines=["numpy"], budget=1e-9)
     assert report["results"] == []
     for size in (4, 64):
         assert any(s.get("size") == size and "budget of 1e-09 s was spent" in s["reason"] for s in report["skipped"])
@@ -68,7 +68,7 @@ def test_a_spent_budget_starts_nothing_not_even_the_first_size():
 def test_the_first_size_above_the_calibration_size_is_estimated_against_the_budget():
     # The numpy engine takes seconds for one bf16 1024^3 product: its 256^3 calibration says so
     # before it starts, and it is left out, with the estimate, instead of overrunning the budget.
-    report = bench.run([1024], families=["bf16"], engines=["numpy"], budget=0.5)
+    report = bench.run([1024], groups=["bf16"], engines=["numpy"], budget=0.5)
     assert not [r for r in report["results"] if r["engine"] == "numpy"], report["results"]
     reasons = [s["reason"] for s in report["skipped"] if s.get("engine") == "numpy" and s.get("size") == 1024]
     assert len(reasons) == 1 and ("exceeds" in reasons[0] or "was spent" in reasons[0]), reasons
@@ -90,20 +90,20 @@ def test_a_backend_nobody_named_that_cannot_run_is_one_short_line():
 
 
 def test_bench_marks_a_backend_it_was_not_asked_for():
-    report = bench.run([4], families=["bf16"], engines=["numpy"], budget=1e-9)
+    report = bench.run([4], groups=["bf16"], engines=["numpy"], budget=1e-9)
     native = [s for s in report["skipped"] if s["backend"] == "native"]
     assert all(s["asked"] is False for s in native)
 
 
 @pytest.mark.slow  # a benchmark's own run: seconds of warm-up and timing rounds
 def test_bench_reports_an_engine_asked_for_that_cannot_run():
-    report = bench.run([4], families=["int8"], engines=["numpy", "avx2"])
+    report = bench.run([4], groups=["int8"], engines=["numpy", "avx2"])
     ran = {r["engine"] for r in report["results"]}
     if "avx2" not in ran:
         assert any(s["engine"] == "avx2" and s["reason"] for s in report["skipped"])
 
 
-@pytest.mark.parametrize("argv", [["--families", "bf8"], ["--engines", "gpu"]])
+@pytest.mark.parametrize("argv", [["--groups", "bf8"], ["--engines", "gpu"]])
 def test_bench_rejects_bad_arguments(argv, capsys):
     assert cli.main(["bench", "--sizes", "4", *argv]) == 2
     assert "pyamx bench" in capsys.readouterr().err
@@ -119,7 +119,7 @@ def test_bench_rejects_numbers_out_of_range_as_usage_errors(argv, capsys):
 
 @pytest.mark.slow  # a benchmark's own run: seconds of warm-up and timing rounds
 def test_bench_console_entry_point_runs():
-    proc = subprocess.run([sys.executable, "-m", "pyamx", "bench", "--sizes", "8", "--families", "fp16"],
+    proc = subprocess.run([sys.executable, "-m", "pyamx", "bench", "--sizes", "8", "--groups", "fp16"],
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert "fp16" in proc.stdout and "numpy" in proc.stdout
@@ -128,7 +128,7 @@ def test_bench_console_entry_point_runs():
 def test_ctrl_c_prints_the_partial_table_and_exits_130():
     # Size 4 is timed at once; the numpy engine's 1024^3 bf16 product then takes seconds, long enough
     # for SIGINT to arrive inside it.
-    proc = subprocess.Popen([sys.executable, "-m", "pyamx", "bench", "--sizes", "4", "1024", "--families", "bf16",
+    proc = subprocess.Popen([sys.executable, "-m", "pyamx", "bench", "--sizes", "4", "1024", "--groups", "bf16",
                              "--engines", "numpy", "--budget", "600"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=PYAMX_HOME,
                             env=child_env(drop=("PYAMX_BACKEND",)))

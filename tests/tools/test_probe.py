@@ -6,7 +6,7 @@ import itertools
 
 import pytest
 
-from pyamx import probe
+from pyamx.tools import probe
 from pyamx.emulator import PRESETS, Numerics
 
 

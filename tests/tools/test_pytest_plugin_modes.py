@@ -1,7 +1,7 @@
 """The pytest plugin's decisions for each mode ``emulate_process()`` can return, on any machine.
 
 The complement mode (AMX silicon lacking some extensions) cannot run where there is no AMX, so its
-paths are driven here with pyamx.trap's answers replaced: the handler must be put back on top of
+paths are driven here with pyamx.cpu.trap's answers replaced: the handler must be put back on top of
 faulthandler's in every mode where pyamx's handler is this process's ("emulated", "complement"), and
 the ``amx`` marker must see the complement mode as AMX that is there, saying why truthfully.
 tests/trap/test_emulate_process.py runs a real downstream suite in the mode this machine has.
@@ -94,7 +94,7 @@ def test_the_trap_mode_alone_names_the_variable_only_when_it_is_set(monkeypatch,
     assert not ok and "--amx=emulate" in reason
     assert (f"{trap.ENV_VAR}=1" in reason) is (env == "1"), reason
     if env != "1":
-        assert "pyamx.trap.enable()" in reason
+        assert "pyamx.cpu.trap.enable()" in reason
 
 
 def test_the_other_modes_answer_as_before(monkeypatch):

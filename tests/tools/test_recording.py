@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from pyamx import cli, vectors
-from pyamx.probe import EXPERIMENTS
+from pyamx.tools import cli, vectors
+from pyamx.tools.probe import EXPERIMENTS
 
 SHIPPED = Path(__file__).resolve().parents[1] / "data" / "emulator-sdm-seed2026.json"
 

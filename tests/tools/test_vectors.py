@@ -11,8 +11,8 @@ import pytest
 import reference
 import reference_fp8
 import reference_rows
-from pyamx import vectors
-from pyamx.vectors import VectorFileError
+from pyamx.tools import vectors
+from pyamx.tools.vectors import VectorFileError
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 VECTOR_FILES = sorted(DATA.glob("*.json"))
@@ -188,7 +188,7 @@ def test_committed_vectors_agree_with_the_independent_reference(path):
             words = [(x[:, 0::2].astype(np.uint32) | (x[:, 1::2].astype(np.uint32) << 16)) for x in (case.a, case.b)]
             want = reference.tcmm(case.instruction == "tcmmimfp16ps", case.c.astype(np.uint32), *words)
         else:
-            # signedness from the reference, not from pyamx.isa: the recorded bits are checked against it
+            # signedness from the reference, not from pyamx.table.isa: the recorded bits are checked against it
             want = reference.tdpb_int8(*reference.int8_signedness(case.instruction), case.c, case.a, case.b)
         got = case.out.view("<u4") if case.out.dtype.kind == "u" else case.out
         assert np.array_equal(np.array(want, dtype=np.int64) & 0xFFFFFFFF, got.astype(np.int64) & 0xFFFFFFFF), (

@@ -14,9 +14,10 @@ import pytest
 
 import reference_rows
 from childproc import PYAMX_HOME, child_env
-from pyamx import isa, vectors
+from pyamx.table import isa
+from pyamx.tools import vectors
 from pyamx.tools._vector_tiles import LoadCase, RowCase
-from pyamx.vectors import VectorFileError
+from pyamx.tools.vectors import VectorFileError
 from test_vectors import tile_case_reference
 
 SHIPPED = Path(__file__).resolve().parents[1] / "data" / "emulator-sdm-seed2026.json"
@@ -176,7 +177,7 @@ def test_version_1_files_load_and_hold_dot_products_only(tmp_path):
 
 def test_native_record_skips_what_the_cpu_lacks_saying_which_feature(native, tmp_path):
     """In a child process: a native instruction the CPU lacks would be SIGILL, a crash, not a failure."""
-    from pyamx import detect
+    from pyamx.cpu import detect
 
     out = tmp_path / "native.json"
     proc = _pyamx("record", str(out), "--backend", "native", "--per-class", "1")
@@ -199,7 +200,7 @@ def test_native_record_skips_what_the_cpu_lacks_saying_which_feature(native, tmp
 
 
 def test_native_replay_of_the_shipped_file_reports_per_instruction(native):
-    from pyamx import detect
+    from pyamx.cpu import detect
 
     proc = _pyamx("replay", str(SHIPPED), "--backend", "native")
     assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -1,4 +1,4 @@
-"""Children of a process that ran ``pyamx.trap.emulate_process()`` live as they would on silicon.
+"""Children of a process that ran ``pyamx.cpu.trap.emulate_process()`` live as they would on silicon.
 
 They inherit the seccomp filters of the emulation but not its handlers (exec
 replaces those): a child Python that asked arch_prctl about AMX (importing
@@ -22,22 +22,22 @@ from test_run import pytestmark  # noqa: F401  (same platform skip)
 
 POOL = textwrap.dedent("""
     import multiprocessing, os, subprocess, sys
-    import pyamx.run, pyamx.trap
+    import pyamx.tools.run, pyamx.cpu.trap
 
     def child_report(_):
-        import pyamx.detect
-        r = pyamx.detect.report()
+        import pyamx.cpu.detect
+        r = pyamx.cpu.detect.report()
         return f"{os.getpid()}:{r.mode}"
 
     if __name__ == "__main__":
-        mode = pyamx.trap.emulate_process()
+        mode = pyamx.cpu.trap.emulate_process()
         print("mode", mode, flush=True)
-        print("preload", pyamx.run.preload_file() in os.environ.get("LD_PRELOAD", ""), flush=True)
+        print("preload", pyamx.tools.run.preload_file() in os.environ.get("LD_PRELOAD", ""), flush=True)
         with multiprocessing.get_context("spawn").Pool(2) as pool:
             answers = pool.map(child_report, range(4), chunksize=1)
         print("pool", len(answers), flush=True)
         child = subprocess.run([sys.executable, "-X", "faulthandler", "-c",
-                                "import pyamx.detect; print(pyamx.detect.report().mode)"],
+                                "import pyamx.cpu.detect; print(pyamx.cpu.detect.report().mode)"],
                                capture_output=True, text=True)
         print("child", child.returncode, child.stderr.strip()[-300:], flush=True)
 """)

@@ -1,4 +1,4 @@
-"""``pyamx.trap.emulate_process()`` and the pytest plugin, on AMX code pyamx did not build.
+"""``pyamx.cpu.trap.emulate_process()`` and the pytest plugin, on AMX code pyamx did not build.
 
 The "other extension module" is tests/programs/amx_prog.c compiled as a shared
 library (its main() renamed), loaded with ctypes into a Python process: it
@@ -50,7 +50,7 @@ def test_without_emulation_the_module_sees_no_amx(amx_lib):
 
 @pytest.mark.parametrize("path", ["syscall", "symbol", "raw"])
 def test_emulate_process_serves_another_modules_permission_request_and_tiles(amx_lib, path):
-    code = "import pyamx.trap\nprint('mode', pyamx.trap.emulate_process(), flush=True)\n"
+    code = "import pyamx.cpu.trap\nprint('mode', pyamx.cpu.trap.emulate_process(), flush=True)\n"
     code += CALL.format(lib=str(amx_lib), path=path, what="basic")
     proc = python(code)
     assert proc.returncode == 0, proc.stderr
@@ -60,7 +60,7 @@ def test_emulate_process_serves_another_modules_permission_request_and_tiles(amx
 
 
 def test_emulate_process_with_threads_and_signals(amx_lib):
-    code = "import pyamx.trap\npyamx.trap.emulate_process()\n"
+    code = "import pyamx.cpu.trap\npyamx.cpu.trap.emulate_process()\n"
     code += CALL.format(lib=str(amx_lib), path="syscall", what="threads")
     proc = python(code)
     assert proc.returncode == 0, proc.stderr
@@ -70,7 +70,7 @@ def test_emulate_process_with_threads_and_signals(amx_lib):
 def test_module_tile_instruction_before_its_own_request_still_dies(amx_lib):
     if _cpu_has_amx():
         pytest.skip("this CPU has AMX")
-    code = "import pyamx.trap\npyamx.trap.emulate_process()\n"
+    code = "import pyamx.cpu.trap\npyamx.cpu.trap.emulate_process()\n"
     code += CALL.format(lib=str(amx_lib), path="none", what="noperm")
     proc = python(code)
     assert proc.returncode == -4 and "no AMX permission yet" in proc.stderr
@@ -107,8 +107,8 @@ def downstream_pytest(tmp_path, amx_lib, *args):
     env = dict(os.environ, OUT=str(tmp_path / "out.txt"))
     env.pop("PYAMX_TRAP_EMULATION", None)
     plugin = []
-    if not any(ep.value == "pyamx.pytest_plugin" for ep in metadata.entry_points(group="pytest11")):
-        plugin = ["-p", "pyamx.pytest_plugin"]  # a checkout not (re)installed since the entry point came
+    if not any(ep.value == "pyamx.tools.pytest_plugin" for ep in metadata.entry_points(group="pytest11")):
+        plugin = ["-p", "pyamx.tools.pytest_plugin"]  # a checkout not (re)installed since the entry point came
     return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *plugin, "-rs",
                            "-q", *args, str(tmp_path)], capture_output=True, text=True, cwd=str(tmp_path),
                           env=env, timeout=240)
@@ -141,8 +141,8 @@ def test_plugin_amx_require_accepts_pyamx_run(tmp_path, amx_lib):
     (tmp_path / "test_downstream.py").write_text(DOWNSTREAM_TEST.format(lib=str(amx_lib)))
     env = dict(os.environ, OUT=str(tmp_path / "out.txt"))
     env.pop("PYAMX_TRAP_EMULATION", None)
-    plugin = [] if any(ep.value == "pyamx.pytest_plugin" for ep in metadata.entry_points(group="pytest11")) \
-        else ["-p", "pyamx.pytest_plugin"]
+    plugin = [] if any(ep.value == "pyamx.tools.pytest_plugin" for ep in metadata.entry_points(group="pytest11")) \
+        else ["-p", "pyamx.tools.pytest_plugin"]
     proc = subprocess.run([sys.executable, "-m", "pyamx", "run", "--", sys.executable, "-m", "pytest", "-p",
                            "no:cacheprovider", *plugin, "-q", "--amx=require", str(tmp_path)],
                           capture_output=True, text=True, cwd=PYAMX_HOME, env=env, timeout=240)

@@ -86,8 +86,8 @@ def _standbys_tagged(tag: str) -> list:
 
 NO_CHILDREN = textwrap.dedent("""
     import os
-    import pyamx.trap
-    print(pyamx.trap.emulate_process(), pyamx.trap.guard().active, flush=True)
+    import pyamx.cpu.trap
+    print(pyamx.cpu.trap.emulate_process(), pyamx.cpu.trap.guard().active, flush=True)
     try:
         print("wait", os.wait(), flush=True)
     except ChildProcessError:

@@ -17,7 +17,7 @@ import pytest
 
 import pyamx
 from childproc import pyamx_run
-from pyamx import isa
+from pyamx.table import isa
 
 DOTS = ("tdpbf8ps", "tdpbhf8ps", "tdphbf8ps", "tdphf8ps", "tcmmimfp16ps", "tcmmrlfp16ps", "tdpfp16ps")
 LOADS = ("tileloaddrs", "tileloaddrst1")

@@ -65,7 +65,7 @@ def test_under_the_guard_the_program_gets_ebusy_and_the_reason(program):
 
 
 def test_stats_report_the_refused_listeners_only_when_there_were_some():
-    from pyamx.run import RunStats, format_stats
+    from pyamx.tools.run import RunStats, format_stats
 
     quiet = format_stats(RunStats(1, 1, 0, 0, {}, {}, ""))
     assert "seccomp listener" not in quiet

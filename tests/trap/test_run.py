@@ -40,7 +40,7 @@ pytestmark = pytest.mark.skipif(
 
 
 def _cpu_has_amx() -> bool:
-    from pyamx.trap import _load
+    from pyamx.cpu.trap import _load
 
     return bool(_load()[1].pyamx_trap_cpu_has_amx())
 
@@ -223,7 +223,7 @@ def test_no_program_is_a_usage_error():
 
 
 def test_messages_for_runs_without_emulated_instructions():
-    from pyamx.run import RunStats, nothing_emulated_message
+    from pyamx.tools.run import RunStats, nothing_emulated_message
 
     def stats(processes, installed, requests, why=""):
         return RunStats(processes, installed, requests, requests, {}, {}, why)
@@ -239,7 +239,7 @@ def test_messages_for_runs_without_emulated_instructions():
 
 
 def test_stats_on_silicon_say_the_program_ran_there():
-    from pyamx.run import RunStats, format_stats
+    from pyamx.tools.run import RunStats, format_stats
 
     assert "ran AMX on the CPU" in format_stats(RunStats(1, 0, 0, 0, {}, {}, "silicon"))
     assert "complement mode" in format_stats(RunStats(1, 0, 0, 0, {}, {}, "silicon", complemented=1))
@@ -263,7 +263,7 @@ RUN_COMMAND_LINES = [
 
 @pytest.mark.parametrize("words", RUN_COMMAND_LINES, ids=" ".join)
 def test_run_reads_its_options_as_argparse_does(words):
-    from pyamx import cli, run
+    from pyamx.tools import cli, run
 
     fast = run.parse_arguments(words)
     assert fast is not None, "a plain form fell back to argparse"
@@ -276,7 +276,7 @@ def test_run_reads_its_options_as_argparse_does(words):
 @pytest.mark.parametrize("words", [["-h"], ["--help"], ["--verb", "prog"], ["--bogus", "prog"], ["--stats-file"],
                                    ["--stats-file", "--", "prog"]], ids=" ".join)
 def test_anything_else_is_left_to_argparse(words):
-    from pyamx import run
+    from pyamx.tools import run
 
     assert run.parse_arguments(words) is None
 
@@ -289,10 +289,10 @@ def test_usage_errors_are_argparses():
 def test_run_starts_without_the_heavy_imports():
     # docs/run.md: the start-up target (< 50 ms over the program) leaves no room for these.
     heavy = ["numpy", "argparse", "subprocess", "pathlib", "tempfile", "typing", "dataclasses", "json",
-             "pyamx.isa", "pyamx.trap", "pyamx._native"]
+             "pyamx.table.isa", "pyamx.cpu.trap", "pyamx._native"]
     code = ("import sys\n"
             "before = set(sys.modules)\n"
-            "from pyamx import cli\n"
+            "from pyamx.tools import cli\n"
             "status = cli.main(['run', '--', 'true'])\n"
             f"print(sorted(m for m in set(sys.modules) - before if m.split('.')[0] in {heavy!r} or m in {heavy!r}))\n"
             "sys.exit(status)\n")

@@ -2,7 +2,7 @@
 
 A static program (tests/programs/static_xcomp.c) started by an emulating
 process (``pyamx run`` through a shell, or a Python after
-``pyamx.trap.emulate_process()``) asks ``arch_prctl`` about AMX. With the
+``pyamx.cpu.trap.emulate_process()``) asks ``arch_prctl`` about AMX. With the
 guard on, those calls reach the guard's listener, whose supervisor answers
 only for the tasks it emulates and lets everyone else's through to the kernel:
 the program must print exactly what it prints when run on its own (the
@@ -79,15 +79,15 @@ def test_static_child_without_the_guard_still_dies_of_sigsys(static_program):
 
 EMULATING_PARENT = textwrap.dedent("""
     import ctypes, os, subprocess, sys
-    import pyamx.trap
-    print("mode", pyamx.trap.emulate_process(), flush=True)
-    print("guard", pyamx.trap.guard().active, flush=True)
+    import pyamx.cpu.trap
+    print("mode", pyamx.cpu.trap.emulate_process(), flush=True)
+    print("guard", pyamx.cpu.trap.guard().active, flush=True)
     child = subprocess.run([sys.argv[1]], capture_output=True, text=True)
     print("child", child.returncode, flush=True)
     sys.stdout.write(child.stdout)
     sys.stdout.flush()
     libc = ctypes.CDLL(None, use_errno=True)
-    lib = pyamx.trap._load()[1]
+    lib = pyamx.cpu.trap._load()[1]
     pid = os.fork()
     if pid == 0:
         before = lib.pyamx_trap_permission_granted()

@@ -28,7 +28,7 @@ import numpy as np
 import pytest
 
 import reference
-from pyamx import isa
+from pyamx.table import isa
 from pyamx.errors import BackendError
 
 _trap = pytest.importorskip("pyamx._trap", reason="the trap module is not built (x86-64 Linux only; python build.py)")
@@ -56,13 +56,13 @@ OP = {i.mnemonic: getattr(lib, i.c_op) for i in isa.TABLE}
 
 
 # ---------------------------------------------------------------------------------------------
-# pyamx.trap: the switch
+# pyamx.cpu.trap: the switch
 
 
 @pytest.mark.parametrize("value,expected", [(None, False), ("", False), ("0", False), ("1", True), ("yes", True),
                                             ("TRUE", True), ("no", False)])
 def test_requested_values(monkeypatch, value, expected):
-    from pyamx import trap
+    from pyamx.cpu import trap
 
     if value is None:
         monkeypatch.delenv(trap.ENV_VAR, raising=False)
@@ -73,7 +73,7 @@ def test_requested_values(monkeypatch, value, expected):
 
 @pytest.mark.parametrize("value", [" 1", "1 ", "2", "01", "y", "enable"])
 def test_requested_is_strict(monkeypatch, value):
-    from pyamx import trap
+    from pyamx.cpu import trap
 
     monkeypatch.setenv(trap.ENV_VAR, value)
     with pytest.raises(BackendError) as exc:
@@ -105,7 +105,7 @@ class _FakeLib:
 
 
 def test_enable_refuses_a_cpu_with_amx(monkeypatch):
-    from pyamx import trap
+    from pyamx.cpu import trap
 
     fake = _FakeLib(bits=7)
     monkeypatch.setattr(trap, "_lib", lambda: fake)
@@ -123,7 +123,7 @@ def test_enable_refuses_a_cpu_with_amx(monkeypatch):
 
 
 def test_enable_refuses_other_platforms(monkeypatch):
-    from pyamx import trap
+    from pyamx.cpu import trap
 
     monkeypatch.setattr(trap.platform, "machine", lambda: "aarch64")
     with pytest.raises(BackendError, match="x86-64 Linux"):
@@ -131,7 +131,7 @@ def test_enable_refuses_other_platforms(monkeypatch):
 
 
 def test_enable_refuses_without_the_extension(monkeypatch):
-    from pyamx import trap
+    from pyamx.cpu import trap
 
     try:
         from pyamx.cpu import _nativelib
@@ -158,7 +158,7 @@ class _FakeLibWithoutSeccomp(_FakeLib):
 
 
 def test_emulate_process_without_seccomp_says_why(monkeypatch):
-    from pyamx import trap
+    from pyamx.cpu import trap
 
     fake = _FakeLibWithoutSeccomp(bits=3)
     monkeypatch.setattr(trap, "_load_or_backend_error", lambda: (None, fake))
@@ -222,7 +222,7 @@ def test_op_ids_are_one_numbering_in_both_modules():
         _, nlib = _nativelib.load()
     except ImportError as exc:
         pytest.skip(f"pyamx._native is not built: {exc}")
-    from pyamx import isa
+    from pyamx.table import isa
 
     names = [n for n in dir(lib) if n.startswith("PYAMX_OP_")]
     assert sorted(names) == sorted(["PYAMX_OP_NONE"] + [i.c_op for i in isa.TABLE])
@@ -239,7 +239,7 @@ def test_native_permission_goes_through_the_hook_only_after_enable():
     res = run_py("""
         from pyamx.cpu import _nativelib
         nffi, nlib = _nativelib.load()
-        from pyamx import trap
+        from pyamx.cpu import trap
         before = lib.pyamx_trap_permission_granted()
         trap.enable()
         rc = nlib.pyamx_request_permission()
@@ -274,8 +274,8 @@ def dies_with(res, sig):
 
 def test_children_build_the_configurations_pyamx_builds():
     # Runs on AMX silicon too, where every other child of run_py is skipped: the children's
-    # helpers are the ones imported here, and they encode what pyamx.tilecfg encodes.
-    from pyamx.tilecfg import TileConfig
+    # helpers are the ones imported here, and they encode what pyamx.table.tilecfg encodes.
+    from pyamx.table.tilecfg import TileConfig
 
     shapes = {0: (2, 8), 3: (16, 64), 7: (1, 4)}
     res = run_py(f"""
@@ -290,8 +290,8 @@ def test_children_build_the_configurations_pyamx_builds():
 @needs_trap
 def test_never_enabled_by_default():
     res = run_py("""
-        import pyamx, pyamx.trap
-        print(pyamx.trap.requested(), pyamx.trap.active(), lib.pyamx_trap_installed())
+        import pyamx, pyamx.cpu.trap
+        print(pyamx.cpu.trap.requested(), pyamx.cpu.trap.active(), lib.pyamx_trap_installed())
     """)
     assert res.returncode == 0, res.stderr
     assert res.stdout.split() == ["False", "False", "0"]
@@ -300,7 +300,7 @@ def test_never_enabled_by_default():
 @needs_trap
 def test_enable_through_the_module():
     res = run_py("""
-        from pyamx import trap
+        from pyamx.cpu import trap
         assert trap.requested()
         trap.enable()
         trap.enable()  # idempotent
@@ -810,8 +810,8 @@ def _bf16_pair(hi, lo):
 
 @pytest.mark.parametrize("name, sdm_bits", [("P1", 0x3F800001), ("P2", 0x3F800001), ("P7", 0x00000000)])
 def test_semantics_probes_give_the_sdm_bits(trapped, name, sdm_bits):
-    # operands from pyamx.probe.POINTS (defined once); the SDM bits are docs/semantics.md section 3's
-    from pyamx.probe import point
+    # operands from pyamx.tools.probe.POINTS (defined once); the SDM bits are docs/semantics.md section 3's
+    from pyamx.tools.probe import point
 
     e = point(name)
     words = lambda x: np.ascontiguousarray(x, np.uint16).view(np.uint32)  # noqa: E731 - (even, odd) -> dword
@@ -978,8 +978,8 @@ def test_float_dot_overflow_in_the_fast_path(trapped):
     assert got[0, 0] == model_float_dot(a, b, c, False)[0, 0] == DEFAULT_NAN  # +inf + -inf
 
 
-# signedness from the reference, not from pyamx.isa: the trap is held to the spec, not to the table
-INT8_SIGNS = {i.mnemonic: reference.int8_signedness(i.mnemonic) for i in isa.DOTS if i.family == "int8"}
+# signedness from the reference, not from pyamx.table.isa: the trap is held to the spec, not to the table
+INT8_SIGNS = {i.mnemonic: reference.int8_signedness(i.mnemonic) for i in isa.DOTS if i.group == "int8"}
 
 
 @pytest.mark.parametrize("name", list(INT8_SIGNS))
@@ -1105,7 +1105,7 @@ def test_more_threads_than_slots_without_prepare(trapped):
 
 GUARD_PRELUDE = """
 import faulthandler, os, signal, sys, threading, time
-from pyamx import trap
+from pyamx.cpu import trap
 trap.enable() if WITH_GUARD else lib.pyamx_trap_install()
 trap.grant_permission()
 g = trap.guard() if WITH_GUARD else trap.GuardStatus(True, "off for a control run", 0)
@@ -1291,7 +1291,7 @@ def test_guard_unavailable_in_a_trap_child_of_a_guarded_process_falls_back():
         import subprocess
         env = dict(os.environ)
         child = subprocess.run([sys.executable, "-c",
-                                "from pyamx import trap; trap.enable(); g = trap.guard(); "
+                                "from pyamx.cpu import trap; trap.enable(); g = trap.guard(); "
                                 "print(int(g.active), g.reason)"],
                                capture_output=True, text=True, timeout=30, env=env)
         print("nested", child.stdout.split()[0] if child.stdout else "none", flush=True)
@@ -1305,7 +1305,7 @@ def test_guard_unavailable_in_a_trap_child_of_a_guarded_process_falls_back():
 def test_detection_report_says_whether_the_guard_is_active():
     from dataclasses import replace
 
-    from pyamx.detect import RawFacts, TrapFacts, evaluate
+    from pyamx.cpu.detect import RawFacts, TrapFacts, evaluate
 
     raw = RawFacts(system="Linux", machine="x86_64", python=(3, 11, 0))
     for reason in ("active: seccomp answers every sigaction(SIGILL)", "the kernel has no seccomp"):
@@ -1322,7 +1322,7 @@ def test_guard_in_this_process_keeps_the_handler_installed():
     """
     if lib.pyamx_trap_guard_state() != lib.PYAMX_TRAP_GUARD_ACTIVE:
         pytest.skip("this process holds no guard (the subprocess tests above cover it)")
-    from pyamx.tilecfg import TileConfig
+    from pyamx.table.tilecfg import TileConfig
 
     import pyamx
 
@@ -1349,7 +1349,7 @@ def test_guard_in_this_process_keeps_the_handler_installed():
 
 
 def test_a_stale_trap_module_is_refused(monkeypatch):
-    from pyamx import trap
+    from pyamx.cpu import trap
 
     class Stale:
         ffi = _trap.ffi

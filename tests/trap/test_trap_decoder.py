@@ -1,7 +1,7 @@
 """The trap mode's instruction decoder (csrc/trap/decode.c, pyamx_trap_decode), tested pure.
 
 Two sources of bytes: hand-assembled sequences with the expected fields
-spelled out, and a grid of every row of pyamx.isa.TABLE in every form
+spelled out, and a grid of every row of pyamx.table.isa.TABLE in every form
 (every addressing form, register combinations) assembled by a real
 assembler at test time (clang 22 from the ``ziglang`` package, which knows
 every AMX extension; else GNU as, which may know only the older ones) and
@@ -23,7 +23,7 @@ import pytest
 _trap = pytest.importorskip("pyamx._trap", reason="the trap module is not built (x86-64 Linux only; python build.py)")
 lib, ffi = _trap.lib, _trap.ffi
 
-from pyamx import isa  # noqa: E402 - after the skip: the table's ids come from the module
+from pyamx.table import isa  # noqa: E402 - after the skip: the table's ids come from the module
 
 OP = {i.mnemonic: getattr(lib, i.c_op) for i in isa.TABLE}
 NOT_AMX, TRUNCATED, UD = (lib.PYAMX_TRAP_DECODE_NOT_AMX, lib.PYAMX_TRAP_DECODE_TRUNCATED,
@@ -250,7 +250,7 @@ UD_CASES = [
 def _needs(mnemonic):
     """Skip a case about a row the table does not have (its bytes are then not AMX at all)."""
     if mnemonic not in OP:
-        pytest.skip(f"{mnemonic} is not a row of pyamx.isa.TABLE")
+        pytest.skip(f"{mnemonic} is not a row of pyamx.table.isa.TABLE")
 
 
 @pytest.mark.parametrize("case", UD_CASES, ids=[u[0] for u in UD_CASES])
