@@ -1,5 +1,9 @@
-"""csrc/pyamx_ops.h, csrc/pyamx_op_traits.h and the _dot_types.py type declarations: generated from
-pyamx/table/isa.py, committed; the headers are valid C."""
+"""Every file made from pyamx/table/isa.py is committed as pyamx/table/generate.py makes it, byte for byte.
+
+The files are generate.FILES (the C op headers, the type declarations, docs/isa.md's instruction
+table); a file edited by hand, or one left behind by a table edit, fails here. The traits header is
+also compiled and read back, row by row.
+"""
 
 from __future__ import annotations
 
@@ -15,36 +19,81 @@ from pyamx import isa
 
 ROOT = Path(__file__).resolve().parent.parent
 BUILD_PY = ROOT / "build.py"
+GENERATE_PY = ROOT / "pyamx" / "table" / "generate.py"
+
+pytestmark = pytest.mark.static
 
 if not BUILD_PY.exists():
     pytest.skip("build.py is not next to these tests (an installed copy of the tests)", allow_module_level=True)
 
 
-def _build_script():
-    spec = importlib.util.spec_from_file_location("pyamx_build_script_for_generated_c", BUILD_PY)
+def _by_path(name: str, path: Path):
+    spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
     spec.loader.exec_module(module)  # compiles nothing
     return module
 
 
-build = _build_script()
+build = _by_path("pyamx_build_script_for_generated", BUILD_PY)
+# this checkout's generator, by path as build.py loads it (an installed pyamx may be another copy)
+generate = _by_path("pyamx_generate_for_tests", GENERATE_PY)
+EXPECTED = generate.expected(ROOT)
 
 
-@pytest.mark.parametrize("rel", sorted(build.generated_headers(), key=str))
-def test_the_committed_header_is_what_the_table_generates_byte_for_byte(rel):
+@pytest.mark.parametrize("rel", [rel.as_posix() for rel in generate.FILES])
+def test_the_committed_file_is_what_the_table_makes_byte_for_byte(rel):
     committed = (ROOT / rel).read_bytes()
-    assert committed == build.generated_headers()[rel].encode("utf-8"), (
-        f"{rel} differs from what pyamx/table/isa.py generates: run python build.py and commit the result")
-    assert b"do not edit; python build.py regenerates it" in committed
+    assert committed == EXPECTED[Path(rel)].encode("utf-8"), (
+        f"{rel} is not what pyamx/table/isa.py makes: run {generate.COMMAND} and commit the result")
+    assert f"{generate.COMMAND} regenerates it".encode() in committed, f"{rel} does not say how it is made"
 
 
-def test_the_build_reads_the_table_without_numpy():
-    code = ("import sys, importlib.util; sys.modules['numpy'] = None\n"
+def _copy_inputs(tmp_path: Path) -> Path:
+    """A checkout holding only what the generator reads and writes."""
+    rels = [Path("pyamx") / "table" / "generate.py", generate.ISA_PY, generate.DOC_GROUPS_PY, *generate.FILES]
+    for rel in rels:
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(ROOT / rel, tmp_path / rel)
+    return tmp_path
+
+
+def _run(root: Path, *args: str) -> subprocess.CompletedProcess:
+    # numpy and the pyamx package made unimportable: a build runs the generator before either exists
+    code = ("import runpy, sys; sys.modules['numpy'] = None; sys.modules['pyamx'] = None; "
+            f"sys.argv = ['generate.py', *{list(args)!r}]; "
+            f"runpy.run_path({str(root / 'pyamx' / 'table' / 'generate.py')!r}, run_name='__main__')")
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize("rel", [rel.as_posix() for rel in generate.FILES])
+def test_check_names_a_file_edited_by_hand_and_a_run_restores_it(tmp_path, rel):
+    root = _copy_inputs(tmp_path)
+    clean = _run(root, "--check")
+    assert clean.returncode == 0 and not clean.stderr, clean.stderr
+    text = (root / rel).read_bytes()
+    # a line in the middle of what is generated (docs/isa.md: of its table) written twice
+    begin = text.find(generate.DOC_BEGIN.encode())
+    start, end = (begin, text.find(generate.DOC_END.encode())) if begin >= 0 else (0, len(text))
+    middle = text.index(b"\n", (start + end) // 2) + 1
+    edited = text[:middle] + text[middle:text.index(b"\n", middle) + 1] + text[middle:]
+    (root / rel).write_bytes(edited)
+    stale = _run(root, "--check")
+    assert stale.returncode == 1 and stale.stderr.split()[0] == rel, stale.stderr
+    assert (root / rel).read_bytes() == edited, "--check wrote"
+    rewritten = _run(root)
+    assert rewritten.returncode == 0 and rewritten.stdout.split() == ["regenerated", rel], rewritten.stderr
+    assert (root / rel).read_bytes() == (ROOT / rel).read_bytes()
+
+
+def test_the_build_runs_the_generator_without_numpy_or_the_package():
+    code = ("import sys, importlib.util; sys.modules['numpy'] = None; sys.modules['pyamx'] = None\n"
             f"spec = importlib.util.spec_from_file_location('b', {str(BUILD_PY)!r})\n"
             "b = importlib.util.module_from_spec(spec); spec.loader.exec_module(b)\n"
-            "print(len(b.generated_headers()))")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 0 and proc.stdout.strip() == "4", proc.stderr
+            "print(*sorted(p.as_posix() for p in b.generator().expected(b.HERE)))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == sorted(rel.as_posix() for rel in generate.FILES)
 
 
 _PRINT_ROWS = r"""

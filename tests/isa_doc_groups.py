@@ -1,25 +1,17 @@
-"""docs/isa.md's instruction table, derived from the rows of :mod:`pyamx.isa`.
+"""What docs/isa.md's instruction table links for each group of rows: emulator, kernel, trap case, tests.
 
-Each row's own cells (mnemonic, kind, kernel group, CPUID feature, encoding) come from the row; the
-kernels and tests that serve it come from its *group*: the action of a config or memory row, the kind
-of a row instruction, the kind and kernel group of a dot product. A new instruction of an existing
-group gets its line with no edit here; a new group needs one entry in ``GROUPS`` (and fails
-tests/test_isa.py until it has one). ``python tests/isa_doc.py`` rewrites the table in place;
-tests/test_isa.py checks that the committed table is what this makes.
+The one place these names live (a moved test or a renamed kernel function is edited here only).
+pyamx/table/generate.py makes the table from the rows of pyamx/table/isa.py: each row's own cells
+(mnemonic, kind, kernel group, CPUID feature, encoding) from the row, the rest from its group here:
+the action of a config or memory row, the kind of a row instruction, the kind and kernel group of a
+dot product. A new instruction of an existing group needs no edit here; a new group needs one
+entry in ``GROUPS`` (the generator stops, naming it, until it has one). Tests are named by their
+path under tests/; tests/test_isa.py checks that every function and test named here exists.
 """
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 from typing import Dict, Tuple
-
-ROOT = Path(__file__).resolve().parent.parent
-ISA_MD = ROOT / "docs" / "isa.md"
-BEGIN = "<!-- instruction table: generated from pyamx/table/isa.py by tests/isa_doc.py (python tests/isa_doc.py rewrites it) -->"
-END = "<!-- end of the generated instruction table -->"
-HEADER = ("| Instruction | Kind | Family | CPUID | Encoding | Emulator | Kernel | Trap case | Tests |\n"
-          "|---|---|---|---|---|---|---|---|---|")
 
 MACHINE = "`pyamx.emulator.machine.TileMachine.{name}`"
 FUNCTION = "`pyamx.emulator.{name}`"
@@ -102,56 +94,3 @@ GROUPS: Dict[str, Tuple[str, str, str, Tuple[str, ...]]] = {
             "[`pyamx_tilerow`, `pyamx_tilerow_imm`, `row_state_enabled`](../csrc/kernels.c)", "`trap_do_row`",
             ROW_TESTS),
 }
-
-
-def group_of(insn) -> str:
-    """The key of ``insn``'s kernels and tests in :data:`GROUPS`."""
-    if insn.action is not None:
-        return insn.action
-    if insn.is_row:
-        return insn.kind
-    return f"{insn.kind}/{insn.group}"
-
-
-def encoding_cell(insn) -> str:
-    """The encoding as the SDM writes it: prefix bytes, map, opcode, ModRM, operand form."""
-    pp = {0: "NP", 1: "66", 2: "F3", 3: "F2"}
-    enc = insn.encoding
-    if insn.is_row:
-        imm = insn.imm_encoding
-        return (f"EVEX.512 {pp[enc.pp]} {enc.map_name} {enc.opcode:02X} /r, reg; "
-                f"imm8: EVEX.512 {pp[imm.pp]} {imm.map_name} {imm.opcode:02X} /r ib")
-    fields = {field for _, field in enc.roles}
-    # ModRM.reg is an operand (/r), else a fixed digit (/0) for a memory form, else the whole byte is fixed
-    # (TILERELEASE's C0)
-    modrm = "/r" if "reg" in fields else ("/0" if enc.form != "reg" else "C0")
-    return f"{pp[enc.pp]} {enc.map_name} {enc.opcode:02X} {modrm}, {enc.form}"
-
-
-def _test_links(tests: Tuple[str, ...]) -> str:
-    return ", ".join(f"[{t}](../tests/{t.split('::')[0]})" for t in tests)
-
-
-def table_text() -> str:
-    """The whole table, header included, one line per row of ``pyamx.isa.TABLE`` in table order."""
-    from pyamx import isa
-
-    lines = [HEADER]
-    for insn in isa.TABLE:
-        emulator, kernel, trap, tests = GROUPS[group_of(insn)]
-        cells = (f"`{insn.mnemonic}`", insn.kind, insn.family or "-", insn.cpuid, encoding_cell(insn),
-                 emulator.format(name=insn.name), kernel, trap, _test_links(tests))
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
-
-
-def rewritten(text: str) -> str:
-    """``text`` (docs/isa.md) with the part between the markers replaced by :func:`table_text`."""
-    start, end = text.index(BEGIN) + len(BEGIN), text.index(END)
-    return text[:start] + "\n" + table_text() + "\n" + text[end:]
-
-
-if __name__ == "__main__":
-    sys.path.insert(0, str(ROOT))
-    ISA_MD.write_text(rewritten(ISA_MD.read_text(encoding="utf-8")), encoding="utf-8")
-    print(f"rewrote the instruction table of {ISA_MD.relative_to(ROOT)}")
