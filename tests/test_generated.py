@@ -86,6 +86,22 @@ def test_check_names_a_file_edited_by_hand_and_a_run_restores_it(tmp_path, rel):
     assert (root / rel).read_bytes() == (ROOT / rel).read_bytes()
 
 
+@pytest.mark.parametrize("edit, says", [
+    ("first = next(iter(GROUPS))\nGROUPS.pop(first)\n", "has no entry for {first}"),
+    ("GROUPS['no-such-group'] = GROUPS[next(iter(GROUPS))]\n", "has entries no row has: no-such-group"),
+], ids=["a-group-without-links", "links-without-a-group"])
+def test_a_group_without_its_links_or_links_without_a_group_stop_the_generator(tmp_path, edit, says):
+    root = _copy_inputs(tmp_path)
+    groups = root / generate.DOC_GROUPS_PY
+    groups.write_text(groups.read_text(encoding="utf-8") + edit, encoding="utf-8")
+    before = (root / generate.ISA_MD).read_bytes()
+    done = _run(root)
+    first = next(iter(generate.load_doc_groups(ROOT).GROUPS))
+    assert done.returncode == 1 and says.format(first=first) in done.stderr, done.stderr
+    assert generate.DOC_GROUPS_PY.as_posix() in done.stderr
+    assert (root / generate.ISA_MD).read_bytes() == before
+
+
 def test_the_build_runs_the_generator_without_numpy_or_the_package():
     code = ("import sys, importlib.util; sys.modules['numpy'] = None; sys.modules['pyamx'] = None\n"
             f"spec = importlib.util.spec_from_file_location('b', {str(BUILD_PY)!r})\n"
