@@ -23,7 +23,8 @@ import sys
 import textwrap
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Sequence
+from types import ModuleType
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 #: the checkout this module sits in (pyamx/table/generate.py)
 ROOT = Path(__file__).resolve().parents[2]
@@ -37,8 +38,17 @@ class GenerateError(ValueError):
     """The table or the doc groups cannot make a file (a message says which and what to add)."""
 
 
-def _load_by_path(name: str, path: Path):
+#: a row of the table, an encoding of one: isa.py is loaded by path, so its classes are no importable types here
+Row = Any
+Encoding = Any
+#: one group's docs/isa.md cells: (emulator, kernel, trap case, tests)
+DocGroup = Tuple[str, str, str, Tuple[str, ...]]
+
+
+def _load_by_path(name: str, path: Path) -> ModuleType:
     spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise GenerateError(f"{path} cannot be loaded")
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses look their module up while the rows are made
     try:
@@ -48,7 +58,7 @@ def _load_by_path(name: str, path: Path):
     return module
 
 
-def load_isa(root: Path = ROOT):
+def load_isa(root: Path = ROOT) -> ModuleType:
     """pyamx/table/isa.py as a module of its own: the package's __init__ needs numpy, a build may not have it."""
     return _load_by_path("pyamx_isa_for_generate", root / ISA_PY)
 
@@ -60,7 +70,7 @@ def _c_name(name: str) -> str:
     return re.sub(r"[^0-9A-Za-z]", "_", name).upper()
 
 
-def ops_header_text(isa) -> str:
+def ops_header_text(isa: ModuleType) -> str:
     """csrc/pyamx_ops.h: ``enum pyamx_op``, ids in table order from 1 (a new row goes at the end, so
     no id moves). Plain declarations only: cffi's cdef() reads it."""
     rows = ",\n".join(f"    PYAMX_OP_{insn.mnemonic} = {i}" for i, insn in enumerate(isa.TABLE, 1))
@@ -116,12 +126,17 @@ TRAIT_FIELDS = (
 )
 
 
-def _trait_fields(isa, insn) -> tuple:
+def _trait_fields(isa: ModuleType, insn: Row) -> Tuple[object, ...]:
     """One row's X-macro arguments: its mnemonic, then its traits in TRAIT_FIELDS' order (names of
     the enums below, then numbers)."""
     enc = insn.encoding
-    fmt = (lambda f: "NONE" if f is None else _c_name(f.name))
-    signed = (lambda f: int(bool(f is not None and f.signed)))
+
+    def fmt(f: Any) -> str:
+        return "NONE" if f is None else _c_name(f.name)
+
+    def signed(f: Any) -> int:
+        return int(bool(f is not None and f.signed))
+
     imm = ("imm_prefix", "imm_map", "imm_pp", "imm_w", "imm_l", "imm_opcode")
     values = dict(
         kind=_c_name(insn.kind), a_format=fmt(insn.a_format), b_format=fmt(insn.b_format),
@@ -143,7 +158,7 @@ _PARTS = (None, "real", "imaginary")
 _REGISTERS = ("eax", "ebx", "ecx", "edx")
 
 
-def _imm_fields(enc) -> tuple:
+def _imm_fields(enc: Optional[Encoding]) -> Tuple[object, ...]:
     """The imm8 form's prefix, map, pp, w, l and opcode; NONE and zeros where the row has none."""
     if enc is None:
         return ("NONE", "0x0", 0, 0, 0, "0x00")
@@ -156,7 +171,7 @@ _OPERAND_SLOTS = {"dst": "DST", "src": "SRC1", "src1": "SRC1", "src2": "SRC2", "
 _REGISTER_FIELDS = ("reg", "rm", "vvvv", "imm8")
 
 
-def _operand_slots(enc) -> tuple:
+def _operand_slots(enc: Optional[Encoding]) -> Tuple[str, ...]:
     """What each of ModRM.reg, ModRM.rm, vvvv and an imm8 holds in one encoding (NONE: nothing, so
     the decoder requires the field's all-zero value)."""
     slots = dict.fromkeys(_REGISTER_FIELDS, "NONE")
@@ -169,19 +184,22 @@ def _operand_slots(enc) -> tuple:
     return tuple(slots.values())
 
 
-def _imm_form_fields(insn) -> tuple:
+def _imm_form_fields(insn: Row) -> Tuple[object, ...]:
     """``(imm_map, imm_pp, imm_opcode)`` of a row's imm8 form; zeros where it has none."""
     imm = insn.imm_encoding
     return (0, 0, "0x00") if imm is None else (f"0x{imm.map:X}", imm.pp, f"0x{imm.opcode:02X}")
 
 
-def traits_header_text(isa) -> str:
+def traits_header_text(isa: ModuleType) -> str:
     """csrc/pyamx_op_traits.h: ``PYAMX_FOR_EACH_OP(X)`` and ``pyamx_op_traits[]``, one entry per row.
 
     Not included by pyamx_ops.h: cffi's cdef() cannot read macros with arguments or initialized
     tables, so C code that wants a row's traits includes this header itself."""
-    enum = (lambda tag, prefix, names: f"enum {tag} {{\n" + ",\n".join(
-        f"    {prefix}{_c_name(n)} = {i}" for i, n in enumerate(names)) + "\n};\n")
+
+    def enum(tag: str, prefix: str, names: Sequence[str]) -> str:
+        return f"enum {tag} {{\n" + ",\n".join(
+            f"    {prefix}{_c_name(n)} = {i}" for i, n in enumerate(names)) + "\n};\n"
+
     forms = tuple(dict.fromkeys(insn.encoding.form for insn in isa.TABLE))
     prefixes = tuple(dict.fromkeys(("VEX", "EVEX")))
     fields = [_trait_fields(isa, insn) for insn in isa.TABLE]
@@ -198,7 +216,10 @@ def traits_header_text(isa) -> str:
     xargs = textwrap.fill(", ".join(("mnemonic",) + tuple(name for name, _, _ in TRAIT_FIELDS))
                           + ") once per row, in table order;",
                           width=78, initial_indent=" * PYAMX_FOR_EACH_OP(X) calls X(", subsequent_indent=" * ")
-    slot = (lambda enc: "{" + ", ".join(f"PYAMX_OPERAND_{v}" for v in _operand_slots(enc)) + "}")
+
+    def slot(enc: Optional[Encoding]) -> str:
+        return "{" + ", ".join(f"PYAMX_OPERAND_{v}" for v in _operand_slots(enc)) + "}"
+
     operands = "\n".join(f"    [PYAMX_OP_{i.mnemonic}] = {{{slot(i.encoding)}, {slot(i.imm_encoding)}}},"
                           for i in isa.TABLE)
     names = "\n".join(f'    [PYAMX_OP_{i.mnemonic}] = "{i.mnemonic}",' for i in isa.TABLE)
@@ -290,21 +311,21 @@ DOC_HEADER = ("| Instruction | Kind | Family | CPUID | Encoding | Emulator | Ker
               "|---|---|---|---|---|---|---|---|---|")
 
 
-def load_doc_groups(root: Path = ROOT):
+def load_doc_groups(root: Path = ROOT) -> ModuleType:
     """tests/isa_doc_groups.py: what the table links for each group (``GROUPS``)."""
     return _load_by_path("pyamx_isa_doc_groups_for_generate", root / DOC_GROUPS_PY)
 
 
-def group_of(insn) -> str:
+def group_of(insn: Row) -> str:
     """The key of ``insn``'s kernels and tests in tests/isa_doc_groups.py's ``GROUPS``."""
     if insn.action is not None:
-        return insn.action
+        return str(insn.action)
     if insn.is_row:
-        return insn.kind
+        return str(insn.kind)
     return f"{insn.kind}/{insn.group}"
 
 
-def encoding_cell(insn) -> str:
+def encoding_cell(insn: Row) -> str:
     """The encoding as the SDM writes it: prefix bytes, map, opcode, ModRM, operand form."""
     pp = {0: "NP", 1: "66", 2: "F3", 3: "F2"}
     enc = insn.encoding
@@ -319,11 +340,11 @@ def encoding_cell(insn) -> str:
     return f"{pp[enc.pp]} {enc.map_name} {enc.opcode:02X} {modrm}, {enc.form}"
 
 
-def _test_links(tests) -> str:
+def _test_links(tests: Sequence[str]) -> str:
     return ", ".join(f"[{t}](../tests/{t.split('::')[0]})" for t in tests)
 
 
-def doc_table_text(isa, groups: Dict[str, tuple]) -> str:
+def doc_table_text(isa: ModuleType, groups: Dict[str, DocGroup]) -> str:
     """The whole table, header included, one line per row of ``isa.TABLE`` in table order."""
     used = {group_of(insn) for insn in isa.TABLE}
     missing, unused = sorted(used - set(groups)), sorted(set(groups) - used)
@@ -341,7 +362,7 @@ def doc_table_text(isa, groups: Dict[str, tuple]) -> str:
     return "\n".join(lines)
 
 
-def isa_md_text(isa, current: str, groups: Dict[str, tuple]) -> str:
+def isa_md_text(isa: ModuleType, current: str, groups: Dict[str, DocGroup]) -> str:
     """docs/isa.md (``current``) with the lines between its markers replaced by the table."""
     begin = re.search(r"^<!-- instruction table: generated from .*-->$", current, re.M)
     if begin is None or DOC_END not in current:
@@ -379,7 +400,7 @@ _STATE_PARAM_TYPES = {"cfg": "cfg: Any", "tmm": "tmm: int",
 _STATE_RETURNS = {"store-config": "bytes"}
 
 
-def types_text(isa) -> str:
+def types_text(isa: ModuleType) -> str:
     """pyamx/_dot_types.py: the public one-instruction functions and the tile machines' per-instruction methods."""
     out = [_py_header("Types of pyamx's per-instruction functions and tile machine methods.",
                       "from typing import Any\n\nimport numpy as np\nimport numpy.typing as npt\n\n"
@@ -399,7 +420,7 @@ def types_text(isa) -> str:
     return "".join(out)
 
 
-def emulator_types_text(isa) -> str:
+def emulator_types_text(isa: ModuleType) -> str:
     """pyamx/emulator/_dot_types.py: the emulator's array-level functions (``numerics=`` on float rows)."""
     out = [_py_header("Types of pyamx.emulator's array-level per-instruction functions.",
                       "from .._result import AMXResult\nfrom .._types import ArrayInput\n"
@@ -418,11 +439,12 @@ def emulator_types_text(isa) -> str:
 class Inputs:
     """What the files are made from: the table, and for docs/isa.md its groups' links and its own text."""
 
-    isa: object
+    isa: ModuleType
     root: Path
 
-    def doc_groups(self) -> Dict[str, tuple]:
-        return load_doc_groups(self.root).GROUPS
+    def doc_groups(self) -> Dict[str, DocGroup]:
+        groups: Dict[str, DocGroup] = load_doc_groups(self.root).GROUPS
+        return groups
 
     def current(self, rel: Path) -> str:
         return (self.root / rel).read_text(encoding="utf-8")
@@ -439,7 +461,7 @@ FILES: Dict[Path, Callable[[Inputs], str]] = {
 }
 
 
-def expected(root: Path = ROOT, isa=None) -> Dict[Path, str]:
+def expected(root: Path = ROOT, isa: Optional[ModuleType] = None) -> Dict[Path, str]:
     """Every generated file (relative path) -> the text the table makes of it."""
     inputs = Inputs(isa if isa is not None else load_isa(root), Path(root))
     return {rel: make(inputs) for rel, make in FILES.items()}
