@@ -52,7 +52,6 @@ import subprocess  # noqa: E402
 import sysconfig  # noqa: E402
 import shutil  # noqa: E402
 import tempfile  # noqa: E402
-import textwrap  # noqa: E402
 from dataclasses import asdict, dataclass  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Callable, Mapping, Optional, Sequence  # noqa: E402
@@ -363,335 +362,22 @@ def cdef_text(header: Path = CSRC / "pyamx.h") -> str:
     return "\n".join(out)
 
 
-# -- the C op table, generated from pyamx/table/isa.py ---------------------------------------------
-
-ISA_PY = HERE / "pyamx" / "table" / "isa.py"
-#: generated file -> the function of the instruction table that writes it
-OPS_HEADER = Path("csrc") / "pyamx_ops.h"
-TRAITS_HEADER = Path("csrc") / "pyamx_op_traits.h"
-#: what type checkers see of the functions and methods pyamx.table.isa generates at import (read under TYPE_CHECKING)
-TYPES_PY = Path("pyamx") / "_dot_types.py"
-EMULATOR_TYPES_PY = Path("pyamx") / "emulator" / "_dot_types.py"
-_GENERATED_NOTE = "Generated from pyamx/table/isa.py by build.py: do not edit; python build.py regenerates it."
+# -- the files made from the instruction table ------------------------------------------------
 
 
-def load_isa():
-    """pyamx/table/isa.py as a module of its own: the package's __init__ needs numpy, a build may not have it."""
+def generator():
+    """pyamx/table/generate.py, loaded by path: it writes every file made from pyamx/table/isa.py and
+    needs neither numpy nor the pyamx package, which a build may not have yet."""
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("pyamx_isa_for_build", ISA_PY)
+    spec = importlib.util.spec_from_file_location("pyamx_generate_for_build", HERE / "pyamx" / "table" / "generate.py")
     module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while the rows are made
+    sys.modules[spec.name] = module  # its dataclasses look their module up
     try:
         spec.loader.exec_module(module)
     finally:
         del sys.modules[spec.name]
     return module
-
-
-def _c_name(name: str) -> str:
-    return re.sub(r"[^0-9A-Za-z]", "_", name).upper()
-
-
-def ops_header_text(isa) -> str:
-    """csrc/pyamx_ops.h: ``enum pyamx_op``, ids in table order from 1 (a new row goes at the end, so
-    no id moves). Plain declarations only: cffi's cdef() reads it, in both modules."""
-    rows = ",\n".join(f"    PYAMX_OP_{insn.mnemonic} = {i}" for i, insn in enumerate(isa.TABLE, 1))
-    first, last = isa.DOTS[0].mnemonic, isa.DOTS[-1].mnemonic
-    return f"""/* The one numbering of the AMX instructions, shared by every layer.
- *
- * {_GENERATED_NOTE}
- *
- * Included by csrc/pyamx.h (pyamx._native) and csrc/trap/trap.h
- * (pyamx._trap); build.py inlines it into both cdefs, so Python reads the
- * same ids from either module's lib. Plain declarations only: cffi's
- * cdef() parses this file. The rows' traits are csrc/pyamx_op_traits.h.
- */
-#ifndef PYAMX_OPS_H
-#define PYAMX_OPS_H
-
-/* Instruction ids: the trap decoder's results, the dot-product op of
- * pyamx_dp_oneshot()/pyamx_tdp(), and the ids pyamx/table/isa.py reads from lib.
- * Dot products are the contiguous range {first}..{last}. */
-enum pyamx_op {{
-    PYAMX_OP_NONE = 0,
-{rows}
-}};
-
-#endif
-"""
-
-
-#: The traits of a row, in the order of the X-macro's arguments (after the mnemonic) and of
-#: ``struct pyamx_op_traits``: (field, the enum prefix its value is a name of or "", the C comment).
-TRAIT_FIELDS = (
-    ("kind", "PYAMX_KIND_", "enum pyamx_op_kind"),
-    ("a_format", "PYAMX_FMT_", "enum pyamx_format of src1, src2, dst"),
-    ("b_format", "PYAMX_FMT_", ""),
-    ("acc_format", "PYAMX_FMT_", ""),
-    ("a_signed", "", "1: an integer src1/src2 is sign-extended"),
-    ("b_signed", "", ""),
-    ("lanes", "", "operand values per dword; 0 for a non-dot row"),
-    ("prefix", "PYAMX_PREFIX_", "enum pyamx_encoding_prefix"),
-    ("map", "", "opcode map: 2 is 0F38"),
-    ("pp", "", "0 NP, 1 66, 2 F3, 3 F2"),
-    ("w", "", ""),
-    ("l", "", ""),
-    ("opcode", "", ""),
-    ("form", "PYAMX_FORM_", "enum pyamx_modrm_form"),
-    ("imm_prefix", "PYAMX_PREFIX_", "the imm8 form's encoding (AMX-AVX512): NONE and zeros where absent"),
-    ("imm_map", "", ""),
-    ("imm_pp", "", ""),
-    ("imm_w", "", ""),
-    ("imm_l", "", ""),
-    ("imm_opcode", "", ""),
-    ("feature_leaf", "", "the CPUID feature bit the row needs"),
-    ("feature_subleaf", "", ""),
-    ("feature_reg", "", "0 EAX, 1 EBX, 2 ECX, 3 EDX"),
-    ("feature_bit", "", ""),
-    ("part", "", "the complex product's part a complex row computes: 1 real, 2 imaginary; 0 elsewhere"),
-)
-
-
-def _trait_fields(isa, insn) -> tuple:
-    """One row's X-macro arguments: its mnemonic, then its traits in TRAIT_FIELDS' order (names of
-    the enums below, then numbers)."""
-    enc = insn.encoding
-    fmt = (lambda f: "NONE" if f is None else _c_name(f.name))
-    signed = (lambda f: int(bool(f is not None and f.signed)))
-    imm = ("imm_prefix", "imm_map", "imm_pp", "imm_w", "imm_l", "imm_opcode")
-    values = dict(
-        kind=_c_name(insn.kind), a_format=fmt(insn.a_format), b_format=fmt(insn.b_format),
-        acc_format=fmt(insn.acc_format), a_signed=signed(insn.a_format), b_signed=signed(insn.b_format),
-        lanes=insn.lanes or 0, prefix=_c_name(enc.prefix), map=f"0x{enc.map:X}", pp=enc.pp, w=enc.w, l=enc.l,
-        opcode=f"0x{enc.opcode:02X}", form=_c_name(enc.form), **dict(zip(imm, _imm_fields(insn.imm_encoding))),
-        feature_leaf=f"0x{insn.feature.leaf:X}", feature_subleaf=insn.feature.subleaf,
-        feature_reg=_REGISTERS.index(insn.feature.register), feature_bit=insn.feature.bit,
-        part=_PARTS.index(insn.part))
-    if set(values) != {name for name, _, _ in TRAIT_FIELDS}:
-        raise ValueError(f"build.py: the traits of {insn.mnemonic} are not TRAIT_FIELDS: {sorted(values)}")
-    return (insn.mnemonic, *(values[name] for name, _, _ in TRAIT_FIELDS))
-
-
-#: complex parts in the order the traits number them
-_PARTS = (None, "real", "imaginary")
-
-#: CPUID result registers in the order the traits number them
-_REGISTERS = ("eax", "ebx", "ecx", "edx")
-
-
-def _imm_fields(enc) -> tuple:
-    """The imm8 form's prefix, map, pp, w, l and opcode; NONE and zeros where the row has none."""
-    if enc is None:
-        return ("NONE", "0x0", 0, 0, 0, "0x00")
-    return (_c_name(enc.prefix), f"0x{enc.map:X}", enc.pp, enc.w, enc.l, f"0x{enc.opcode:02X}")
-
-
-#: the operand names of the table's roles -> the slot of the C decoder's result they fill
-_OPERAND_SLOTS = {"dst": "DST", "src": "SRC1", "src1": "SRC1", "src2": "SRC2", "row": "ROW"}
-#: the instruction fields a register operand can live in (memory operands are the ModRM form)
-_REGISTER_FIELDS = ("reg", "rm", "vvvv", "imm8")
-
-
-def _operand_slots(enc) -> tuple:
-    """What each of ModRM.reg, ModRM.rm, vvvv and an imm8 holds in one encoding (NONE: nothing, so
-    the decoder requires the field's all-zero value)."""
-    slots = dict.fromkeys(_REGISTER_FIELDS, "NONE")
-    for operand, field in (enc.roles if enc is not None else ()):
-        if field in ("mem", "sibmem"):
-            continue
-        if field not in slots or operand not in _OPERAND_SLOTS:
-            raise ValueError(f"build.py: operand {operand!r} in field {field!r} has no decoder slot")
-        slots[field] = _OPERAND_SLOTS[operand]
-    return tuple(slots.values())
-
-
-def _imm_form_fields(insn) -> tuple:
-    """``(imm_map, imm_pp, imm_opcode)`` of a row's imm8 form; zeros where it has none."""
-    imm = insn.imm_encoding
-    return (0, 0, "0x00") if imm is None else (f"0x{imm.map:X}", imm.pp, f"0x{imm.opcode:02X}")
-
-
-def traits_header_text(isa) -> str:
-    """csrc/pyamx_op_traits.h: ``PYAMX_FOR_EACH_OP(X)`` and ``pyamx_op_traits[]``, one entry per row.
-
-    Not included by pyamx_ops.h: cffi's cdef() cannot read macros with arguments or initialized
-    tables, so C code that wants a row's traits includes this header itself."""
-    enum = (lambda tag, prefix, names: f"enum {tag} {{\n" + ",\n".join(
-        f"    {prefix}{_c_name(n)} = {i}" for i, n in enumerate(names)) + "\n};\n")
-    forms = tuple(dict.fromkeys(insn.encoding.form for insn in isa.TABLE))
-    prefixes = tuple(dict.fromkeys(("VEX", "EVEX")))
-    fields = [_trait_fields(isa, insn) for insn in isa.TABLE]
-    xrows = " \\\n".join(f"    X({', '.join(str(v) for v in row)})" for row in fields)
-    imm = [_imm_form_fields(insn) for insn in isa.TABLE]
-    table = "\n".join(
-        f"    [PYAMX_OP_{r[0]}] = {{"
-        + ", ".join(f"{prefix}{v}" for (_, prefix, _), v in zip(TRAIT_FIELDS, r[1:])) + "},"
-        for r in fields)
-    width = max(len(f"unsigned char {name};") for name, _, _ in TRAIT_FIELDS) + 1
-    members = "\n".join(
-        f"    {f'unsigned char {name};':<{width}}/* {note} */" if note else f"    unsigned char {name};"
-        for name, _, note in TRAIT_FIELDS)
-    xargs = textwrap.fill(", ".join(("mnemonic",) + tuple(name for name, _, _ in TRAIT_FIELDS))
-                          + ") once per row, in table order;",
-                          width=78, initial_indent=" * PYAMX_FOR_EACH_OP(X) calls X(", subsequent_indent=" * ")
-    slot = (lambda enc: "{" + ", ".join(f"PYAMX_OPERAND_{v}" for v in _operand_slots(enc)) + "}")
-    operands = "\n".join(f"    [PYAMX_OP_{i.mnemonic}] = {{{slot(i.encoding)}, {slot(i.imm_encoding)}}},"
-                          for i in isa.TABLE)
-    names = "\n".join(f'    [PYAMX_OP_{i.mnemonic}] = "{i.mnemonic}",' for i in isa.TABLE)
-    actions = "\n".join(f"    [PYAMX_OP_{i.mnemonic}] = PYAMX_ACTION_{_c_name(i.action)},"
-                         for i in isa.TABLE if i.action is not None)
-    action_ops = ",\n".join(f"    PYAMX_OP_OF_{_c_name(a)} = PYAMX_OP_{isa.BY_ACTION[a].mnemonic}" for a in isa.ACTIONS)
-    imm_rows = [(insn.mnemonic, *i) for insn, i in zip(isa.TABLE, imm) if insn.imm_encoding is not None]
-    imm_xrows = " \\\n".join(f"    X({', '.join(str(v) for v in row)})" for row in imm_rows) or "    /* none */"
-    return f"""/* Traits of every AMX instruction row of pyamx/table/isa.py, for C.
- *
- * {_GENERATED_NOTE}
- *
-{xargs}
- * pyamx_op_traits[] holds the same fields by op id. A format of NONE: the
- * row has no such operand; an imm_prefix of NONE: no imm8 form. The feature
- * is the CPUID bit the row needs: CPUID.(leaf, subleaf) register
- * feature_reg (0 EAX, 1 EBX, 2 ECX, 3 EDX), bit feature_bit.
- * pyamx_op_names[] and pyamx_op_operands[] (what each instruction field
- * holds, per encoding) are what the trap decoder reads.
- * PYAMX_FOR_EACH_IMM_FORM(X) calls X(mnemonic, imm_map, imm_pp, imm_opcode)
- * once per row that has an imm8 form (AMX-AVX512's row instructions).
- */
-#ifndef PYAMX_OP_TRAITS_H
-#define PYAMX_OP_TRAITS_H
-
-#include "pyamx_ops.h"
-
-{enum("pyamx_op_kind", "PYAMX_KIND_", ("none",) + tuple(isa.KINDS_OF_ARITHMETIC))}
-{enum("pyamx_format", "PYAMX_FMT_", ("none",) + tuple(f.name for f in isa.FORMAT_ROWS))}
-{enum("pyamx_encoding_prefix", "PYAMX_PREFIX_", ("none",) + prefixes)}
-{enum("pyamx_modrm_form", "PYAMX_FORM_", ("none",) + forms)}
-#define PYAMX_FOR_EACH_OP(X) \\
-{xrows}
-
-#define PYAMX_FOR_EACH_IMM_FORM(X) \\
-{imm_xrows}
-
-struct pyamx_op_traits {{
-{members}
-}};
-
-static const struct pyamx_op_traits pyamx_op_traits[] = {{
-{table}
-}};
-
-{enum("pyamx_operand", "PYAMX_OPERAND_", ("none",) + tuple(dict.fromkeys(_OPERAND_SLOTS.values())))}
-/* What each instruction field holds in one encoding; NONE: no operand, the
- * field must hold its all-zero value (vvvv: 1111b as encoded). */
-struct pyamx_op_fields {{
-    unsigned char reg;        /* enum pyamx_operand */
-    unsigned char rm;         /* a register operand only in a ModRM.mod = 11 form */
-    unsigned char vvvv;
-    unsigned char imm8;
-}};
-
-/* [op][0]: the encoding; [op][1]: the imm8 form (all NONE where absent). */
-static const struct pyamx_op_fields pyamx_op_operands[][2] = {{
-{operands}
-}};
-
-/* What a config or memory row does (pyamx.table.isa.ACTIONS): code that executes these rows switches on
- * it, never on an op id. NONE for the dot products and the row instructions. */
-{enum("pyamx_op_action", "PYAMX_ACTION_", ("none",) + tuple(isa.ACTIONS))}
-static const unsigned char pyamx_op_actions[{len(isa.TABLE) + 1}] = {{
-{actions}
-}};
-
-/* The one row of each action, for code that must name it (a message, its CPUID feature). */
-enum pyamx_op_of_action {{
-{action_ops}
-}};
-
-/* Indexed by op id: the mnemonic, for messages. */
-static const char *const pyamx_op_names[] = {{
-    [PYAMX_OP_NONE] = "(none)",
-{names}
-}};
-
-#endif
-"""
-
-
-def generated_headers(isa=None) -> dict:
-    """Path (relative to the checkout) -> the text generated from the instruction table."""
-    isa = isa or load_isa()
-    return {OPS_HEADER: ops_header_text(isa), TRAITS_HEADER: traits_header_text(isa),
-            TYPES_PY: types_text(isa), EMULATOR_TYPES_PY: emulator_types_text(isa)}
-
-
-_SIG = "c: ArrayInput, a: ArrayInput, b: ArrayInput, *"
-
-
-def _py_header(what: str, imports: str) -> str:
-    # A type checker cannot see functions made at import (isa.export_functions), so it reads these
-    # declarations instead; generating them keeps the instruction names out of hand-written code.
-    return f'''"""{what}
-
-{_GENERATED_NOTE}
-Imported under TYPE_CHECKING only: at run time the table makes these names.
-"""
-
-from __future__ import annotations
-
-{imports}
-'''
-
-
-#: a config or memory method's parameter (pyamx.table.isa.STATE_IMPLEMENTATIONS) as the stub declares it:
-#: a config is a TileConfig or any 64-byte buffer, a memory operand any buffer, which typing cannot spell
-_STATE_PARAM_TYPES = {"cfg": "cfg: Any", "tmm": "tmm: int",
-                      "buf": "buf: Any", "stride": "stride: int", "offset": "offset: int = 0"}
-#: the action whose method returns something
-_STATE_RETURNS = {"store-config": "bytes"}
-
-
-def types_text(isa) -> str:
-    """pyamx/_dot_types.py: the public one-instruction functions and the tile machines' per-instruction methods."""
-    out = [_py_header("Types of pyamx's per-instruction functions and tile machine methods.",
-                      "from typing import Any\n\nimport numpy as np\nimport numpy.typing as npt\n\n"
-                      "from ._result import AMXResult\nfrom ._types import ArrayInput\n")]
-    out.append("__all__ = [\n" + "".join(f"    \"{n}\",\n" for n in isa.DOT_NAMES) + "]\n")
-    for insn in isa.DOTS:
-        out.append(f"\n\ndef {insn.name}({_SIG}, backend: str | None = None, engine: str | None = None) -> AMXResult: ...\n")
-    out.append("\n\nclass TileMachine:\n    \"\"\"The methods isa.add_state_methods, add_dot_methods and add_row_methods put on both tile machines\n    (named as the machines are, so a type checker's message names the machine).\"\"\"\n")
-    for insn in isa.STATE_OPS:
-        _, params = isa.STATE_IMPLEMENTATIONS[insn.action]
-        typed = "".join(f", {_STATE_PARAM_TYPES[p]}" for p in params)
-        out.append(f"\n    def {insn.name}(self{typed}) -> {_STATE_RETURNS.get(insn.action, 'None')}: ...\n")
-    for insn in isa.DOTS:
-        out.append(f"\n    def {insn.name}(self, dst: int, src1: int, src2: int) -> None: ...\n")
-    for insn in isa.ROWS:
-        out.append(f"\n    def {insn.name}(self, tmm: int, row: int, *, imm: bool = False) -> npt.NDArray[np.uint32]: ...\n")
-    return "".join(out)
-
-
-def emulator_types_text(isa) -> str:
-    """pyamx/emulator/_dot_types.py: the emulator's array-level functions (``numerics=`` on float rows)."""
-    out = [_py_header("Types of pyamx.emulator's array-level per-instruction functions.",
-                      "from .._result import AMXResult\nfrom .._types import ArrayInput\n"
-                      "from ..table.numerics import Numerics\n")]
-    out.append("__all__ = [\n" + "".join(f"    \"{n}\",\n" for n in isa.DOT_NAMES) + "]\n")
-    for insn in isa.DOTS:
-        numerics = " numerics: str | Numerics = \"sdm\"," if insn.is_float else ""
-        out.append(f"\n\ndef {insn.name}({_SIG},{numerics} engine: str | None = None) -> AMXResult: ...\n")
-    return "".join(out)
-
-
-def write_generated_headers(root: Path = HERE) -> list:
-    """Write the generated headers where their text changed (a file left as is keeps its time); the paths written."""
-    written = []
-    for rel, text in generated_headers().items():
-        path = root / rel
-        if not path.is_file() or path.read_text(encoding="utf-8") != text:
-            path.write_text(text, encoding="utf-8")
-            written.append(rel)
-    return written
 
 
 def module_sources(module: Module) -> list:
@@ -885,7 +571,12 @@ def setuptools_options() -> dict:
         require = False
 
         def run(self):
-            for rel in write_generated_headers():
+            made = generator()
+            try:
+                written = made.write(HERE)
+            except made.GenerateError as exc:
+                raise SystemExit(f"pyamx build: {exc}") from None
+            for rel in written:
                 print(f"pyamx build: regenerated {rel.as_posix()} from pyamx/table/isa.py", file=sys.stderr)
             p = plan()
             require = self.require or parse_flag(os.environ, REQUIRE_ENV)

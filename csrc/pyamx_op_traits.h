@@ -1,6 +1,6 @@
 /* Traits of every AMX instruction row of pyamx/table/isa.py, for C.
  *
- * Generated from pyamx/table/isa.py by build.py: do not edit; python build.py regenerates it.
+ * Generated from pyamx/table/isa.py: do not edit; python pyamx/table/generate.py regenerates it.
  *
  * PYAMX_FOR_EACH_OP(X) calls X(mnemonic, kind, a_format, b_format,
  * acc_format, a_signed, b_signed, lanes, prefix, map, pp, w, l, opcode, form,
@@ -11,10 +11,10 @@
  * row has no such operand; an imm_prefix of NONE: no imm8 form. The feature
  * is the CPUID bit the row needs: CPUID.(leaf, subleaf) register
  * feature_reg (0 EAX, 1 EBX, 2 ECX, 3 EDX), bit feature_bit.
- * pyamx_op_names[] and pyamx_op_operands[] (what each instruction field
- * holds, per encoding) are what the trap decoder reads.
+ * pyamx_op_names[] holds each op's mnemonic, pyamx_op_operands[] what each
+ * instruction field holds, per encoding.
  * PYAMX_FOR_EACH_IMM_FORM(X) calls X(mnemonic, imm_map, imm_pp, imm_opcode)
- * once per row that has an imm8 form (AMX-AVX512's row instructions).
+ * once per row that has an imm8 form.
  */
 #ifndef PYAMX_OP_TRAITS_H
 #define PYAMX_OP_TRAITS_H
@@ -201,7 +201,7 @@ static const struct pyamx_op_fields pyamx_op_operands[][2] = {
 };
 
 /* What a config or memory row does (pyamx.table.isa.ACTIONS): code that executes these rows switches on
- * it, never on an op id. NONE for the dot products and the row instructions. */
+ * it, never on an op id. NONE for a row without an action. */
 enum pyamx_op_action {
     PYAMX_ACTION_NONE = 0,
     PYAMX_ACTION_LOAD_CONFIG = 1,

@@ -1,18 +1,15 @@
 /* The one numbering of the AMX instructions, shared by every layer.
  *
- * Generated from pyamx/table/isa.py by build.py: do not edit; python build.py regenerates it.
+ * Generated from pyamx/table/isa.py: do not edit; python pyamx/table/generate.py regenerates it.
  *
- * Included by csrc/pyamx.h (pyamx._native) and csrc/trap/trap.h
- * (pyamx._trap); build.py inlines it into both cdefs, so Python reads the
- * same ids from either module's lib. Plain declarations only: cffi's
- * cdef() parses this file. The rows' traits are csrc/pyamx_op_traits.h.
+ * Plain declarations only: build.py feeds this file to cffi's cdef(), so
+ * Python reads the same ids from each module's lib. The rows' traits are
+ * csrc/pyamx_op_traits.h.
  */
 #ifndef PYAMX_OPS_H
 #define PYAMX_OPS_H
 
-/* Instruction ids: the trap decoder's results, the dot-product op of
- * pyamx_dp_oneshot()/pyamx_tdp(), and the ids pyamx/table/isa.py reads from lib.
- * Dot products are the contiguous range TDPBF16PS..TDPHF8PS. */
+/* Instruction ids in the order of pyamx/table/isa.py's TABLE; 0 is no instruction. */
 enum pyamx_op {
     PYAMX_OP_NONE = 0,
     PYAMX_OP_LDTILECFG = 1,

@@ -1,6 +1,6 @@
 """Types of pyamx's per-instruction functions and tile machine methods.
 
-Generated from pyamx/table/isa.py by build.py: do not edit; python build.py regenerates it.
+Generated from pyamx/table/isa.py: do not edit; python pyamx/table/generate.py regenerates it.
 Imported under TYPE_CHECKING only: at run time the table makes these names.
 """
 

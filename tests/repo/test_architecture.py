@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from pyamx.table import isa
+from pyamx.table import generate, isa
 
 # Reads the source tree only: CI runs it once per Python, not under every backend (.ci/run).
 pytestmark = pytest.mark.static
@@ -26,8 +26,8 @@ PACKAGE = ROOT / "pyamx"
 if not (ROOT / "build.py").exists():
     pytest.skip("the sources are not next to these tests (an installed copy of the tests)", allow_module_level=True)
 
-#: what build.py writes from the table (derived, so naming the rows there is the point of them)
-GENERATED = {"csrc/pyamx_ops.h", "csrc/pyamx_op_traits.h", "pyamx/_dot_types.py", "pyamx/emulator/_dot_types.py"}
+#: what pyamx/table/generate.py writes from the table (derived, so naming the rows there is the point of them)
+GENERATED = {rel.as_posix() for rel in generate.FILES}
 MAX_FILES = 3
 
 
