@@ -52,10 +52,8 @@
 
 static int32_t g_state = PYAMX_TRAP_GUARD_OFF;
 static const char *g_reason = "not requested";
-static int32_t g_on;       /* the supervisor answers this process's calls */
 static uint64_t g_calls;
 
-int guard_active(void) { return __atomic_load_n(&g_on, __ATOMIC_ACQUIRE); }
 int32_t pyamx_trap_guard_state(void) { return __atomic_load_n(&g_state, __ATOMIC_ACQUIRE); }
 const char *pyamx_trap_guard_reason(void) { return g_reason; }
 uint64_t pyamx_trap_guard_calls(void) { return __atomic_load_n(&g_calls, __ATOMIC_RELAXED); }
@@ -136,7 +134,7 @@ static int answer_xcomp(int fd, const struct seccomp_notif *req, struct seccomp_
     struct pending p = {fd, req->id};
     long r = 0;
     pid_t tid = (pid_t)req->pid;
-    int own = guard_active() && from_this_process(tid);
+    int own = chain_guarded() && from_this_process(tid);
     int answered = xcomp_notified(tid, own, (long)(int)req->data.args[0], req->data.args[1], still_pending, &p, &r);
     if (answered < 0) {
         struct msg m = {.n = 0};
@@ -232,7 +230,7 @@ static void serve(int fd)
         /* Other processes (children after fork or exec inherit the
          * filter), and this one after pyamx_trap_uninstall(), get the
          * real system call. */
-        if (guard_active() && pyamx_trap_installed() && req.data.nr == SYS_rt_sigaction &&
+        if (chain_guarded() && pyamx_trap_installed() && req.data.nr == SYS_rt_sigaction &&
             from_this_process((pid_t)req.pid))
             answer_rt_sigaction(fd, &req, &resp);
         else if (!(req.data.nr == SYS_arch_prctl && answer_xcomp(fd, &req, &resp)))
@@ -245,7 +243,7 @@ static void serve(int fd)
     }
     /* Unreachable in practice; closing turns later calls into ENOSYS
      * instead of leaving them waiting for an answer. */
-    __atomic_store_n(&g_on, 0, __ATOMIC_RELEASE);
+    chain_set_guarded(0);
     close(fd);
 }
 
@@ -378,7 +376,7 @@ static void *supervisor(void *arg)
     state_forget_current();
     if (fd >= 0) {
         g_listener = (int)fd;
-        __atomic_store_n(&g_on, 1, __ATOMIC_RELEASE);
+        chain_set_guarded(1);
     }
     sem_post(&s->done); /* s is gone after this */
     if (fd >= 0)
@@ -397,7 +395,7 @@ static void atfork_child(void)
         g_listener = -1;
     }
     standby_after_fork();
-    __atomic_store_n(&g_on, 0, __ATOMIC_RELEASE);
+    chain_set_guarded(0);
     g_state = PYAMX_TRAP_GUARD_FAILED;
     g_result = ECHILD;
     g_reason = "this is a forked child: the guard's supervisor thread stayed in the parent";

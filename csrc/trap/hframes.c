@@ -57,7 +57,7 @@ static void prune(struct hframes *h, uintptr_t rsp, struct tile_state *st)
         h->depth--;
     }
     /* The complement mode's state is a scratch copy of the frame's registers. */
-    if (unsaved == 1 && !pyamx_trap_complementing()) {
+    if (unsaved == 1 && !state_scratch()) {
         if (st == NULL)
             st = state_current();
         if (st)

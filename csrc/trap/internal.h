@@ -75,6 +75,13 @@ struct tile_state *state_current(void);
  * thread's STTILECFG image (64 bytes, from pyamx_trap_thread_state), tile
  * data in the init state.  From normal context. */
 int32_t state_inherit_config(const uint8_t *cfg);
+/* The calling thread's slot claimed (*claimed: 1 when new) and named by its
+ * pthread key; PYAMX_TRAP_OK or PYAMX_TRAP_E_TABLE_FULL.  From normal context. */
+int32_t state_prepare_current(int *claimed);
+/* The complement mode (1) or the full trap mode (0): in the former a slot's
+ * tile_state is a scratch copy of the signal frame's registers. */
+void state_set_scratch(int on);
+int state_scratch(void);
 /* Gives up the calling thread's slot, if any (a thread of this module's own). */
 void state_forget_current(void);
 /* pthread key and fork handler; from pthread_once in install. */
@@ -241,6 +248,10 @@ void hstack_prearm(void);
 void chain_get(struct ksigaction *out);
 /* Writers run in normal context, serialised by the caller. */
 void chain_set(const struct ksigaction *in);
+/* Nonzero while the guard answers this process's sigaction(SIGILL) calls:
+ * the disposition above is then the program's last word (set by guard.c). */
+int chain_guarded(void);
+void chain_set_guarded(int on);
 
 /* ---- signals.c ---- */
 
@@ -322,8 +333,6 @@ long rawsig_call(rawsig_fn fn, int sig, uint64_t act, uint64_t oact, uint64_t si
 
 /* ---- guard.c ---- */
 
-/* Nonzero while the guard answers this process's sigaction(SIGILL) calls. */
-int guard_active(void);
 /* Called by the supervisor each time a program's request for a seccomp
  * listener meets the guard's (it gets EBUSY); async-signal-safe like the
  * observer. */

@@ -332,7 +332,7 @@ int pyamx_trap_xcomp_install(void)
              * it through to the kernel: nothing is routed yet. */
             read_real_answers();
             long r = 0;
-            if (guard_active() && !g_inherited) {
+            if (chain_guarded() && !g_inherited) {
                 __atomic_store_n(&g_cookie, fresh_cookie(), __ATOMIC_RELAXED);
                 __atomic_store_n(&g_routed, 1, __ATOMIC_RELEASE);
                 standby_share_xcomp();
@@ -365,7 +365,7 @@ int32_t pyamx_trap_xcomp_active(void)
     if (g_result != 0)
         return 0;
     if (__atomic_load_n(&g_routed, __ATOMIC_ACQUIRE))
-        return guard_active();
+        return chain_guarded();
     if (trap_raw_sigaction(SIGSYS, NULL, &cur) != 0)
         return 0;
     return cur.handler == (uint64_t)(uintptr_t)sigsys_handler;
