@@ -1,4 +1,4 @@
-"""csrc/trap/chainmark.c: the trap's marks of its calls to a program's own SIGILL handler.
+"""csrc/trap/frames/chain_marks.c: the trap's marks of its calls to a program's own SIGILL handler.
 
 Where no guard answers sigaction(SIGILL), the trap cannot know that a handler it chained to (for
 instance faulthandler) restored the trap's handler and re-raised; the mark says the re-raise comes
@@ -23,6 +23,6 @@ EXPECTED = ["own ok", "per_thread ok", "jump ok", "nested ok", "stale_word ok", 
 def test_chain_marks_are_per_thread_and_end_with_their_call(c_program):
     trap = ROOT / "csrc" / "trap"
     program = c_program("chain_marks", "-O1", "-pthread", f"-I{trap}", f"-I{ROOT / 'csrc'}",
-                        sources=(trap / "chainmark.c", trap / "selfcopy.c"))
+                        sources=(trap / "frames" / "chain_marks.c", trap / "base" / "self_copy.c"))
     proc = subprocess.run([str(program)], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0 and proc.stdout.splitlines() == EXPECTED, proc.stdout + proc.stderr

@@ -1,4 +1,4 @@
-"""csrc/trap/selfcopy.c: the copy the guard and the arch_prctl emulation make for a caller in
+"""csrc/trap/base/self_copy.c: the copy the guard and the arch_prctl emulation make for a caller in
 their own process answers EFAULT for a bad address, never SIGSEGV.
 
 Where a seccomp profile forbids process_vm_readv (Docker's default one does), it used to fall back
@@ -24,7 +24,7 @@ ROOT = PROGRAMS.parent.parent
 
 def test_bad_addresses_are_efault_with_and_without_process_vm(c_program):
     program = c_program("self_copy", "-O1", f"-I{ROOT / 'csrc' / 'trap'}", f"-I{ROOT / 'csrc'}",
-                        sources=(ROOT / "csrc" / "trap" / "selfcopy.c",))
+                        sources=(ROOT / "csrc" / "trap" / "base" / "self_copy.c",))
     proc = subprocess.run([str(program)], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     bad = ("bad-source", "bad-destination", "read-only-destination", "unmapped-source", "straddling-source")

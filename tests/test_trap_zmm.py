@@ -1,6 +1,6 @@
-"""csrc/trap/zmm.c writes zmm0..31 of an interrupted context through its signal frame, for real.
+"""csrc/trap/handler/frame_zmm.c writes zmm0..31 of an interrupted context through its signal frame, for real.
 
-tests/programs/zmm_frame.c (built here with the system C compiler, with zmm.c itself) loads all
+tests/programs/zmm_frame.c (built here with the system C compiler, with frame_zmm.c itself) loads all
 32 zmm registers, faults, has its handler write three of them through pyamx_trap_set_zmm, and
 checks after sigreturn that exactly those changed, bit for bit; also that malformed frames are
 refused with an error. Needs x86-64 Linux with AVX-512 (this test skips elsewhere).
@@ -23,7 +23,7 @@ def program(c_program):
     if platform.machine().lower() not in ("x86_64", "amd64") or platform.system() != "Linux":
         pytest.skip("signal frames of x86-64 Linux only")
     return c_program("zmm_frame", "-O2", "-mavx512f", "-Wall", "-Wextra", "-Werror", f"-I{ROOT / 'csrc' / 'trap'}",
-                     sources=(ROOT / "csrc" / "trap" / "zmm.c",))
+                     sources=(ROOT / "csrc" / "trap" / "handler" / "frame_zmm.c",))
 
 
 def test_set_zmm_reaches_the_registers_after_sigreturn(program):

@@ -98,7 +98,7 @@ void chain_set(const struct ksigaction *in)
 }
 
 /* Set by the guard while its supervisor answers this process's calls
- * (guard.c); read by the handler and the arch_prctl emulation, which sit
+ * (seccomp_guard.c); read by the handler and the arch_prctl emulation, which sit
  * below the guard and so learn it here rather than from the guard. */
 static int32_t g_guarded;
 

@@ -3,7 +3,7 @@
  *
  * Every AMX instruction raises #UD (SIGILL) on a CPU without AMX.  The
  * handler decodes the faulting instruction (decode.c), performs it on the
- * thread's emulated tile state (state.c, semantics.c), moves RIP past it
+ * thread's emulated tile state (thread_state.c, semantics.c), moves RIP past it
  * and returns.  Anything it does not recognise, and every case in which
  * silicon would fault, is passed on so that the process sees the signal it
  * would see on silicon.  docs/trap.md explains the design.
@@ -13,7 +13,7 @@
  */
 #define _GNU_SOURCE 1
 #include "internal.h"
-#include "../cpu_features.h"
+#include "../../cpu_features.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -215,7 +215,7 @@ static void pass_on_sigill(siginfo_t *si, void *ctx, int fault)
      * inside the chained call, whether that call was for a fault
      * (faulthandler on a bad instruction) or for a sent SIGILL: marking
      * only the latter let faulthandler print twice before the loop was
-     * caught. chainmark.c keeps the marks per thread and tells a live one
+     * caught. chain_marks.c keeps the marks per thread and tells a live one
      * from one a siglongjmp left (a CPU-feature probe). A fault is always
      * handed on, nested or not, as silicon hands a SA_NODEFER handler its
      * own faults.
@@ -457,7 +457,7 @@ static int complement_work(siginfo_t *si, ucontext_t *uc, trap_observer_fn obser
 }
 
 /* A SIGILL the CPU raised: emulate it, or say what the handler must do
- * with it instead.  Runs on the handler's own stack (hstack.c). */
+ * with it instead.  Runs on the handler's own stack (own_stack.c). */
 static int trap_work(siginfo_t *si, ucontext_t *uc)
 {
     trap_observer_fn observer = __atomic_load_n(&g_observer, __ATOMIC_ACQUIRE);
@@ -510,7 +510,7 @@ static void work_entry(void *arg)
     c->action = trap_work(c->si, c->uc);
 }
 
-/* The C halves of the registered handler, trap_handler (hstack.c's entry):
+/* The C halves of the registered handler, trap_handler (own_stack.c's entry):
  * the work, on the handler's own stack, then what is handed on to the
  * program's own handlers, on the program's stack below the kernel's frame,
  * as the kernel would run them (docs/run.md, "The guard, signal stacks and

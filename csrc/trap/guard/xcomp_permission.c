@@ -10,7 +10,7 @@
  * Two ways in, however the call is made (libc's syscall(), libc's
  * arch_prctl(), a raw syscall instruction):
  *
- * - Where the guard is on (guard.c), its listener is notified of exactly
+ * - Where the guard is on (seccomp_guard.c), its listener is notified of exactly
  *   those three calls, and its supervisor answers them here
  *   (xcomp_notified) for the tasks this module emulates: this process, and
  *   a fork of it that still runs this image (it holds this process's
@@ -27,7 +27,7 @@
  */
 #define _GNU_SOURCE 1
 #include "internal.h"
-#include "../cpu_features.h"
+#include "../../cpu_features.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -106,7 +106,7 @@ static long kernel_answer(const struct xcomp_caller *c, long code, uint64_t arg)
 }
 
 /* A bad pointer is EFAULT for the caller, as from the kernel, never a
- * SIGSEGV here (selfcopy.c). */
+ * SIGSEGV here (self_copy.c). */
 static long own_put_u64(const struct xcomp_caller *c, uint64_t addr, uint64_t value)
 {
     (void)c;
@@ -207,7 +207,7 @@ static void read_real_answers(void)
         g_perm_base = g_supp;
 }
 
-/* ---- answers through the guard's listener (guard.c's supervisor) ---- */
+/* ---- answers through the guard's listener (seccomp_guard.c's supervisor) ---- */
 
 static int vm_read(pid_t tid, const void *addr, void *out, size_t n)
 {

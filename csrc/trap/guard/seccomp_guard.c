@@ -11,7 +11,7 @@
  * A seccomp filter (all threads, SECCOMP_FILTER_FLAG_TSYNC) hands every
  * rt_sigaction(SIGILL, ...) of the process to a supervisor thread of this
  * module (SECCOMP_RET_USER_NOTIF), except the ones from this module's own
- * call site (sigaction.c), recognised by the mark it loads into r9.  The
+ * call site (disposition.c), recognised by the mark it loads into r9.  The
  * supervisor answers the caller as the kernel would -- the old action is
  * the one the process last set, the new one becomes the handler this mode
  * chains to -- and the real disposition never changes.  A listener rather
@@ -127,7 +127,7 @@ static void say_listener_refused(pid_t tid)
     m_emit(&m);
 }
 
-/* An AMX arch_prctl: answered by xcomp.c for the tasks it emulates (1),
+/* An AMX arch_prctl: answered by xcomp_permission.c for the tasks it emulates (1),
  * else (0) the kernel answers, as it would on this CPU. */
 static int answer_xcomp(int fd, const struct seccomp_notif *req, struct seccomp_notif_resp *resp)
 {
@@ -150,7 +150,7 @@ static int answer_xcomp(int fd, const struct seccomp_notif *req, struct seccomp_
 
 /* rt_sigaction of a thread of this process: SIGILL's on the virtual
  * disposition, any other signal's (notified only where a wrapper is
- * registered) through the wrapper; rawsig.c makes the call as the kernel
+ * registered) through the wrapper; raw_sigaction.c makes the call as the kernel
  * would. */
 static void answer_rt_sigaction(int fd, const struct seccomp_notif *req, struct seccomp_notif_resp *resp)
 {
@@ -253,10 +253,10 @@ static void serve(int fd)
 /* Decided by architecture and number first, so the kernel's per-syscall
  * cache (Linux >= 5.11) skips the filter for every other system call.
  * Notified: rt_sigaction except from this module's own site, which carries
- * TRAP_SITE_MARK in r9 (args[5], unused by rt_sigaction; see sigaction.c
+ * TRAP_SITE_MARK in r9 (args[5], unused by rt_sigaction; see disposition.c
  * for why a mark and not the address): SIGILL's only, or every signal's
- * where a wrapper of the program's handlers is registered (rawsig.c);
- * arch_prctl with the three AMX permission codes (xcomp.c answers those of
+ * where a wrapper of the program's handlers is registered (raw_sigaction.c);
+ * arch_prctl with the three AMX permission codes (xcomp_permission.c answers those of
  * emulated tasks); and
  * seccomp(SECCOMP_SET_MODE_FILTER) asking for a listener of its own, which
  * the kernel refuses (EBUSY) while this one holds the process tree's, so

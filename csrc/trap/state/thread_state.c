@@ -15,7 +15,7 @@
  * dynamic one (the kernel selftest x86/amx.c checks that tile data does
  * not survive fork).  state_inherit_config() gives a new thread the same.
  */
-#include "internal.h"
+#include "state.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -28,7 +28,7 @@
 struct slot {
     int32_t tid; /* 0 = free; accessed with __atomic builtins */
     struct tile_state st;
-    /* HFRAME_MAX states saved for handler frames (hframes.c).  Kept when
+    /* STATE_SAVE_AREAS states saved for handler frames (handler_frames.c).  Kept when
      * the slot changes hands, so the table bounds the memory; inherited
      * by a fork child like the rest of the slot (a child forked inside a
      * handler returns from it too). */
@@ -144,13 +144,13 @@ struct tile_state *state_current(void)
 
 struct tile_state *state_save_area(struct tile_state *st, int index)
 {
-    if (st == NULL || index < 0 || index >= HFRAME_MAX)
+    if (st == NULL || index < 0 || index >= STATE_SAVE_AREAS)
         return NULL;
     struct slot *sl = (struct slot *)(void *)((char *)st - offsetof(struct slot, st));
     struct tile_state *saves = __atomic_load_n(&sl->saves, __ATOMIC_ACQUIRE);
     if (saves == NULL) {
         /* mmap is a plain system call: safe here, where malloc is not. */
-        void *p = mmap(NULL, HFRAME_MAX * sizeof *saves, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+        void *p = mmap(NULL, STATE_SAVE_AREAS * sizeof *saves, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
                        -1, 0);
         if (p == MAP_FAILED)
             return NULL;
