@@ -99,11 +99,11 @@ MODULES = (
     # The compiled emulator engine keeps its API in its own header (csrc/engine.h).
     Module("pyamx._native", ("csrc/pyamx.h", "csrc/engine.h"), ("csrc/*.c",), kernels=True),
     # The trap mode never executes a tile instruction: any C compiler for x86-64 Linux builds it.
-    Module("pyamx._trap", ("csrc/trap/trap.h",), ("csrc/trap/*.c",), include_dirs=("csrc/trap",),
+    Module("pyamx._trap", ("csrc/trap/trap.h",), ("csrc/trap/*/*.c",), include_dirs=("csrc/trap",),
            x86_64_linux_only=True, bind_now=True),
     # pyamx run's preload library (docs/run.md): the trap plus csrc/preload/, LD_PRELOADed into
     # other programs; -fvisibility=hidden keeps the trap's functions private to it.
-    Module("pyamx._amxpreload", (), ("csrc/trap/*.c", "csrc/preload/*.c"), include_dirs=("csrc/trap",),
+    Module("pyamx._amxpreload", (), ("csrc/trap/*/*.c", "csrc/preload/*.c"), include_dirs=("csrc/trap",),
            x86_64_linux_only=True, bind_now=True, plain=True, plain_compile_args=("-fvisibility=hidden",),
            plain_link_args=("-ldl",)),
 )

@@ -23,10 +23,6 @@
  * work (silicon), or the trap mode granted its emulated permission. */
 int pyamx_internal_ready(void);
 
-/* LDTILECFG + TILEZERO + TILERELEASE; only ever called in the forked child
- * of pyamx_probe_child(). */
-void pyamx_internal_probe_tile_instruction(void);
-
 /* Set when readiness came from the trap mode's emulated permission: no tile
  * instruction reaches silicon in this process. */
 int pyamx_internal_trapped(void);

@@ -22,25 +22,6 @@
 
 #include <string.h>
 
-#if PYAMX_X86_64_LINUX
-/* Raw encodings rather than mnemonics: the probe must exist in every
- * x86-64 build, whatever the assembler knows, because it is how detection
- * catches a hypervisor that advertises AMX without delivering it. */
-void pyamx_internal_probe_tile_instruction(void)
-{
-    static const uint8_t cfg[64] __attribute__((aligned(64))) = {[0] = 1, [16] = 4, [48] = 1};
-    __asm__ volatile(
-        ".byte 0xc4, 0xe2, 0x78, 0x49, 0x00\n\t" /* LDTILECFG (%rax) */
-        ".byte 0xc4, 0xe2, 0x7b, 0x49, 0xc0\n\t" /* TILEZERO tmm0 */
-        ".byte 0xc4, 0xe2, 0x78, 0x49, 0xc0\n\t" /* TILERELEASE */
-        :
-        : "a"(cfg)
-        : "memory");
-}
-#else
-void pyamx_internal_probe_tile_instruction(void) {}
-#endif
-
 /* The LDTILECFG #GP rules (docs/semantics.md section 1), repeated in C because a
  * #GP here is a SIGSEGV that kills the interpreter. */
 static int cfg_legal(const uint8_t *cfg)

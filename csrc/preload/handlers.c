@@ -1,5 +1,5 @@
 /* The program's signal handlers under pyamx run, each given a tile state
- * frame of its own (csrc/trap/hframes.c), as Linux gives a handler the init
+ * frame of its own (csrc/trap/frames/handler_frames.c), as Linux gives a handler the init
  * tile state and the interrupted code its tiles back at sigreturn.
  *
  * sigaction() for any signal but SIGILL (whose handler the trap chains to,
@@ -12,7 +12,7 @@
  * is invisible to the program.  The handlers installed before the
  * preload's constructor are wrapped by it; raw rt_sigaction system calls
  * reach handlers_ksigaction() through the guard's supervisor where the
- * guard is on (csrc/trap/rawsig.c), and bypass the wrapping where it is
+ * guard is on (csrc/trap/guard/raw_sigaction.c), and bypass the wrapping where it is
  * not (docs/run.md).
  *
  * The trampoline's records live in this library's initial-exec TLS: the
@@ -20,7 +20,7 @@
  * static block, reached from %fs without a call, safe in a handler.
  */
 #define _GNU_SOURCE 1
-#include "../trap/internal.h"
+#include "../trap/guard/guard.h"
 #include "handlers.h"
 
 #include <dlfcn.h>
@@ -239,7 +239,7 @@ static void wrap_existing(void)
  * buffer); the records the jump leaves are dropped before it happens, so a
  * handler that siglongjmps out never leaves one that could later pass for
  * live.  So are the trap's marks of calls to the program's SIGILL handler
- * (chainmark.c): a CPU-feature probe leaves its handler that way.
+ * (chain_marks.c): a CPU-feature probe leaves its handler that way.
  * ---------------------------------------------------------------------- */
 
 typedef void (*jump_fn)(struct __jmp_buf_tag *, int);

@@ -1,6 +1,6 @@
 /* The library `pyamx run` preloads (LD_PRELOAD) into a program it did not
  * build: the trap mode (csrc/trap/) installed before the program's own code
- * runs, plus the kernel's AMX permission interface emulated (xcomp.c).
+ * runs, plus the kernel's AMX permission interface emulated (xcomp_permission.c).
  *
  * It links no Python: it goes into any dynamically linked x86-64 program.
  * Built with -fvisibility=hidden, so the trap's functions stay private to
@@ -23,7 +23,7 @@
  * docs/run.md describes the behaviour and the limits.
  */
 #define _GNU_SOURCE 1
-#include "../trap/internal.h"
+#include "../trap/guard/guard.h"
 #include "handlers.h"
 
 #include <dlfcn.h>
@@ -223,7 +223,7 @@ __attribute__((constructor)) static void preload_init(void)
      * run --no-guard, validated by pyamx run) leaves it out: it costs every
      * system call of the process some tens of ns (docs/run.md).  First, so
      * that the permission calls go through its listener where it is on
-     * (xcomp.c): then programs exec'd without the preload get the kernel's
+     * (xcomp_permission.c): then programs exec'd without the preload get the kernel's
      * answer instead of SIGSYS. */
     if (g_stats)
         guard_set_observer(observe_listener_refused);
@@ -235,7 +235,7 @@ __attribute__((constructor)) static void preload_init(void)
 }
 
 /* Threads: each one claims its tile state slot from normal context, which
- * arms the release at thread exit (state.c), so a program that creates
+ * arms the release at thread exit (thread_state.c), so a program that creates
  * thousands of threads never fills the table; and starts, as on Linux, with
  * its creator's TILECFG and tile data in the init state. */
 struct start {

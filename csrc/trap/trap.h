@@ -35,7 +35,7 @@ enum pyamx_trap_status {
     PYAMX_TRAP_E_NO_SILICON = -7  /* complement mode: the CPU has no usable AMX to complement */
 };
 
-/* What pyamx_trap_guard_state() reports (see guard.c). */
+/* What pyamx_trap_guard_state() reports (see seccomp_guard.c). */
 enum pyamx_trap_guard_status {
     PYAMX_TRAP_GUARD_OFF = 0,      /* never asked for */
     PYAMX_TRAP_GUARD_ACTIVE = 1,   /* seccomp keeps the handler installed */
@@ -75,7 +75,7 @@ struct pyamx_trap_insn {
     uint32_t row;
 };
 
-/* ---- complement mode (complement.c, signals.c) ---- */
+/* ---- complement mode (complement.c, sigill_handler.c) ---- */
 
 /* On a CPU with usable AMX: installs the SIGILL handler for the AMX
  * instructions of the extensions this CPU lacks (AMX-FP8, AMX-COMPLEX,
@@ -105,7 +105,7 @@ const char *pyamx_trap_op_name(int32_t op);
 uint32_t pyamx_trap_fma32(uint32_t a, uint32_t b, uint32_t c);
 uint32_t pyamx_trap_add32(uint32_t x, uint32_t y);
 uint32_t pyamx_trap_f16_to_f32(uint16_t h);
-/* The dot products' AVX2 paths (simd.c), on where the CPU has AVX2: 0 turns
+/* The dot products' AVX2 paths (simd_dot.c), on where the CPU has AVX2: 0 turns
  * them off (the scalar paths run, as on a CPU without AVX2), 1 back on where
  * supported, -1 only asks.  Returns whether they are on.  For the tests that
  * compare both paths bit for bit. */
@@ -114,7 +114,7 @@ int32_t pyamx_trap_set_simd(int32_t on);
  * declines operands holding an inf or NaN). */
 uint64_t pyamx_trap_simd_count(void);
 
-/* ---- state.c: per-thread emulated tile state ---- */
+/* ---- thread_state.c: per-thread emulated tile state ---- */
 
 /* Optional, from normal context on each thread that runs tile code: claims
  * the thread's slot and arms its release at thread exit. */
@@ -125,12 +125,12 @@ int32_t pyamx_trap_thread_prepare(void);
 int32_t pyamx_trap_thread_state(uint8_t *cfg_out, uint8_t *tiles_out);
 int32_t pyamx_trap_slots_in_use(void);
 
-/* ---- msg.c ---- */
+/* ---- message.c ---- */
 
 /* 0 silences the one-line reason the handler writes to fd 2 on a fault. */
 void pyamx_trap_set_verbose(int32_t on);
 
-/* ---- signals.c: the SIGILL handler, its install and the process-wide switches ---- */
+/* ---- sigill_handler.c: the SIGILL handler, its install and the process-wide switches ---- */
 
 const char *pyamx_trap_build_version(void);
 const char *pyamx_trap_strerror(int32_t code);
@@ -166,7 +166,7 @@ uint64_t pyamx_trap_count(void);
 uint64_t pyamx_trap_op_count(int32_t op);
 void pyamx_trap_reset_counts(void);
 
-/* ---- guard.c: keeping the handler installed whatever other code does ---- */
+/* ---- seccomp_guard.c: keeping the handler installed whatever other code does ---- */
 
 /* Installs a seccomp filter (all threads) under which every
  * rt_sigaction(SIGILL, ...) not made by this module is answered by a
@@ -205,7 +205,7 @@ struct pyamx_run_stats {
     char why[256];         /* the last reason a process could not install the trap */
 };
 
-/* ---- xcomp.c: the kernel's AMX permission interface, emulated ---- */
+/* ---- xcomp_permission.c: the kernel's AMX permission interface, emulated ---- */
 
 /* Makes arch_prctl(ARCH_GET_XCOMP_SUPP / ARCH_GET_XCOMP_PERM /
  * ARCH_REQ_XCOMP_PERM) from any code of the process answer as a kernel

@@ -48,7 +48,7 @@ ENV_VAR = "PYAMX_TRAP_EMULATION"
 GUARD_ENV = "PYAMX_TRAP_GUARD"
 
 # Kernel groups the handler emulates (the names pyamx.cpu.detect uses): every dot-product row
-# (csrc/trap/semantics.c, fp8.c).
+# (csrc/trap/isa/semantics.c, fp8_dot.c).
 _KERNELS = frozenset(isa.GROUPS)
 
 
@@ -295,7 +295,7 @@ def emulate_process() -> str:
     XFEATURE_XTILEDATA)``, ``ARCH_GET_XCOMP_PERM`` and ``ARCH_GET_XCOMP_SUPP``
     answer as a kernel with AMX would, however they are called (the guard's
     seccomp listener, else a seccomp filter and SIGSYS handler; see
-    csrc/trap/xcomp.c). A module's tile
+    csrc/trap/guard/xcomp_permission.c). A module's tile
     instruction before its own permission request still dies with SIGILL,
     as on silicon. Cannot be undone; sets ``PR_SET_NO_NEW_PRIVS``. Idempotent.
 

@@ -1,7 +1,7 @@
-/* csrc/trap/chainmark.c on its own: the marks of calls to a program's
+/* csrc/trap/frames/chain_marks.c on its own: the marks of calls to a program's
  * SIGILL handler belong to the thread that made them, end when the call
  * returns or a jump leaves it, and a mark whose word no longer holds its
- * value is not live.  Built with csrc/trap/chainmark.c and selfcopy.c.
+ * value is not live.  Built with csrc/trap/frames/chain_marks.c and self_copy.c.
  *
  *     chain_marks
  *
@@ -9,7 +9,7 @@
  * thread's stack, the mark's frame near its top.  One line per case,
  * "CASE ok" or "CASE FAIL: why"; exit status 0 when every case is ok. */
 #define _GNU_SOURCE 1
-#include "internal.h"
+#include "frames/frames.h"
 
 #include <pthread.h>
 #include <stdio.h>

@@ -1,7 +1,7 @@
-/* csrc/trap/selfcopy.c's copy, on its own: a bad address is EFAULT, never a
+/* csrc/trap/base/self_copy.c's copy, on its own: a bad address is EFAULT, never a
  * SIGSEGV, both where process_vm_readv works and where a seccomp profile
  * forbids it (as Docker's default one does), which this program then sets
- * up for itself.  Built with csrc/trap/selfcopy.c.
+ * up for itself.  Built with csrc/trap/base/self_copy.c.
  *
  *     self_copy
  *
@@ -11,7 +11,7 @@
  * descriptors the pipe path left open (0).
  */
 #define _GNU_SOURCE 1
-#include "internal.h"
+#include "base/base.h"
 
 #include <errno.h>
 #include <stdio.h>

@@ -1,4 +1,4 @@
-/* csrc/trap/zmm.c on a real signal frame (tests/trap/test_case_programs.py builds and
+/* csrc/trap/handler/frame_zmm.c on a real signal frame (tests/trap/test_case_programs.py builds and
  * runs this).  All 32 zmm registers are loaded with known bytes, a ud2
  * raises SIGILL, the handler writes zmm22, zmm3 and zmm31 through
  * pyamx_trap_set_zmm and skips the ud2, and after sigreturn every register
@@ -10,7 +10,7 @@
  * Exit 0: passed; 77: no AVX-512 here; 1: failed (the reason on stdout).
  */
 #define _GNU_SOURCE /* REG_RIP */
-#include "internal.h"
+#include "handler/internal.h"
 
 #include <cpuid.h>
 #include <signal.h>

@@ -32,7 +32,7 @@ def _named(path: str, text: str) -> bool:
     if f"`{path}`" in text:
         return True
     folder, name = path.rsplit("/", 1)
-    # a grouped row: "| `csrc/trap/fp8.c`, `rows.c` |" names rows.c in its folder's row
+    # a grouped row: "| `csrc/trap/isa/fp8_dot.c`, `row_ops.c` |" names row_ops.c in its folder's row
     return any(f"`{folder}/" in line and f"`{name}`" in line for line in text.splitlines())
 
 

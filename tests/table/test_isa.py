@@ -250,7 +250,7 @@ def test_isa_md_emulator_references_import():
 
 
 def test_isa_md_kernel_and_trap_functions_exist_in_the_c_sources():
-    trap_sources = sorted((ROOT / "csrc").glob("trap*.c")) + sorted((ROOT / "csrc").glob("trap/*.c"))
+    trap_sources = sorted((ROOT / "csrc").glob("trap*.c")) + sorted((ROOT / "csrc").glob("trap/*/*.c"))
     assert trap_sources
     for mnemonic, cells in _doc_rows().items():
         (kernel_file,) = _links(cells[6])

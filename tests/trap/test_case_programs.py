@@ -98,14 +98,14 @@ NO_GUARD_VARIABLES = ("PYAMX_TRAP_EMULATION", "PYAMX_TRAP_GUARD")
 
 #: program -> the ways it runs. A new case program: a row here (docs/testing.md).
 CASES = {
-    # csrc/trap/chainmark.c alone: per-thread marks of calls to a program's SIGILL handler, their end by
+    # csrc/trap/frames/chain_marks.c alone: per-thread marks of calls to a program's SIGILL handler, their end by
     # return or by a jump, a mark whose word was overwritten, room after ended threads.
-    Program("chain_marks", ("-O1", "-pthread"), trap_sources=("chainmark.c", "selfcopy.c")): (
+    Program("chain_marks", ("-O1", "-pthread"), trap_sources=("frames/chain_marks.c", "base/self_copy.c")): (
         Way("direct", 120, lines=("own ok", "per_thread ok", "jump ok", "nested ok", "stale_word ok",
                                   "ended_threads ok")),
     ),
-    # csrc/trap/selfcopy.c: a bad address is EFAULT, never SIGSEGV, with and without process_vm_readv.
-    Program("self_copy", trap_sources=("selfcopy.c",)): (
+    # csrc/trap/base/self_copy.c: a bad address is EFAULT, never SIGSEGV, with and without process_vm_readv.
+    Program("self_copy", trap_sources=("base/self_copy.c",)): (
         Way("direct", 60, lines=_self_copy_lines()),
     ),
     # The emulated calls with bad pointers where a seccomp profile forbids process_vm_*: the answers
@@ -114,9 +114,9 @@ CASES = {
         Way("run", 120, same_as_direct=True),
         Way("run --no-guard", 120, same_as_direct=True),
     ),
-    # csrc/trap/zmm.c writes zmm0..31 of an interrupted context through its signal frame; malformed
+    # csrc/trap/handler/frame_zmm.c writes zmm0..31 of an interrupted context through its signal frame; malformed
     # frames are refused (AVX-512 needed: the program exits 77 without it).
-    Program("zmm_frame", ("-O2", "-mavx512f", "-Wall", "-Wextra", "-Werror"), trap_sources=("zmm.c",),
+    Program("zmm_frame", ("-O2", "-mavx512f", "-Wall", "-Wextra", "-Werror"), trap_sources=("handler/frame_zmm.c",),
             x86_64_linux_only=True): (
         Way("direct", 60, check=_zmm_frame_checks, may_skip=True),
     ),
@@ -156,7 +156,7 @@ CASES = {
     ),
 }
 
-MARKS = {"zmm_frame": (pytest.mark.trap,)}  # csrc/trap/zmm.c's own test (it was test_trap_zmm.py)
+MARKS = {"zmm_frame": (pytest.mark.trap,)}  # csrc/trap/handler/frame_zmm.c's own test (it was test_trap_zmm.py)
 
 
 def _params():
@@ -227,8 +227,8 @@ def test_every_case_program_has_a_runner():
     here = {program.name for program in CASES} | {program.library[0] for program in CASES if program.library}
     tests = ROOT / "tests"
     named_elsewhere = {path.stem for path in PROGRAMS.glob("*.c")
-                       if any(f'"{path.stem}"' in module.read_text(encoding="utf-8") or path.name in
-                              module.read_text(encoding="utf-8")
+                       # by its name as a string, as c_program() takes it (a comment naming a C file is no run)
+                       if any(f'"{path.stem}"' in module.read_text(encoding="utf-8")
                               for module in tests.glob("*/test_*.py") if module.name != "test_case_programs.py")}
     unrun = sorted({path.stem for path in PROGRAMS.glob("*.c")} - here - named_elsewhere)
     assert not unrun, f"tests/programs/ holds programs no test runs: {unrun}"

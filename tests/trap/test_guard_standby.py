@@ -1,4 +1,4 @@
-"""The guard's listener outlives the emulating image: its standby process (csrc/trap/standby.c).
+"""The guard's listener outlives the emulating image: its standby process (csrc/trap/guard/standby.c).
 
 Without it, a program the emulating process execs *in place* (a shell's last command,
 ``env -u LD_PRELOAD prog``) and a fork that outlives its emulating parent got ENOSYS for the AMX

@@ -37,7 +37,7 @@ def test_probes_directly(program):
 
 @pytest.mark.parametrize("guard", [True, False], ids=["guard", "no-guard"])
 def test_probes_under_pyamx_run(program, guard):
-    # Without the guard the trap marks its calls to the program's handler (csrc/trap/chainmark.c);
+    # Without the guard the trap marks its calls to the program's handler (csrc/trap/frames/chain_marks.c);
     # a probe's siglongjmp used to leave a mark that killed the program at the deeper raises.
     require_pyamx_run()
     proc = pyamx_run(*([] if guard else ["--no-guard"]), "--", program, timeout=60)

@@ -6,7 +6,7 @@ under ``pyamx run`` (emulated: the complement mode on AMX silicon without
 AMX-FP8, the trap mode without AMX) and checks that the 64 KiB below the
 stack kept their pattern and the results are right. Silicon needs no signal
 stack for a tile instruction; before the handler had stacks of its own
-(csrc/trap/hstack.c) and was bound at load time, it wrote up to 3 KiB below,
+(csrc/trap/handler/own_stack.c) and was bound at load time, it wrote up to 3 KiB below,
 and before its entry was written in assembly (it now moves to its own stack
 before it pushes anything), a process with libasan preloaded, as in CI's
 ASan leg, wrote 8 bytes below a stack of exactly the kernel's minimum.

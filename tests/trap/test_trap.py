@@ -93,7 +93,7 @@ class _FakeLib:
     def pyamx_trap_cpu_amx_bits(self):
         return self.bits
 
-    def pyamx_trap_cpu_has_amx(self):  # as csrc/trap/signals.c: all three bits (AMX-TILE, OSXSAVE, XCR0 17+18)
+    def pyamx_trap_cpu_has_amx(self):  # as csrc/trap/handler/sigill_handler.c: all three bits (AMX-TILE, OSXSAVE, XCR0 17+18)
         return int(self.bits == 7)
 
     def pyamx_trap_install(self):
@@ -196,7 +196,9 @@ def test_build_script_makes_the_trap_module_from_csrc_trap():
     assert "pyamx_request_permission" not in cdef  # none of _native's API
     assert "PYAMX_OP_TDPBUUD" in build.cdef_text()  # the same enum in _native's cdef
     sources = build.module_sources(trap_module)
-    want = sorted(f"csrc/trap/{n}" for n in os.listdir(os.path.join(ROOT, "csrc", "trap")) if n.endswith(".c"))
+    trap_dir = os.path.join(ROOT, "csrc", "trap")
+    want = sorted(f"csrc/trap/{part}/{n}" for part in os.listdir(trap_dir) if os.path.isdir(os.path.join(trap_dir, part))
+                  for n in os.listdir(os.path.join(trap_dir, part)) if n.endswith(".c"))
     assert sources == want
     plan = build.BuildPlan(build.Decision(True, False, "test"), compiler="cc", version="0", python="test")
     build.make_ffi(trap_module, plan)  # declares, compiles nothing
@@ -861,7 +863,7 @@ def _random_c(rng, shape, specials):
 
 @pytest.fixture(params=["avx2", "scalar"])
 def dot_path(request, trapped):
-    """Each dot-product test on both paths of the handler (csrc/trap/simd.c and semantics.c)."""
+    """Each dot-product test on both paths of the handler (csrc/trap/isa/simd_dot.c and semantics.c)."""
     was = lib.pyamx_trap_set_simd(-1)
     on = lib.pyamx_trap_set_simd(1 if request.param == "avx2" else 0)
     if request.param == "avx2" and not on:

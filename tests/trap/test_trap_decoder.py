@@ -1,4 +1,4 @@
-"""The trap mode's instruction decoder (csrc/trap/decode.c, pyamx_trap_decode), tested pure.
+"""The trap mode's instruction decoder (csrc/trap/isa/decode.c, pyamx_trap_decode), tested pure.
 
 Two sources of bytes: hand-assembled sequences with the expected fields
 spelled out, and a grid of every row of pyamx.table.isa.TABLE in every form

@@ -1,7 +1,7 @@
 """Both arithmetic paths of the trap's float dot products equal the emulator bit for bit.
 
 The handler computes TDPBF16PS/TDPFP16PS-style rows with AVX2 where the CPU
-has it and with scalar FMA code otherwise (csrc/trap/simd.c, semantics.c);
+has it and with scalar FMA code otherwise (csrc/trap/isa/simd_dot.c, semantics.c);
 the AMX-COMPLEX rows run through the same fp16 rows. On AMX silicon without
 AMX-COMPLEX (the complement mode) and without AMX (the trap mode) the complex
 instructions are emulated by that code, so this forces each path in turn

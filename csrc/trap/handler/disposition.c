@@ -96,3 +96,12 @@ void chain_set(const struct ksigaction *in)
     __atomic_store_n(&g_chain[3], in->mask, __ATOMIC_RELAXED);
     __atomic_store_n(&g_seq, s + 2, __ATOMIC_RELEASE);
 }
+
+/* Set by the guard while its supervisor answers this process's calls
+ * (seccomp_guard.c); read by the handler and the arch_prctl emulation, which sit
+ * below the guard and so learn it here rather than from the guard. */
+static int32_t g_guarded;
+
+int chain_guarded(void) { return __atomic_load_n(&g_guarded, __ATOMIC_ACQUIRE); }
+
+void chain_set_guarded(int on) { __atomic_store_n(&g_guarded, on ? 1 : 0, __ATOMIC_RELEASE); }

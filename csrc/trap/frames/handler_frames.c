@@ -7,7 +7,7 @@
  * (csrc/preload/handlers.c) that opens a record here on entry and closes
  * it on return.  Opening costs a few stores: the interrupted state is
  * saved only when the first tile instruction traps inside the handler
- * (hframes_at_trap), into memory of the thread's tile state slot (state.c),
+ * (hframes_at_trap), into memory of the thread's tile state slot (thread_state.c),
  * never onto the signal stack, which may be a few hundred bytes.
  *
  * A handler that leaves by siglongjmp never closes its record, and the
@@ -29,7 +29,7 @@
  * Everything here runs in signal handlers: no locks, no malloc.
  */
 #define _GNU_SOURCE 1
-#include "internal.h"
+#include "frames.h"
 
 #include <string.h>
 
@@ -57,7 +57,7 @@ static void prune(struct hframes *h, uintptr_t rsp, struct tile_state *st)
         h->depth--;
     }
     /* The complement mode's state is a scratch copy of the frame's registers. */
-    if (unsaved == 1 && !pyamx_trap_complementing()) {
+    if (unsaved == 1 && !state_scratch()) {
         if (st == NULL)
             st = state_current();
         if (st)
@@ -69,7 +69,7 @@ int hframes_enter(struct hframes *h, const ucontext_t *uc, const volatile uint64
 {
     uintptr_t top = (uintptr_t)uc;
     /* Pruned here only when full: the interrupted context may be the trap's
-     * own handler on a stack of its own (hstack.c), inside a live handler
+     * own handler on a stack of its own (own_stack.c), inside a live handler
      * without lying in its part of the program's stack. */
     if (h->depth >= HFRAME_MAX)
         prune(h, (uintptr_t)uc->uc_mcontext.gregs[REG_RSP], NULL);

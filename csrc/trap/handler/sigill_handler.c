@@ -3,7 +3,7 @@
  *
  * Every AMX instruction raises #UD (SIGILL) on a CPU without AMX.  The
  * handler decodes the faulting instruction (decode.c), performs it on the
- * thread's emulated tile state (state.c, semantics.c), moves RIP past it
+ * thread's emulated tile state (thread_state.c, semantics.c), moves RIP past it
  * and returns.  Anything it does not recognise, and every case in which
  * silicon would fault, is passed on so that the process sees the signal it
  * would see on silicon.  docs/trap.md explains the design.
@@ -13,7 +13,7 @@
  */
 #define _GNU_SOURCE 1
 #include "internal.h"
-#include "../cpu_features.h"
+#include "../../cpu_features.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -215,7 +215,7 @@ static void pass_on_sigill(siginfo_t *si, void *ctx, int fault)
      * inside the chained call, whether that call was for a fault
      * (faulthandler on a bad instruction) or for a sent SIGILL: marking
      * only the latter let faulthandler print twice before the loop was
-     * caught. chainmark.c keeps the marks per thread and tells a live one
+     * caught. chain_marks.c keeps the marks per thread and tells a live one
      * from one a siglongjmp left (a CPU-feature probe). A fault is always
      * handed on, nested or not, as silicon hands a SA_NODEFER handler its
      * own faults.
@@ -223,7 +223,7 @@ static void pass_on_sigill(siginfo_t *si, void *ctx, int fault)
      * re-raise reaches is the one the program installed last (here, this
      * very handler when it restored it: trap_is_ours below), as on
      * silicon, and no mark is needed; a stale one could only do harm. */
-    int watch = !guard_active();
+    int watch = !chain_guarded();
     int nested = watch && !fault && chainmark_inside((uintptr_t)uc->uc_mcontext.gregs[REG_RSP]);
 
     if (!nested && !trap_is_ours(&prev) && !is_dfl_or_ign(&prev)) {
@@ -330,8 +330,6 @@ __attribute__((noinline)) static void emit_refusal(int op, uint64_t rip, struct 
     m_str(&m, outcome);
     m_emit(&m);
 }
-
-static int32_t g_complement; /* 1: complement mode (complement.c), else the full trap mode */
 
 /* A row instruction's zmm result into the interrupted context; 0 when done
  * (or not a row instruction), else the frame cannot carry it (no AVX-512
@@ -459,13 +457,13 @@ static int complement_work(siginfo_t *si, ucontext_t *uc, trap_observer_fn obser
 }
 
 /* A SIGILL the CPU raised: emulate it, or say what the handler must do
- * with it instead.  Runs on the handler's own stack (hstack.c). */
+ * with it instead.  Runs on the handler's own stack (own_stack.c). */
 static int trap_work(siginfo_t *si, ucontext_t *uc)
 {
     trap_observer_fn observer = __atomic_load_n(&g_observer, __ATOMIC_ACQUIRE);
     uint64_t t0 = observer ? now_ns() : 0;
 
-    if (__atomic_load_n(&g_complement, __ATOMIC_ACQUIRE))
+    if (state_scratch())
         return complement_work(si, uc, observer, t0);
     greg_t *g = uc->uc_mcontext.gregs;
     uint64_t rip = (uint64_t)g[REG_RIP];
@@ -512,7 +510,7 @@ static void work_entry(void *arg)
     c->action = trap_work(c->si, c->uc);
 }
 
-/* The C halves of the registered handler, trap_handler (hstack.c's entry):
+/* The C halves of the registered handler, trap_handler (own_stack.c's entry):
  * the work, on the handler's own stack, then what is handed on to the
  * program's own handlers, on the program's stack below the kernel's frame,
  * as the kernel would run them (docs/run.md, "The guard, signal stacks and
@@ -649,17 +647,17 @@ int32_t pyamx_trap_install_complement(void)
         return PYAMX_TRAP_E_HAS_AMX;
     pthread_once(&g_once, setup_once);
     hstack_prearm();
-    __atomic_store_n(&g_complement, 1, __ATOMIC_RELEASE);
+    state_set_scratch(1);
     int32_t r = install_now();
     if (r < 0) {
-        __atomic_store_n(&g_complement, 0, __ATOMIC_RELEASE);
+        state_set_scratch(0);
         return r;
     }
     __atomic_store_n(&g_installed, 1, __ATOMIC_RELEASE);
     return PYAMX_TRAP_OK;
 }
 
-int32_t pyamx_trap_complementing(void) { return __atomic_load_n(&g_complement, __ATOMIC_ACQUIRE); }
+int32_t pyamx_trap_complementing(void) { return state_scratch(); }
 
 int32_t pyamx_trap_complement_emulates(int32_t op)
 {
@@ -670,7 +668,7 @@ int32_t pyamx_trap_ensure_installed(void)
 {
     if (!__atomic_load_n(&g_installed, __ATOMIC_ACQUIRE))
         return PYAMX_TRAP_E_NOT_ACTIVE;
-    if (guard_active())
+    if (chain_guarded())
         return 0; /* nothing outside this module can change the disposition */
     return install_now();
 }
@@ -687,6 +685,17 @@ int pyamx_trap_active(void)
 
 int32_t pyamx_trap_installed(void) { return __atomic_load_n(&g_installed, __ATOMIC_ACQUIRE); }
 
+int32_t pyamx_trap_thread_prepare(void)
+{
+    if (!pyamx_trap_installed())
+        return PYAMX_TRAP_E_NOT_ACTIVE;
+    int claimed;
+    int32_t r = state_prepare_current(&claimed);
+    if (claimed)
+        hstack_prearm(); /* a new thread: one more stack the handler's entry can move to */
+    return r;
+}
+
 int32_t pyamx_trap_uninstall(void)
 {
     if (!__atomic_load_n(&g_installed, __ATOMIC_ACQUIRE))
@@ -699,7 +708,7 @@ int32_t pyamx_trap_uninstall(void)
         trap_raw_sigaction(SIGILL, &prev, NULL);
     }
     __atomic_store_n(&g_permission, 0, __ATOMIC_RELEASE);
-    __atomic_store_n(&g_complement, 0, __ATOMIC_RELEASE);
+    state_set_scratch(0);
     trap_unlock();
     return PYAMX_TRAP_OK;
 }

@@ -1,6 +1,6 @@
 /* Instruction semantics of the trap mode (docs/semantics.md sections 1 and 2):
  * the tile configuration rules, loads and stores, and the dot products on
- * a thread's emulated tile state (AMX-FP8's in fp8.c).  Called by the SIGILL handler for an
+ * a thread's emulated tile state (AMX-FP8's in fp8_dot.c).  Called by the SIGILL handler for an
  * instruction that decoded and is permitted; every rule that silicon
  * enforces with #UD or #GP is checked here and reported through the
  * message.

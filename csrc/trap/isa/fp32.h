@@ -13,7 +13,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "../fp32_bits.h"
+#include "../../fp32_bits.h"
 
 #if defined(__FAST_MATH__)
 #error "the trap module must not be built with -ffast-math: its fp32 results must be bit-exact"

@@ -11,7 +11,7 @@
  * Async-signal-safe: no allocation, no libc beyond memcpy/memset.
  */
 #include "internal.h"
-#include "../cpu_features.h"
+#include "../../cpu_features.h"
 
 #include <string.h>
 

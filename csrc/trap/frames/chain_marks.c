@@ -1,9 +1,9 @@
 /* Which threads are inside a call the SIGILL handler made to the program's
- * own SIGILL handler (signals.c, pass_on_sigill), so that a SIGILL that
+ * own SIGILL handler (sigill_handler.c, pass_on_sigill), so that a SIGILL that
  * handler sends from inside itself (faulthandler re-raises) takes the
  * default action instead of going round again.  Used only while no guard
  * answers sigaction(SIGILL): with it, the handler a re-raise reaches is
- * known (signals.c).
+ * known (sigill_handler.c).
  *
  * A thread's marks are its own: two threads in such calls at once never
  * see each other's.  A mark says where the call was made (the frame of
@@ -23,7 +23,7 @@
  * Everything here runs in signal handlers: no locks, no malloc.
  */
 #define _GNU_SOURCE 1
-#include "internal.h"
+#include "frames.h"
 
 #include <errno.h>
 #include <signal.h>

@@ -9,7 +9,7 @@
  * reads the source and read() writes the destination, each of them EFAULT
  * on an address it cannot use.  Async-signal-safe: only system calls. */
 #define _GNU_SOURCE 1
-#include "internal.h"
+#include "base.h"
 
 #include <errno.h>
 #include <fcntl.h>

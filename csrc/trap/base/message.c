@@ -2,7 +2,7 @@
  * refuses an instruction, built in a stack buffer and written with write(2)
  * (no stdio, no malloc: the handler may have interrupted either).
  */
-#include "internal.h"
+#include "base.h"
 
 #include <unistd.h>
 

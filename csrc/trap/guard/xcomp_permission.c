@@ -10,7 +10,7 @@
  * Two ways in, however the call is made (libc's syscall(), libc's
  * arch_prctl(), a raw syscall instruction):
  *
- * - Where the guard is on (guard.c), its listener is notified of exactly
+ * - Where the guard is on (seccomp_guard.c), its listener is notified of exactly
  *   those three calls, and its supervisor answers them here
  *   (xcomp_notified) for the tasks this module emulates: this process, and
  *   a fork of it that still runs this image (it holds this process's
@@ -27,7 +27,7 @@
  */
 #define _GNU_SOURCE 1
 #include "internal.h"
-#include "../cpu_features.h"
+#include "../../cpu_features.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -106,7 +106,7 @@ static long kernel_answer(const struct xcomp_caller *c, long code, uint64_t arg)
 }
 
 /* A bad pointer is EFAULT for the caller, as from the kernel, never a
- * SIGSEGV here (selfcopy.c). */
+ * SIGSEGV here (self_copy.c). */
 static long own_put_u64(const struct xcomp_caller *c, uint64_t addr, uint64_t value)
 {
     (void)c;
@@ -207,7 +207,7 @@ static void read_real_answers(void)
         g_perm_base = g_supp;
 }
 
-/* ---- answers through the guard's listener (guard.c's supervisor) ---- */
+/* ---- answers through the guard's listener (seccomp_guard.c's supervisor) ---- */
 
 static int vm_read(pid_t tid, const void *addr, void *out, size_t n)
 {
@@ -332,7 +332,7 @@ int pyamx_trap_xcomp_install(void)
              * it through to the kernel: nothing is routed yet. */
             read_real_answers();
             long r = 0;
-            if (guard_active() && !g_inherited) {
+            if (chain_guarded() && !g_inherited) {
                 __atomic_store_n(&g_cookie, fresh_cookie(), __ATOMIC_RELAXED);
                 __atomic_store_n(&g_routed, 1, __ATOMIC_RELEASE);
                 standby_share_xcomp();
@@ -365,7 +365,7 @@ int32_t pyamx_trap_xcomp_active(void)
     if (g_result != 0)
         return 0;
     if (__atomic_load_n(&g_routed, __ATOMIC_ACQUIRE))
-        return guard_active();
+        return chain_guarded();
     if (trap_raw_sigaction(SIGSYS, NULL, &cur) != 0)
         return 0;
     return cur.handler == (uint64_t)(uintptr_t)sigsys_handler;

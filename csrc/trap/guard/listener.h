@@ -1,5 +1,5 @@
 /* Which seccomp listener features the kernel headers give this build: the
- * standby (standby.c) needs the ones the guard (guard.c) needs: both
+ * standby (standby.c) needs the ones the guard (seccomp_guard.c) needs: both
  * include this one decision.  Without them the guard reports itself
  * unavailable and no standby starts. */
 #ifndef PYAMX_TRAP_LISTENER_H

@@ -1,6 +1,6 @@
 /* AVX2 paths of the dot products, chosen at run time (the library must
  * also load and work on CPUs with AVX and FMA only, see cpu_has_fma() in
- * signals.c).  Same results, bit for bit, as the scalar paths in
+ * sigill_handler.c).  Same results, bit for bit, as the scalar paths in
  * semantics.c, which stay the reference and the fallback.
  *
  * Why the vector paths give the same bits (docs/semantics.md sections 2-3):
@@ -26,7 +26,7 @@
  */
 #include "internal.h"
 #include "fp32.h"
-#include "../cpu_features.h"
+#include "../../cpu_features.h"
 
 #include <immintrin.h>
 #include <string.h>

@@ -2,7 +2,7 @@
  * program makes without libc (an inline syscall instruction,
  * syscall(SYS_rt_sigaction, ...), libc's own internal sigaction), which
  * pyamx run's interposed sigaction() never sees.  SIGILL's changes the
- * virtual disposition (guard.c); any other signal's goes through the
+ * virtual disposition (seccomp_guard.c); any other signal's goes through the
  * wrapper described here.
  *
  * Where a wrapper is registered (pyamx run's preload, whose handlers get a
@@ -15,7 +15,7 @@
  * kernel's order is kept: sigsetsize, read act, change, write oldact (a
  * bad oldact still leaves the new action in place, as in the kernel).
  * The supervisor shares the caller's memory: a bad pointer becomes EFAULT
- * through self_copy (selfcopy.c), never a SIGSEGV in the supervisor.
+ * through self_copy (self_copy.c), never a SIGSEGV in the supervisor.
  */
 #define _GNU_SOURCE 1
 #include "internal.h"

@@ -20,7 +20,7 @@
  * still hold it).  Then it answers
  * alone: CONTINUE for everything (the kernel answers as it would anywhere),
  * except the AMX arch_prctl of forks that still run the emulating image,
- * answered as their supervisor would (xcomp.c).  It exits when the listener
+ * answered as their supervisor would (xcomp_permission.c).  It exits when the listener
  * reports POLLHUP, that is when no task uses the filter any more (Linux >=
  * 5.8; older kernels get no standby and keep the old behaviour).
  *

@@ -11,7 +11,7 @@
  * A seccomp filter (all threads, SECCOMP_FILTER_FLAG_TSYNC) hands every
  * rt_sigaction(SIGILL, ...) of the process to a supervisor thread of this
  * module (SECCOMP_RET_USER_NOTIF), except the ones from this module's own
- * call site (sigaction.c), recognised by the mark it loads into r9.  The
+ * call site (disposition.c), recognised by the mark it loads into r9.  The
  * supervisor answers the caller as the kernel would -- the old action is
  * the one the process last set, the new one becomes the handler this mode
  * chains to -- and the real disposition never changes.  A listener rather
@@ -52,10 +52,8 @@
 
 static int32_t g_state = PYAMX_TRAP_GUARD_OFF;
 static const char *g_reason = "not requested";
-static int32_t g_on;       /* the supervisor answers this process's calls */
 static uint64_t g_calls;
 
-int guard_active(void) { return __atomic_load_n(&g_on, __ATOMIC_ACQUIRE); }
 int32_t pyamx_trap_guard_state(void) { return __atomic_load_n(&g_state, __ATOMIC_ACQUIRE); }
 const char *pyamx_trap_guard_reason(void) { return g_reason; }
 uint64_t pyamx_trap_guard_calls(void) { return __atomic_load_n(&g_calls, __ATOMIC_RELAXED); }
@@ -129,14 +127,14 @@ static void say_listener_refused(pid_t tid)
     m_emit(&m);
 }
 
-/* An AMX arch_prctl: answered by xcomp.c for the tasks it emulates (1),
+/* An AMX arch_prctl: answered by xcomp_permission.c for the tasks it emulates (1),
  * else (0) the kernel answers, as it would on this CPU. */
 static int answer_xcomp(int fd, const struct seccomp_notif *req, struct seccomp_notif_resp *resp)
 {
     struct pending p = {fd, req->id};
     long r = 0;
     pid_t tid = (pid_t)req->pid;
-    int own = guard_active() && from_this_process(tid);
+    int own = chain_guarded() && from_this_process(tid);
     int answered = xcomp_notified(tid, own, (long)(int)req->data.args[0], req->data.args[1], still_pending, &p, &r);
     if (answered < 0) {
         struct msg m = {.n = 0};
@@ -152,7 +150,7 @@ static int answer_xcomp(int fd, const struct seccomp_notif *req, struct seccomp_
 
 /* rt_sigaction of a thread of this process: SIGILL's on the virtual
  * disposition, any other signal's (notified only where a wrapper is
- * registered) through the wrapper; rawsig.c makes the call as the kernel
+ * registered) through the wrapper; raw_sigaction.c makes the call as the kernel
  * would. */
 static void answer_rt_sigaction(int fd, const struct seccomp_notif *req, struct seccomp_notif_resp *resp)
 {
@@ -232,7 +230,7 @@ static void serve(int fd)
         /* Other processes (children after fork or exec inherit the
          * filter), and this one after pyamx_trap_uninstall(), get the
          * real system call. */
-        if (guard_active() && pyamx_trap_installed() && req.data.nr == SYS_rt_sigaction &&
+        if (chain_guarded() && pyamx_trap_installed() && req.data.nr == SYS_rt_sigaction &&
             from_this_process((pid_t)req.pid))
             answer_rt_sigaction(fd, &req, &resp);
         else if (!(req.data.nr == SYS_arch_prctl && answer_xcomp(fd, &req, &resp)))
@@ -245,7 +243,7 @@ static void serve(int fd)
     }
     /* Unreachable in practice; closing turns later calls into ENOSYS
      * instead of leaving them waiting for an answer. */
-    __atomic_store_n(&g_on, 0, __ATOMIC_RELEASE);
+    chain_set_guarded(0);
     close(fd);
 }
 
@@ -255,10 +253,10 @@ static void serve(int fd)
 /* Decided by architecture and number first, so the kernel's per-syscall
  * cache (Linux >= 5.11) skips the filter for every other system call.
  * Notified: rt_sigaction except from this module's own site, which carries
- * TRAP_SITE_MARK in r9 (args[5], unused by rt_sigaction; see sigaction.c
+ * TRAP_SITE_MARK in r9 (args[5], unused by rt_sigaction; see disposition.c
  * for why a mark and not the address): SIGILL's only, or every signal's
- * where a wrapper of the program's handlers is registered (rawsig.c);
- * arch_prctl with the three AMX permission codes (xcomp.c answers those of
+ * where a wrapper of the program's handlers is registered (raw_sigaction.c);
+ * arch_prctl with the three AMX permission codes (xcomp_permission.c answers those of
  * emulated tasks); and
  * seccomp(SECCOMP_SET_MODE_FILTER) asking for a listener of its own, which
  * the kernel refuses (EBUSY) while this one holds the process tree's, so
@@ -378,7 +376,7 @@ static void *supervisor(void *arg)
     state_forget_current();
     if (fd >= 0) {
         g_listener = (int)fd;
-        __atomic_store_n(&g_on, 1, __ATOMIC_RELEASE);
+        chain_set_guarded(1);
     }
     sem_post(&s->done); /* s is gone after this */
     if (fd >= 0)
@@ -397,7 +395,7 @@ static void atfork_child(void)
         g_listener = -1;
     }
     standby_after_fork();
-    __atomic_store_n(&g_on, 0, __ATOMIC_RELEASE);
+    chain_set_guarded(0);
     g_state = PYAMX_TRAP_GUARD_FAILED;
     g_result = ECHILD;
     g_reason = "this is a forked child: the guard's supervisor thread stayed in the parent";

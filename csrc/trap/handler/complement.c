@@ -19,7 +19,7 @@
  * kernel enlarge the state) and lets the instruction fault again.
  */
 #include "internal.h"
-#include "../cpu_features.h"
+#include "../../cpu_features.h"
 
 #include <string.h>
 #include <sys/syscall.h>

@@ -15,7 +15,7 @@
  * dynamic one (the kernel selftest x86/amx.c checks that tile data does
  * not survive fork).  state_inherit_config() gives a new thread the same.
  */
-#include "internal.h"
+#include "state.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -28,7 +28,7 @@
 struct slot {
     int32_t tid; /* 0 = free; accessed with __atomic builtins */
     struct tile_state st;
-    /* HFRAME_MAX states saved for handler frames (hframes.c).  Kept when
+    /* STATE_SAVE_AREAS states saved for handler frames (handler_frames.c).  Kept when
      * the slot changes hands, so the table bounds the memory; inherited
      * by a fork child like the rest of the slot (a child forked inside a
      * handler returns from it too). */
@@ -39,11 +39,13 @@ static struct slot slots[MAX_SLOTS];
 static pthread_key_t g_key;
 static int32_t g_fork_tid;
 static int32_t g_key_ready;
+/* 1 in the complement mode: a slot's tile_state is scratch, loaded from the
+ * signal frame for each instruction, not the thread's tiles. */
+static int32_t g_scratch;
 
-void state_init(struct tile_state *st)
-{
-    memset(st, 0, sizeof(*st));
-}
+void state_set_scratch(int on) { __atomic_store_n(&g_scratch, on ? 1 : 0, __ATOMIC_RELEASE); }
+
+int state_scratch(void) { return __atomic_load_n(&g_scratch, __ATOMIC_ACQUIRE); }
 
 static int slot_find(int32_t tid)
 {
@@ -142,13 +144,13 @@ struct tile_state *state_current(void)
 
 struct tile_state *state_save_area(struct tile_state *st, int index)
 {
-    if (st == NULL || index < 0 || index >= HFRAME_MAX)
+    if (st == NULL || index < 0 || index >= STATE_SAVE_AREAS)
         return NULL;
     struct slot *sl = (struct slot *)(void *)((char *)st - offsetof(struct slot, st));
     struct tile_state *saves = __atomic_load_n(&sl->saves, __ATOMIC_ACQUIRE);
     if (saves == NULL) {
         /* mmap is a plain system call: safe here, where malloc is not. */
-        void *p = mmap(NULL, HFRAME_MAX * sizeof *saves, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+        void *p = mmap(NULL, STATE_SAVE_AREAS * sizeof *saves, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
                        -1, 0);
         if (p == MAP_FAILED)
             return NULL;
@@ -213,14 +215,13 @@ void state_setup_once(void)
     pthread_atfork(atfork_prepare, NULL, atfork_child);
 }
 
-int32_t pyamx_trap_thread_prepare(void)
+int32_t state_prepare_current(int *claimed)
 {
-    if (!pyamx_trap_installed())
-        return PYAMX_TRAP_E_NOT_ACTIVE;
     int32_t tid = trap_tid();
     int s = slot_find(tid);
+    *claimed = 0;
     if (s < 0 && (s = slot_claim(tid)) >= 0)
-        hstack_prearm(); /* a new thread: one more stack the handler's entry can move to */
+        *claimed = 1;
     if (s < 0)
         return PYAMX_TRAP_E_TABLE_FULL;
     if (__atomic_load_n(&g_key_ready, __ATOMIC_ACQUIRE) &&
@@ -263,28 +264,4 @@ int32_t state_inherit_config(const uint8_t *cfg)
     if (cfg[0])
         state_config_from_bytes(st, cfg);
     return PYAMX_TRAP_OK;
-}
-
-void state_config_to_bytes(const struct tile_state *st, uint8_t cfg[64])
-{
-    memset(cfg, 0, 64);
-    if (!st->palette)
-        return;
-    cfg[0] = st->palette;
-    cfg[1] = st->start_row;
-    for (int t = 0; t < 8; t++) {
-        cfg[16 + 2 * t] = (uint8_t)(st->colsb[t] & 0xFF);
-        cfg[17 + 2 * t] = (uint8_t)(st->colsb[t] >> 8);
-        cfg[48 + t] = st->rows[t];
-    }
-}
-
-void state_config_from_bytes(struct tile_state *st, const uint8_t cfg[64])
-{
-    st->palette = cfg[0];
-    st->start_row = cfg[1];
-    for (int t = 0; t < 8; t++) {
-        st->colsb[t] = (uint16_t)(cfg[16 + 2 * t] | (cfg[17 + 2 * t] << 8));
-        st->rows[t] = cfg[48 + t];
-    }
 }
