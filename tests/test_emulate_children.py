@@ -25,8 +25,8 @@ POOL = textwrap.dedent("""
     import pyamx.run, pyamx.trap
 
     def child_report(_):
-        import pyamx.detect
-        r = pyamx.detect.report()
+        import pyamx.native
+        r = pyamx.native.report()  # detection, and the start: the permission request in this child
         return f"{os.getpid()}:{r.mode}"
 
     if __name__ == "__main__":
@@ -37,7 +37,7 @@ POOL = textwrap.dedent("""
             answers = pool.map(child_report, range(4), chunksize=1)
         print("pool", len(answers), flush=True)
         child = subprocess.run([sys.executable, "-X", "faulthandler", "-c",
-                                "import pyamx.detect; print(pyamx.detect.report().mode)"],
+                                "import pyamx.native; print(pyamx.native.report().mode)"],
                                capture_output=True, text=True)
         print("child", child.returncode, child.stderr.strip()[-300:], flush=True)
 """)

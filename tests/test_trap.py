@@ -1148,7 +1148,7 @@ def _skip_if_this_process_holds_the_guard():
         pytest.skip(WHY_NOT)
     if lib.pyamx_trap_guard_state() == lib.PYAMX_TRAP_GUARD_ACTIVE:
         pytest.skip("this test process holds the trap guard's seccomp listener (PYAMX_TRAP_EMULATION=1 "
-                    "detection ran), and the kernel allows one per process tree: run tests/test_trap.py "
+                    "the native start ran), and the kernel allows one per process tree: run tests/test_trap.py "
                     "in its own pytest process to test the guard")
 
 
