@@ -575,3 +575,13 @@ def test_the_start_stops_at_a_refused_permission_and_at_a_dead_child(start_on):
     assert calls == ["request", ("get", detect.ARCH_GET_XCOMP_PERM), "child", "enable"]
     assert rep.mode is None and rep.reason.startswith("tile instruction in a forked child")
     assert stage(rep, "trap mode").value.startswith("requested but failed: BackendError: refusing")
+
+
+def test_the_table_is_read_once_and_read_again_on_refresh():
+    table = detect.facts()
+    assert detect.facts() is table and detect.collect() == replace(table, **{
+        name: getattr(detect.collect(), name) for name in detect.START_FIELDS})
+    again = detect.refresh()
+    # the same machine, read anew (CPUID.1:EBX holds the APIC id of whichever core answered)
+    assert again is not table and again.features == table.features and again.xcr0 == table.xcr0
+    assert detect.facts() is again
