@@ -512,9 +512,12 @@ class _FakeNative:
 def start_on(monkeypatch):
     """``(raw, **fake) -> (calls, report)``: the native start on the readings ``raw`` with a fake
     pyamx._native; pyamx.trap's actions record themselves in ``calls`` too."""
-    import cffi
+    cffi = pytest.importorskip("cffi")  # only its FFI().new for the out-parameters
 
     from pyamx.cpu import _native_start, _nativelib, trap
+
+    # pyamx.isa keeps the first lib it sees for the C constants (status codes): the real one, not the fake
+    isa.c_constant("PYAMX_E_ARG")
 
     def run(raw, enable_error=None, complement=("AMX-FP16",), **fake):
         calls = []
