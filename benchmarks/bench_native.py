@@ -49,9 +49,9 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def silicon_refusal():
     """None where AMX silicon runs pyamx's kernels, else the line that says why nothing is measured."""
-    from pyamx.cpu import detect
+    from pyamx.cpu import native
 
-    report = detect.report()
+    report = native.report()
     if report.mode == "silicon":
         return None
     why = "the trap mode emulates the tile instructions" if report.mode == "trap" else report.reason

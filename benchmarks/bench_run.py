@@ -100,11 +100,11 @@ def main() -> None:
     under_run = run.environment(preload, counters, base=bare)
     with tempfile.TemporaryDirectory() as tmp:
         exe = build(tmp)
-        from pyamx.cpu import detect
+        from pyamx.cpu import native
 
         # On AMX silicon pyamx run leaves the tile instructions to the CPU (the complement mode):
         # there is nothing to time per instruction, only the trampoline below.
-        kinds = [] if detect.report().amx_usable else KINDS
+        kinds = [] if native.report().amx_usable else KINDS
         if not kinds:
             print("this CPU has usable AMX: pyamx run leaves tile instructions to the silicon; the figures per "
                   "emulated instruction need a CPU without AMX (.ci/nonamx-vm, docs/testing.md)")

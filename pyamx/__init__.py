@@ -121,7 +121,7 @@ def __dir__() -> list[str]:
 
 def cpu_features() -> dict[str, object]:
     """Every detection stage as a dict (see :mod:`pyamx.cpu.detect`)."""
-    from .cpu.detect import cpu_features as _cpu_features
+    from .cpu._runtime import cpu_features as _cpu_features
 
     return _cpu_features()
 

@@ -3,7 +3,9 @@
 Like python-zstandard's import policy: one environment variable with strict
 values, read once at import. ``auto`` picks native only when every detection
 stage said yes and records why not otherwise; a backend asked for by name is
-used or the call fails, never silently replaced.
+used or the call fails, never silently replaced. Where native is a candidate, the choice is where
+the process starts it (pyamx.cpu._native_start: the AMX permission and the probe child, or the trap
+mode where ``PYAMX_TRAP_EMULATION`` asks), before the first native call: detection only reads.
 
 What :func:`resolve` returns is a :class:`Backend`: a ``str`` (``"native"``
 or ``"emulator"``, so comparisons and JSON keep working) that also knows its
@@ -102,7 +104,7 @@ class Backend(str):
         mode = self._modes.get(insn.name)
         if mode is None:
             if self.report is None:  # unpickled: the report stays in the process that resolved it
-                self.report = module(".cpu.detect", __package__).report()
+                self.report = _started_report()
             mode = self._modes[insn.name] = self.report.mode_for(insn)
         return mode
 
@@ -159,12 +161,20 @@ def native_status(group: str = "bf16", report=None):
 
 
 def native_mode():
-    """``"silicon"`` or ``"trap"`` when native is usable, else None."""
-    return module(".cpu.detect", __package__).report().mode
+    """``"silicon"`` or ``"trap"`` when native is usable, else None (starts native, as the choice does)."""
+    return _started_report().mode
+
+
+def _started_report():
+    """Detection's report once the native start ran: the choice of native is where this process asks
+    for the AMX permission, forks the probe child or switches the trap mode on (pyamx.cpu._native_start),
+    before the first native call; detection itself only reads."""
+    module(".cpu._native_start", __package__).start()
+    return module(".cpu.detect", __package__).report()
 
 
 def _native() -> Backend:
-    rep = module(".cpu.detect", __package__).report()
+    rep = _started_report()
     return Backend("native", rep.mode, rep)
 
 

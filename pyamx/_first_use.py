@@ -1,7 +1,7 @@
 """The one lock that pyamx's one-time work holds, and that ``os.fork()`` waits for.
 
-The first call in a process imports modules, runs detection (which may start the trap mode's
-supervisor thread), loads the C extension and decides the backend: tens of milliseconds during
+The first call in a process imports modules, runs detection and the native start (which may start
+the trap mode's supervisor thread), loads the C extension and decides the backend: tens of milliseconds during
 which Python's per-module import locks, and the C side's once-only mutexes, are held. A fork
 from another thread in that window copies those locks, held, into a child where the thread that
 would release them does not exist, and the child's first pyamx call waits forever.

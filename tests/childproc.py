@@ -80,8 +80,8 @@ def run_directly_on_silicon(program, timeout):
 
     import pytest
 
-    from pyamx.cpu import detect
+    from pyamx.cpu import native
 
-    if not detect.report().cpu_runs_amx:
+    if not native.report().cpu_runs_amx:
         pytest.skip("no AMX silicon here to run the program on directly")
     return subprocess.run([str(program)], capture_output=True, text=True, timeout=timeout)

@@ -107,7 +107,7 @@ def main(argv=None) -> int:
     locks: list = []
     lock = None
     print(f"fuzz_machine: seed {args.seed}, up to {args.iterations} operations"
-          + (f" or {args.time_limit:g} s" if args.time_limit else "") + f", backend mode {native.detect.report().mode}")
+          + (f" or {args.time_limit:g} s" if args.time_limit else "") + f", backend mode {native.report().mode}")
     try:
         while done < args.iterations and not (args.time_limit and time.monotonic() - start > args.time_limit):
             if done % SESSION == 0:

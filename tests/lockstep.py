@@ -47,9 +47,9 @@ def native_dot_names() -> tuple:
     """The dot products the native side runs here: on silicon only those whose extension the CPU has
     (a Sapphire Rapids has no AMX-FP16, AMX-COMPLEX nor AMX-FP8), everywhere else (trap mode, or no
     native) all of them."""
-    from pyamx.cpu import detect
+    from pyamx.cpu import native
 
-    rep = detect.report()
+    rep = native.report()
     if not rep.native_usable:
         return DOT_NAMES
     return tuple(name for name in DOT_NAMES if isa.BY_NAME[name].group in rep.kernels)

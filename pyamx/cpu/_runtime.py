@@ -1,8 +1,10 @@
-"""The runtime report (``pyamx.show_runtime()``, ``pyamx info``): versions, the backend decision, the
-settings, the emulator's engines, then detection's stages.
+"""The runtime report (``pyamx.show_runtime()``, ``pyamx info``, ``pyamx.cpu_features()``): versions,
+the backend decision, the settings, the emulator's engines, then detection's stages.
 
 Apart from pyamx.cpu.detect on purpose: this report asks the backend choice (pyamx._backend), which
-itself asks detection, so living in detect.py made the two import each other.
+itself asks detection, so living in detect.py made the two import each other. It is asked what
+native does here, so it reports after the native start (pyamx.cpu._native_start), whatever backend
+PYAMX_BACKEND chooses: the permission, the child and the trap mode, as the first native call has them.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ import os
 import platform
 
 from .. import _backend, _env, _fpenv
-from . import detect
+from . import _native_start, detect
 from .._result import backend_label
 from .._version import __version__
 
@@ -20,7 +22,7 @@ def runtime_lines() -> list:
     """What a bug report needs first: versions, platform, the backend decision and any bad setting."""
     import numpy
 
-    rep = detect.report()
+    rep = _native_start.report()
     try:
         backend, why = _backend.default_backend(), _backend.default_reason()
         label = backend_label(backend, rep.mode if backend == "native" else None)
@@ -47,4 +49,10 @@ def engine_lines() -> list:
 def show_runtime() -> None:
     """Print versions, the backend decision and the detection report: every stage, kernels, compiler, verdict."""
     print("\n".join(runtime_lines()))
-    print(detect.format_report(detect.report()))
+    print(detect.format_report(_native_start.report()))
+
+
+def cpu_features() -> dict:
+    """Every detection stage and fact as a plain dict, after the native start (``pyamx.cpu_features()``)."""
+    _native_start.start()
+    return detect.cpu_features()

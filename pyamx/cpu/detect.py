@@ -1,13 +1,17 @@
 """Is AMX usable in this process? Every stage, its raw value and its verdict.
 
-Two halves:
+Three parts:
 
-* pure functions over raw values (CPUID register tuples, the XCR0 integer,
-  errno numbers, a child's wait status) that decode and judge them; they are
-  tested with values recorded on real and virtual machines;
-* the live part (:func:`collect` and :func:`report`), which asks the C module
-  for those raw values one stage at a time, never goes past a failed stage
-  into anything with side effects, and is decided once per process.
+* the table of facts (:class:`RawFacts`): what the CPU, the OS, the kernel and the build say
+  (CPUID's leaves, the AMX feature bits of :mod:`pyamx.isa`'s feature rows, XCR0, the kernel's
+  XCOMP_SUPP, the trap variable), read by :func:`facts` once per process without changing
+  anything (:func:`refresh` reads again, for tests), and what the native backend's start did
+  (:mod:`pyamx.cpu._native_start`: the permission request, the granted permission, the forked
+  child, the trap or complement mode), recorded here by :func:`note_start`;
+* pure functions over those values (CPUID register tuples, the XCR0 integer, errno numbers, a
+  child's wait status) that decode and judge them; they are tested with values recorded on real
+  and virtual machines;
+* :func:`collect` and :func:`report`: the table as it stands and its verdict, no side effect.
 
 The stages follow docs/semantics.md section 5: CPUID feature bits and palette,
 OSXSAVE and XCR0, the kernel's XCOMP_SUPP, the permission request, the
@@ -15,9 +19,10 @@ granted permission, and finally a forked child that executes one tile
 instruction, so a hypervisor that advertises AMX without delivering it kills
 the child, never this process.
 
-This module only reads and judges: switching the trap mode on where it is
-asked for is pyamx._trapmode's (which :func:`collect` consults once silicon
-said no), and the runtime report that prints all this is pyamx._runtime's.
+This module only reads and judges: the actions (asking the kernel for the permission, forking the
+child, switching the trap or the complement mode on) are the native start's, which the backend
+choice runs before the first native call; before it, the report says what is still to be done and
+what the trap mode would do. The runtime report that prints all this is pyamx._runtime's.
 """
 
 from __future__ import annotations
@@ -31,10 +36,8 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Mapping, NamedTuple, Optional, Tuple
 
-from . import _trapmode
 from .._first_use import LOCK
 from ..table import isa
-from ._trapmode import TrapFacts as TrapFacts  # RawFacts.trap; tests build it from here
 
 # -- constants of the hardware and kernel interfaces --------------------------
 
@@ -48,8 +51,22 @@ ARCH_GET_XCOMP_SUPP = 0x1021
 ARCH_GET_XCOMP_PERM = 0x1022
 ARCH_REQ_XCOMP_PERM = 0x1023
 
+#: the leaves detection reads besides the feature rows': the vendor and maximum leaf, the signature
+#: and OSXSAVE, the tile palette and the TMUL limits
+_FIXED_LEAVES = ((0, 0), (1, 0), (0x1D, 0), (0x1D, 1), (0x1E, 0))
+
+
+def cpuid_leaves(rows=isa.FEATURE_ROWS) -> Tuple[Tuple[int, int], ...]:
+    """The (leaf, sub-leaf) pairs detection reads (pure): the fixed ones and each feature row's, with
+    sub-leaf 0 of its leaf (whose EAX says how many sub-leaves there are)."""
+    wanted = set(_FIXED_LEAVES)
+    for feature in rows:
+        wanted.update({(feature.leaf, 0), (feature.leaf, feature.subleaf)})
+    return tuple(sorted(wanted))
+
+
 #: the (leaf, sub-leaf) pairs detection reads
-CPUID_LEAVES = ((0, 0), (1, 0), (7, 0), (7, 1), (0x1D, 0), (0x1D, 1), (0x1E, 0), (0x1E, 1))
+CPUID_LEAVES = cpuid_leaves()
 
 #: what pyamx's tile model (docs/semantics.md section 1) assumes of palette 1
 PALETTE1 = MappingProxyType(
@@ -135,8 +152,27 @@ class BuildFacts:
 
 
 @dataclass(frozen=True)
+class TrapFacts:
+    """The trap-and-emulate mode: what ``PYAMX_TRAP_EMULATION`` asks for (:func:`facts`) and, once the
+    native start consulted it where silicon said no, what switching it on did."""
+
+    available: bool  # pyamx.trap could be imported
+    requested: bool = False
+    error: Optional[str] = None  # why requested() / enable() / the grant failed
+    active: bool = False
+    kernels: Optional[frozenset] = None  # groups the trap emulates; None = all built ones
+    guard: Optional[str] = None  # pyamx.trap.guard().reason: whether other SIGILL handlers are kept out
+    pending: bool = False  # requested, and the native start has not tried to switch it on yet
+
+
+@dataclass(frozen=True)
 class RawFacts:
-    """Every raw value detection looks at; ``None`` means "not read" (an earlier stage failed)."""
+    """The table of facts detection judges; ``None`` means "not read" (an earlier stage failed, or
+    the native start that fills the field has not run yet).
+
+    :func:`facts` fills the readings (everything up to ``cpuinfo_flags``, ``trap`` as requested);
+    the native start (:mod:`pyamx.cpu._native_start`) fills :data:`START_FIELDS`.
+    """
 
     system: str
     machine: str
@@ -155,6 +191,16 @@ class RawFacts:
     complement: Optional[Tuple[str, ...]] = None
     complement_error: Optional[str] = None
     cpuinfo_flags: Optional[Tuple[str, ...]] = None  # AMX flags of /proc/cpuinfo, read when there is no extension
+
+    @property
+    def features(self) -> Mapping:
+        """Each feature row of pyamx.isa by its key (and ``osxsave``, ``max_leaf``), from ``cpuid``;
+        empty where CPUID was not read."""
+        return MappingProxyType(decode_features(self.cpuid) if self.cpuid is not None else {})
+
+
+#: the fields of :class:`RawFacts` that the native start fills: what its actions returned
+START_FIELDS = ("perm_request", "xcomp_perm", "child", "trap", "complement", "complement_error")
 
 
 class Stage(NamedTuple):
@@ -251,21 +297,25 @@ def decode_signature(eax: int) -> Tuple[int, int, int]:
     return family, model, stepping
 
 
-def decode_features(cpuid: Mapping) -> dict:
-    """AMX and XSAVE feature bits from the CPUID leaves (missing leaves read as zero)."""
+def cpuid_leaf(cpuid: Mapping, leaf: int, subleaf: int = 0) -> Tuple[int, int, int, int]:
+    """CPUID.(leaf, subleaf) as the CPU defines it (pure): zeros above the maximum leaf, and above the
+    last sub-leaf where sub-leaf 0's EAX counts them (leaves 7 and 0x1E), never another leaf's data."""
     zero = (0, 0, 0, 0)
-    max_leaf = cpuid.get((0, 0), zero)[0]
-    l1 = cpuid.get((1, 0), zero)
-    l70 = cpuid.get((7, 0), zero) if max_leaf >= 7 else zero
-    l71 = cpuid.get((7, 1), zero) if max_leaf >= 7 and l70[0] >= 1 else zero
-    l1e0 = cpuid.get((0x1E, 0), zero) if max_leaf >= 0x1E else zero
-    # sub-leaf 1 (AMX-FP8, AMX-AVX512, AMX-MOVRS) exists where sub-leaf 0's EAX (the last sub-leaf) says so
-    l1e1 = cpuid.get((0x1E, 1), zero) if max_leaf >= 0x1E and l1e0[0] >= 1 else zero
-    leaves = {(7, 0): l70, (7, 1): l71, (0x1E, 1): l1e1}
-    out = {"max_leaf": max_leaf}
-    for feature in isa.FEATURE_ROWS:
-        out[feature.key] = bit(leaves[feature.leaf, feature.subleaf][_REGISTERS.index(feature.register)], feature.bit)
-    out["osxsave"] = bit(l1[2], BIT_OSXSAVE)
+    if cpuid.get((0, 0), zero)[0] < leaf:
+        return zero
+    if subleaf and cpuid.get((leaf, 0), zero)[0] < subleaf:
+        return zero
+    return cpuid.get((leaf, subleaf), zero)
+
+
+def decode_features(cpuid: Mapping, rows=isa.FEATURE_ROWS) -> dict:
+    """AMX and XSAVE feature bits from the CPUID leaves (missing leaves read as zero): one entry per
+    feature row of pyamx.isa (``rows``), by its key, plus ``max_leaf`` and ``osxsave``."""
+    out = {"max_leaf": cpuid.get((0, 0), (0, 0, 0, 0))[0]}
+    for feature in rows:
+        registers = cpuid_leaf(cpuid, feature.leaf, feature.subleaf)
+        out[feature.key] = bit(registers[_REGISTERS.index(feature.register)], feature.bit)
+    out["osxsave"] = bit(cpuid_leaf(cpuid, 1)[2], BIT_OSXSAVE)
     return out
 
 
@@ -326,7 +376,7 @@ def permission_remedy(err: int, python: Tuple[int, int, int] = (3, 11, 0)) -> st
         return (
             "ENOSPC: a thread's sigaltstack is too small for the AMX signal frame (about 11 KiB); "
             f"{old}. Fix: upgrade CPython, or run pytest with -p no:faulthandler, or request the "
-            "permission (import pyamx.cpu.detect and call pyamx.cpu.detect.report()) before faulthandler is enabled"
+            "permission (import pyamx.cpu.native and call pyamx.cpu.native.available()) before faulthandler is enabled"
         )
     if err == _errno.EINVAL:
         return (
@@ -347,7 +397,7 @@ def permission_remedy(err: int, python: Tuple[int, int, int] = (3, 11, 0)) -> st
         return (
             "EBUSY: the kernel refused to change this process's XSTATE permission at this point "
             "(it is locked once in use). Fix: request it early, before other threads start, e.g. "
-            "import pyamx.cpu.detect and call pyamx.cpu.detect.report() at start-up"
+            "import pyamx.cpu.native and call pyamx.cpu.native.available() at start-up"
         )
     if err == _errno.ENOSYS:
         return "ENOSYS: this kernel (or sandbox) has no arch_prctl AMX interface; Linux >= 5.16 is needed"
@@ -411,9 +461,21 @@ class _Stages:
         for name in names:
             self.items.append(Stage(name, "not checked (an earlier stage failed)", None))
 
+    def not_started(self, name: str, what: str) -> None:
+        """A stage of the native start: skipped after a failure, else still to come."""
+        if self.failed:
+            self.skip(name)
+        else:
+            self.items.append(Stage(name, f"{what}: {NOT_STARTED}", None))
+
     @property
     def failed(self) -> bool:
         return self.reason is not None
+
+
+#: what a stage of the native start says before the start ran
+NOT_STARTED = ("the native backend's start does it (the backend choice, before the first native call; "
+               "pyamx info)")
 
 
 def _feature_stage(feature: isa.Feature) -> str:
@@ -522,14 +584,14 @@ def _silicon_stages(raw: RawFacts, st: _Stages, cpu: dict) -> Tuple[set, dict]:
 
     name = next(names)
     if raw.perm_request is None:
-        st.skip(name)
+        st.not_started(name, "not requested yet")
     else:
         err = raw.perm_request
         st.add(name, "granted" if err == 0 else errno_name(err), err == 0, permission_remedy(err, raw.python))
 
     name = next(names)
     if raw.xcomp_perm is None:
-        st.skip(name)
+        st.not_started(name, "not read yet")
     else:
         err, value = raw.xcomp_perm
         both = not err and bit(value, XFEATURE_XTILECFG) and bit(value, XFEATURE_XTILEDATA)
@@ -538,7 +600,7 @@ def _silicon_stages(raw: RawFacts, st: _Stages, cpu: dict) -> Tuple[set, dict]:
 
     name = next(names)
     if raw.child is None:
-        st.skip(name)
+        st.not_started(name, "not run yet")
     else:
         ok, text = child_verdict(*raw.child)
         st.add(name, text, ok)
@@ -547,7 +609,7 @@ def _silicon_stages(raw: RawFacts, st: _Stages, cpu: dict) -> Tuple[set, dict]:
 
 def _trap_stage(raw: RawFacts, st: _Stages, silicon_reason: str) -> bool:
     """Adds the trap-mode stage; True when native runs trapped."""
-    trap_env = _trapmode.env_var()
+    trap_env = _trap_env_var()
     name = f"trap mode ({trap_env})"
     trap = raw.trap
     if trap is None:
@@ -560,6 +622,11 @@ def _trap_stage(raw: RawFacts, st: _Stages, silicon_reason: str) -> bool:
         return False
     if not trap.requested:
         st.add(name, f"not requested (set {trap_env}=1 to run the native code through the SIGILL emulator)", None)
+        return False
+    if trap.pending:
+        st.add(name, "requested, not on yet: the native backend's start switches it on, as silicon said no "
+               "(the backend choice, before the first native call); native code would then run, but every "
+               "tile instruction TRAPPED and EMULATED, not executed by AMX silicon", None)
         return False
     if trap.error or not trap.active:
         st.add(name, f"requested but failed: {trap.error or 'not active'}", None)
@@ -606,7 +673,9 @@ def evaluate(raw: RawFacts) -> Report:
         cpu.update(feats)
 
     built = set(build.kernels) if build else set()
-    silicon_ok = not st.failed
+    # every stage so far said yes, but the permission and the child are the native start's, still to come
+    not_started = raw.cpuid is not None and not st.failed and raw.child is None
+    silicon_ok = not st.failed and not not_started
     kernels = built & groups
     if silicon_ok:
         if not built:
@@ -618,10 +687,15 @@ def evaluate(raw: RawFacts) -> Report:
             st.add("kernels", ", ".join(sorted(kernels)) or "none", bool(kernels),
                    "the CPU supports none of the kernel groups this build has")
 
-    silicon_reason = st.reason or "ok"
-    mode = "silicon" if not st.failed else None
+    silicon_reason = st.reason or ("not started yet: the native backend's start requests the AMX permission "
+                                   "and runs one tile instruction in a forked child (the backend choice, "
+                                   "before the first native call)" if not_started else "ok")
+    mode = "silicon" if silicon_ok and not st.failed else None
     warning = None
-    if mode is None and raw.trap is not None and _trap_stage(raw, st, silicon_reason):
+    if not_started and raw.trap is not None and raw.trap.pending:
+        st.add(f"complement mode ({_trap_env_var()})", "requested, not on yet: the native backend's start "
+               "installs it for the AMX extensions this CPU lacks, if silicon says yes", None)
+    if mode is None and not not_started and raw.trap is not None and _trap_stage(raw, st, silicon_reason):
         mode = "trap"
         kernels = built if raw.trap.kernels is None else built & set(raw.trap.kernels)
         warning = (
@@ -635,7 +709,7 @@ def evaluate(raw: RawFacts) -> Report:
 
     complemented = frozenset()
     if mode == "silicon" and (raw.complement is not None or raw.complement_error):
-        name = f"complement mode ({_trapmode.env_var()})"
+        name = f"complement mode ({_trap_env_var()})"
         if raw.complement_error:
             st.add(name, f"requested but failed: {raw.complement_error}", None)
         else:
@@ -725,14 +799,29 @@ def _read_u64(ffi, fn, *args) -> Tuple[int, int]:
     return int(rc), int(value[0])
 
 
-def collect() -> RawFacts:
-    """Read every raw value from this process, stage by stage (side effects: permission, fork).
+def _read_trap() -> TrapFacts:
+    """What the trap variable asks for (read, never acted on: the native start switches the mode on)."""
+    try:
+        from . import trap
+    except ImportError as exc:
+        return TrapFacts(available=False, error=str(exc))
+    try:
+        requested = bool(trap.requested())
+    except Exception as exc:  # a strict env parser refusing a value
+        return TrapFacts(available=True, requested=False, error=f"{type(exc).__name__}: {exc}")
+    return TrapFacts(available=True, requested=requested, pending=requested)
 
-    Not cached: use :func:`report`. The permission request runs only after
-    every earlier stage said yes, the forked child only after the permission
-    was granted and confirmed, and the trap mode is consulted only when
-    silicon said no.
-    """
+
+def _trap_env_var() -> str:
+    """The trap variable's name (pyamx.trap owns it), for the stage names."""
+    from .trap import ENV_VAR
+
+    return ENV_VAR
+
+
+def _read() -> RawFacts:
+    """Every reading of this process, none of which changes anything: the platform, the build,
+    CPUID's leaves, XCR0, the kernel's XCOMP_SUPP and the trap variable."""
     raw = RawFacts(system=platform.system(), machine=platform.machine(), python=tuple(sys.version_info[:3]))
     from . import _nativelib
 
@@ -740,51 +829,95 @@ def collect() -> RawFacts:
         ffi, lib = _nativelib.load()
     except ImportError as exc:
         return replace(raw, build_error=str(exc), cpuinfo_flags=_read_cpuinfo_flags())
-    raw = replace(raw, build=read_build(lib, ffi))
+    raw = replace(raw, build=read_build(lib, ffi), trap=_read_trap())
     if raw.build.x86_64_linux:
         raw = replace(raw, cpuid=_read_cpuid(lib, ffi))
-        if decode_features(raw.cpuid)["osxsave"]:
+        if raw.features["osxsave"]:
             rc, xcr0 = _read_u64(ffi, lib.pyamx_xgetbv0)
             raw = replace(raw, xcr0=xcr0 if rc == 0 else None)
         raw = replace(raw, xcomp_supp=_read_u64(ffi, lib.pyamx_arch_prctl_get, ARCH_GET_XCOMP_SUPP))
-        if gate_passed(raw):
-            raw = replace(raw, perm_request=int(lib.pyamx_request_permission()))
-        if raw.perm_request is not None and gate_passed(raw):
-            raw = replace(raw, xcomp_perm=_read_u64(ffi, lib.pyamx_arch_prctl_get, ARCH_GET_XCOMP_PERM))
-        if raw.xcomp_perm is not None and gate_passed(raw):
-            status = ffi.new("int *")
-            err = lib.pyamx_probe_child(status)
-            raw = replace(raw, child=(int(err), int(status[0])))
-    if evaluate(raw).mode is None:
-        raw = replace(raw, trap=_trapmode.trap_facts(lib, errno_name))
-    else:
-        complement, error = _trapmode.complement_facts()
-        raw = replace(raw, complement=complement, complement_error=error)
     return raw
 
 
 _lock = LOCK  # the one-time work's lock, which fork waits for (pyamx._first_use)
-_cached: Optional[Report] = None
+_facts: Optional[RawFacts] = None  # the readings, once per process
+_started: Mapping = MappingProxyType({})  # what the native start did: START_FIELDS -> value
+_start_ran = False
+_cached: Optional[Tuple[RawFacts, Mapping, "Report"]] = None  # the report of (_facts, _started)
+
+
+def facts() -> RawFacts:
+    """The table of readings of this process, read once (no side effect) and then kept."""
+    table = _facts
+    if table is None:
+        with _lock:
+            table = _facts or _read_once()
+    return table
+
+
+def _read_once() -> RawFacts:
+    global _facts
+    _facts = _read()
+    return _facts
+
+
+def refresh() -> RawFacts:
+    """Read the table again (a test that changed the environment); what the native start did stays."""
+    global _facts, _cached
+    with _lock:
+        _facts = _cached = None
+        return facts()
+
+
+def note_start(outcome: Mapping) -> None:
+    """Record what the native start did (pyamx.cpu._native_start, once per process): ``outcome`` maps
+    :data:`START_FIELDS` to the values its actions returned; the report judges them from now on."""
+    global _started, _start_ran
+    unknown = set(outcome) - set(START_FIELDS)
+    if unknown:
+        raise ValueError(f"not a field the native start fills: {', '.join(sorted(unknown))}")
+    _started = MappingProxyType(dict(outcome))
+    _start_ran = True
+
+
+def started() -> bool:
+    """Whether the native start has run in this process (its outcome is in the table)."""
+    return _start_ran
+
+
+def collect() -> RawFacts:
+    """The table as it stands: the readings (:func:`facts`) and what the native start did so far.
+
+    No side effect: nothing is requested, forked or switched on here (pyamx.cpu._native_start does
+    that, once, at the backend choice). Not cached beyond the readings: use :func:`report`.
+    """
+    return replace(facts(), **_started)
 
 
 def report() -> Report:
-    """The detection report of this process: collected and judged once, then cached.
+    """The detection report of this process: judged from :func:`collect`, no side effect, and the
+    same object until the native start adds what it did.
 
     ``native_usable``, ``amx_usable`` (silicon only), ``trap_mode``,
     ``reason`` ("ok" or the first failing stage with its
     remedy), ``mode`` ("silicon", "trap" or None), ``stages`` (ordered
     ``Stage(name, value, ok)`` tuples), ``kernels`` (frozenset of "bf16",
     "int8", "fp16" that native can run). Never raises for a missing feature
-    and never runs a tile instruction in this process.
+    and never runs a tile instruction. Before the native start (``pyamx.cpu.native.available()``, the
+    backend choice, the first native call) the permission and child stages say they are still to
+    come, native is not usable yet, and the trap stage says what the trap mode would do.
     """
     global _cached
     cached = _cached
-    if cached is not None:  # no lock once decided: a hook that raises inside `with` must not leave it held
-        return cached
+    if cached is not None and cached[0] is _facts and cached[1] is _started:
+        return cached[2]  # no lock once judged: a hook that raises inside `with` must not leave it held
     with _lock:
-        if _cached is None:
-            _cached = evaluate(collect())
-        return _cached
+        table = facts()
+        started_now = _started
+        cached = _cached
+        if cached is None or cached[0] is not table or cached[1] is not started_now:
+            cached = _cached = (table, started_now, evaluate(replace(table, **started_now)))
+        return cached[2]
 
 
 def format_report(rep: Report) -> str:

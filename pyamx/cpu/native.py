@@ -25,7 +25,7 @@ import weakref
 import numpy as np
 
 from ..table import _memory, isa
-from . import detect
+from . import _native_start, detect
 from ..errors import (
     AMXError,
     BackendError,
@@ -63,12 +63,22 @@ GROUP_FEATURE = {group: _needs(isa.FEATURES[name]) for group, name in isa.GROUP_
 
 
 def available(group=None):
-    """``(usable, reason)`` of the native backend, from the cached detection report.
+    """``(usable, reason)`` of the native backend in this process, from the detection report once the
+    native start ran (:mod:`pyamx.cpu._native_start`: the first call starts native here: the AMX
+    permission, the forked child, or the trap mode where ``PYAMX_TRAP_EMULATION`` asks for it).
 
     ``group`` (``"bf16"``, ``"int8"``, ``"fp16"``) narrows the question to
     one kernel group: AMX-FP16, for one, exists only from Granite Rapids on.
     """
+    _native_start.start()
     return availability(detect.report(), group)
+
+
+def report():
+    """Detection's report once native has started in this process (:func:`available` starts it: the
+    AMX permission and the forked child, or the trap or complement mode): what native does here.
+    ``pyamx.cpu.detect.report()`` is the same judgement without the start, and changes nothing."""
+    return _native_start.report()
 
 
 def availability(rep, group):
@@ -638,15 +648,8 @@ def feature_missing(rep, insn: isa.Instruction):
 
 
 def _avx512_state_enabled() -> bool:
-    ffi, lib = _nativelib_load()
-    out = ffi.new("uint64_t *")
-    return lib.pyamx_xgetbv0(out) == 0 and (out[0] & 0xE6) == 0xE6
-
-
-def _nativelib_load():
-    from . import _nativelib
-
-    return _nativelib.load()
+    xcr0 = detect.facts().xcr0  # detection's table read XCR0 once
+    return xcr0 is not None and (xcr0 & 0xE6) == 0xE6
 
 
 isa.add_state_methods(NativeMachine, "native-method")

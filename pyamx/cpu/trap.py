@@ -1,6 +1,7 @@
 """The trap-and-emulate test mode: the native code path on a CPU without AMX.
 
-With ``PYAMX_TRAP_EMULATION=1`` the detection code calls :func:`enable`,
+With ``PYAMX_TRAP_EMULATION=1`` the native start (pyamx.cpu._native_start, at the backend
+choice) calls :func:`enable`,
 which installs a SIGILL handler written in C (the extension module
 ``pyamx._trap``, built from ``csrc/trap/``). Every AMX instruction that
 ``pyamx._native`` executes then raises #UD, and the handler decodes it,

@@ -200,11 +200,11 @@ def _info_arguments(parser: argparse.ArgumentParser) -> None:
 
 @subcommand("info", "report every AMX detection stage, the build's kernels and the backend choice", _info_arguments)
 def info(args: argparse.Namespace) -> int:
-    from ..cpu import _runtime, detect
+    from ..cpu import _native_start, _runtime, detect
     from .._result import backend_label
     from .._version import __version__
 
-    rep = detect.report()
+    rep = _native_start.report()  # info says what native does here: after the native start
     backend, why = backend_decision()
     if args.json:
         import json

@@ -214,10 +214,10 @@ def unsupported(backend: str) -> dict:
     (executing one would be SIGILL)."""
     if backend == "emulator":
         return {}
-    from ..cpu import detect, native
+    from ..cpu import native
 
     why = {}
-    report = detect.report()
+    report = native.report()
     for name, kind in KINDS.items():
         insn = isa.get(name)
         if kind == "dot":

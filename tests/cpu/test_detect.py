@@ -386,3 +386,206 @@ def test_detection_never_kills_the_process():
                  "from pyamx.cpu import detect; a = detect.report(); b = detect.report(); assert a is b; print('alive')"])
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "alive"
+
+
+# -- the table is read without side effects; the native start acts ---------------------------------
+
+_NO_SIDE_EFFECT = r"""
+import ctypes, json, signal, sys
+from pyamx.cpu import _nativelib, detect, trap
+from pyamx._trap import lib as tlib  # loading the trap's module installs nothing
+
+nffi, nlib = _nativelib.load()
+libc = ctypes.CDLL(None, use_errno=True)
+
+def state():
+    old = ctypes.create_string_buffer(512)  # struct sigaction, sa_handler first
+    assert libc.sigaction(signal.SIGILL, None, old) == 0
+    return {"sigill_handler": int.from_bytes(old.raw[:8], "little"), "installed": int(tlib.pyamx_trap_installed()),
+            "active": trap.active(), "guard": int(tlib.pyamx_trap_guard_state() == tlib.PYAMX_TRAP_GUARD_ACTIVE),
+            "permission": int(tlib.pyamx_trap_permission_granted()), "native_ready": int(nlib.pyamx_native_ready())}
+
+before = state()
+raw = detect.collect()
+rep = detect.report()
+out = {"before": before, "after_report": state(), "started": detect.started(), "same_table": raw == detect.facts(),
+       "read_once": detect.facts() is detect.facts(), "trap": [s.value for s in rep.stages if s.name.startswith("trap mode")],
+       "mode": rep.mode, "usable": rep.native_usable}
+import pyamx
+out["backend"] = str(pyamx.backend())
+out["after_choice"] = state()
+out["mode_after"] = detect.report().mode
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.parametrize("backend", ["auto", "emulator"])
+def test_detection_leaves_the_trap_off_until_the_backend_choice(backend):
+    """PYAMX_TRAP_EMULATION=1: collect() and report() install no handler and grant nothing, yet say what
+    the trap mode would do; the backend choice for native switches it on, a choice of the emulator does not."""
+    proc = _run(["-c", _NO_SIDE_EFFECT], PYAMX_TRAP_EMULATION="1", PYAMX_BACKEND=backend)
+    if proc.returncode != 0 and ("pyamx._trap" in proc.stderr or "pyamx._native" in proc.stderr):
+        pytest.skip(f"the compiled modules are not built here: {proc.stderr[-300:]}")
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    off = {"sigill_handler": 0, "installed": 0, "active": False, "guard": 0, "permission": 0, "native_ready": 0}
+    assert out["before"] == off
+    assert out["after_report"] == off, out
+    assert out["started"] is False and out["same_table"] and out["read_once"]
+    if out["mode_after"] == "silicon" or "complement" in json.dumps(out):
+        pytest.skip("AMX silicon here: the variable asks for the complement mode, not the trap mode")
+    assert out["mode"] is None and out["usable"] is False
+    assert len(out["trap"]) == 1 and out["trap"][0].startswith("requested, not on yet") and "TRAPPED" in out["trap"][0]
+    if backend == "emulator":
+        assert out["backend"] == "emulator" and out["after_choice"] == off
+    else:
+        assert out["backend"] == "native" and out["mode_after"] == "trap"
+        on = out["after_choice"]
+        # (the handler is ours, though sigaction now says otherwise: the guard answers other code's queries)
+        assert on["installed"] == 1 and on["active"] is True
+        assert on["permission"] == 1 and on["native_ready"] == 1
+
+
+def test_before_the_start_silicon_says_what_is_still_to_come():
+    raw = replace(machine(SAPPHIRE_RAPIDS), perm_request=None, xcomp_perm=None, child=None)
+    rep = evaluate(raw)
+    assert not rep.native_usable and rep.mode is None and not rep.cpu_runs_amx
+    assert rep.reason.startswith("not started yet") and "permission" in rep.reason
+    assert all(s.ok is not False for s in rep.stages)
+    assert stage(rep, "permission request").value.startswith("not requested yet")
+    assert stage(rep, "tile instruction").value.startswith("not run yet")
+    assert detect.gate_passed(raw)  # what lets the start ask for the permission
+    # the variable asks for the complement mode on silicon, which the start installs
+    pending = evaluate(replace(raw, trap=TrapFacts(available=True, requested=True, pending=True)))
+    assert stage(pending, "complement mode").value.startswith("requested, not on yet")
+    assert not any(s.name.startswith("trap mode") for s in pending.stages)
+
+
+def test_before_the_start_the_trap_stage_says_what_the_trap_mode_would_do():
+    rep = evaluate(replace(NO_AMX_HERE, trap=TrapFacts(available=True, requested=True, pending=True)))
+    assert not rep.native_usable and rep.mode is None and rep.reason.startswith("AMX-TILE")
+    value = stage(rep, "trap mode").value
+    assert value.startswith("requested, not on yet") and "TRAPPED and EMULATED" in value
+
+
+def test_the_feature_rows_drive_the_leaves_read_and_the_bits_decoded():
+    future = isa.Feature("AMX-FUTURE", "amx_future", 0x24, 1, "ebx", 3)
+    rows = isa.FEATURE_ROWS + (future,)
+    assert {(0x24, 0), (0x24, 1)} <= set(detect.cpuid_leaves(rows))
+    assert not {(0x24, 0), (0x24, 1)} & set(detect.CPUID_LEAVES)
+    has = {**GRANITE_RAPIDS, (0, 0): leaf0(0x24, INTEL), (0x24, 0): (1, 0, 0, 0), (0x24, 1): (0, 1 << 3, 0, 0)}
+    assert detect.decode_features(has, rows)["amx_future"] is True
+    assert detect.decode_features(has, rows)["amx_fp16"] is True
+    # above the maximum leaf, or above the last sub-leaf, the bit reads as 0, never another leaf's data
+    assert detect.decode_features({**has, (0, 0): leaf0(0x20, INTEL)}, rows)["amx_future"] is False
+    assert detect.decode_features({**has, (0x24, 0): (0, 0, 0, 0)}, rows)["amx_future"] is False
+
+
+# -- the native start on simulated machines (no AMX here: a fake pyamx._native) ------------------------
+
+
+class _FakeNative:
+    """pyamx._native's start functions: what they are asked, in order, and what they answer."""
+
+    def __init__(self, calls, perm=0, perm_bits=XCR0_AMX, child_status=0):
+        self.calls, self.perm, self.perm_bits, self.child_status = calls, perm, perm_bits, child_status
+        self.ready = 0
+
+    def pyamx_request_permission(self):
+        self.calls.append("request")
+        return self.perm
+
+    def pyamx_arch_prctl_get(self, code, out):
+        self.calls.append(("get", code))
+        out[0] = self.perm_bits
+        return 0
+
+    def pyamx_probe_child(self, status):
+        self.calls.append("child")
+        status[0] = self.child_status
+        return 0
+
+    def pyamx_native_ready(self):
+        return 1
+
+
+@pytest.fixture
+def start_on(monkeypatch):
+    """``(raw, **fake) -> (calls, report)``: the native start on the readings ``raw`` with a fake
+    pyamx._native; pyamx.trap's actions record themselves in ``calls`` too."""
+    cffi = pytest.importorskip("cffi")  # only its FFI().new for the out-parameters
+
+    from pyamx.cpu import _native_start, _nativelib, trap
+
+    # pyamx.isa keeps the first lib it sees for the C constants (status codes): the real one, not the fake
+    isa.c_constant("PYAMX_E_ARG")
+
+    def run(raw, enable_error=None, complement=("AMX-FP16",), **fake):
+        calls = []
+        lib = _FakeNative(calls, **fake)
+        monkeypatch.setattr(_nativelib, "load", lambda: (cffi.FFI(), lib))
+
+        def enable():
+            calls.append("enable")
+            if enable_error:
+                raise pyamx_errors.BackendError(enable_error)
+
+        monkeypatch.setattr(trap, "enable", enable)
+        monkeypatch.setattr(trap, "active", lambda: True)
+        monkeypatch.setattr(trap, "guard", lambda: trap.GuardStatus(True, "seccomp guard", 0))
+        monkeypatch.setattr(trap, "requested", lambda: bool(raw.trap and raw.trap.requested))
+        monkeypatch.setattr(trap, "complement", lambda: calls.append("complement") or complement)
+        outcome = _native_start._outcome(raw)
+        return calls, evaluate(replace(raw, **outcome))
+
+    return run
+
+
+import pyamx.errors as pyamx_errors  # noqa: E402
+
+READINGS = {field: None for field in detect.START_FIELDS if field != "trap"}
+NOT_ASKED = TrapFacts(available=True, requested=False)
+ASKED = TrapFacts(available=True, requested=True, pending=True)
+
+
+def test_the_start_on_silicon_asks_permission_then_reads_it_then_forks_the_child(start_on):
+    calls, rep = start_on(replace(machine(SAPPHIRE_RAPIDS), **READINGS, trap=NOT_ASKED))
+    assert calls == ["request", ("get", detect.ARCH_GET_XCOMP_PERM), "child"]
+    assert rep.mode == "silicon" and rep.kernels == {"bf16", "int8"} and rep.reason == "ok"
+
+
+def test_the_start_on_sapphire_rapids_with_the_variable_complements_what_it_lacks(start_on):
+    calls, rep = start_on(replace(machine(SAPPHIRE_RAPIDS), **READINGS, trap=ASKED))
+    assert calls == ["request", ("get", detect.ARCH_GET_XCOMP_PERM), "child", "complement"]  # never enable
+    assert rep.mode == "silicon" and rep.complemented == {"AMX-FP16"} and "fp16" in rep.kernels
+    assert rep.mode_for(isa.get("tdpfp16ps")) == "complement" and rep.mode_for(isa.get("tdpbf16ps")) == "silicon"
+    assert "COMPLEMENT MODE" in rep.warning
+
+
+def test_the_start_asks_no_permission_where_a_stage_before_said_no(start_on):
+    vm = replace(machine(SAPPHIRE_RAPIDS, xcr0=XCR0_NO_AMX, supp=XCR0_NO_AMX), **READINGS, trap=NOT_ASKED)
+    calls, rep = start_on(vm)
+    assert calls == [] and rep.reason.startswith("XCR0") and rep.mode is None
+    # with the variable: the trap mode, and the permission only through its emulated grant, after it
+    calls, rep = start_on(replace(vm, trap=ASKED))
+    assert calls == ["enable", "request"] and rep.mode == "trap" and rep.trap_mode
+
+
+def test_the_start_stops_at_a_refused_permission_and_at_a_dead_child(start_on):
+    calls, rep = start_on(replace(machine(SAPPHIRE_RAPIDS), **READINGS, trap=NOT_ASKED), perm=errno.ENOSPC)
+    assert calls == ["request"] and rep.reason.startswith("permission request") and "ENOSPC" in rep.reason
+    calls, rep = start_on(replace(machine(SAPPHIRE_RAPIDS), **READINGS, trap=ASKED),
+                          child_status=int(signal.SIGILL), enable_error="refusing the trap mode: usable AMX")
+    assert calls == ["request", ("get", detect.ARCH_GET_XCOMP_PERM), "child", "enable"]
+    assert rep.mode is None and rep.reason.startswith("tile instruction in a forked child")
+    assert stage(rep, "trap mode").value.startswith("requested but failed: BackendError: refusing")
+
+
+def test_the_table_is_read_once_and_read_again_on_refresh():
+    table = detect.facts()
+    assert detect.facts() is table and detect.collect() == replace(table, **{
+        name: getattr(detect.collect(), name) for name in detect.START_FIELDS})
+    again = detect.refresh()
+    # the same machine, read anew (CPUID.1:EBX holds the APIC id of whichever core answered)
+    assert again is not table and again.features == table.features and again.xcr0 == table.xcr0
+    assert detect.facts() is again

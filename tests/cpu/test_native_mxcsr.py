@@ -70,9 +70,9 @@ def _check(name, call):
 
 
 def _native_dots():
-    from pyamx.cpu import detect
+    from pyamx.cpu import native
 
-    rep = detect.report()
+    rep = native.report()
     return [insn for insn in isa.DOTS if insn.group in rep.kernels]
 
 
@@ -142,10 +142,9 @@ def test_the_tile_machine_keeps_the_callers_mxcsr(native):
 
 
 def _runs_natively(insn) -> bool:
-    from pyamx.cpu import detect
-    from pyamx.cpu.native import feature_missing
+    from pyamx.cpu.native import feature_missing, report
 
-    return feature_missing(detect.report(), insn) is None
+    return feature_missing(report(), insn) is None
 
 
 def test_the_check_sees_a_flag_left_behind():

@@ -150,10 +150,11 @@ def _machine():
 @pytest.mark.parametrize("name", [*isa.ROW_NAMES, "tileloaddrs", "tileloaddrst1"])
 def test_the_native_machine_refuses_an_extension_the_cpu_lacks_before_anything_runs(name):
     insn = isa.get(name)
-    if not _lacks(insn.feature.name) and detect.report().mode == "silicon":
+    rep = native.report()
+    if not _lacks(insn.feature.name) and rep.mode == "silicon":
         pytest.skip(f"this CPU has {insn.feature.name}")
-    if insn.feature.name in detect.report().complemented or detect.report().mode == "trap":
-        pytest.skip(f"the {detect.report().mode_for(insn)} mode emulates {insn.feature.name} here")
+    if insn.feature.name in rep.complemented or rep.mode == "trap":
+        pytest.skip(f"the {rep.mode_for(insn)} mode emulates {insn.feature.name} here")
     m = _machine()
     m.ldtilecfg(TileConfig.make({0: (4, 64), 1: (4, 64)}, start_row=1))
     before = m.sttilecfg()
@@ -185,7 +186,7 @@ def test_the_c_layer_refuses_them_too_without_the_cpuid_bit():
     has_avx512, has_movrs = has["amx_avx512"], has["amx_movrs"]
     if has_avx512 or has_movrs:
         pytest.skip("this CPU has AMX-AVX512 or AMX-MOVRS")
-    if detect.report().complemented or detect.report().mode == "trap":
+    if native.report().complemented or native.report().mode == "trap":
         pytest.skip("the trap or complement mode emulates them here")
     ready = native.available()[0]
     if ready:

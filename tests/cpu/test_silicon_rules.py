@@ -33,9 +33,9 @@ OPS = ["ldtilecfg", "tilezero", "tileloadd", "tileloaddt1", "tilestored", "tdpbf
 
 @pytest.fixture(scope="module")
 def silicon_program(c_program):
-    from pyamx.cpu import detect
+    from pyamx.cpu import native
 
-    report = detect.report()
+    report = native.report()
     if report.mode != "silicon" or not {"bf16", "int8"} <= set(report.kernels):
         reason = f"needs AMX silicon with AMX-BF16 and AMX-INT8 (backend here: {report.mode}; {report.reason})"
         if native_required_by_env() and not _env.flag("PYAMX_TRAP_EMULATION"):

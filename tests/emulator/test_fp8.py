@@ -388,9 +388,9 @@ def test_results_do_not_depend_on_the_callers_mxcsr(mode):
 
 def _has_amx_fp8() -> bool:
     """Native runs the AMX-FP8 rows here (silicon with the feature, or the trap mode's say)."""
-    from pyamx.cpu import detect
+    from pyamx.cpu import native
 
-    return "fp8" in detect.report().kernels
+    return "fp8" in native.report().kernels
 
 
 def test_native_refuses_without_amx_fp8_naming_the_feature():

@@ -241,8 +241,14 @@ def test_import_circles_through_functions_are_the_known_ones():
 
 
 def test_detect_only_detects():
-    """detect.py reads and judges; the trap switch and the runtime report (which asks the backend
-    choice, which asks detection) are other modules'."""
+    """detect.py reads and judges; the native start (the permission, the child, the trap switch) and the
+    runtime report (which asks the backend choice, which asks detection) are other modules'."""
     top, inner = import_graphs()
     assert not {"pyamx._backend", "pyamx.cpu.native", "pyamx.emulator", "pyamx.emulator.engine",
-                "pyamx.cpu._runtime"} & (top["pyamx.cpu.detect"] | inner["pyamx.cpu.detect"])
+                "pyamx.cpu._runtime", "pyamx.cpu._native_start"} & (top["pyamx.cpu.detect"] | inner["pyamx.cpu.detect"])
+    # nor does it act itself: no permission request, no child, no trap or complement mode switched on
+    tree = ast.parse((ROOT / "pyamx" / "cpu" / "detect.py").read_text())
+    called = {node.func.attr for node in ast.walk(tree)
+              if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)}
+    assert not called & {"pyamx_request_permission", "pyamx_probe_child", "enable", "complement",
+                         "emulate_process", "pyamx_set_trap_hook", "pyamx_set_complemented"}

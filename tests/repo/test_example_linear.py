@@ -24,9 +24,9 @@ SMALL = ["--layers", "1", "--batch", "2", "--seq", "5", "--hidden", "48", "--rou
 def _native_env() -> "dict | None":
     """The environment in which the example's native backend runs here: as it is on AMX silicon,
     with the trap mode elsewhere; None where neither can run."""
-    from pyamx.cpu import detect
+    from pyamx.cpu import native
 
-    if detect.report().amx_usable:
+    if native.report().amx_usable:
         return child_env()
     try:
         import pyamx.cpu.trap

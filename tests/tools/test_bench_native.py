@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pyamx.cpu import detect
+from pyamx.cpu import native
 
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_native.py"
 
@@ -43,7 +43,7 @@ def test_the_issue_shapes_are_measured(bench):
 
 
 def test_without_silicon_it_says_so_and_exits_0(bench, capsys):
-    if detect.report().mode == "silicon":
+    if native.report().mode == "silicon":
         pytest.skip("AMX silicon here: the benchmark would measure (seconds to minutes)")
     assert bench.main(["--quick"]) == 0
     assert "no AMX silicon here" in capsys.readouterr().out
@@ -52,7 +52,7 @@ def test_without_silicon_it_says_so_and_exits_0(bench, capsys):
 def test_the_measuring_code_runs_through_the_trap(bench, native_group):
     native_group("bf16")
     native_group("int8")
-    if detect.report().mode != "trap":
+    if native.report().mode != "trap":
         pytest.skip("checks the code path in trap mode; on silicon run the benchmark itself")
     for name in bench.PROBES:
         assert bench.probe(name, seconds=1e-4) > 0

@@ -25,8 +25,8 @@ POOL = textwrap.dedent("""
     import pyamx.tools.run, pyamx.cpu.trap
 
     def child_report(_):
-        import pyamx.cpu.detect
-        r = pyamx.cpu.detect.report()
+        import pyamx.cpu.native
+        r = pyamx.cpu.native.report()  # detection, and the start: the permission request in this child
         return f"{os.getpid()}:{r.mode}"
 
     if __name__ == "__main__":
@@ -37,7 +37,7 @@ POOL = textwrap.dedent("""
             answers = pool.map(child_report, range(4), chunksize=1)
         print("pool", len(answers), flush=True)
         child = subprocess.run([sys.executable, "-X", "faulthandler", "-c",
-                                "import pyamx.cpu.detect; print(pyamx.cpu.detect.report().mode)"],
+                                "import pyamx.cpu.native; print(pyamx.cpu.native.report().mode)"],
                                capture_output=True, text=True)
         print("child", child.returncode, child.stderr.strip()[-300:], flush=True)
 """)

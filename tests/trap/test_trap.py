@@ -1149,8 +1149,8 @@ def _skip_if_this_process_holds_the_guard():
     if WHY_NOT:
         pytest.skip(WHY_NOT)
     if lib.pyamx_trap_guard_state() == lib.PYAMX_TRAP_GUARD_ACTIVE:
-        pytest.skip("this test process holds the trap guard's seccomp listener (PYAMX_TRAP_EMULATION=1 "
-                    "detection ran), and the kernel allows one per process tree: run tests/trap/test_trap.py "
+        pytest.skip("this test process holds the trap guard's seccomp listener (the native start switched "
+                    "the PYAMX_TRAP_EMULATION=1 mode on), and the kernel allows one per process tree: run tests/trap/test_trap.py "
                     "in its own pytest process to test the guard")
 
 

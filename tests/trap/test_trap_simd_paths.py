@@ -19,10 +19,10 @@ import pytest
 from childproc import PYAMX_HOME, child_env
 
 SCRIPT = r"""
-import numpy as np, pyamx, pyamx.cpu.detect
+import numpy as np, pyamx, pyamx.cpu.detect, pyamx.cpu.native
 from pyamx.cpu._nativelib import load_trap
-from pyamx.table import isa
-pyamx.cpu.detect.report()  # installs the trap first: installing sets the path to the CPU's best
+from pyamx import isa
+pyamx.cpu.native.report()  # the native start installs the trap first: installing sets the path to the CPU's best
 ffi, lib = load_trap()
 rng = np.random.default_rng(2026)
 special = np.array([0, 0x8000, 1, 0x8001, 0x03ff, 0x0400, 0x7bff, 0xfbff, 0x7c00, 0xfc00, 0x7e00, 0x7c01,
@@ -54,18 +54,18 @@ for simd in (0, 1):
 
 
 def test_scalar_and_avx2_paths_of_the_trap_equal_the_emulator():
-    from pyamx.cpu import detect
+    from pyamx.cpu import native
     from pyamx.table import isa
 
     complex_row = next(insn for insn in isa.TABLE if insn.kind == "dot-complex")
     env = child_env(PYAMX_TRAP_EMULATION="1", PYAMX_BACKEND="native")
-    probe = subprocess.run([sys.executable, "-c", "import pyamx.cpu.detect as d, pyamx.table.isa as i; r = d.report(); "
+    probe = subprocess.run([sys.executable, "-c", "import pyamx.cpu.native as n, pyamx.table.isa as i; r = n.report(); "
                             f"print(r.mode_for(i.get({complex_row.name!r})))"],
                            capture_output=True, text=True, timeout=120, cwd=PYAMX_HOME, env=env)
     mode = probe.stdout.strip()
     if mode not in ("complement", "trap"):
         pytest.skip(f"the complex rows are not emulated by the trap here (mode {mode!r}; "
-                    f"{detect.report().mode!r} without the trap variable)")
+                    f"{native.report().mode!r} without the trap variable)")
     proc = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, timeout=600,
                           cwd=PYAMX_HOME, env=env)
     assert proc.returncode == 0, proc.stderr
