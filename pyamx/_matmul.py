@@ -176,7 +176,9 @@ class Call:
 
 def _packed_b(b) -> "PackedB | None":
     """``b`` where it is a :class:`pyamx.PackedB` (pyamx/_packed.py builds on this module, so it is
-    known by what it offers, not imported)."""
+    known by what it offers, not imported); ndarrays, the usual b, are answered first."""
+    if type(b) is np.ndarray or type(b) is Imported:
+        return None
     return b if callable(getattr(type(b), "packed_operand", None)) else None
 
 
@@ -189,10 +191,10 @@ def check(a, b, c=None, *, kind=None) -> Call:
         raise ValueError(f"matmul: kind={kind!r}, but b was packed as {packed.kind} ({packed.format})")
     op_a = _operand(a, "a", kind)
     op_b = _operand(b, "b", kind) if packed is None else packed.packed_operand()
-    b_is = (f"b is {op_b.format.name} ({dtype_name(op_b.array.dtype)})" if packed is None
-            else f"b was packed as {packed.format}")
     row = isa.MATMUL_ROUTES.get((op_a.format.name, op_b.format.name))
     if row is None:
+        b_is = (f"b is {op_b.format.name} ({dtype_name(op_b.array.dtype)})" if packed is None
+                else f"b was packed as {packed.format}")
         raise TypeError(
             f"matmul: a is {op_a.format.name} ({dtype_name(op_a.array.dtype)}) but {b_is}; both operands must be "
             "one kind (uint16 is read as bf16 bits: pass kind='fp16' to read uint16 as fp16 bits)"

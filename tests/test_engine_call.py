@@ -103,3 +103,37 @@ def test_threads_is_checked_once_per_product(monkeypatch, packed):
     b = np.ones((40, 8), np.uint16) << 14
     pyamx.matmul(a, pyamx.pack(b) if packed else b, backend="emulator", threads=2)
     assert seen.count(2) == 1, seen
+
+
+def test_per_instruction_calls_from_threads_keep_their_own_descriptors():
+    """tile_call's run() keeps one descriptor per thread and shape and sets its pointers per call:
+    threads calling one run() at once (the GIL released in C) must each get their own product."""
+    import threading
+
+    ok, _ = eng._compiled_status("portable")
+    if not ok:
+        pytest.skip("no compiled engine here")
+    compiled = eng.resolve("portable")
+    run = compiled.tile_call("tdpbf16ps")
+    numpy_engine = eng.resolve("numpy")
+    failures = []
+
+    def work(seed):
+        rng = np.random.default_rng(seed)
+        m, n, kd = 16, 16, 16  # one shape: each thread's calls find the same kept descriptor key
+        for _ in range(300):
+            a = rng.integers(0, 1 << 14, (m, 2 * kd), dtype=np.uint16)
+            b = rng.integers(0, 1 << 14, (kd, 2 * n), dtype=np.uint16)
+            c = rng.integers(0, 1 << 30, (m, n), dtype=np.uint32)
+            out = np.empty((m, n), np.uint32)
+            run(a, 4 * kd, b, 4 * n, c, n, out, n, m, n, kd)
+            if not np.array_equal(out, numpy_engine.dot("tdpbf16ps", c, a, b, kd)):
+                failures.append(seed)
+                return
+
+    threads = [threading.Thread(target=work, args=(seed,)) for seed in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not failures
