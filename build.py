@@ -62,6 +62,7 @@ CSRC = HERE / "csrc"
 DISABLE_ENV = "PYAMX_DISABLE_AMX_KERNELS"  # build without kernels on purpose
 SANITIZE_ENV = "PYAMX_SANITIZE"  # ASan + UBSan build (CI); needs libasan preloaded at run time
 REQUIRE_ENV = "PYAMX_REQUIRE_EXTENSION"  # a build without the extension is an error (CI, wheels)
+TEST_HOOKS_ENV = "PYAMX_ENGINE_TEST_HOOKS"  # a test build: the compiled engine's test hooks in the API
 
 BUILDINFO = Path("pyamx") / "_buildinfo.py"
 GENERATED_DIR = Path("build") / "pyamx-cffi"
@@ -81,6 +82,9 @@ class Module:
     sources: tuple  # glob patterns relative to the repository root
     kernels: bool = False
     include_dirs: tuple = ("csrc",)
+    # a test build's extra API (TEST_HOOKS_ENV): headers fed to cdef after ``headers``, their code
+    # compiled with the macro of the same name as the variable
+    test_headers: tuple = ()
     x86_64_linux_only: bool = False  # not built at all elsewhere
     # Symbols bound at load time (-z now): a signal handler's first call through the PLT would
     # otherwise run the lazy binder, which saves the whole XSAVE state (kilobytes) on whatever
@@ -97,7 +101,8 @@ class Module:
 # A new module joins the build with one entry here.
 MODULES = (
     # The compiled emulator engine keeps its API in its own header (csrc/engine.h).
-    Module("pyamx._native", ("csrc/pyamx.h", "csrc/engine.h"), ("csrc/*.c",), kernels=True),
+    Module("pyamx._native", ("csrc/pyamx.h", "csrc/engine.h"), ("csrc/*.c",), kernels=True,
+           test_headers=("csrc/engine_test_hooks.h",)),
     # The trap mode never executes a tile instruction: any C compiler for x86-64 Linux builds it.
     Module("pyamx._trap", ("csrc/trap/trap.h",), ("csrc/trap/*/*.c",), include_dirs=("csrc/trap",),
            x86_64_linux_only=True, bind_now=True),
@@ -423,11 +428,23 @@ def c_string(text: str) -> str:
     return '"' + "".join(out) + '"'
 
 
+def test_build(env: Optional[Mapping[str, str]] = None) -> bool:
+    """Whether this is a test build (``PYAMX_ENGINE_TEST_HOOKS=1``): the test hooks in the API."""
+    return parse_flag(os.environ if env is None else env, TEST_HOOKS_ENV)
+
+
+def api_headers(module: Module) -> tuple:
+    """The headers fed to cdef: the module's own, and its test headers in a test build."""
+    return module.headers + (module.test_headers if test_build() else ())
+
+
 def define_macros(module: Module, p: BuildPlan) -> list:
     macros = [("PYAMX_VERSION", c_string(p.version)),
               ("PYAMX_BUILD_KERNELS_REASON", c_string(p.decision.reason))]
     if module.kernels and p.decision.kernels:
         macros.append(("PYAMX_HAVE_AMX", "1"))
+    if module.test_headers and test_build():
+        macros.append((TEST_HOOKS_ENV, "1"))
     return macros
 
 
@@ -438,8 +455,9 @@ def make_ffi(module: Module, p: BuildPlan, digest: str = ""):
     from cffi import FFI
 
     builder = FFI()
-    builder.cdef("\n".join(cdef_text(HERE / h) for h in module.headers))
-    includes = "".join(f'#include "{os.path.basename(h)}"\n' for h in module.headers)
+    headers = api_headers(module)
+    builder.cdef("\n".join(cdef_text(HERE / h) for h in headers))
+    includes = "".join(f'#include "{os.path.basename(h)}"\n' for h in headers)
     preamble = (f'/* pyamx build configuration: {p.stamp().replace("*/", "* /")} */\n'
                 f'/* pyamx headers: {digest} */\n{includes}')
     builder.set_source(module.name, preamble)

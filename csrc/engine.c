@@ -1,11 +1,15 @@
-/* The compiled engine's driver: argument checks, packing (once per call,
- * shared by the threads), the NaN pre-scan, the split over threads, and the
- * exact per-element path for outputs with NaN operands. The arithmetic is in
- * engine_x86.c / engine_portable.c / engine_scalar.c.
+/* The compiled engine's driver: its one entry (pyamx_engine_run: the call's
+ * checks, then the AMX-FP8 rows to engine_fp8.c), packing (once per call,
+ * shared by the threads), the NaN pre-scan, the split over the worker pool
+ * (pool.c, shared with the native kernels), and the exact per-element path for
+ * outputs with NaN operands. The arithmetic is in engine_x86.c /
+ * engine_portable.c / engine_scalar.c, which call nothing here: what they
+ * share with this file is in engine_internal.h.
  */
 #include "pyamx.h"
 #include "engine.h"
 #include "engine_internal.h"
+#include "pool.h"
 
 #include <stdlib.h>
 #if defined(_WIN32)
@@ -91,14 +95,9 @@ static void buffer_put(void *p, int cached)
 static const struct eng_variant *variant(int kind, const char **why)
 {
     const char *dummy;
-    if (!why)
-        why = &dummy;
-    if (kind == PYAMX_ENGINE_PORTABLE)
-        return eng_portable_supported(why) ? eng_portable_variant() : 0;
-    if (kind == PYAMX_ENGINE_AVX2 || kind == PYAMX_ENGINE_AVX512)
-        return eng_x86_cpu_has(kind, why) ? eng_x86_variant(kind) : 0;
-    *why = "unknown engine kind";
-    return 0;
+    if (!eng_kind_runs(kind, why ? why : &dummy))
+        return 0;
+    return kind == PYAMX_ENGINE_PORTABLE ? eng_portable_variant() : eng_x86_variant(kind);
 }
 
 int pyamx_engine_available(int kind) { return variant(kind, 0) != 0; }
@@ -112,21 +111,6 @@ const char *pyamx_engine_reason(int kind)
 
 /* ---- packing ---- */
 
-/* fp16 -> fp32 bits, exactly, branch-free so the packing loop vectorises.
- * A subnormal fp16 is m * 2^-24 with m < 1024: the fp32 product below is
- * exact and normal, so no rounding mode, FTZ or DAZ setting can change it. */
-static inline uint32_t widen_fp16(uint32_t h)
-{
-    uint32_t sign = (h & 0x8000u) << 16, e = (h >> 10) & 0x1F, m = h & 0x3FF;
-    uint32_t normal = sign | ((e + 112) << 23) | (m << 13);
-    uint32_t special = sign | 0x7F800000u | (m << 13);
-    float sub = (float)(int32_t)m * 0x1p-24f;
-    uint32_t sub_bits;
-    memcpy(&sub_bits, &sub, 4);
-    uint32_t small = sign | sub_bits; /* m == 0 gives the signed zero */
-    return e == 31 ? special : e == 0 ? small : normal;
-}
-
 /* Exponent range of the finite non-zero packed values (fp32 biased exponents). */
 struct erange { int lo, hi; };
 
@@ -139,29 +123,6 @@ static void note_exponent(struct erange *r, uint32_t w)
         r->lo = e;
     if (e > r->hi)
         r->hi = e;
-}
-
-/* bf16/fp16 values widened to fp32 words: bf16 with DAZ, fp16 exactly (NaN
- * payloads kept, signalling ones unquieted). The reference every variant's
- * widen16 must match; returns 1 when one of the values is a NaN. */
-int eng_widen16(int op, const uint16_t *src, int64_t count, uint32_t *dst)
-{
-    uint32_t nan = 0;
-    if (pyamx_op_traits[op].a_format == PYAMX_FMT_BF16) {
-        for (int64_t i = 0; i < count; i++) {
-            uint32_t w = (uint32_t)src[i] << 16;
-            w = (w & 0x7F800000u) ? w : (w & 0x80000000u);
-            nan |= (w & 0x7FFFFFFFu) > 0x7F800000u;
-            dst[i] = w;
-        }
-    } else {
-        for (int64_t i = 0; i < count; i++) {
-            uint32_t w = widen_fp16(src[i]);
-            nan |= (w & 0x7FFFFFFFu) > 0x7F800000u;
-            dst[i] = w;
-        }
-    }
-    return (int)nan;
 }
 
 /* int8: count words, each the int16 pair of bytes src[2i], src[2i+1] (sign- or zero-extended). */
@@ -545,65 +506,41 @@ static int64_t run_units(const struct job *j)
     return ran;
 }
 
-#if ENG_THREADS
-/* What the calling thread and its helpers share. Helpers are detached and
- * the calling thread never waits for one to start: on a loaded machine a
- * new thread may not run for a scheduler time slice (measured: a 3 ms
- * product took 8 ms with 2 threads while a neighbour held a core). So B's
- * packing is claimed by whoever gets to it first, the calling thread waits
- * only for units someone has claimed, and the last thread out frees this. */
-struct shared {
-    struct job j;
-    struct pack_b_task pb;
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    int refs;           /* threads still using this (under mu) */
-    int b_claimed;      /* atomic: someone packs (or packed) B */
-    int b_done, ready;  /* B packed; A and B packed and the job complete (under mu) */
-    int64_t units_done; /* under mu */
-    int64_t next_unit;  /* atomic */
+/* A thread's share on the pool (pool.c): run_units(), which claims units from the job's counter. */
+static void units_part(void *arg, int part)
+{
+    (void)part;
+    run_units(arg);
+}
+
+/* The two packings of a call with threads, side by side on the pool: A (part 0), B (part 1). */
+struct pack_both {
+    struct job *j;
+    struct pack_b_task *pb;
+    const uint8_t *a;
+    int64_t lda;
+    uint8_t *row_nan;
+    uint32_t *tmp;
+    struct erange *ea;
+    int a_nan;
 };
 
-static void shared_release(struct shared *sh)
+static void pack_a_main(struct pack_both *p)
 {
-    pthread_mutex_lock(&sh->mu);
-    int last = --sh->refs == 0;
-    pthread_mutex_unlock(&sh->mu);
-    if (last) {
-        pthread_mutex_destroy(&sh->mu);
-        pthread_cond_destroy(&sh->cv);
-        free(sh);
-    }
+    struct eng_fpenv saved; /* as in pack_b_main() */
+    p->j->v->enter(&saved);
+    p->a_nan = pack_a(p->j, (uint32_t *)p->j->ap, p->a, p->lda, p->row_nan, p->tmp, p->ea);
+    p->j->v->leave(&saved);
 }
 
-static void shared_pack_b(struct shared *sh)
+static void pack_part(void *arg, int part)
 {
-    pack_b_main(&sh->pb);
-    pthread_mutex_lock(&sh->mu);
-    sh->b_done = 1;
-    pthread_cond_broadcast(&sh->cv);
-    pthread_mutex_unlock(&sh->mu);
+    struct pack_both *p = arg;
+    if (part == 0)
+        pack_a_main(p);
+    else
+        pack_b_main(p->pb);
 }
-
-static void *helper_main(void *arg)
-{
-    struct shared *sh = arg;
-    if (!__atomic_exchange_n(&sh->b_claimed, 1, __ATOMIC_ACQ_REL))
-        shared_pack_b(sh);
-    pthread_mutex_lock(&sh->mu);
-    while (!sh->ready)
-        pthread_cond_wait(&sh->cv, &sh->mu);
-    pthread_mutex_unlock(&sh->mu);
-    int64_t ran = run_units(&sh->j); /* 0 when it started after every unit was taken */
-    pthread_mutex_lock(&sh->mu);
-    sh->units_done += ran;
-    if (ran && sh->units_done == sh->j.units)
-        pthread_cond_broadcast(&sh->cv);
-    pthread_mutex_unlock(&sh->mu);
-    shared_release(sh);
-    return 0;
-}
-#endif
 
 /* How many threads the work of m x n outputs over kd dwords keeps busy (>= 1).
  * Integers only: this runs under the caller's MXCSR, where a float
@@ -616,12 +553,6 @@ static int64_t most_parts(int64_t m, int64_t n, int64_t kd)
         return INT64_MAX;
     int64_t most = mn * kd / MIN_WORK_PER_THREAD;
     return most > 1 ? most : 1;
-}
-
-static int overlaps(const void *p0, size_t n0, const void *p1, size_t n1)
-{
-    uintptr_t a = (uintptr_t)p0, b = (uintptr_t)p1;
-    return a < b + n1 && b < a + n0;
 }
 
 /* Whether the exact path would take more than max_exact multiply-adds: outputs in a row or
@@ -638,9 +569,8 @@ static int exact_work_above(const struct job *j, int64_t max_exact)
     return outputs > max_exact / j->k;
 }
 
-/* The shared driver of pyamx_engine_dot() (b_rowmajor 0, k = 4*kd bytes or
- * 2*kd values) and pyamx_engine_matmul() (b_rowmajor 1, any k); arguments
- * already checked. */
+/* pyamx_engine_run() of the bf16/fp16/int8/complex rows: b_rowmajor 0 with k = lanes * kd
+ * values, or 1 with any k; arguments already checked. */
 static int run(const struct eng_variant *v, int kind, int op, const void *a, int64_t lda, const void *b, int64_t ldb,
                int b_rowmajor, const uint32_t *c_in, int64_t ldc_in, uint32_t *c_out, int64_t ldc_out,
                int64_t m, int64_t n, int64_t kd, int64_t k, int threads, const int *cancel, int64_t max_exact)
@@ -711,88 +641,31 @@ static int run(const struct eng_variant *v, int kind, int op, const void *a, int
     j.bp = bp;
     j.row_nan = flags;
     j.col_nan = flags ? flags + m : 0;
-    struct job *jp = &j;
-    struct pack_b_task *pbp = &pb;
-#if ENG_THREADS
-    /* Helpers (detached) pack B if they get there first, then take units. */
-    struct shared *sh = parts > 1 ? calloc(1, sizeof *sh) : 0;
-    if (sh && pthread_mutex_init(&sh->mu, 0) != 0) {
-        free(sh); /* then this thread runs everything */
-        sh = 0;
+    int64_t next_unit = 0;
+    j.next_unit = parts > 1 ? &next_unit : 0;
+    /* The pool's parts are claimed, so a worker the scheduler has not run yet never holds the
+     * call up: the calling thread takes what is left (pool.c). */
+    struct pack_both pk = {&j, &pb, a, lda, is_float ? flags : 0, tmp, need_range ? &ea : 0, 0};
+    if (parts > 1)
+        pyamx_internal_pool_run(pack_part, &pk, 2, 0);
+    else {
+        pack_part(&pk, 0);
+        pack_part(&pk, 1);
     }
-    if (sh && pthread_cond_init(&sh->cv, 0) != 0) {
-        pthread_mutex_destroy(&sh->mu);
-        free(sh);
-        sh = 0;
-    }
-    if (sh) {
-        sh->j = j;
-        sh->j.next_unit = &sh->next_unit;
-        sh->pb = pb;
-        sh->pb.j = &sh->j;
-        jp = &sh->j;
-        pbp = &sh->pb;
-        sh->refs = 1;
-        pthread_attr_t attr;
-        int attr_ok = pthread_attr_init(&attr) == 0 && pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED) == 0;
-        for (int i = 1; attr_ok && i < parts; i++) {
-            pthread_mutex_lock(&sh->mu);
-            sh->refs++;
-            pthread_mutex_unlock(&sh->mu);
-            pthread_t t;
-            if (pthread_create(&t, &attr, helper_main, sh) != 0) {
-                pthread_mutex_lock(&sh->mu);
-                sh->refs--;
-                pthread_mutex_unlock(&sh->mu);
-                break; /* this thread does what is left */
-            }
-        }
-        if (attr_ok)
-            pthread_attr_destroy(&attr);
-    }
-#endif
-    struct eng_fpenv saved; /* as in pack_b_main() */
-    v->enter(&saved);
-    int a_nan = pack_a(jp, ap, a, lda, is_float ? flags : 0, tmp, need_range ? &ea : 0);
-    v->leave(&saved);
-#if ENG_THREADS
-    if (sh) {
-        if (!__atomic_exchange_n(&sh->b_claimed, 1, __ATOMIC_ACQ_REL))
-            shared_pack_b(sh);
-        pthread_mutex_lock(&sh->mu);
-        while (!sh->b_done)
-            pthread_cond_wait(&sh->cv, &sh->mu);
-        pthread_mutex_unlock(&sh->mu);
-    } else
-#endif
-        pack_b_main(pbp);
-    jp->any_nan = a_nan | pbp->any_nan;
-    int slow = max_exact >= 0 && jp->any_nan && exact_work_above(jp, max_exact);
+    j.any_nan = pk.a_nan | pb.any_nan;
+    int slow = max_exact >= 0 && j.any_nan && exact_work_above(&j, max_exact);
     if (slow)
-        jp->units = 0; /* every thread finds nothing to do */
-    struct erange eb = pbp->er;
+        j.units = 0; /* every thread finds nothing to do */
+    struct erange eb = pb.er;
     /* Every finite non-zero product is an fp32 normal number when the
      * smallest exponents sum to >= -126 and the largest to < 127 (products
      * of values below 2^(e+1) stay below 2^128 * 2^-1). */
-    jp->in_range = ea.lo > ea.hi || eb.lo > eb.hi ||
-                   ((ea.lo - 127) + (eb.lo - 127) >= -126 && (ea.hi - 127 + 1) + (eb.hi - 127 + 1) <= 127);
-#if ENG_THREADS
-    if (sh) {
-        pthread_mutex_lock(&sh->mu);
-        sh->ready = 1;
-        pthread_cond_broadcast(&sh->cv);
-        pthread_mutex_unlock(&sh->mu);
-        int64_t ran = run_units(jp);
-        /* wait only for units other threads claimed; a helper that never ran claims none */
-        pthread_mutex_lock(&sh->mu);
-        sh->units_done += ran;
-        while (sh->units_done < sh->j.units)
-            pthread_cond_wait(&sh->cv, &sh->mu);
-        pthread_mutex_unlock(&sh->mu);
-        shared_release(sh);
-    } else
-#endif
-        run_units(jp);
+    j.in_range = ea.lo > ea.hi || eb.lo > eb.hi ||
+                 ((ea.lo - 127) + (eb.lo - 127) >= -126 && (ea.hi - 127 + 1) + (eb.hi - 127 + 1) <= 127);
+    if (parts > 1)
+        pyamx_internal_pool_run(units_part, &j, (int)parts, 0);
+    else
+        run_units(&j);
     free(tmp);
     free(pb.tmp);
     buffer_put(ap, cached);
@@ -800,11 +673,11 @@ static int run(const struct eng_variant *v, int kind, int op, const void *a, int
     return slow ? PYAMX_ENGINE_E_SLOW : flag_set(cancel) ? PYAMX_ENGINE_E_CANCELLED : PYAMX_ENGINE_OK;
 }
 
-/* The operand formats the packing and the loops above know (complex fp16 pairs as fp16 ones). Any
- * other row (AMX-FP8's bf8/hf8)
- * would be widened as if it were fp16 and give garbage, so the entries refuse it (E_ARG);
- * pyamx/emulator/engine.py sends those rows to the numpy engine before ever calling here. */
-static int engine_implements(const struct pyamx_op_traits *t)
+/* The operand formats the packing and the loops above know (complex fp16 pairs as fp16 ones);
+ * the AMX-FP8 rows go to engine_fp8.c. Any other row would be widened as if it were fp16 and give
+ * garbage, so the entry refuses it (E_ARG); pyamx/emulator/engine.py sends those rows to the numpy
+ * engine before ever calling here. */
+static int packs(const struct pyamx_op_traits *t)
 {
     switch (t->a_format) {
     case PYAMX_FMT_BF16:
@@ -820,74 +693,58 @@ static int engine_implements(const struct pyamx_op_traits *t)
     }
 }
 
-/* The checks both entries make: A is m rows of a_row bytes, B is b_rows rows of b_row bytes,
- * floats 2-byte aligned, and the output overlaps nothing it reads. */
-static int check_operands(const struct pyamx_op_traits *t, const void *a, int64_t lda, int64_t a_row, const void *b, int64_t ldb,
-                          int64_t b_rows, int64_t b_row, const uint32_t *c_in, int64_t ldc_in,
-                          const uint32_t *c_out, int64_t ldc_out, int64_t m, int64_t n)
+static int is_fp8(int fmt) { return fmt == PYAMX_FMT_BF8 || fmt == PYAMX_FMT_HF8; }
+
+/* The checks of every call: A is m rows of k values, B as its layout says, 2-byte values
+ * 2-byte aligned, threads within the pool, and the output overlaps nothing it reads. */
+static int call_ok(const struct pyamx_engine_call *c, const struct pyamx_op_traits *t, int fp8)
 {
-    if (!t || !engine_implements(t) || !a || !b || !c_out)
+    if (c->numerics != PYAMX_ENGINE_NUMERICS_SDM || !c->a || !c->b || !c->c_out)
         return 0;
-    if (m < 1 || n < 1 || b_rows < 1 || m > (1 << 30) || n > (1 << 30) || b_rows > (1 << 30))
+    if (c->threads < 1 || c->threads > PYAMX_MATMUL_MAX_THREADS)
         return 0;
-    if (lda < a_row || ldb < b_row || (c_in && ldc_in < n) || ldc_out < n)
+    if (c->b_layout != PYAMX_ENGINE_B_DWORDS && c->b_layout != PYAMX_ENGINE_B_ROWS)
         return 0;
-    if (pyamx_dot_is_float(t) && ((lda | ldb | (int64_t)(uintptr_t)a | (int64_t)(uintptr_t)b) & 1))
+    /* a complex number fills its dword: row-major "values" of B would split it */
+    if (c->b_layout == PYAMX_ENGINE_B_ROWS && pyamx_dot_is_complex(t))
         return 0;
-    size_t out_bytes = (size_t)((m - 1) * ldc_out + n) * 4;
-    return !((c_in && overlaps(c_out, out_bytes, c_in, (size_t)((m - 1) * ldc_in + n) * 4)) ||
-             overlaps(c_out, out_bytes, a, (size_t)((m - 1) * lda + a_row)) ||
-             overlaps(c_out, out_bytes, b, (size_t)((b_rows - 1) * ldb + b_row)));
+    int64_t m = c->m, n = c->n, k = c->k, lanes = t->lanes, size = pyamx_dot_value_bytes(t);
+    if (m < 1 || n < 1 || k < 1 || m > (1 << 30) || n > (1 << 30) || k > (fp8 ? 1 << 30 : (int64_t)1 << 32))
+        return 0;
+    /* the dword kernels take whole dwords of B in its instruction layout */
+    if (!fp8 && c->b_layout == PYAMX_ENGINE_B_DWORDS && k % lanes)
+        return 0;
+    int rows = c->b_layout == PYAMX_ENGINE_B_ROWS;
+    int64_t a_row = size * k, b_rows = rows ? k : (k + lanes - 1) / lanes, b_row = rows ? size * n : 4 * n;
+    if (b_rows > (1 << 30))
+        return 0;
+    if (c->lda_bytes < a_row || c->ldb_bytes < b_row || (c->c_in && c->ldc_in < n) || c->ldc_out < n)
+        return 0;
+    if (size == 2 && ((c->lda_bytes | c->ldb_bytes | (int64_t)(uintptr_t)c->a | (int64_t)(uintptr_t)c->b) & 1))
+        return 0;
+    size_t out_bytes = (size_t)((m - 1) * c->ldc_out + n) * 4;
+    return !((c->c_in && eng_overlaps(c->c_out, out_bytes, c->c_in, (size_t)((m - 1) * c->ldc_in + n) * 4)) ||
+             eng_overlaps(c->c_out, out_bytes, c->a, (size_t)((m - 1) * c->lda_bytes + a_row)) ||
+             eng_overlaps(c->c_out, out_bytes, c->b, (size_t)((b_rows - 1) * c->ldb_bytes + b_row)));
 }
 
-int pyamx_engine_dot_cancellable(int kind, int op, const void *a, int64_t lda, const void *b, int64_t ldb,
-                                 const uint32_t *c_in, int64_t ldc_in, uint32_t *c_out, int64_t ldc_out,
-                                 int64_t m, int64_t n, int64_t kd, int threads, const int *cancel,
-                                 int64_t max_exact)
+int pyamx_engine_run(const struct pyamx_engine_call *c)
 {
-    const struct eng_variant *v = variant(kind, 0);
+    if (!c)
+        return PYAMX_ENGINE_E_ARG;
+    const struct eng_variant *v = variant(c->kind, 0);
     if (!v)
         return PYAMX_ENGINE_E_UNAVAILABLE;
-    const struct pyamx_op_traits *t = pyamx_dot_traits(op);
-    if (kd > (1 << 30) || !c_in || !check_operands(t, a, lda, 4 * kd, b, ldb, kd, 4 * n, c_in, ldc_in, c_out, ldc_out, m, n))
+    const struct pyamx_op_traits *t = pyamx_dot_traits(c->op);
+    int fp8 = t && is_fp8(t->a_format) && is_fp8(t->b_format);
+    if (!t || !(fp8 || packs(t)) || !call_ok(c, t, fp8))
         return PYAMX_ENGINE_E_ARG;
-    return run(v, kind, op, a, lda, b, ldb, 0, c_in, ldc_in, c_out, ldc_out, m, n, kd, t->lanes * kd, threads,
-               cancel, max_exact);
-}
-
-int pyamx_engine_matmul_cancellable(int kind, int op, const void *a, int64_t lda, const void *b, int64_t ldb,
-                                    const uint32_t *c_in, int64_t ldc_in, uint32_t *c_out, int64_t ldc_out,
-                                    int64_t m, int64_t n, int64_t k, int threads, const int *cancel,
-                                    int64_t max_exact)
-{
-    const struct eng_variant *v = variant(kind, 0);
-    if (!v)
-        return PYAMX_ENGINE_E_UNAVAILABLE;
-    const struct pyamx_op_traits *t = pyamx_dot_traits(op);
-    /* a complex number fills its dword: row-major "values" of B would split it (use the dot entry) */
-    if (!t || pyamx_dot_is_complex(t))
-        return PYAMX_ENGINE_E_ARG;
-    int64_t size = pyamx_dot_value_bytes(t), lanes = t->lanes;
-    if (k > (1 << 30) || !check_operands(t, a, lda, size * k, b, ldb, k, size * n, c_in, ldc_in, c_out, ldc_out, m, n))
-        return PYAMX_ENGINE_E_ARG;
-    return run(v, kind, op, a, lda, b, ldb, 1, c_in, ldc_in, c_out, ldc_out, m, n, (k + lanes - 1) / lanes, k, threads,
-               cancel, max_exact);
-}
-
-int pyamx_engine_dot(int kind, int op, const void *a, int64_t lda, const void *b, int64_t ldb,
-                     const uint32_t *c_in, int64_t ldc_in, uint32_t *c_out, int64_t ldc_out,
-                     int64_t m, int64_t n, int64_t kd, int threads)
-{
-    return pyamx_engine_dot_cancellable(kind, op, a, lda, b, ldb, c_in, ldc_in, c_out, ldc_out, m, n, kd, threads, 0,
-                                        -1);
-}
-
-int pyamx_engine_matmul(int kind, int op, const void *a, int64_t lda, const void *b, int64_t ldb,
-                        const uint32_t *c_in, int64_t ldc_in, uint32_t *c_out, int64_t ldc_out,
-                        int64_t m, int64_t n, int64_t k, int threads)
-{
-    return pyamx_engine_matmul_cancellable(kind, op, a, lda, b, ldb, c_in, ldc_in, c_out, ldc_out, m, n, k, threads,
-                                           0, -1);
+    if (fp8)
+        return eng_fp8_run(c, t);
+    int64_t lanes = t->lanes;
+    return run(v, c->kind, c->op, c->a, c->lda_bytes, c->b, c->ldb_bytes, c->b_layout == PYAMX_ENGINE_B_ROWS,
+               c->c_in, c->ldc_in, c->c_out, c->ldc_out, c->m, c->n, (c->k + lanes - 1) / lanes, c->k, c->threads,
+               c->cancel, c->max_exact);
 }
 
 void pyamx_engine_cancel(int *cancel)
@@ -901,7 +758,8 @@ void pyamx_engine_cancel(int *cancel)
 #endif
 }
 
-/* ---- scalar primitives and test hooks ---- */
+#if defined(PYAMX_ENGINE_TEST_HOOKS)
+/* ---- a test build's hooks (engine_test_hooks.h) ---- */
 
 uint32_t pyamx_engine_fma32(uint32_t a, uint32_t b, uint32_t acc)
 {
@@ -920,42 +778,4 @@ uint32_t pyamx_engine_add32(uint32_t x, uint32_t y)
     eng_portable_variant()->leave(&saved);
     return r;
 }
-
-uint32_t pyamx_engine_getcsr(void) { return ENG_X86 ? eng_x86_getcsr() : 0; }
-
-/* Test hooks: one call with MXCSR set to a caller-chosen value first (a process whose MXCSR was
- * changed), reporting the MXCSR found after it; the hook's own MXCSR is put back. */
-static int under_mxcsr(uint32_t mxcsr, uint32_t *mxcsr_after, int rowmajor, int kind, int op,
-                       const void *a, int64_t lda, const void *b, int64_t ldb,
-                       const uint32_t *c_in, int64_t ldc_in, uint32_t *c_out, int64_t ldc_out,
-                       int64_t m, int64_t n, int64_t depth, int threads)
-{
-    if (!ENG_X86)
-        return PYAMX_ENGINE_E_UNAVAILABLE;
-    /* LDMXCSR faults (#GP) on any of the reserved bits 16-31: refuse, as pyamx_set_mxcsr does. */
-    if (mxcsr > 0xFFFFu || !mxcsr_after)
-        return PYAMX_ENGINE_E_ARG;
-    uint32_t own = eng_x86_getcsr();
-    eng_x86_setcsr(mxcsr);
-    int rc = rowmajor ? pyamx_engine_matmul(kind, op, a, lda, b, ldb, c_in, ldc_in, c_out, ldc_out, m, n, depth, threads)
-                      : pyamx_engine_dot(kind, op, a, lda, b, ldb, c_in, ldc_in, c_out, ldc_out, m, n, depth, threads);
-    *mxcsr_after = eng_x86_getcsr();
-    eng_x86_setcsr(own);
-    return rc;
-}
-
-int pyamx_engine_dot_under_mxcsr(uint32_t mxcsr, uint32_t *mxcsr_after, int kind, int op,
-                                 const void *a, int64_t lda, const void *b, int64_t ldb,
-                                 const uint32_t *c_in, int64_t ldc_in, uint32_t *c_out, int64_t ldc_out,
-                                 int64_t m, int64_t n, int64_t kd, int threads)
-{
-    return under_mxcsr(mxcsr, mxcsr_after, 0, kind, op, a, lda, b, ldb, c_in, ldc_in, c_out, ldc_out, m, n, kd, threads);
-}
-
-int pyamx_engine_matmul_under_mxcsr(uint32_t mxcsr, uint32_t *mxcsr_after, int kind, int op,
-                                    const void *a, int64_t lda, const void *b, int64_t ldb,
-                                    const uint32_t *c_in, int64_t ldc_in, uint32_t *c_out, int64_t ldc_out,
-                                    int64_t m, int64_t n, int64_t k, int threads)
-{
-    return under_mxcsr(mxcsr, mxcsr_after, 1, kind, op, a, lda, b, ldb, c_in, ldc_in, c_out, ldc_out, m, n, k, threads);
-}
+#endif

@@ -28,6 +28,7 @@
 #include "pyamx.h"
 #include "engine.h"
 #include "engine_internal.h"
+#include "pool.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -35,7 +36,7 @@
 
 #if !defined(_WIN32)
 #include <pthread.h>
-#define F8_THREADS 1
+#define F8_THREADS 1 /* pthread_once for the tables; the work itself runs on pool.c */
 #else
 #define F8_THREADS 0
 #endif
@@ -389,6 +390,11 @@ T256 static void y_run(int64_t nb, const double *ap, const double *bp, float *c,
 static const struct f8_variant avx2_variant = {Y_MR, Y_NR, y_run, y_block_t, 0, 0, 0, 0};
 #endif
 
+/* Whether the avx512 variant takes its int16 (AVX-512 VNNI) path, and the split rows
+ * (left-out rows summed as two int16 rows on avx512 with VNNI and DQ, z_split_row2). Always on
+ * in the product; a test build (engine_test_hooks.h) can switch them off, so that the paths
+ * they replace meet every case too. */
+#if defined(PYAMX_ENGINE_TEST_HOOKS)
 static int int_path_on = 1;
 int pyamx_engine_fp8_int_path(int enable)
 {
@@ -398,7 +404,6 @@ int pyamx_engine_fp8_int_path(int enable)
     return was;
 }
 
-/* Test hook like pyamx_engine_fp8_int_path: the split rows of z_split_row2 on (1) or off (0). */
 static int split_path_on = 1;
 int pyamx_engine_fp8_split_path(int enable)
 {
@@ -407,10 +412,14 @@ int pyamx_engine_fp8_split_path(int enable)
         __atomic_store_n(&split_path_on, enable != 0, __ATOMIC_RELAXED);
     return was;
 }
+#else
+enum { int_path_on = 1, split_path_on = 1 };
+#endif
 
 static const struct f8_variant *f8_variant(int kind)
 {
-    if (!pyamx_engine_available(kind))
+    const char *why;
+    if (!eng_kind_runs(kind, &why))
         return 0;
     if (kind == PYAMX_ENGINE_PORTABLE)
         return &portable_variant;
@@ -984,9 +993,8 @@ static inline int is_cancelled(const int *flag)
 
 struct f8_part { struct f8_job *J; int64_t q0, q1; int stopped; };
 
-static void *run_part(void *arg)
+static void run_part(struct f8_part *part)
 {
-    struct f8_part *part = arg;
     const struct f8_job *J = part->J;
     uint32_t saved_csr = 0;
     fenv_t saved_env;
@@ -1021,34 +1029,21 @@ static void *run_part(void *arg)
     (void)saved_csr;
     fesetenv(&saved_env);
 #endif
-    return 0;
 }
 
-static int regions_overlap(const void *x, size_t xn, const void *y, size_t yn)
-{
-    uintptr_t a = (uintptr_t)x, b = (uintptr_t)y;
-    return a < b + yn && b < a + xn;
-}
+/* A thread's share on the pool (pool.c): one part of the column groups. */
+static void pool_part(void *arg, int index) { run_part((struct f8_part *)arg + index); }
 
-static int is_fp8(int fmt) { return fmt == PYAMX_FMT_BF8 || fmt == PYAMX_FMT_HF8; }
-
-int pyamx_engine_fp8(int kind, int op, const void *a, int64_t lda_bytes, const void *b, int64_t ldb_bytes,
-                     int b_rowmajor, const uint32_t *c_in, int64_t ldc_in, uint32_t *c_out, int64_t ldc_out,
-                     int64_t m, int64_t n, int64_t k, int threads, const int *cancel, int64_t max_exact)
+int eng_fp8_run(const struct pyamx_engine_call *call, const struct pyamx_op_traits *t)
 {
-    const struct pyamx_op_traits *t = pyamx_dot_traits(op);
-    if (!t || !is_fp8(t->a_format) || !is_fp8(t->b_format) || !a || !b || !c_out || threads < 1)
-        return PYAMX_ENGINE_E_ARG;
-    if (m < 1 || n < 1 || k < 1 || m > (1 << 30) || n > (1 << 30) || k > (1 << 30))
-        return PYAMX_ENGINE_E_ARG;
-    int64_t b_rows = b_rowmajor ? k : (k + 3) / 4, b_row = b_rowmajor ? n : 4 * n;
-    if (lda_bytes < k || ldb_bytes < b_row || (c_in && ldc_in < n) || ldc_out < n)
-        return PYAMX_ENGINE_E_ARG;
-    size_t out_bytes = (size_t)((m - 1) * ldc_out + n) * 4;
-    if ((c_in && regions_overlap(c_out, out_bytes, c_in, (size_t)((m - 1) * ldc_in + n) * 4)) ||
-        regions_overlap(c_out, out_bytes, a, (size_t)((m - 1) * lda_bytes + k)) ||
-        regions_overlap(c_out, out_bytes, b, (size_t)((b_rows - 1) * ldb_bytes + b_row)))
-        return PYAMX_ENGINE_E_ARG;
+    int kind = call->kind, threads = call->threads;
+    int b_rowmajor = call->b_layout == PYAMX_ENGINE_B_ROWS;
+    const void *a = call->a, *b = call->b;
+    int64_t lda_bytes = call->lda_bytes, ldb_bytes = call->ldb_bytes, ldc_in = call->ldc_in, ldc_out = call->ldc_out;
+    int64_t m = call->m, n = call->n, k = call->k, max_exact = call->max_exact;
+    const uint32_t *c_in = call->c_in;
+    uint32_t *c_out = call->c_out;
+    const int *cancel = call->cancel;
     const struct f8_variant *v = f8_variant(kind);
     if (!v)
         return PYAMX_ENGINE_E_UNAVAILABLE;
@@ -1150,11 +1145,11 @@ int pyamx_engine_fp8(int kind, int op, const void *a, int64_t lda_bytes, const v
         parts = groups;
     if (parts > work / F8_MIN_WORK_PER_THREAD)
         parts = work / F8_MIN_WORK_PER_THREAD;
-    if (parts < 1 || !F8_THREADS)
+    if (parts < 1)
         parts = 1;
-    struct f8_part part_list[256];
-    if (parts > 256)
-        parts = 256;
+    struct f8_part part_list[PYAMX_MATMUL_MAX_THREADS];
+    if (parts > PYAMX_MATMUL_MAX_THREADS)
+        parts = PYAMX_MATMUL_MAX_THREADS;
     for (int64_t i = 0; i < parts; i++) {
         part_list[i].J = &J;
         int64_t q0 = groups * i / parts * group, q1 = groups * (i + 1) / parts * group;
@@ -1162,21 +1157,10 @@ int pyamx_engine_fp8(int kind, int op, const void *a, int64_t lda_bytes, const v
         part_list[i].q1 = q1 < J.nq ? q1 : J.nq;
         part_list[i].stopped = 0;
     }
-#if F8_THREADS
-    pthread_t ids[256];
-    int started[256] = {0};
-    for (int64_t i = 1; i < parts; i++)
-        started[i] = pthread_create(&ids[i], 0, run_part, &part_list[i]) == 0;
-    run_part(&part_list[0]);
-    for (int64_t i = 1; i < parts; i++) {
-        if (started[i])
-            pthread_join(ids[i], 0);
-        else
-            run_part(&part_list[i]); /* no thread to be had: the same work here */
-    }
-#else
-    run_part(&part_list[0]);
-#endif
+    if (parts > 1)
+        pyamx_internal_pool_run(pool_part, part_list, (int)parts, 0);
+    else
+        run_part(&part_list[0]);
     int stopped = 0;
     for (int64_t i = 0; i < parts; i++)
         stopped |= part_list[i].stopped;
@@ -1197,26 +1181,4 @@ int pyamx_engine_fp8(int kind, int op, const void *a, int64_t lda_bytes, const v
             }
         }
     return PYAMX_ENGINE_OK;
-}
-
-int pyamx_engine_fp8_under_mxcsr(uint32_t mxcsr, uint32_t *mxcsr_after, int kind, int op, const void *a,
-                                 int64_t lda_bytes, const void *b, int64_t ldb_bytes, int b_rowmajor,
-                                 const uint32_t *c_in, int64_t ldc_in, uint32_t *c_out, int64_t ldc_out,
-                                 int64_t m, int64_t n, int64_t k, int threads)
-{
-#if ENG_X86
-    if (mxcsr > 0xFFFFu || !mxcsr_after) /* LDMXCSR faults (#GP) on the reserved bits 16-31 */
-        return PYAMX_ENGINE_E_ARG;
-    uint32_t own = eng_x86_getcsr();
-    eng_x86_setcsr(mxcsr);
-    int rc = pyamx_engine_fp8(kind, op, a, lda_bytes, b, ldb_bytes, b_rowmajor, c_in, ldc_in, c_out, ldc_out, m, n,
-                              k, threads, 0, -1);
-    *mxcsr_after = eng_x86_getcsr();
-    eng_x86_setcsr(own);
-    return rc;
-#else
-    (void)mxcsr; (void)mxcsr_after; (void)kind; (void)op; (void)a; (void)lda_bytes; (void)b; (void)ldb_bytes;
-    (void)b_rowmajor; (void)c_in; (void)ldc_in; (void)c_out; (void)ldc_out; (void)m; (void)n; (void)k; (void)threads;
-    return PYAMX_ENGINE_E_UNAVAILABLE;
-#endif
 }

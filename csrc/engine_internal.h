@@ -14,6 +14,7 @@
 #define PYAMX_ENGINE_INTERNAL_H
 
 #include <fenv.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "dot_traits.h"
@@ -53,11 +54,11 @@ struct eng_variant {
     void (*leave)(const struct eng_fpenv *saved);
     /* count bf16/fp16 values at src widened to fp32 words at dst, exactly as
      * eng_widen16() does (bf16 with DAZ, fp16 exact, NaN payloads kept);
-     * nonzero when one of them is a NaN. NULL: engine.c's eng_widen16(). */
+     * nonzero when one of them is a NaN. NULL: eng_widen16() (engine_scalar.c). */
     int (*widen16)(int op, const uint16_t *src, int64_t count, uint32_t *dst);
 };
 
-/* engine.c: the scalar widening every widen16 must match (and their tails use) */
+/* engine_scalar.c: the scalar widening every widen16 must match (and their tails use) */
 int eng_widen16(int op, const uint16_t *src, int64_t count, uint32_t *dst);
 
 /* engine_x86.c (zero/NULL off x86-64) */
@@ -77,6 +78,28 @@ uint32_t eng_fma32_acc_first(uint32_t a, uint32_t b, uint32_t acc);
 uint32_t eng_add32(uint32_t x, uint32_t y);
 uint32_t eng_fma32_nonan(uint32_t a, uint32_t b, uint32_t acc);
 uint32_t eng_add32_nonan(uint32_t x, uint32_t y);
+
+/* Whether `kind` is compiled in and runs here (why: the reason, static storage). Engine.c and
+ * engine_fp8.c both ask, so it sits here rather than in either. */
+static inline int eng_kind_runs(int kind, const char **why)
+{
+    if (kind == PYAMX_ENGINE_PORTABLE)
+        return eng_portable_supported(why);
+    if (kind == PYAMX_ENGINE_AVX2 || kind == PYAMX_ENGINE_AVX512)
+        return eng_x86_cpu_has(kind, why);
+    *why = "unknown engine kind";
+    return 0;
+}
+
+static inline int eng_overlaps(const void *p0, size_t n0, const void *p1, size_t n1)
+{
+    uintptr_t a = (uintptr_t)p0, b = (uintptr_t)p1;
+    return a < b + n1 && b < a + n0;
+}
+
+/* engine_fp8.c: the AMX-FP8 rows of pyamx_engine_run(), the call already checked by engine.c
+ * (op an fp8 row, shapes, strides, overlaps, threads; kind available). */
+int eng_fp8_run(const struct pyamx_engine_call *call, const struct pyamx_op_traits *t);
 
 /* The tile at src copied to c (nothing when src == c): kernels that work in place start with it. */
 static inline void eng_tile_start(uint32_t *c, int64_t ldc, const uint32_t *src, int64_t lds, int rows, int cols)

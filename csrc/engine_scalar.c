@@ -18,6 +18,10 @@
  * after rounding, as x86 detects it.
  *
  * Separate from trap/fp32.h on purpose: the cross-checks compare two independent readings of the rules.
+ *
+ * Also the exact scalar widening of bf16/fp16 operands (eng_widen16), the reference every
+ * variant's vector widening matches and falls back to: the variants and the driver (engine.c)
+ * call down into this file, never into each other.
  */
 #include "engine_internal.h"
 
@@ -104,4 +108,42 @@ uint32_t eng_add32(uint32_t x, uint32_t y)
     if (pyamx_f32_is_nan(y))
         return y | PYAMX_F32_QUIET;
     return eng_add32_nonan(x, y);
+}
+
+/* fp16 -> fp32 bits, exactly, branch-free so the packing loop vectorises.
+ * A subnormal fp16 is m * 2^-24 with m < 1024: the fp32 product below is
+ * exact and normal, so no rounding mode, FTZ or DAZ setting can change it. */
+static inline uint32_t widen_fp16(uint32_t h)
+{
+    uint32_t sign = (h & 0x8000u) << 16, e = (h >> 10) & 0x1F, m = h & 0x3FF;
+    uint32_t normal = sign | ((e + 112) << 23) | (m << 13);
+    uint32_t special = sign | 0x7F800000u | (m << 13);
+    float sub = (float)(int32_t)m * 0x1p-24f;
+    uint32_t sub_bits;
+    memcpy(&sub_bits, &sub, 4);
+    uint32_t small = sign | sub_bits; /* m == 0 gives the signed zero */
+    return e == 31 ? special : e == 0 ? small : normal;
+}
+
+/* bf16/fp16 values widened to fp32 words: bf16 with DAZ, fp16 exactly (NaN
+ * payloads kept, signalling ones unquieted). The reference every variant's
+ * widen16 must match; returns 1 when one of the values is a NaN. */
+int eng_widen16(int op, const uint16_t *src, int64_t count, uint32_t *dst)
+{
+    uint32_t nan = 0;
+    if (pyamx_op_traits[op].a_format == PYAMX_FMT_BF16) {
+        for (int64_t i = 0; i < count; i++) {
+            uint32_t w = (uint32_t)src[i] << 16;
+            w = (w & 0x7F800000u) ? w : (w & 0x80000000u);
+            nan |= (w & 0x7FFFFFFFu) > 0x7F800000u;
+            dst[i] = w;
+        }
+    } else {
+        for (int64_t i = 0; i < count; i++) {
+            uint32_t w = widen_fp16(src[i]);
+            nan |= (w & 0x7FFFFFFFu) > 0x7F800000u;
+            dst[i] = w;
+        }
+    }
+    return (int)nan;
 }

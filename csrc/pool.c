@@ -1,8 +1,12 @@
-/* The native kernels' persistent worker pool.
+/* The persistent worker pool of the native kernels (matmul_amx.c, pack_b.c)
+ * and the compiled emulator engines (engine.c, engine_fp8.c): one set of
+ * threads for every multi-threaded call pyamx makes.
  *
  * A pthread_create per call cost ~20 us on silicon, a visible share of a
  * small product, so the workers are created once (lazily, as many as the
- * largest call asked for) and then wait on a condition variable.
+ * largest call asked for) and then wait on a condition variable. Callers say
+ * whether their parts run tile code (`tiles`): only those make a worker claim
+ * its tile state first (trap mode); the engines' parts do not.
  *
  * A call is a number of parts; the caller and the woken workers *claim*
  * parts from one counter, so a worker the scheduler has not run yet never

@@ -1,4 +1,4 @@
-/* The native kernels' persistent worker pool (pool.c); not part of the Python API. */
+/* The persistent worker pool (pool.c) of the native kernels and the compiled engines; not part of the Python API. */
 #ifndef PYAMX_POOL_H
 #define PYAMX_POOL_H
 

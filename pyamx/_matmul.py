@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from . import _backend, _convert, _matmul_complex, _matmul_memory, _matmul_out, _validate
+from . import _backend, _convert, _matmul_complex, _matmul_memory, _matmul_out, _threads, _validate
 from .cpu import _tile_layout
 from .table import isa
 from .emulator import engine as _engine
@@ -159,35 +159,58 @@ class Call:
     m: int
     k: int
     n: int
+    packed: "PackedB | None" = None  # b as pyamx.pack made it (then ``b`` stands for its shape and format)
 
     @property
     def rounded_to(self) -> "str | None":
         """The format float operands were rounded to, None when every operand came as bits."""
-        return self.a.format.name if self.a.rounds or self.b.rounds else None
+        if self.a.rounds or self.b.rounds:
+            return self.a.format.name
+        return None if self.packed is None else self.packed.rounded_to
+
+    @property
+    def b_array(self) -> np.ndarray:
+        """The memory b occupies (the tiles of a packed b), for the overlap checks of ``out``."""
+        return self.b.array if self.packed is None else self.packed.tiles
+
+
+def _packed_b(b) -> "PackedB | None":
+    """``b`` where it is a :class:`pyamx.PackedB` (pyamx/_packed.py builds on this module, so it is
+    known by what it offers, not imported); ndarrays, the usual b, are answered first."""
+    if type(b) is np.ndarray or type(b) is Imported:
+        return None
+    return b if callable(getattr(type(b), "packed_operand", None)) else None
 
 
 def check(a, b, c=None, *, kind=None) -> Call:
-    """Every operand rule (dtypes, kind, shapes, broadcasting, accumulator), before any copy."""
+    """Every operand rule (dtypes, kind, shapes, broadcasting, accumulator), before any copy;
+    ``b`` may be a :class:`pyamx.PackedB` (then ``kind`` must be the one it was packed as)."""
     kind = _check_kind(kind)
-    op_a, op_b = _operand(a, "a", kind), _operand(b, "b", kind)
+    packed = _packed_b(b)
+    if packed is not None and kind is not None and kind != packed.kind:
+        raise ValueError(f"matmul: kind={kind!r}, but b was packed as {packed.kind} ({packed.format})")
+    op_a = _operand(a, "a", kind)
+    op_b = _operand(b, "b", kind) if packed is None else packed.packed_operand()
     row = isa.MATMUL_ROUTES.get((op_a.format.name, op_b.format.name))
     if row is None:
+        b_is = (f"b is {op_b.format.name} ({dtype_name(op_b.array.dtype)})" if packed is None
+                else f"b was packed as {packed.format}")
         raise TypeError(
-            f"matmul: a is {op_a.format.name} ({dtype_name(op_a.array.dtype)}) but b is {op_b.format.name} "
-            f"({dtype_name(op_b.array.dtype)}); both operands must be one kind (uint16 is read as bf16 bits: "
-            "pass kind='fp16' to read uint16 as fp16 bits)"
+            f"matmul: a is {op_a.format.name} ({dtype_name(op_a.array.dtype)}) but {b_is}; both operands must be "
+            "one kind (uint16 is read as bf16 bits: pass kind='fp16' to read uint16 as fp16 bits)"
         )
     for name, x in (("a", op_a.array), ("b", op_b.array)):
         if x.ndim < 2:
             raise ValueError(f"matmul: {name} must be 2-D, or batched with leading dimensions; got shape {x.shape}")
     (m, k), (k_b, n) = op_a.array.shape[-2:], op_b.array.shape[-2:]
     if k != k_b:
-        raise ValueError(f"matmul: a is {m}x{k} and b is {k_b}x{n}; a's columns must equal b's rows")
+        b_shape = f"b is {k_b}x{n}" if packed is None else f"b was packed as {k_b}x{n}"
+        raise ValueError(f"matmul: a is {m}x{k} and {b_shape}; a's columns must equal b's rows")
     if min(m, k, n) < 1:
         raise ValueError(f"matmul: M={m}, K={k}, N={n}; every dimension must be at least 1")
     batch = _batch_shape(op_a.array.shape[:-2], op_b.array.shape[:-2])
     c_bits = None if c is None else _accumulator_view(c, batch + (m, n), row.acc_format)
-    return Call(row.name, row.group, op_a, op_b, c_bits, batch, m, k, n)
+    return Call(row.name, row.group, op_a, op_b, c_bits, batch, m, k, n, packed)
 
 
 def _batch_shape(a_batch: tuple, b_batch: tuple) -> tuple:
@@ -355,8 +378,9 @@ def native_packed(row: isa.Instruction, a_bits: np.ndarray, tiles: np.ndarray, c
 
 
 def _check_threads(threads):
-    # One rule for every entry (pyamx.emulator.engine.check_threads): more than the cap is refused, not capped.
-    return _engine.check_threads(threads, "matmul")
+    # The one check of threads= (pyamx._threads): here, once per product; what it returns is passed
+    # down to the engines and the native kernels as it is.
+    return _threads.check(threads, "matmul")
 
 
 def matmul(a: ArrayInput, b: ArrayInput | PackedB, c: ArrayInput | None = None, *, kind: str | DTypeLike = None,
@@ -408,17 +432,14 @@ def matmul(a: ArrayInput, b: ArrayInput | PackedB, c: ArrayInput | None = None, 
     emulator's model (emulator only). The result's ``.backend``, ``.engine`` and
     ``.native_mode`` say what ran.
     """
-    packed_product = getattr(type(b), "_product_as_b", None)
-    if packed_product is not None:  # pyamx.pack's operand: its own checks, the same bits (pyamx/_packed.py)
-        return packed_product(b, a, c, kind=kind, backend=backend, engine=engine, threads=threads, numerics=numerics,
-                              out=out, out_dtype=out_dtype)
     # Each setting decided once here and passed down as the object it became (pyamx._backend):
     threads = _check_threads(threads)
     numerics = choose_numerics(numerics)
     kind = _check_kind(kind)
     spec = _matmul_out.parse(out_dtype)
-    a_in, b_in = intake(a, "a"), intake(b, "b")
-    if _matmul_complex.wants_complex(a_in.array, b_in.array, kind):
+    a_in = intake(a, "a")
+    b_in = b if _packed_b(b) is not None else intake(b, "b")  # pyamx.pack's operand: the same flow, same bits
+    if b_in is not b and _matmul_complex.wants_complex(a_in.array, b_in.array, kind):
         return _complex(a_in.array, b_in.array, c, spec, out, backend=backend, engine=engine, threads=threads,
                         numerics=numerics)
     call = check(a_in, b_in, c, kind=kind)
@@ -427,7 +448,7 @@ def matmul(a: ArrayInput, b: ArrayInput | PackedB, c: ArrayInput | None = None, 
     if out is not None:
         dtype = _matmul_out.result_dtype(spec, view, call.group)
         target = _matmul_out.check_out(out, call.batch + (call.m, call.n), dtype,
-                                       {"a": call.a.array, "b": call.b.array, "c": call.c})
+                                       {"a": call.a.array, "b": call.b_array, "c": call.c})
     elif spec.name is not None:
         _matmul_out.result_dtype(spec, view, call.group)
     chosen = _backend.choose_backend(backend, call.group, numerics, engine)
@@ -435,12 +456,14 @@ def matmul(a: ArrayInput, b: ArrayInput | PackedB, c: ArrayInput | None = None, 
     _matmul_memory.check(_needed_bytes(call, eng), f"a {'x'.join(map(str, call.batch + (call.m, call.n)))} "
                          f"product over K={call.k}")
     # Every check is done: only now are float operands rounded and anything copied.
-    a_bits, b_bits = _bits_of(call.a), _bits_of(call.b)
+    a_bits = _bits_of(call.a)
     labels = {} if call.rounded_to is None else {"rounded_to": call.rounded_to}
-    if not call.batch:
-        bits = _product(_materialize(call, a_bits, b_bits, call.c), eng, threads, chosen)
+    if call.packed is not None:
+        bits = call.packed.product_bits(call, a_bits, eng, threads, chosen)
+    elif not call.batch:
+        bits = _product(_materialize(call, a_bits, _bits_of(call.b), call.c), eng, threads, chosen)
     else:
-        bits = _batched(call, a_bits, b_bits, eng, threads, chosen)
+        bits = _batched(call, a_bits, _bits_of(call.b), eng, threads, chosen)
     result = _matmul_out.finish(bits.view(view), spec, target)
     if eng is None:
         return _matmul_out.labelled(result, target is not None, "native", chosen.mode_for(isa.get(call.mnemonic)),
@@ -484,6 +507,10 @@ def _needed_bytes(call: Call, eng) -> int:
     forms and one block's transients (pyamx._matmul_memory)."""
     lanes = _LANES[call.mnemonic]
     item = 4 // lanes
+    if call.packed is not None:  # B is packed already: the engines unpack it (twice its tiles), native reads it
+        rows = (int(np.prod(call.batch, dtype=np.int64)) if call.batch else 1) * call.m
+        return (rows * call.n * 4 * (1 if call.c is None else 2) + rows * call.k * call.packed.item_bytes
+                + (0 if eng is None else 2 * call.packed.tiles.nbytes))
     width = -(-call.k // lanes) * lanes
     products = int(np.prod(call.batch, dtype=np.int64)) if call.batch else 1
     result = products * call.m * call.n * 4
@@ -530,9 +557,9 @@ def _whole_product(ops: Operands, eng, threads, backend=None, tiles=None) -> np.
         return native_packed(row, ops.a, tiles, c_bits, threads, backend)
     if eng.compiled:
         # row-major B straight to C: padded, widened and packed there once (no interleaved copy here)
-        return np.asarray(eng.matmul(ops.mnemonic, ops.a, ops.b, ops.c, threads))
+        return np.asarray(eng.run_matmul(ops.mnemonic, ops.a, ops.b, ops.c, threads))
     p = _pack(ops)
-    return np.asarray(eng.dot(p.mnemonic, p.c, p.a, p.b_vnni, p.k_dwords, threads))
+    return np.asarray(eng.run_dot(p.mnemonic, p.c, p.a, p.b_vnni, p.k_dwords, threads))
 
 
 def _batched(call: Call, a_bits: np.ndarray, b_bits: np.ndarray, eng, threads, backend=None) -> np.ndarray:

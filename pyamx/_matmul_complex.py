@@ -89,5 +89,5 @@ def complex_matmul(a, b, c=None, *, backend=None, engine=None, threads=None,
         return label(out, "native", _backend.native_mode())
     eng = _engine.choose_engine(engine, numerics)
     for part, name, c_bits in ((out.real, REAL, c_parts[0]), (out.imag, IMAGINARY, c_parts[1])):
-        part[...] = np.asarray(eng.dot(name, c_bits, a_pairs, b_pairs, k, threads)).view(np.float32)
+        part[...] = np.asarray(eng.run_dot(name, c_bits, a_pairs, b_pairs, k, threads)).view(np.float32)
     return label(out, "emulator", engine=eng.name)

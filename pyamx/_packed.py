@@ -24,13 +24,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from . import _backend, _matmul, _matmul_memory, _matmul_out, _validate
+from . import _matmul, _matmul_memory, _validate
 from .cpu import _tile_layout
-from .emulator import engine as _engine
-from ._result import AMXResult
-from ._validate import dtype_name
 from .table import isa
-from ._numerics_rule import choose_numerics
 
 if TYPE_CHECKING:
     from ._types import ArrayInput
@@ -74,10 +70,22 @@ class PackedB:
         """B's bits (uint16 for 16-bit formats, 8-bit items otherwise) as a new (K, N) row-major array."""
         return _tile_layout.unpack(self.tiles, self.k, self.n, self._bits_dtype)
 
-    def _product_as_b(self, a, c=None, **options) -> AMXResult:
-        # pyamx.matmul hands a packed right operand here: it cannot import this module, which
-        # builds on it (pyamx/_matmul.py's helpers)
-        return matmul_packed(a, self, c, **options)
+    @property
+    def item_bytes(self) -> int:
+        """Bytes of one of B's values (2 for bf16/fp16, 1 for the 8-bit formats)."""
+        return self._bits_dtype.itemsize
+
+    def packed_operand(self):
+        """B as ``pyamx.matmul``'s checks see an operand (pyamx._matmul.check): its format, and a
+        (K, N) array of its bits' dtype that occupies no memory (the bits are in the tiles)."""
+        return _matmul._Operand(np.broadcast_to(np.zeros((), self._bits_dtype), (self.k, self.n)),
+                                isa.FORMATS[self.format], False)
+
+    def product_bits(self, call, a_bits: np.ndarray, eng, threads, chosen) -> np.ndarray:
+        """The result bits of a checked ``pyamx.matmul`` call (pyamx._matmul.check) with this b: B's
+        tiles straight to the native kernel (``eng`` None), or its row-major bits on the engine's
+        own path; a stack of a times this b as one 2-D product on all of a's rows."""
+        return _product_bits(self, call, a_bits, eng, threads, chosen)
 
 
 def pack(b: "ArrayInput", kind: "str | None" = None, *, threads: "int | None" = None) -> PackedB:
@@ -109,60 +117,23 @@ def pack(b: "ArrayInput", kind: "str | None" = None, *, threads: "int | None" = 
                    _tile_layout.pack(bits, threads), bits.dtype)
 
 
-# -- pyamx.matmul(a, packed) ------------------------------------------------------------------
+# -- pyamx.matmul(a, packed): checked by pyamx._matmul.check like any b, computed here ----------
 
 
-def matmul_packed(a, packed: PackedB, c=None, *, kind=None, backend=None, engine=None, threads=None,
-                  numerics="sdm", out=None, out_dtype=None) -> AMXResult:
-    """:func:`pyamx.matmul` with a :class:`PackedB` right operand (same arguments, same bits)."""
-    threads = _matmul._check_threads(threads)
-    numerics = choose_numerics(numerics)
-    kind = _matmul._check_kind(kind)
-    spec = _matmul_out.parse(out_dtype)
-    if kind is not None and kind != packed.kind:
-        raise ValueError(f"matmul: kind={kind!r}, but b was packed as {packed.kind} ({packed.format})")
-    op_a = _matmul._operand(a, "a", kind)
-    row = isa.MATMUL_ROUTES.get((op_a.format.name, packed.format))
-    if row is None:
-        raise TypeError(
-            f"matmul: a is {op_a.format.name} ({dtype_name(op_a.array.dtype)}) but b was packed as {packed.format}; "
-            f"both operands must be one kind (uint16 is read as bf16 bits: pass kind='fp16' to read it as fp16)"
-        )
-    if op_a.array.ndim < 2:
-        raise ValueError(f"matmul: a must be 2-D, or batched with leading dimensions; got shape {op_a.array.shape}")
-    m, k = op_a.array.shape[-2:]
-    if k != packed.k:
-        raise ValueError(f"matmul: a is {m}x{k} and b was packed as {packed.k}x{packed.n}; "
-                         "a's columns must equal b's rows")
-    if m < 1:
-        raise ValueError(f"matmul: M={m}; every dimension must be at least 1")
-    batch = op_a.array.shape[:-2]
-    shape = batch + (m, packed.n)
-    c_bits = None if c is None else _matmul._accumulator_view(c, shape, row.acc_format)
-    view = np.dtype(np.float32 if row.is_float else np.int32)
-    result_dtype = _matmul_out.result_dtype(spec, view, row.group)
-    target = None if out is None else _matmul_out.check_out(out, shape, result_dtype,
-                                                             {"a": op_a.array, "b": packed.tiles, "c": c_bits})
-    chosen = _backend.choose_backend(backend, row.group, numerics, engine)
-    eng = None if chosen.is_native else _engine.choose_engine(engine, numerics, op=row.name)
-    item = packed._bits_dtype.itemsize
-    rows = int(np.prod(batch, dtype=np.int64)) * m
-    _matmul_memory.check(rows * packed.n * 4 * (1 if c_bits is None else 2) + rows * k * item
-                         + (0 if eng is None else 2 * packed.tiles.nbytes),
-                         f"a {'x'.join(map(str, shape))} product over K={k}")
-    # Every check is done: only now is anything rounded or copied.
-    a_all = _matmul._bits_of(op_a)
+def _product_bits(packed: PackedB, call, a_all: np.ndarray, eng, threads, chosen) -> np.ndarray:
+    row = isa.get(call.mnemonic)
+    k, n, batch = call.k, packed.n, call.batch
+    shape = batch + (call.m, n)
     b_rows = None if eng is None else packed.unpack()
     acc_dtype = np.dtype(row.acc_format.bits).newbyteorder("=")
 
     def product(a_bits, c_one, into):
-        """One 2-D product into ``into``: B's tiles straight to the native kernel (in blocks of rows
-        where the transients would be large), or its row-major bits on the engine's own path."""
+        """One 2-D product into ``into`` (in blocks of rows where the transients would be large)."""
         if eng is None:
-            step = _matmul_memory.block_rows(a_bits.shape[0], _matmul._row_bytes(row.name, k, packed.n, None))
+            step = _matmul_memory.block_rows(a_bits.shape[0], _matmul._row_bytes(row.name, k, n, None))
             for start in range(0, a_bits.shape[0], step):
                 stop = min(start + step, a_bits.shape[0])
-                c_block = (_matmul._zero_accumulator(stop - start, packed.n, row) if c_one is None
+                c_block = (_matmul._zero_accumulator(stop - start, n, row) if c_one is None
                            else np.ascontiguousarray(c_one[start:stop]))
                 into[start:stop] = np.asarray(_matmul.native_packed(
                     row, np.ascontiguousarray(a_bits[start:stop]), packed.tiles, c_block, threads,
@@ -175,17 +146,12 @@ def matmul_packed(a, packed: PackedB, c=None, *, kind=None, backend=None, engine
     bits = np.empty(shape, acc_dtype)
     a_rows = _matmul._stacked_rows(a_all) if batch else a_all
     c_rows = None
-    if batch and a_rows is not None and c_bits is not None:
-        c_rows = np.ascontiguousarray(np.broadcast_to(c_bits, shape)).reshape(-1, packed.n)
+    if batch and a_rows is not None and call.c is not None:
+        c_rows = np.ascontiguousarray(np.broadcast_to(call.c, shape)).reshape(-1, n)
     if a_rows is not None:  # a stack times one packed b: one 2-D product on all of a's rows
-        product(a_rows, c_rows if batch else c_bits, bits.reshape(-1, packed.n))
+        product(a_rows, c_rows if batch else call.c, bits.reshape(-1, n))
     else:
-        c_all = None if c_bits is None else np.broadcast_to(c_bits, shape)
+        c_all = None if call.c is None else np.broadcast_to(call.c, shape)
         for index in np.ndindex(*batch):
             product(a_all[index], None if c_all is None else c_all[index], bits[index])
-    result = _matmul_out.finish(bits.view(view), spec, target)
-    rounded = op_a.format.name if op_a.rounds else packed.rounded_to
-    labels = {} if rounded is None else {"rounded_to": rounded}
-    if eng is None:
-        return _matmul_out.labelled(result, target is not None, "native", chosen.mode_for(row), **labels)
-    return _matmul_out.labelled(result, target is not None, "emulator", engine=eng.name, **labels)
+    return bits

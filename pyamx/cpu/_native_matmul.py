@@ -16,11 +16,13 @@ Contract of :func:`matmul_native` (the caller, :mod:`pyamx.matmul`, packs and pa
   every column n, B[L*k + i][n] for i in 0..L-1), packed once by the caller.
 - ``c_bits``: (M, N) array of 4-byte items (float32, uint32 or int32): the
   accumulator. It is not modified.
-- ``k_dwords``: int >= 1. ``threads``: int from 1 to
-  ``lib.PYAMX_MATMUL_MAX_THREADS``, or None for :func:`threads_for_work`:
-  one thread per :data:`MIN_MACS_PER_THREAD` multiply-adds, at most
-  :func:`pyamx.emulator.engine.default_threads` (``PYAMX_ENGINE_THREADS``, else the
-  CPUs this process may run on). The kernel
+- ``k_dwords``: int >= 1. ``threads``: an int from 1 to
+  ``lib.PYAMX_MATMUL_MAX_THREADS`` already checked by the public entry
+  (``pyamx.matmul``, through :func:`pyamx._threads.check`; the C entry refuses a
+  count outside that range, nothing else here looks at it), or None for
+  :func:`threads_for_work`: one thread per :data:`MIN_MACS_PER_THREAD`
+  multiply-adds, at most :func:`pyamx._threads.default` (``PYAMX_ENGINE_THREADS``,
+  else the CPUs this process may run on). The kernel
   never starts more threads than there are 32 x 32 output blocks, and the
   result does not depend on ``threads``.
 - Each array must have contiguous rows (unit item stride) and non-negative
@@ -33,7 +35,7 @@ Contract of :func:`matmul_native` (the caller, :mod:`pyamx.matmul`, packs and pa
   result; edge tiles with smaller shapes), bit for bit what this machine's
   AMX (or the trap mode's emulation of it) produces.
 - Raises ``ValueError`` (unknown op, shapes,
-  strides, threads), ``TypeError`` (not an ndarray, wrong item size or
+  strides), ``TypeError`` (not an ndarray, wrong item size or
   dtype kind, non-native byte order), ``NativeUnavailableError`` (no AMX,
   no permission, kernel group not built or not in this CPU),
   ``BackendError`` (the thread's tile state has a pending start_row).
@@ -50,7 +52,7 @@ import numpy as np
 
 from . import native
 from ._tile_layout import aligned_empty
-from ..emulator import engine as _engine
+from .. import _threads
 
 __all__ = ["matmul_native", "matmul_native_packed", "default_threads", "threads_for_work"]
 
@@ -93,9 +95,9 @@ def _count(fn, name, value, low, high=None):
 
 
 def default_threads() -> int:
-    """What ``threads=None`` uses: :func:`pyamx.emulator.engine.thread_default` (``PYAMX_ENGINE_THREADS``, else the
+    """What ``threads=None`` uses: :func:`pyamx._threads.default` (``PYAMX_ENGINE_THREADS``, else the
     usable CPUs), read once and kept as the engines keep it."""
-    return _engine.thread_default()
+    return _threads.default()
 
 
 def _pointer(ffi, x: np.ndarray):
@@ -112,10 +114,11 @@ def threads_for_work(m: int, n: int, k_values: int, cap: int) -> int:
     return max(1, min(cap, m * n * k_values // MIN_MACS_PER_THREAD))
 
 
-def _threads(fn, lib, threads, m, n, k_values):
+def _thread_count(lib, threads, m, n, k_values):
+    """``threads`` as given (checked by the public entry), or what None runs."""
     if threads is None:
-        threads = threads_for_work(m, n, k_values, min(default_threads(), lib.PYAMX_MATMUL_MAX_THREADS))
-    return _count(fn, "threads", threads, 1, lib.PYAMX_MATMUL_MAX_THREADS)
+        return threads_for_work(m, n, k_values, min(default_threads(), lib.PYAMX_MATMUL_MAX_THREADS))
+    return threads
 
 
 def _panels(fn, lib, panels):
@@ -162,15 +165,22 @@ def matmul_native(op_name, a_bits, b_vnni, c_bits, k_dwords, threads, *, panels=
         )
     # A call's resolved native backend has checked this group against its detection report already.
     ffi, lib = native._lib(group) if backend is None else backend.library
-    threads = _threads(fn, lib, threads, m, n, k_dwords * lanes)
+    return _run_kernel(fn, lib.pyamx_matmul_amx_panels, op_attr, k_dwords, lanes, a_bits, lda,
+                       (_pointer(ffi, b_vnni), ldb), c_bits, threads, panels, backend, ffi, lib)
+
+
+def _run_kernel(fn, entry, op_attr, k_dwords, lanes, a_bits, lda, b_args, c_bits, threads, panels, backend, ffi, lib):
+    """The second half of both entries, their operands checked: the thread count and panels, C
+    copied into an aligned output, the native state checked, then ``entry(op, m, n, k_dwords, a,
+    lda, *b_args, out, ldout, threads, k_panel, n_panel)``, its status turned into an exception.
+    Returns the output."""
+    m, n = c_bits.shape
+    threads = _thread_count(lib, threads, m, n, k_dwords * lanes)
     k_panel, n_panel = _panels(fn, lib, panels)
     out = _aligned_copy(c_bits)
     native._before_entry(None if backend is None else backend.report)
-    rc = lib.pyamx_matmul_amx_panels(
-        getattr(lib, op_attr), m, n, k_dwords,
-        _pointer(ffi, a_bits), lda, _pointer(ffi, b_vnni), ldb, ffi.from_buffer("uint32_t[]", out), 4 * n,
-        threads, k_panel, n_panel,
-    )
+    rc = entry(getattr(lib, op_attr), m, n, k_dwords, _pointer(ffi, a_bits), lda, *b_args,
+               ffi.from_buffer("uint32_t[]", out), 4 * n, threads, k_panel, n_panel)
     native._check(rc, fn)
     return out
 
@@ -200,14 +210,5 @@ def matmul_native_packed(op_name, a_bits, tiles, k_dwords, c_bits, threads, *, p
     if tiles_ptr is None or int(ffi.cast("uintptr_t", tiles_ptr)) % 64:
         raise ValueError(f"{fn}: tiles must be a 64-byte aligned, contiguous uint8 array of at least {need} bytes "
                          f"(the tile layout of {k_dwords} x {n} dwords: pyamx.pack)")
-    threads = _threads(fn, lib, threads, m, n, k_dwords * lanes)
-    k_panel, n_panel = _panels(fn, lib, panels)
-    out = _aligned_copy(c_bits)
-    native._before_entry(None if backend is None else backend.report)
-    rc = lib.pyamx_matmul_amx_packed(
-        getattr(lib, op_attr), m, n, k_dwords,
-        _pointer(ffi, a_bits), lda, tiles_ptr, tiles.nbytes, ffi.from_buffer("uint32_t[]", out), 4 * n,
-        threads, k_panel, n_panel,
-    )
-    native._check(rc, fn)
-    return out
+    return _run_kernel(fn, lib.pyamx_matmul_amx_packed, op_attr, k_dwords, lanes, a_bits, lda,
+                       (tiles_ptr, tiles.nbytes), c_bits, threads, panels, backend, ffi, lib)

@@ -82,9 +82,9 @@ def _c_library():
 
 
 def _default_threads() -> int:
-    from ..emulator.engine import thread_default
+    from .._threads import default
 
-    return thread_default()
+    return default()
 
 
 def pack(bits: np.ndarray, threads=None) -> np.ndarray:

@@ -15,9 +15,10 @@ Engines (``engine=`` argument, ``PYAMX_ENGINE`` environment variable):
 ``portable``
     compiled plain C for any platform (software DAZ, an exact FTZ decision).
 
-The AMX-FP8 rows run on the compiled engines through their own C entry
-(csrc/engine_fp8.c: exact double sums, an integer path where a block's
-exponent span is too wide; docs/engine.md, "AMX-FP8").
+The AMX-FP8 rows run on the compiled engines through the same C entry
+(``pyamx_engine_run``, one call descriptor for every product; their arithmetic is
+csrc/engine_fp8.c: exact double sums, an integer path where a block's exponent span is
+too wide; docs/engine.md, "AMX-FP8").
 ``numpy``
     the numpy implementation in :mod:`pyamx.emulator`; the only engine of
     the non-default numerics options.
@@ -37,13 +38,13 @@ half-done.
 
 from __future__ import annotations
 
-import os
 import signal
 import threading
 
 import numpy as np
 
 from .. import _env as env_parser  # the one PYAMX_* parser (this module's own _env caches what it said)
+from .. import _threads
 from ..table import isa
 from .._first_use import LOCK, module
 from .._fpenv import default_fpenv
@@ -61,7 +62,7 @@ OPS = {insn.name: (insn.lanes, insn.is_float) for insn in isa.DOTS}
 #: kernel groups the compiled engines implement (csrc/engine.c, and csrc/engine_fp8.c for
 #: "fp8"); a row of any other group runs on the numpy engine only
 COMPILED_GROUPS = frozenset({"bf16", "fp16", "int8", "complex", "fp8"})
-#: groups with their own C entry (pyamx_engine_fp8: fp8 codes, k values, exact sums)
+#: groups whose arithmetic is csrc/engine_fp8.c (fp8 codes, exact sums; the same entry and descriptor)
 _FP8_GROUPS = frozenset({"fp8"})
 FP8_OPS = frozenset(insn.name for insn in isa.DOTS if insn.group in _FP8_GROUPS)
 NUMPY_ONLY = frozenset(insn.name for insn in isa.DOTS if insn.group not in COMPILED_GROUPS)
@@ -90,17 +91,9 @@ def requested() -> str:
     return env_parser.choice(ENV_VAR, NAMES, "auto", error=EnvironmentVariableError)
 
 
-def _usable_cpus() -> int:
-    """The CPUs this process may run on (affinity and cpusets count, not the machine's total)."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except (AttributeError, OSError):
-        return max(1, os.cpu_count() or 1)
-
-
-_CPU_COUNT = _usable_cpus()  # read once: it costs microseconds per call
-#: more threads than this never help (the C side also caps by work); it keeps any int within C's int
-MAX_THREADS = 256
+_CPU_COUNT = _threads.CPU_COUNT
+#: the most ``threads=`` pyamx takes (pyamx._threads, where threads are checked and defaulted)
+MAX_THREADS = _threads.MAX_THREADS
 #: Multiply-adds (outputs x K values) one thread of each compiled engine runs in 15-30 ms
 #: (Sapphire Rapids, fp16: avx512 74, avx2 46, portable 4.6 GMAC/s). A call with less work per
 #: thread runs on the calling thread, where an interrupt waits for its end (still well within
@@ -131,49 +124,16 @@ def reset_environment() -> None:
     every engine and backend choice kept for the calls is made again."""
     global settings_generation
     _env.clear()
+    _threads.forget()
     _resolved.clear()
     settings_generation += 1
 
 
-def thread_default() -> int:
-    """What ``threads=None`` means (:func:`default_threads`), read once and kept until
-    :func:`reset_environment`: the one default of the engines and the native matmul."""
-    threads = _env.get("threads")
-    if threads is None:
-        threads = _env["threads"] = default_threads()
-    return threads
-
-
-_threads_default = thread_default
-
-
-def default_threads() -> int:
-    """``PYAMX_ENGINE_THREADS`` (a positive integer) when set and not empty, else the usable CPUs.
-
-    The default of every ``threads=None`` in pyamx (engines and the native matmul kernels). A
-    machine with more CPUs than :data:`MAX_THREADS` gets that many; a variable asking for more is
-    refused, as ``threads=`` is (:func:`check_threads`).
-    """
-    value = env_parser.integer(THREADS_ENV_VAR, _CPU_COUNT, minimum=1, error=EnvironmentVariableError)
-    if env_parser.raw(THREADS_ENV_VAR) is not None and value > MAX_THREADS:
-        raise EnvironmentVariableError(THREADS_ENV_VAR, str(value),
-                                       f"a decimal integer from 1 to {MAX_THREADS} (more never helps), "
-                                       f"or empty/unset for the usable CPUs")
-    return min(value, MAX_THREADS)
-
-
-def check_threads(threads, fn: str = "threads"):
-    """``threads=`` as every pyamx function takes it: None, or an integer from 1 to :data:`MAX_THREADS`
-    (returned as an int); ValueError naming ``fn`` otherwise. More is refused rather than capped:
-    a caller who asked for 1000 threads would otherwise be told nothing of running 256."""
-    if threads is None:
-        return None
-    if isinstance(threads, bool) or not isinstance(threads, (int, np.integer)) or threads < 1:
-        raise ValueError(f"{fn}: threads must be None or an integer from 1 to {MAX_THREADS}, not {threads!r}")
-    if threads > MAX_THREADS:
-        raise ValueError(f"{fn}: threads={int(threads)} is more than pyamx runs: at most {MAX_THREADS} "
-                         f"(more never helps); pass a count from 1 to {MAX_THREADS}, or None for the default")
-    return int(threads)
+# threads= and its default live in pyamx._threads; these names are this module's public API.
+thread_default = _threads.default
+_threads_default = _threads.default
+default_threads = _threads.read_default
+check_threads = _threads.check
 
 
 def _lib():
@@ -192,7 +152,7 @@ def _compiled_status(name: str):
     if loaded is None:
         return False, "the C extension pyamx._native is not built"
     ffi, lib = loaded
-    if not hasattr(lib, "pyamx_engine_dot"):
+    if not hasattr(lib, "pyamx_engine_run"):
         return False, "this build of pyamx._native has no compiled engine"
     kind = getattr(lib, _KINDS[name])
     reason = ffi.string(lib.pyamx_engine_reason(kind)).decode()
@@ -252,7 +212,14 @@ class Engine:
         return f"<pyamx engine {self.name} ({self.simd})>"
 
     def dot(self, op_name: str, c_bits: np.ndarray, a: np.ndarray, b_vnni: np.ndarray, k_dwords=None, threads=None):
-        """``C`` after the instruction schedule over all K, as a new (M, N) array.
+        """``C`` after the instruction schedule over all K, as a new (M, N) array (:meth:`run_dot`
+        with ``threads`` checked: this is a public entry)."""
+        return self.run_dot(op_name, c_bits, a, b_vnni, k_dwords, check_threads(threads, op_name))
+
+    def run_dot(self, op_name: str, c_bits: np.ndarray, a: np.ndarray, b_vnni: np.ndarray, k_dwords=None,
+                threads=None):
+        """``C`` after the instruction schedule over all K, as a new (M, N) array; ``threads``
+        already checked (:func:`pyamx._threads.check`: pyamx.matmul's callers) or None.
 
         ``c_bits``: (M, N) uint32 fp32 bits (float ops) or int32/uint32
         words (int8 ops); ``a``: (M, K*lanes) uint16 bits / 8-bit values;
@@ -276,13 +243,12 @@ class Engine:
                 f"{op_name}: engine operands are {32 // lanes}-bit values in a and b and 32-bit words in c; "
                 f"got {a.dtype}, {b_vnni.dtype}, {c_bits.dtype}"
             )
-        threads = check_threads(threads, op_name)
         if not self.compiled:
             return self._numpy_dot(op_name, is_float, c_bits, a, b_vnni, kd, threads)
-        return self._compiled_dot(op_name, is_float, c_bits, a, b_vnni, m, n, kd, threads)
+        return self._compiled_dot(op_name, is_float, c_bits, a, b_vnni, m, n, kd,
+                                  _threads_default() if threads is None else threads)
 
     def _compiled_dot(self, op_name, is_float, c, a, b, m, n, kd, threads):
-        ffi, lib = self._ffi, self._lib
         if c.dtype != np.uint32:
             c = c.view(np.uint32)
         if not c.flags.c_contiguous:
@@ -292,30 +258,20 @@ class Engine:
         if not b.flags.c_contiguous:
             b = np.ascontiguousarray(b)
         out = np.empty((m, n), dtype=np.uint32)
-        if threads is None:
-            threads = _threads_default()
-        if op_name in FP8_OPS:
-            rc = self._call(lib.pyamx_engine_fp8, m * n * a.shape[1], threads, (
-                self._kind, self._op_ids[op_name], ffi.from_buffer(a), a.shape[1], ffi.from_buffer(b), b.shape[1],
-                0, ffi.from_buffer("uint32_t[]", c), n, ffi.from_buffer("uint32_t[]", out), n,
-                m, n, a.shape[1], threads,
-            ))
-            if rc:
-                raise _error(lib, rc, self.name)
-            return out
-        rc = self._call(lib.pyamx_engine_dot_cancellable, m * n * a.shape[1], threads, (
-            self._kind, self._op_ids[op_name],
-            # Row pitch from the shape, not strides[0]: numpy reports any stride for a size-1 axis.
-            ffi.from_buffer(a), a.shape[1] * a.itemsize, ffi.from_buffer(b), b.shape[1] * b.itemsize,
-            ffi.from_buffer("uint32_t[]", c), n, ffi.from_buffer("uint32_t[]", out), n,
-            m, n, kd, threads,
-        ))
-        if rc:
-            raise _error(lib, rc, self.name)
+        # Row pitch from the shape, not strides[0]: numpy reports any stride for a size-1 axis.
+        call = call_descriptor(self._ffi, self._lib, self._kind, self._op_ids[op_name], a, a.shape[1] * a.itemsize,
+                               b, b.shape[1] * b.itemsize, c, n, out, n, m, n, a.shape[1], threads)
+        self._run(call, m * n * a.shape[1], threads)
         return out if is_float else out.view(np.int32)
 
     def matmul(self, op_name: str, a: np.ndarray, b: np.ndarray, c_bits=None, threads=None):
-        """``pyamx.matmul``'s schedule on row-major operands, packed inside C (compiled engines only).
+        """``pyamx.matmul``'s schedule on row-major operands, packed inside C (compiled engines only):
+        :meth:`run_matmul` with ``threads`` checked (a public entry)."""
+        return self.run_matmul(op_name, a, b, c_bits, check_threads(threads, op_name))
+
+    def run_matmul(self, op_name: str, a: np.ndarray, b: np.ndarray, c_bits=None, threads=None):
+        """``pyamx.matmul``'s schedule on row-major operands, packed inside C (compiled engines only);
+        ``threads`` already checked, or None.
 
         ``a``: (M, K) uint16 bits / 8-bit values; ``b``: (K, N) likewise, row-major, *not*
         interleaved; ``c_bits``: (M, N) 32-bit words or None for zeros. K need not be a multiple
@@ -335,49 +291,39 @@ class Engine:
         if a.itemsize != 4 // lanes or b.itemsize != 4 // lanes or (c_bits is not None and c_bits.itemsize != 4):
             raise TypeError(f"{op_name}: engine operands are {32 // lanes}-bit values in a and b and 32-bit words "
                             f"in c; got {a.dtype}, {b.dtype}, {None if c_bits is None else c_bits.dtype}")
-        threads = check_threads(threads, op_name)
         if threads is None:
             threads = _threads_default()
-        ffi, lib = self._ffi, self._lib
-        # C-contiguous and aligned (the C side reads 16-bit values in place)
+        # C-contiguous and aligned (the C side reads 16-bit values in place); K need not be whole
+        # dwords: the C side reads k values and pads the last dword
         a, b = contiguous_bits(a), contiguous_bits(b)
-        if c_bits is None:
-            c_ptr, ldc = ffi.NULL, n
-        else:
+        if c_bits is not None:
             c_bits = contiguous_bits(c_bits.view(np.uint32) if c_bits.dtype != np.uint32 else c_bits)
-            c_ptr, ldc = ffi.from_buffer("uint32_t[]", c_bits), n
         out = np.empty((m, n), dtype=np.uint32)
-        if op_name in FP8_OPS:  # K need not be whole dwords: the C side reads k values and pads with zeros
-            rc = self._call(lib.pyamx_engine_fp8, m * n * k, threads, (
-                self._kind, self._op_ids[op_name], ffi.from_buffer(a), a.shape[1], ffi.from_buffer(b), b.shape[1],
-                1, c_ptr, ldc, ffi.from_buffer("uint32_t[]", out), n, m, n, k, threads,
-            ))
-            if rc:
-                raise _error(lib, rc, self.name)
-            return out
-        rc = self._call(lib.pyamx_engine_matmul_cancellable, m * n * k, threads, (
-            self._kind, self._op_ids[op_name],
-            ffi.from_buffer(a), a.shape[1] * a.itemsize, ffi.from_buffer(b), b.shape[1] * b.itemsize,
-            c_ptr, ldc, ffi.from_buffer("uint32_t[]", out), n, m, n, k, threads,
-        ))
-        if rc:
-            raise _error(lib, rc, self.name)
+        call = call_descriptor(self._ffi, self._lib, self._kind, self._op_ids[op_name], a, a.shape[1] * a.itemsize,
+                               b, b.shape[1] * b.itemsize, c_bits, n, out, n, m, n, k, threads, rows_of_b=True)
+        self._run(call, m * n * k, threads)
         return out if is_float else out.view(np.int32)
 
-    def _call(self, entry, macs: int, threads: int, args: tuple) -> int:
-        """``entry(*args, cancel, max_exact)``, a compiled entry point: interruptible when it is long.
+    def _run(self, call, macs: int, threads: int) -> None:
+        """``pyamx_engine_run(call)``, interruptible when it is long; a status other than OK raises.
 
         Python runs signal handlers only in the main thread, so only there can an
         exception arrive in the middle of a call; short calls are not worth a thread.
         """
+        lib = self._lib
         if threading.current_thread() is not threading.main_thread():
-            return entry(*args, self._ffi.NULL, -1)
-        used = min(threads, _CPU_COUNT)
-        if macs < self._quick_macs * used:
-            rc = entry(*args, self._ffi.NULL, _UNINTERRUPTED_EXACT_MACS * used)
-            if rc != self._lib.PYAMX_ENGINE_E_SLOW:  # else nothing ran: NaN operands make it long
-                return rc
-        return _call_interruptibly(self._ffi, self._lib, entry, args)
+            rc = lib.pyamx_engine_run(call.struct)
+        else:
+            used = min(threads, _CPU_COUNT)
+            rc = lib.PYAMX_ENGINE_E_SLOW
+            if macs < self._quick_macs * used:
+                call.struct.max_exact = _UNINTERRUPTED_EXACT_MACS * used
+                rc = lib.pyamx_engine_run(call.struct)
+            if rc == lib.PYAMX_ENGINE_E_SLOW:  # long, or NaN operands make it long: nothing ran
+                call.struct.max_exact = -1
+                rc = _run_interruptibly(self._ffi, lib, call.struct)
+        if rc:
+            raise _error(lib, rc, self.name)
 
     def tile_call(self, op_name: str):
         """Hook for the per-instruction fast paths (pyamx._ops, TileMachine); None on the numpy engine.
@@ -392,21 +338,27 @@ class Engine:
         if not self.compiled:
             return None
         ffi, lib, kind, op, name = self._ffi, self._lib, self._kind, self._op_ids[op_name], self.name
-        call, buf = lib.pyamx_engine_dot, ffi.from_buffer
-        if op_name in FP8_OPS:
-            fp8 = lib.pyamx_engine_fp8
-
-            def run_fp8(a, lda, b, ldb, c, ldc, out, ldout, m, n, kd):
-                rc = fp8(kind, op, buf(a), lda, buf(b), ldb, 0, buf("uint32_t[]", c), ldc,
-                         buf("uint32_t[]", out), ldout, m, n, 4 * kd, 1, ffi.NULL, -1)
-                if rc:
-                    raise _error(lib, rc, name)
-
-            return run_fp8
+        entry, buf, lanes, null = lib.pyamx_engine_run, ffi.from_buffer, OPS[op_name][0], ffi.NULL
+        rows = lib.PYAMX_ENGINE_B_DWORDS
+        # One descriptor per thread and shape, kept: a call sets its four pointers only. Filling a new
+        # struct field by field from Python cost more than the tile's arithmetic (1.5 us a call).
+        kept = threading.local()
 
         def run(a, lda, b, ldb, c, ldc, out, ldout, m, n, kd):
-            rc = call(kind, op, buf(a), lda, buf(b), ldb, buf("uint32_t[]", c), ldc,
-                      buf("uint32_t[]", out), ldout, m, n, kd, 1)
+            shape = (lda, ldb, ldc, ldout, m, n, kd)
+            try:
+                call = kept.calls[shape]
+            except (AttributeError, KeyError):
+                calls = getattr(kept, "calls", None)
+                if calls is None or len(calls) > 256:  # a few shapes in practice; never unbounded
+                    calls = kept.calls = {}
+                call = calls[shape] = ffi.new("struct pyamx_engine_call *", [
+                    kind, op, lib.PYAMX_ENGINE_NUMERICS_SDM, rows, null, lda, null, ldb, null, ldc, null, ldout,
+                    m, n, kd * lanes, 1, null, -1])
+            # the buffers stay referenced (here) for as long as the call runs
+            a_buf, b_buf, c_buf, out_buf = buf(a), buf(b), buf("uint32_t[]", c), buf("uint32_t[]", out)
+            call.a, call.b, call.c_in, call.c_out = a_buf, b_buf, c_buf, out_buf
+            rc = entry(call)
             if rc:
                 raise _error(lib, rc, name)
 
@@ -421,14 +373,44 @@ class Engine:
         return engine_dot(op_name, c, a, b, kd, threads or 1, self._numerics)
 
 
-def _call_interruptibly(ffi, lib, entry, args: tuple) -> int:
-    """``entry(*args, cancel, -1)`` on a helper thread while this (the main) thread waits for it.
+class _Call:
+    """A ``struct pyamx_engine_call`` and the buffers its pointers point into (kept alive with it)."""
+
+    __slots__ = ("struct", "buffers")
+
+    def __init__(self, struct, buffers):
+        self.struct, self.buffers = struct, buffers
+
+
+def call_descriptor(ffi, lib, kind: int, op: int, a, lda: int, b, ldb: int, c_in, ldc_in: int, out, ldc_out: int,
+                    m: int, n: int, k: int, threads: int, *, rows_of_b: bool = False) -> _Call:
+    """The one engine call, described (csrc/engine.h, ``struct pyamx_engine_call``).
+
+    ``a``, ``b``, ``c_in`` (None: C = +0), ``out``: buffers (arrays), pitches in bytes for A
+    and B and in elements for C; ``k``: values per row of A; ``rows_of_b``: B is k rows of N
+    values (else the instructions' interleaved dwords). Not cancellable and unbounded until
+    :meth:`Engine._run` says otherwise.
+    """
+    buf = ffi.from_buffer
+    buffers = (buf(a), buf(b), ffi.NULL if c_in is None else buf("uint32_t[]", c_in), buf("uint32_t[]", out))
+    # in the struct's field order (a list fills it faster than a dict, a visible share of a small call)
+    struct = ffi.new("struct pyamx_engine_call *", [
+        kind, op, lib.PYAMX_ENGINE_NUMERICS_SDM, lib.PYAMX_ENGINE_B_ROWS if rows_of_b else lib.PYAMX_ENGINE_B_DWORDS,
+        buffers[0], lda, buffers[1], ldb, buffers[2], ldc_in, buffers[3], ldc_out, m, n, k, threads, ffi.NULL, -1,
+    ])
+    return _Call(struct, buffers)
+
+
+def _run_interruptibly(ffi, lib, described) -> int:
+    """``pyamx_engine_run(described)`` on a helper thread while this (the main) thread waits for it.
 
     The wait is where signal handlers run. When one raises (KeyboardInterrupt), the call is
     cancelled and the exception leaves only after the engine's threads have stopped: they
     write into the call's own output array, which the caller then drops.
     """
+    entry = lib.pyamx_engine_run
     cancel = ffi.new("int *")
+    described.cancel = cancel
     # Taken once, by the helper as it begins the call or by an interrupted caller first:
     # the caller then knows whether there is a call to wait for (an interrupt can land
     # inside Thread.start(), before or after the thread exists).
@@ -442,7 +424,7 @@ def _call_interruptibly(ffi, lib, entry, args: tuple) -> int:
         try:
             if _ASYNC_SIGNALS:
                 signal.pthread_sigmask(signal.SIG_BLOCK, _ASYNC_SIGNALS)
-            outcome.append(entry(*args, cancel, -1))
+            outcome.append(entry(described))
         except BaseException as exc:  # raised again in the caller's thread
             outcome.append(exc)
         finally:
@@ -462,7 +444,8 @@ def _call_interruptibly(ffi, lib, entry, args: tuple) -> int:
             _wait_out(done)
         elif isinstance(exc, RuntimeError) and not started:
             # no thread to be had (interpreter shutdown, a limit): the same result, not interruptible
-            return entry(*args, ffi.NULL, -1)
+            described.cancel = ffi.NULL
+            return entry(described)
         raise
     if isinstance(outcome[0], BaseException):
         raise outcome[0]

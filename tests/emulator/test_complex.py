@@ -389,9 +389,9 @@ def test_the_row_major_engine_entry_refuses_the_complex_rows():
             eng.matmul(name, a, np.zeros((4, 4), np.uint16))
     ffi, lib = _engine._lib()
     out = np.zeros((2, 2), np.uint32)
-    rc = lib.pyamx_engine_matmul(eng._kind, lib.PYAMX_OP_TCMMIMFP16PS, ffi.from_buffer(a), 8, ffi.from_buffer(a), 8,
-                                 ffi.NULL, 2, ffi.from_buffer("uint32_t[]", out), 2, 2, 2, 4, 1)
-    assert rc == lib.PYAMX_ENGINE_E_ARG
+    call = _engine.call_descriptor(ffi, lib, eng._kind, lib.PYAMX_OP_TCMMIMFP16PS, a, 8, a, 8, None, 2, out, 2,
+                                   2, 2, 4, 1, rows_of_b=True)
+    assert lib.pyamx_engine_run(call.struct) == lib.PYAMX_ENGINE_E_ARG
 
 
 @pytest.mark.parametrize("cls", ["random", "adversarial"])

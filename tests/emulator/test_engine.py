@@ -27,6 +27,25 @@ from pyamx.errors import BackendError
 import reference
 
 FLOAT_OPS = ("tdpbf16ps", "tdpfp16ps")
+#: whether this thread's MXCSR can be set and read (x86-64 with the extension)
+HAS_MXCSR = bool(eng._lib() and eng._lib()[1].pyamx_fpenv_supported())
+#: the engine's test hooks are in a test build only (csrc/engine_test_hooks.h)
+TEST_BUILD = bool(eng._lib() and hasattr(eng._lib()[1], "pyamx_engine_fma32"))
+NOT_A_TEST_BUILD = ("the engine's test hooks are in a test build only: rebuild with "
+                    "PYAMX_ENGINE_TEST_HOOKS=1 python build.py")
+
+
+def run_under_mxcsr(lib, call, mxcsr):
+    """``pyamx_engine_run(call)`` from a thread whose MXCSR is ``mxcsr``, as a caller that changed
+    its own has it: (status, the MXCSR right after the call); this thread's MXCSR is put back."""
+    own = lib.pyamx_get_mxcsr()
+    assert lib.pyamx_set_mxcsr(mxcsr) == 0
+    try:
+        rc = lib.pyamx_engine_run(call.struct)
+        after = lib.pyamx_get_mxcsr()
+    finally:
+        lib.pyamx_set_mxcsr(own)
+    return rc, after
 INT_OPS = ("tdpbssd", "tdpbsud", "tdpbusd", "tdpbuud")
 COMPILED = ("avx512", "avx2", "portable")
 
@@ -243,11 +262,9 @@ def test_nan_operand_order_is_a_then_b_then_accumulator(compiled):
     assert compiled.dot("tdpbf16ps", c2, a, b, 1)[0, 0] == expected2[0, 0]
 
 
+@pytest.mark.skipif(not TEST_BUILD, reason=NOT_A_TEST_BUILD)
 def test_scalar_primitives_match_the_reference():
-    loaded = eng._lib()
-    if loaded is None:
-        pytest.skip("the C extension is not built")
-    _, lib = loaded
+    _, lib = eng._lib()
     rng = np.random.default_rng(7)
     pool = np.concatenate([FP32_SPECIAL, (BF16_SPECIAL.astype(np.uint32) << 16)])
     values = np.concatenate([pool, rng.integers(0, 2**32, 200, dtype=np.uint64).astype(np.uint32)])
@@ -279,7 +296,7 @@ MXCSR_CASES = {
 }
 
 
-@pytest.mark.skipif(not eng._lib() or not eng._lib()[1].pyamx_engine_getcsr(), reason="x86-64 MXCSR only")
+@pytest.mark.skipif(not HAS_MXCSR, reason="x86-64 MXCSR only")
 @pytest.mark.parametrize("case", sorted(MXCSR_CASES))
 @pytest.mark.parametrize("threads", (1, 2))
 def test_caller_mxcsr_changes_no_bit_and_is_restored(compiled, case, threads):
@@ -290,18 +307,15 @@ def test_caller_mxcsr_changes_no_bit_and_is_restored(compiled, case, threads):
     c, a, b = operands(rng, "tdpbf16ps", m, n, kd, "adversarial")
     expected = eng.resolve("numpy").dot("tdpbf16ps", c, a, b, kd)
     out = np.empty((m, n), dtype=np.uint32)
-    after = ffi.new("uint32_t *")
-    rc = lib.pyamx_engine_dot_under_mxcsr(
-        mxcsr, after, compiled._kind, lib.PYAMX_OP_TDPBF16PS,
-        ffi.from_buffer(a), a.strides[0], ffi.from_buffer(b), b.strides[0],
-        ffi.from_buffer("uint32_t[]", c), n, ffi.from_buffer("uint32_t[]", out), n, m, n, kd, threads,
-    )
+    call = eng.call_descriptor(ffi, lib, compiled._kind, lib.PYAMX_OP_TDPBF16PS, a, a.strides[0], b, b.strides[0],
+                               c, n, out, n, m, n, 2 * kd, threads)
+    rc, after = run_under_mxcsr(lib, call, mxcsr)
     assert rc == 0
-    assert after[0] == mxcsr, f"the engine left MXCSR {after[0]:#06x}, the caller had {mxcsr:#06x}"
+    assert after == mxcsr, f"the engine left MXCSR {after:#06x}, the caller had {mxcsr:#06x}"
     assert np.array_equal(out, expected)
 
 
-@pytest.mark.skipif(not eng._lib() or not eng._lib()[1].pyamx_engine_getcsr(), reason="x86-64 MXCSR only")
+@pytest.mark.skipif(not HAS_MXCSR, reason="x86-64 MXCSR only")
 def test_mxcsr_is_per_thread_and_restored_in_python_threads(compiled):
     """Calls from several Python threads at once (GIL released), each with its own MXCSR."""
     ffi, lib = eng._lib()
@@ -314,14 +328,11 @@ def test_mxcsr_is_per_thread_and_restored_in_python_threads(compiled):
     def work(mxcsr):
         for _ in range(5):
             out = np.empty((m, n), dtype=np.uint32)
-            after = ffi.new("uint32_t *")
-            rc = lib.pyamx_engine_dot_under_mxcsr(
-                mxcsr, after, compiled._kind, lib.PYAMX_OP_TDPBF16PS,
-                ffi.from_buffer(a), a.strides[0], ffi.from_buffer(b), b.strides[0],
-                ffi.from_buffer("uint32_t[]", c), n, ffi.from_buffer("uint32_t[]", out), n, m, n, kd, 2,
-            )
-            if rc or after[0] != mxcsr or not np.array_equal(out, expected):
-                failures.append((hex(mxcsr), rc, hex(after[0])))
+            call = eng.call_descriptor(ffi, lib, compiled._kind, lib.PYAMX_OP_TDPBF16PS, a, a.strides[0],
+                                       b, b.strides[0], c, n, out, n, m, n, 2 * kd, 2)
+            rc, after = run_under_mxcsr(lib, call, mxcsr)
+            if rc or after != mxcsr or not np.array_equal(out, expected):
+                failures.append((hex(mxcsr), rc, hex(after)))
 
     threads = [threading.Thread(target=work, args=(v,)) for v in MXCSR_CASES.values()]
     for t in threads:
@@ -341,17 +352,20 @@ def test_c_entry_point_refuses_bad_arguments(compiled):
     c = np.zeros((4, 4), dtype=np.uint32)
     out = np.zeros((4, 4), dtype=np.uint32)
 
-    def call(op=lib.PYAMX_OP_TDPBF16PS, lda=16, ldb=16, ldc=4, out_buf=out, m=4, n=4, kd=4):
-        return lib.pyamx_engine_dot(compiled._kind, op, ffi.from_buffer(a), lda, ffi.from_buffer(b), ldb,
-                                    ffi.from_buffer("uint32_t[]", c), ldc, ffi.from_buffer("uint32_t[]", out_buf),
-                                    4, m, n, kd, 1)
+    def call(out_buf=out, **fields):
+        described = eng.call_descriptor(ffi, lib, compiled._kind, lib.PYAMX_OP_TDPBF16PS, a, 16, b, 16, c, 4,
+                                        out_buf, 4, 4, 4, 8, 1)
+        for name, value in fields.items():
+            setattr(described.struct, name, value)
+        return lib.pyamx_engine_run(described.struct)
 
     assert call() == lib.PYAMX_ENGINE_OK
-    for bad in (dict(op=lib.PYAMX_OP_TILELOADD), dict(lda=8), dict(ldb=-16), dict(ldc=3), dict(m=0),
-                dict(kd=-1), dict(n=0), dict(out_buf=c), *BAD_OP_IDS):
+    for bad in (dict(op=lib.PYAMX_OP_TILELOADD), dict(lda_bytes=8), dict(ldb_bytes=-16), dict(ldc_in=3), dict(m=0),
+                dict(k=-2), dict(k=7), dict(n=0), dict(out_buf=c), dict(threads=0),
+                dict(threads=lib.PYAMX_MATMUL_MAX_THREADS + 1), dict(numerics=1), dict(b_layout=2), *BAD_OP_IDS):
         assert call(**bad) == lib.PYAMX_ENGINE_E_ARG, bad
-    assert lib.pyamx_engine_dot(99, lib.PYAMX_OP_TDPBF16PS, ffi.NULL, 0, ffi.NULL, 0, ffi.NULL, 0, ffi.NULL, 0,
-                                1, 1, 1, 1) == lib.PYAMX_ENGINE_E_UNAVAILABLE
+    assert call(kind=99) == lib.PYAMX_ENGINE_E_UNAVAILABLE
+    assert lib.pyamx_engine_run(ffi.NULL) == lib.PYAMX_ENGINE_E_ARG
 
 
 # The C side indexes its traits table by op: ids off the table's ends (and its NONE row) must be
@@ -366,8 +380,9 @@ def test_c_matmul_entry_refuses_ops_that_are_not_dot_products(compiled):
     out = np.zeros((4, 4), dtype=np.uint32)
 
     def call(op):
-        return lib.pyamx_engine_matmul(compiled._kind, op, ffi.from_buffer(a), 16, ffi.from_buffer(b), 8, ffi.NULL, 0,
-                                       ffi.from_buffer("uint32_t[]", out), 4, 4, 4, 8, 1)
+        described = eng.call_descriptor(ffi, lib, compiled._kind, op, a, 16, b, 8, None, 0, out, 4, 4, 4, 8, 1,
+                                        rows_of_b=True)
+        return lib.pyamx_engine_run(described.struct)
 
     assert call(lib.PYAMX_OP_TDPBF16PS) == lib.PYAMX_ENGINE_OK
     for bad in [dict(op=lib.PYAMX_OP_LDTILECFG), *BAD_OP_IDS]:
@@ -579,15 +594,3 @@ def test_one_place_checks_threads():
     for bad in (0, -1, 1.5, "2", True, eng.MAX_THREADS + 1):
         with pytest.raises(ValueError, match="threads"):
             eng.check_threads(bad, "fn")
-
-
-@pytest.mark.skipif(not eng._lib() or not eng._lib()[1].pyamx_engine_getcsr(), reason="x86-64 MXCSR only")
-def test_the_mxcsr_test_hook_refuses_reserved_bits_instead_of_faulting():
-    ffi, lib = eng._lib()
-    after = ffi.new("uint32_t *")
-    c, a, b = operands(np.random.default_rng(4), "tdpbf16ps", 2, 2, 2, "random")
-    args = (lib.PYAMX_ENGINE_PORTABLE, lib.PYAMX_OP_TDPBF16PS, ffi.from_buffer(a), a.shape[1] * 2,
-            ffi.from_buffer(b), b.shape[1] * 2, ffi.from_buffer("uint32_t[]", c), 2,
-            ffi.from_buffer("uint32_t[]", np.empty((2, 2), np.uint32)), 2, 2, 2, 2, 1)
-    assert lib.pyamx_engine_dot_under_mxcsr(0xFFFF0000, after, *args) == lib.PYAMX_ENGINE_E_ARG
-    assert lib.pyamx_engine_dot_under_mxcsr(0x1F80, ffi.NULL, *args) == lib.PYAMX_ENGINE_E_ARG

@@ -158,8 +158,8 @@ def test_a_matmul_inside_a_signal_handler_and_its_exception(portable):
 def test_the_helper_thread_path_gives_the_direct_calls_bits(portable, monkeypatch):
     """The same call from the main thread (helper thread, cancellable) and from another thread (direct)."""
     taken = []
-    real = eng._call_interruptibly
-    monkeypatch.setattr(eng, "_call_interruptibly", lambda *args: taken.append(1) or real(*args))
+    real = eng._run_interruptibly
+    monkeypatch.setattr(eng, "_run_interruptibly", lambda *args: taken.append(1) or real(*args))
     rng = np.random.default_rng(6)
     a, b = _fp16(rng, (512, 512)), _fp16(rng, (512, 512))  # above the portable engine's threshold for 2 threads
     a[5, 9], b[3, 300], a[7, 7], b[8, 8] = np.nan, -np.inf, 6e-8, -0.0  # both paths, and the edge classes
@@ -222,8 +222,8 @@ def test_a_short_call_made_long_by_nans_is_interruptible_too(portable, monkeypat
 
 def test_a_short_call_refused_for_its_nans_runs_again_with_the_same_bits(portable, monkeypatch):
     taken = []
-    real = eng._call_interruptibly
-    monkeypatch.setattr(eng, "_call_interruptibly", lambda *args: taken.append(1) or real(*args))
+    real = eng._run_interruptibly
+    monkeypatch.setattr(eng, "_run_interruptibly", lambda *args: taken.append(1) or real(*args))
     rng = np.random.default_rng(10)
     a = rng.integers(0, 2**16, (256, 256), dtype=np.uint16)  # bf16 bits of every class: NaNs in most rows
     b = rng.integers(0, 2**16, (256, 256), dtype=np.uint16)

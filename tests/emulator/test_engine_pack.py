@@ -1,6 +1,6 @@
 """pyamx.matmul's compiled path: row-major operands packed and widened inside C.
 
-``Engine.matmul`` (C: ``pyamx_engine_matmul``) takes A and B as ordinary
+``Engine.matmul`` (C: ``pyamx_engine_run`` with B's rows as they are) takes A and B as ordinary
 row-major matrices, pads K to whole dwords, widens bf16/fp16 with SIMD
 (VCVTPH2PS/F16C for fp16, with inf/NaN lanes rebuilt from their bits) and
 starts C from +0 when none is given. Every result here is compared as
@@ -18,7 +18,7 @@ import pyamx
 from pyamx.table import bf16
 from pyamx.emulator import engine as eng
 
-from test_engine import MXCSR_CASES, _compiled_engine
+from test_engine import HAS_MXCSR, MXCSR_CASES, _compiled_engine, run_under_mxcsr
 
 COMPILED = ("avx512", "avx2", "portable")
 INT8_DTYPES = ((np.int8, np.int8), (np.int8, np.uint8), (np.uint8, np.int8), (np.uint8, np.uint8))
@@ -208,7 +208,7 @@ def test_inputs_are_not_modified(compiled):
 # ---- floating-point environment -----------------------------------------------------
 
 
-@pytest.mark.skipif(not eng._lib() or not eng._lib()[1].pyamx_engine_getcsr(), reason="x86-64 MXCSR only")
+@pytest.mark.skipif(not HAS_MXCSR, reason="x86-64 MXCSR only")
 @pytest.mark.parametrize("case", sorted(MXCSR_CASES))
 @pytest.mark.parametrize("group", ("bf16", "fp16"))
 def test_caller_mxcsr_changes_no_bit_of_matmul_and_is_restored(compiled, case, group):
@@ -222,12 +222,11 @@ def test_caller_mxcsr_changes_no_bit_of_matmul_and_is_restored(compiled, case, g
     a16, b16 = a.view(np.uint16), b.view(np.uint16)
     for threads in (1, 2):
         out = np.empty((m, n), dtype=np.uint32)
-        after = ffi.new("uint32_t *")
-        rc = lib.pyamx_engine_matmul_under_mxcsr(
-            mxcsr, after, compiled._kind, op, ffi.from_buffer(a16), 2 * k, ffi.from_buffer(b16), 2 * n,
-            ffi.NULL, n, ffi.from_buffer("uint32_t[]", out), n, m, n, k, threads)
+        call = eng.call_descriptor(ffi, lib, compiled._kind, op, a16, 2 * k, b16, 2 * n, None, n, out, n, m, n, k,
+                                   threads, rows_of_b=True)
+        rc, after = run_under_mxcsr(lib, call, mxcsr)
         assert rc == 0
-        assert after[0] == mxcsr, f"the engine left MXCSR {after[0]:#06x}, the caller had {mxcsr:#06x}"
+        assert after == mxcsr, f"the engine left MXCSR {after:#06x}, the caller had {mxcsr:#06x}"
         assert np.array_equal(out, want), (case, threads)
 
 
@@ -243,10 +242,9 @@ def test_c_matmul_entry_refuses_bad_arguments(compiled):
     odd = np.zeros(80, dtype=np.uint8)[1:65]  # a float operand at an odd address
 
     def call(op=lib.PYAMX_OP_TDPBF16PS, a_buf=None, lda=16, ldb=8, c_buf=c, ldc=4, out_buf=out, m=4, n=4, k=8):
-        a_ptr = ffi.from_buffer(a if a_buf is None else a_buf)
-        c_ptr = ffi.NULL if c_buf is None else ffi.from_buffer("uint32_t[]", c_buf)
-        return lib.pyamx_engine_matmul(compiled._kind, op, a_ptr, lda, ffi.from_buffer(b), ldb, c_ptr, ldc,
-                                       ffi.from_buffer("uint32_t[]", out_buf), 4, m, n, k, 1)
+        described = eng.call_descriptor(ffi, lib, compiled._kind, op, a if a_buf is None else a_buf, lda, b, ldb,
+                                        c_buf, ldc, out_buf, 4, m, n, k, 1, rows_of_b=True)
+        return lib.pyamx_engine_run(described.struct)
 
     assert call() == lib.PYAMX_ENGINE_OK
     assert call(c_buf=None, ldc=0) == lib.PYAMX_ENGINE_OK  # no C: ldc_in is not used

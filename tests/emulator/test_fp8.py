@@ -318,7 +318,9 @@ def test_auto_engine_is_the_best_compiled_one_and_named_engines_run(name):
             getattr(emulator, name)(c, a, b, engine=engine, numerics=bochs)
 
 
-def test_the_compiled_engine_entry_refuses_fp8_rows():
+def test_the_compiled_engine_entry_reads_fp8_rows_as_fp8():
+    """The one entry (pyamx_engine_run) takes every dot row: fp8 codes go to their own arithmetic
+    (engine_fp8.c), never widened as if they were fp16 bits, in either layout of B."""
     try:
         from pyamx.cpu import _nativelib
 
@@ -329,14 +331,15 @@ def test_the_compiled_engine_entry_refuses_fp8_rows():
     if not kinds:
         pytest.skip("no compiled engine runs here")
     a, b = np.full((1, 4), 0x3C, np.uint8), np.full((1, 4), 0x3C, np.uint8)  # as fp16 bits these would be numbers
-    c, out = np.zeros(1, np.uint32), np.full(1, 0xDEADBEEF, np.uint32)
+    c = np.zeros((1, 1), np.uint32)
     for insn in FP8_ROWS:
-        rc = lib.pyamx_engine_dot(kinds[0], insn.op_id, ffi.from_buffer(a), 4, ffi.from_buffer(b), 4,
-                                  ffi.from_buffer("uint32_t[]", c), 1, ffi.from_buffer("uint32_t[]", out), 1, 1, 1, 1, 1)
-        assert rc == lib.PYAMX_ENGINE_E_ARG and out[0] == 0xDEADBEEF, insn.mnemonic
-        rc = lib.pyamx_engine_matmul(kinds[0], insn.op_id, ffi.from_buffer(a), 4, ffi.from_buffer(b), 1,
-                                     ffi.NULL, 1, ffi.from_buffer("uint32_t[]", out), 1, 1, 1, 4, 1)
-        assert rc == lib.PYAMX_ENGINE_E_ARG and out[0] == 0xDEADBEEF, insn.mnemonic
+        want = np.asarray(_engine.resolve("numpy").dot(insn.name, c, a, b, 1)).view(np.uint32)
+        for rows_of_b, b_operand, ldb in ((False, b, 4), (True, b.reshape(4, 1), 1)):
+            out = np.full((1, 1), 0xDEADBEEF, np.uint32)
+            call = _engine.call_descriptor(ffi, lib, kinds[0], insn.op_id, a, 4, b_operand, ldb, c, 1, out, 1,
+                                           1, 1, 4, 1, rows_of_b=rows_of_b)
+            assert lib.pyamx_engine_run(call.struct) == lib.PYAMX_ENGINE_OK, insn.mnemonic
+            np.testing.assert_array_equal(out, want, err_msg=insn.mnemonic)
 
 
 # -- MXCSR: the caller's rounding mode and FTZ/DAZ change nothing ---------------------------------

@@ -19,6 +19,7 @@ import pyamx
 import reference_fp8 as ref
 from pyamx.emulator import engine as _engine
 from pyamx.table import isa
+from test_engine import HAS_MXCSR, NOT_A_TEST_BUILD, TEST_BUILD, run_under_mxcsr
 
 FP8_ROWS = [insn for insn in isa.DOTS if insn.group == "fp8"]
 NAMES = [insn.name for insn in FP8_ROWS]
@@ -29,10 +30,12 @@ SEED = 20261204
 @pytest.fixture(params=[*COMPILED, "avx512-double"])
 def engine(request):
     """Each compiled engine; "avx512-double" is avx512 with its int16 (VNNI) path switched off, so
-    that both of its paths meet every case."""
+    that both of its paths meet every case (a test build's hook)."""
     if request.param != "avx512-double":
         yield request.param
         return
+    if not TEST_BUILD:
+        pytest.skip(NOT_A_TEST_BUILD)
     lib = _compiled("avx512")._lib
     was = lib.pyamx_engine_fp8_int_path(0)
     try:
@@ -260,7 +263,7 @@ def test_thread_counts_agree(engine):
 def test_the_callers_mxcsr_changes_nothing_and_is_restored(engine, mxcsr):
     """FTZ|DAZ, round toward zero / down, sticky flags set: the same bits, and MXCSR as it was."""
     eng = _compiled(engine)
-    if not _engine._lib()[1].pyamx_engine_getcsr():
+    if not HAS_MXCSR:
         pytest.skip("no MXCSR off x86-64")
     ffi, lib = eng._ffi, eng._lib
     rng = np.random.default_rng(SEED + 2)
@@ -272,12 +275,11 @@ def test_the_callers_mxcsr_changes_nothing_and_is_restored(engine, mxcsr):
     c[0, :] = 0x00000001
     want = _numpy_dot(op, c, a, _vnni(b), k // 4)
     out = np.zeros((m, n), np.uint32)
-    after = ffi.new("uint32_t *")
-    rc = lib.pyamx_engine_fp8_under_mxcsr(mxcsr, after, eng._kind, isa.get(op).op_id, ffi.from_buffer(a), k,
-                                          ffi.from_buffer(b), n, 1, ffi.from_buffer("uint32_t[]", c), n,
-                                          ffi.from_buffer("uint32_t[]", out), n, m, n, k, 2)
+    call = _engine.call_descriptor(ffi, lib, eng._kind, isa.get(op).op_id, a, k, b, n, c, n, out, n, m, n, k, 2,
+                                   rows_of_b=True)
+    rc, after = run_under_mxcsr(lib, call, mxcsr)
     assert rc == lib.PYAMX_ENGINE_OK
-    assert after[0] == mxcsr
+    assert after == mxcsr
     np.testing.assert_array_equal(out, want)
 
 
@@ -299,13 +301,18 @@ def test_entry_refuses_bad_arguments(engine):
     a = np.zeros((1, 4), np.uint8)
     b = np.zeros((4, 1), np.uint8)
     out = np.full(1, 0xDEADBEEF, np.uint32)
-    bf16 = isa.get("tdpbf16ps").op_id
-    fp8_op = FP8_ROWS[0].op_id
-    args = (ffi.from_buffer(a), 4, ffi.from_buffer(b), 1, 1, ffi.NULL, 1, ffi.from_buffer("uint32_t[]", out), 1)
-    assert lib.pyamx_engine_fp8(eng._kind, bf16, *args, 1, 1, 4, 1, ffi.NULL, -1) == lib.PYAMX_ENGINE_E_ARG
-    assert lib.pyamx_engine_fp8(eng._kind, fp8_op, *args, 1, 1, 0, 1, ffi.NULL, -1) == lib.PYAMX_ENGINE_E_ARG
-    assert lib.pyamx_engine_fp8(eng._kind, fp8_op, *args, 1, 1, 4, 0, ffi.NULL, -1) == lib.PYAMX_ENGINE_E_ARG
+
+    def call(**fields):
+        described = _engine.call_descriptor(ffi, lib, eng._kind, FP8_ROWS[0].op_id, a, 4, b, 1, None, 1, out, 1,
+                                            1, 1, 4, 1, rows_of_b=True)
+        for name, value in fields.items():
+            setattr(described.struct, name, value)
+        return lib.pyamx_engine_run(described.struct)
+
+    for bad in (dict(k=0), dict(threads=0), dict(lda_bytes=3), dict(ldb_bytes=0), dict(k=(1 << 30) + 1)):
+        assert call(**bad) == lib.PYAMX_ENGINE_E_ARG, bad
     assert out[0] == 0xDEADBEEF
+    assert call() == lib.PYAMX_ENGINE_OK
 
 
 @pytest.mark.parametrize("op", NAMES)
@@ -330,6 +337,7 @@ def test_int32_sum_bound(engine, op, over):
     np.testing.assert_array_equal(got, _numpy_dot(op, c, a, _vnni(b), 16))
 
 
+@pytest.mark.skipif(not TEST_BUILD, reason=NOT_A_TEST_BUILD)
 def test_int_path_hook_reports_and_restores():
     lib = _compiled("avx512")._lib
     was = lib.pyamx_engine_fp8_int_path(-1)

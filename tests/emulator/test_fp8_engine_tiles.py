@@ -19,12 +19,19 @@ import pytest
 import reference_fp8 as ref
 from test_fp8_engine import NAMES, SEED, _c_bits, _code_of, _compiled, _numpy_dot, _reference_dot, _vnni
 from test_fp8_engine import engine  # noqa: F401  (the fixture: each compiled engine, avx512 also without int16)
+from test_engine import NOT_A_TEST_BUILD, TEST_BUILD
 
 
 @pytest.fixture(params=["split", "no-split"])
 def split(request):
-    """The avx512 split rows on (the default) and off, where the left-out rows take doubles instead."""
+    """The avx512 split rows on (the default) and off, where the left-out rows take doubles instead
+    (off: a test build's hook)."""
+    if request.param == "no-split" and not TEST_BUILD:
+        pytest.skip(NOT_A_TEST_BUILD)
     lib = _compiled("avx512")._lib
+    if not TEST_BUILD:  # the product's own setting: split rows on
+        yield request.param
+        return
     was = lib.pyamx_engine_fp8_split_path(int(request.param == "split"))
     try:
         yield request.param

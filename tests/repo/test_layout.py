@@ -41,6 +41,7 @@ FRONT = {
     "_env", "_fpenv", "_docs", "_version",                 # shared by every layer (_fpenv: bf16 and the engines)
     "_first_use",                                          # the one-time work's lock, which fork waits for
     "_convert",                                            # shared by every layer: bf16, the engines, matmul
+    "_threads",                                            # threads= checked and defaulted once: engines, native, pack
     "_buildinfo", "_dot_types",                            # written by build.py
 }
 

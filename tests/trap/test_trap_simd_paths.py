@@ -21,7 +21,7 @@ from childproc import PYAMX_HOME, child_env
 SCRIPT = r"""
 import numpy as np, pyamx, pyamx.cpu.detect, pyamx.cpu.native
 from pyamx.cpu._nativelib import load_trap
-from pyamx import isa
+from pyamx.table import isa
 pyamx.cpu.native.report()  # the native start installs the trap first: installing sets the path to the CPU's best
 ffi, lib = load_trap()
 rng = np.random.default_rng(2026)
