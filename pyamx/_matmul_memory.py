@@ -31,7 +31,7 @@ _MIB = 1 << 20
 class MatmulMemoryError(MemoryError):
     """A matmul needs more memory than the system has available; nothing was allocated."""
 
-    def __init__(self, message: str, needed: int, available: int):
+    def __init__(self, message: str, needed: int, available: int) -> None:
         super().__init__(message)
         self.needed = needed
         self.available = available

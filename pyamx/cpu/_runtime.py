@@ -16,7 +16,7 @@ from .._result import backend_label
 from .._version import __version__
 
 
-def runtime_lines() -> list:
+def runtime_lines() -> list[str]:
     """What a bug report needs first: versions, platform, the backend decision and any bad setting."""
     import numpy
 
@@ -37,7 +37,7 @@ def runtime_lines() -> list:
     ]
 
 
-def engine_lines() -> list:
+def engine_lines() -> list[str]:
     """The emulator's engines (pyamx.engine): which one runs by default, with what SIMD level."""
     from ..emulator import engine
 

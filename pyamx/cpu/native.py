@@ -342,7 +342,7 @@ class NativeMachine:
 
     backend = "native"
 
-    def __init__(self, numerics=None):
+    def __init__(self, numerics=None) -> None:
         from .._numerics_rule import native_numerics_error, native_runs
 
         if not native_runs(numerics):  # the one numerics rule (pyamx._numerics_rule)
@@ -527,7 +527,7 @@ class NativeMachine:
         cfg = self._config_now()
         tmm, offset, stride = _exact(tmm), _exact(offset), _exact(stride)
 
-        def check(cfg):
+        def check(cfg) -> None:
             check_memory_tile(mnemonic, "tile", cfg, tmm)
             _memory.row_offsets(mnemonic, memory.size, offset, stride, cfg.start_row, cfg.rows[tmm], cfg.colsb[tmm])
 
@@ -561,7 +561,7 @@ class NativeMachine:
         cfg = self._config_now()
         tmm = _exact(tmm)
 
-        def check(cfg):
+        def check(cfg) -> None:
             check_tile_usable(mnemonic, "tdest", cfg, tmm)
 
         check(cfg)
@@ -582,7 +582,7 @@ class NativeMachine:
         tmm, row = _exact(tmm), check_row_selector(insn.mnemonic, _exact(row), imm)
         index = row & 0x3F if imm else row & 0xFFFF
 
-        def check(cfg):
+        def check(cfg) -> None:
             tmm_ = check_tile_usable(insn.mnemonic, "tsrc", cfg, tmm)
             row_source(insn.mnemonic, PRESETS["sdm"], index, cfg.rows[tmm_])
 
@@ -610,7 +610,7 @@ class NativeMachine:
         cfg = self._config_now()
         dst, src1, src2 = _exact(dst), _exact(src1), _exact(src2)
 
-        def check(cfg):
+        def check(cfg) -> None:
             check_dot_product(mnemonic, cfg, dst, src1, src2)
 
         check(cfg)

@@ -58,7 +58,7 @@ def _function(insn: isa.Instruction):
     dot_operands, choose_engine = _validate.dot_operands, _engine.choose_engine
 
     if insn.is_float:
-        def fn(c, a, b, *, numerics="sdm", engine=None) -> AMXResult:
+        def fn(c, a, b, *, numerics: str="sdm", engine=None) -> AMXResult:
             c, a, b, shape = dot_operands(operands, name, c, a, b)
             return run_one(name, choose_engine(engine, numerics, op=name), c, a, b, *shape)
     else:

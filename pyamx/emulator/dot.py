@@ -352,7 +352,7 @@ class _FloatPlan:
     values tier. The other structures run on the bits tier throughout.
     """
 
-    def __init__(self, a, b, numerics: Numerics, input_daz: bool, significand_bits: int, acc_first: bool = False):
+    def __init__(self, a, b, numerics: Numerics, input_daz: bool, significand_bits: int, acc_first: bool = False) -> None:
         self.a, self.b, self.numerics, self.input_daz = a, b, numerics, input_daz
         # NaN-free operands never meet a NaN accumulator together with a NaN a or b, so only
         # the bits tier needs to know the complex rows' NaN priority
@@ -448,7 +448,7 @@ def float_matmul(c, a, b, numerics: Numerics, input_daz: bool, significand_bits:
             return plan.run_rows(c, slice(None))
     out = np.empty((m, n), dtype=np.uint32)
 
-    def run(rows):
+    def run(rows) -> None:
         with fp32.default_fp_env():  # per thread: each thread has its own MXCSR
             out[rows] = plan.run_rows(c[rows], rows)
 

@@ -48,7 +48,7 @@ class TileMachine:
 
     backend = "emulator"
 
-    def __init__(self, numerics="sdm", engine=None):
+    def __init__(self, numerics: str="sdm", engine=None) -> None:
         self.numerics = resolve(numerics)
         self._engine = _engine.choose_engine(engine, self.numerics)
         self._engine_request = engine  # the rows no compiled engine implements resolve their own (_engine_for)

@@ -399,7 +399,7 @@ def _row(mnemonic, pp, opcode, imm_pp, imm_opcode, a, acc) -> Instruction:
 _DOT_KIND = {16: "dot-pairs", 8: "dot-quads", 32: "dot-complex"}
 
 
-def _dot(mnemonic, pp, opcode, feature, group, a, b, acc, matmul=False, kind=None, map=2, part=None) -> Instruction:
+def _dot(mnemonic, pp, opcode, feature, group, a, b, acc, matmul: bool=False, kind=None, map: int=2, part=None) -> Instruction:
     a_format, b_format = _F[a], _F[b]
     kind = kind or _DOT_KIND[a_format.width]
     return Instruction(mnemonic, kind, Encoding(map, pp, opcode, "reg", _DOT_ROLES), FEATURES[feature],

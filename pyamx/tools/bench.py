@@ -97,7 +97,7 @@ def blas_info() -> dict:
 class _BlasThreads:
     """numpy's BLAS limited to ``threads`` for the block (a no-op without threadpoolctl or threads=None)."""
 
-    def __init__(self, threads):
+    def __init__(self, threads) -> None:
         self.threads, self.limiter = threads, None
 
     def __enter__(self):
@@ -106,7 +106,7 @@ class _BlasThreads:
             self.limiter = tpc.threadpool_limits(limits=self.threads, user_api="blas")
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc) -> None:
         if self.limiter is not None:
             self.limiter.restore_original_limits()
 
@@ -216,7 +216,7 @@ def _best_interleaved(fn, reference, budget: float, rounds: int = 2, runs: int =
 class _Budget:
     """The seconds the whole run may take, from its start."""
 
-    def __init__(self, seconds: float):
+    def __init__(self, seconds: float) -> None:
         self.seconds, self.deadline = seconds, time.perf_counter() + seconds
 
     def left(self) -> float:

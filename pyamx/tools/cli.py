@@ -31,7 +31,7 @@ class Command:
 
     def __init__(self, run: Callable[[argparse.Namespace], int], help: Union[str, Callable[[], str]],
                  add_arguments: Optional[Callable[[argparse.ArgumentParser], None]], computes: bool = False,
-                 details: Optional[Callable[[], str]] = None):
+                 details: Optional[Callable[[], str]] = None) -> None:
         self.run, self.help, self.add_arguments, self.computes = run, help, add_arguments, computes
         self.details = details
 
@@ -142,7 +142,7 @@ def _one_line_warnings() -> None:
     if getattr(shown, "pyamx_one_line", False):  # main() ran before in this process
         return
 
-    def show(message, category, filename, lineno, file=None, line=None):
+    def show(message, category, filename, lineno, file=None, line=None) -> None:
         if issubclass(category, ExtensionWarning):
             print(f"pyamx: warning: {message}", file=sys.stderr if file is None else file)
         else:

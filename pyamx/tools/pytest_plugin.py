@@ -20,7 +20,7 @@ import pytest
 MODES = ("emulate", "require")
 
 
-def pytest_addoption(parser):
+def pytest_addoption(parser) -> None:
     group = parser.getgroup("pyamx", "AMX (pyamx)")
     group.addoption("--amx", choices=MODES, default=None, dest="pyamx_amx",
                     help="emulate: emulate AMX for the whole test process where the CPU lacks it "
@@ -118,13 +118,13 @@ def _keep_handler_on_top(config) -> None:
 
 
 @pytest.hookimpl(tryfirst=True)
-def pytest_sessionstart(session):
+def pytest_sessionstart(session) -> None:
     # Collection may import code that runs tile instructions: faulthandler is on by now.
     _keep_handler_on_top(session.config)
 
 
 @pytest.hookimpl(tryfirst=True)
-def pytest_runtest_setup(item):
+def pytest_runtest_setup(item) -> None:
     # faulthandler, enabled after pytest_configure, displaces the handler where nothing answers its
     # sigaction (keeps_handler_on_top): put it back on top, chaining to faulthandler.
     _keep_handler_on_top(item.config)

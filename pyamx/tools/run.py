@@ -40,7 +40,7 @@ class RunError(RuntimeError):
     126 for one that cannot be executed, as shells say; 2 for the rest.
     """
 
-    def __init__(self, message: str, status: int = 2):
+    def __init__(self, message: str, status: int = 2) -> None:
         super().__init__(message)
         self.status = status
 
@@ -405,7 +405,7 @@ class _Arguments:
 
     command = "run"
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.verbose = self.stats = self.env = self.no_guard = False
         self.stats_file = None
         self.program = []

@@ -49,7 +49,7 @@ KINDS = {insn.name: kind for insn in isa.TABLE if (kind := _vector_tiles.case_ki
 class VectorFileError(AMXError, ValueError):
     """A vector file that cannot be read: the message names the file and the problem."""
 
-    def __init__(self, path, problem: str):
+    def __init__(self, path, problem: str) -> None:
         super().__init__(f"{path}: {problem}")
 
 
