@@ -37,7 +37,7 @@ class MatmulMemoryError(MemoryError):
         self.available = available
 
 
-def available_bytes():
+def available_bytes() -> int | None:
     """The memory the system can give this process now without swapping, in bytes (None: unknown)."""
     try:
         with open("/proc/meminfo", "rb") as meminfo:
