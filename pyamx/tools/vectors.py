@@ -241,10 +241,10 @@ def unsupported(backend: str) -> dict[str, str]:
             if not usable:
                 why[name] = reason
         else:
-            usable, reason = native.available()
-            reason = reason if not usable else native.feature_missing(report, insn)
-            if reason is not None:
-                why[name] = reason
+            usable, unusable_reason = native.available()
+            missing = unusable_reason if not usable else native.feature_missing(report, insn)
+            if missing is not None:
+                why[name] = missing
     return why
 
 
