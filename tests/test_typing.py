@@ -123,9 +123,6 @@ _CHECKOUT = Path(__file__).resolve().parent.parent
 _NOT_YET_STRICT = {
     "pyamx._backend", "pyamx._matmul", "pyamx._packed", "pyamx.cpu._native_matmul", "pyamx.cpu._trapmode",
     "pyamx.cpu.detect", "pyamx.emulator.engine",
-    "pyamx.cpu.native", "pyamx.cpu.trap", "pyamx.tools._vector_tiles", "pyamx.tools.bench", "pyamx.tools.cli",
-    "pyamx.tools.probe", "pyamx.tools.pytest_plugin", "pyamx.tools.run", "pyamx.tools.testing",
-    "pyamx.tools.vectors",
 }
 
 
