@@ -9,7 +9,10 @@ detect imports it.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Optional, Tuple
+from typing import TYPE_CHECKING, Callable, Optional, Tuple
+
+if TYPE_CHECKING:
+    from ._nativelib import Lib
 
 
 @dataclass(frozen=True)
@@ -20,11 +23,11 @@ class TrapFacts:
     requested: bool = False
     error: Optional[str] = None  # why requested() / enable() / the grant failed
     active: bool = False
-    kernels: Optional[frozenset] = None  # families the trap emulates; None = all built ones
+    kernels: Optional[frozenset[str]] = None  # families the trap emulates; None = all built ones
     guard: Optional[str] = None  # pyamx.trap.guard().reason: whether other SIGILL handlers are kept out
 
 
-def trap_facts(lib, errno_name: Callable[[int], str]) -> TrapFacts:
+def trap_facts(lib: Lib, errno_name: Callable[[int], str]) -> TrapFacts:
     """Consult pyamx.trap and enable it if requested (``lib``: pyamx._native's; ``errno_name`` names a
     failed permission's code as detection does)."""
     from . import trap
