@@ -150,7 +150,7 @@ def select_nan(result: np.ndarray, operands: Sequence[npt.ArrayLike], rule: str)
         return np.where(result_nan, X86_DEFAULT_NAN, result).astype(np.uint32)
     if rule == "canonical":
         return np.where(result_nan, CANONICAL_NAN, result).astype(np.uint32)
-    chosen = X86_DEFAULT_NAN  # invalid operation: no NaN operand
+    chosen: np.ndarray | np.uint32 = X86_DEFAULT_NAN  # invalid operation: no NaN operand
     for operand in reversed(operands):  # the first NaN operand wins
         operand = np.asarray(operand, dtype=np.uint32)
         chosen = np.where(is_nan(operand), operand | QUIET_BIT, chosen)
