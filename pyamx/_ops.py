@@ -26,7 +26,8 @@ def _function(insn: isa.Instruction) -> Callable[..., AMXResult]:
     assert group is not None  # every dot product row names its kernel group
     result_dtype = np.dtype(np.float32 if insn.is_float else np.int32)
     dot_operands, choose_backend, choose_engine = _validate.dot_operands, _backend.choose_backend, _engine.choose_engine
-    native_runs: dict[_backend.Backend, tuple[_backend.Backend, Callable[..., AMXResult], str | None]] = {}  # resolved native Backend -> (its runner, its label): one per backend object
+    # resolved native Backend -> (itself, its runner, its label): one per backend object
+    native_runs: dict[_backend.Backend, tuple[_backend.Backend, Callable[..., AMXResult], str | None]] = {}
 
     def fn(c: ArrayInput, a: ArrayInput, b: ArrayInput, *, backend: str | None = None,
            engine: str | None = None) -> AMXResult:

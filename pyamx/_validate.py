@@ -262,7 +262,8 @@ def check_dot_shapes(fn: str, c: np.ndarray, a: np.ndarray, b: np.ndarray, lanes
 # to the full checks above, which accept it (with a copy) or raise the clear
 # error. So this check only ever says "valid as is" or "look closer".
 
-_PLAIN: tuple[type, ...] | None = None  # (np.ndarray, AMXResult): subclasses whose buffer is their data (not a masked array)
+# (np.ndarray, AMXResult): subclasses whose buffer is their data (not a masked array)
+_PLAIN: tuple[type, ...] | None = None
 
 
 def _plain_types() -> tuple[type, ...]:

@@ -71,7 +71,8 @@ def numpy_rows(tiles: np.ndarray, k: int, n: int, item: int) -> np.ndarray:
     return rows
 
 
-_C_LIBRARY: list[tuple[FFI, Lib] | None] = []  # [(ffi, lib) or None], decided on the first pack: no import or lookup per call
+# [(ffi, lib) or None], decided on the first pack: no import or lookup per call
+_C_LIBRARY: list[tuple[FFI, Lib] | None] = []
 
 
 def _c_library() -> tuple[FFI, Lib] | None:

@@ -43,7 +43,8 @@ def operands(name: str, c: object, a: object, b: object) -> _validate.DotOperand
     """Validate the operands of dot product ``name`` (dtypes, shapes) as the formats of its row require."""
     insn = isa.get(name)
     acc_format, a_format, b_format, lanes = insn.acc_format, insn.a_format, insn.b_format, insn.lanes
-    assert acc_format is not None and a_format is not None and b_format is not None and lanes is not None  # a dot product
+    # a dot product's row has all four
+    assert acc_format is not None and a_format is not None and b_format is not None and lanes is not None
     c_bits = _validate.format_view(c, "c", name, acc_format)
     if a_format.components > 1:
         a_bits = _validate.complex_pairs(a, "a", name, a_format)

@@ -22,7 +22,8 @@ if TYPE_CHECKING:
 _DTYPES = {insn.name: ((np.float32, np.uint32, np.dtype(insn.ab_dtype).newbyteorder("=")) if insn.is_float
                        else (np.int32, np.int32, np.uint8))
            for insn in isa.DOTS}
-_RUNS: dict[tuple[Engine, str], Callable[..., object]] = {}  # (compiled Engine, name) -> its tile_call: a few engines per process
+# (compiled Engine, name) -> its tile_call: a few engines per process
+_RUNS: dict[tuple[Engine, str], Callable[..., object]] = {}
 
 
 def run_one(name: str, eng: Engine, c: np.ndarray, a: np.ndarray, b: np.ndarray, m: int, k: int, n: int) -> AMXResult:

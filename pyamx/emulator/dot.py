@@ -381,8 +381,10 @@ class _FloatPlan:
         self.b_clean, b_nan, range_b = _scan(b, input_daz)
         self.any_nan_rows, self.any_nan_cols = a_nan is not None, b_nan is not None
         # a 3-D mask reduced over two axes: an array (numpy types any(axis=...) as possibly a scalar)
-        self.nan_rows = cast("npt.NDArray[np.bool_]", a_nan.any(axis=(1, 2))) if a_nan is not None else np.zeros(a.shape[0], dtype=bool)
-        self.nan_cols = cast("npt.NDArray[np.bool_]", b_nan.any(axis=(0, 2))) if b_nan is not None else np.zeros(b.shape[1], dtype=bool)
+        self.nan_rows = (cast("npt.NDArray[np.bool_]", a_nan.any(axis=(1, 2))) if a_nan is not None
+                         else np.zeros(a.shape[0], dtype=bool))
+        self.nan_cols = (cast("npt.NDArray[np.bool_]", b_nan.any(axis=(0, 2))) if b_nan is not None
+                         else np.zeros(b.shape[1], dtype=bool))
         # a range's third item is its operand's significand width; an operand without finite
         # non-zero values makes every product a zero, an infinity or invalid (width 0)
         width_a = 0 if range_a is None else min(significand_bits, range_a[2])
@@ -417,7 +419,8 @@ class _FloatPlan:
             out[np.ix_(keep, cols)] = self._schedule(c[keep][:, cols], self.a[rows][keep], self.b[:, cols], "bits")
         return out
 
-    def _schedule(self, c: np.ndarray, a: np.ndarray, b: np.ndarray, tier: str, rows: slice | None = None) -> np.ndarray:
+    def _schedule(self, c: np.ndarray, a: np.ndarray, b: np.ndarray, tier: str,
+                  rows: slice | None = None) -> np.ndarray:
         k_count = a.shape[1]
         fast = self.fast
         for k0 in range(0, k_count, BLOCK_DWORDS):
@@ -448,7 +451,8 @@ def float_dot(c: np.ndarray, a: np.ndarray, b: np.ndarray, numerics: Numerics, i
         return plan.run_rows(np.asarray(c, dtype=np.uint32), slice(None))
 
 
-def float_matmul(c: np.ndarray, a: np.ndarray, b: np.ndarray, numerics: Numerics, input_daz: bool, significand_bits: int, threads: int = 1,
+def float_matmul(c: np.ndarray, a: np.ndarray, b: np.ndarray, numerics: Numerics, input_daz: bool,
+                 significand_bits: int, threads: int = 1,
                  acc_first: bool = False) -> np.ndarray:
     """float_dot over row chunks, optionally on ``threads`` threads (numpy releases the GIL in ufuncs).
 

@@ -157,7 +157,8 @@ def select_nan(result: np.ndarray, operands: Sequence[npt.ArrayLike], rule: str)
     return np.where(result_nan, chosen, result).astype(np.uint32)
 
 
-def fma32(a: npt.ArrayLike, b: npt.ArrayLike, c: npt.ArrayLike, *, tininess: str = "after", nan: str = "x86", daz_ab: bool = True, daz_c: bool = True,
+def fma32(a: npt.ArrayLike, b: npt.ArrayLike, c: npt.ArrayLike, *, tininess: str = "after", nan: str = "x86",
+          daz_ab: bool = True, daz_c: bool = True,
           acc_first: bool = False) -> np.ndarray:
     """fp32 ``a * b + c`` with one rounding; operands in NaN priority order a, b, c (c, a, b with ``acc_first``)."""
     with np.errstate(invalid="ignore"):  # inf * 0 is resolved by select_nan
@@ -166,7 +167,8 @@ def fma32(a: npt.ArrayLike, b: npt.ArrayLike, c: npt.ArrayLike, *, tininess: str
     return select_nan(round_to_fp32(s, e, tininess), (c, a, b) if acc_first else (a, b, c), nan)
 
 
-def add32(x: npt.ArrayLike, y: npt.ArrayLike, *, tininess: str = "after", nan: str = "x86", daz_x: bool = True, daz_y: bool = True) -> np.ndarray:
+def add32(x: npt.ArrayLike, y: npt.ArrayLike, *, tininess: str = "after", nan: str = "x86", daz_x: bool = True,
+          daz_y: bool = True) -> np.ndarray:
     """fp32 ``x + y``; NaN priority x, y."""
     s, e = _two_sum(to_float64(x, daz_x), to_float64(y, daz_y))
     return select_nan(round_to_fp32(s, e, tininess), (x, y), nan)
@@ -218,7 +220,8 @@ def exact_sum(terms: Iterable[npt.ArrayLike], *, tininess: str, nan: str,
     total = (integers * (2 ** shifts)).sum(axis=0)
     nonzero = finite & (total != 0)
     # an array in, an array out: numpy types a frompyfunc ufunc's call as possibly returning a scalar
-    rounded = _round_integer_ufunc(np.where(nonzero, total, 1), base, tininess).astype(np.uint64)  # type: ignore[union-attr]
+    rounded = _round_integer_ufunc(np.where(nonzero, total, 1), base,  # type: ignore[union-attr]
+                                   tininess).astype(np.uint64)
     result = np.where(
         nonzero,
         rounded.astype(np.uint32),

@@ -65,8 +65,10 @@ class TileMachine:
         self.engine = self._engine.name
         self._config = TileConfig()
         self._tiles: npt.NDArray[np.uint8] = np.zeros((NUM_TILES, MAX_ROWS, MAX_COLSB), dtype=np.uint8)
-        self._runs: dict[str, Callable[..., object] | None] = {}  # name -> the engine's tile_call (None on the numpy engine)
-        self._shapes: dict[tuple[str, int, int, int], Shape] = {}  # (name, dst, src1, src2) -> (M, K, N), valid for _shapes_config
+        # name -> the engine's tile_call (None on the numpy engine)
+        self._runs: dict[str, Callable[..., object] | None] = {}
+        # (name, dst, src1, src2) -> (M, K, N), valid for _shapes_config
+        self._shapes: dict[tuple[str, int, int, int], Shape] = {}
         self._shapes_config: TileConfig | None = None
 
     # -- inspection ---------------------------------------------------------

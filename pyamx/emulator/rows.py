@@ -95,7 +95,8 @@ def fp32_to_fp16(x: int, rule: str = "ieee") -> int:
     return sign | min(code, 0x7C00)
 
 
-def _convert(row_bytes: np.ndarray, colsb: int, chunk: int, convert: Callable[[int], int], high: bool) -> npt.NDArray[np.uint32]:
+def _convert(row_bytes: np.ndarray, colsb: int, chunk: int, convert: Callable[[int], int],
+             high: bool) -> npt.NDArray[np.uint32]:
     return _lanes([None if v is None else convert(v) << (16 if high else 0) for v in _dwords(row_bytes, colsb, chunk)])
 
 

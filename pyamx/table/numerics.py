@@ -150,7 +150,8 @@ class Numerics:
     def dot_model(self) -> "Numerics":
         """These numerics with the row instructions' fields at their defaults: what a dot product runs."""
         # the defaults as Numerics() holds them (a field's declared default is typed "or MISSING")
-        return replace(self, **{f.name: getattr(PRESETS["sdm"], f.name) for f in fields(self) if f.name.startswith("row_")})
+        defaults = PRESETS["sdm"]
+        return replace(self, **{f.name: getattr(defaults, f.name) for f in fields(self) if f.name.startswith("row_")})
 
 
 PRESETS = {

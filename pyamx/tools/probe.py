@@ -85,7 +85,8 @@ def _random_fp16(name: str, seed: int) -> Experiment:
     def halves(shape: tuple[int, ...]) -> npt.NDArray[np.uint16]:
         sign = rng.integers(0, 2, shape, dtype=np.uint16) << 15
         exponent = rng.integers(9, 22, shape).astype(np.uint16) << 10
-        bits: npt.NDArray[np.uint16] = (sign | exponent | rng.integers(0, 1024, shape, dtype=np.uint16)).astype(np.uint16)
+        mantissa = rng.integers(0, 1024, shape, dtype=np.uint16)
+        bits: npt.NDArray[np.uint16] = (sign | exponent | mantissa).astype(np.uint16)
         return bits
 
     c = (rng.integers(0, 2, (16, 16), dtype=np.uint32) << 31) | np.uint32(0x3F000000) | rng.integers(0, 1 << 23, (16, 16), dtype=np.uint32)
