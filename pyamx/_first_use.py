@@ -43,7 +43,11 @@ _imported: set[str] = set()
 def module(name: str, package: str | None = None) -> ModuleType:
     """``importlib.import_module(name, package)`` for a call's path: under :data:`LOCK` until it
     has been imported through here once, a set and a dictionary lookup after that."""
-    full = f"{package}{name}" if name.startswith(".") else name  # one level up is not needed here
+    full = name
+    if name.startswith("."):  # one level up is not needed here
+        if package is None:  # as importlib.import_module refuses it
+            raise TypeError(f"the 'package' argument is required to perform a relative import for {name!r}")
+        full = package + name
     loaded = sys.modules.get(full) if full in _imported else None
     if loaded is not None:
         return loaded
