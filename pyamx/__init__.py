@@ -82,7 +82,8 @@ _LAZY = {
 
 
 def _dot_names() -> tuple[str, ...]:
-    return importlib.import_module(".table.isa", __name__).DOT_NAMES
+    names: tuple[str, ...] = importlib.import_module(".table.isa", __name__).DOT_NAMES
+    return names
 
 
 def _is_submodule(name: str) -> bool:

@@ -17,10 +17,16 @@ from __future__ import annotations
 import functools
 import os
 
+from typing import TYPE_CHECKING
+
 import numpy as np
+import numpy.typing as npt
 
 from . import _env
 from ._fpenv import default_fpenv
+
+if TYPE_CHECKING:
+    from .cpu._nativelib import FFI, Lib
 
 #: the engines' thread bound, which the conversions follow too
 THREADS_ENV_VAR = _env.ENGINE_THREADS
@@ -38,7 +44,7 @@ _OPS = {
 
 
 @functools.lru_cache(maxsize=None)
-def library():
+def library() -> tuple[FFI, Lib] | None:
     """``(ffi, lib)`` of an extension that has ``pyamx_convert``, else None (numpy fallback)."""
     try:
         from .cpu._nativelib import load
@@ -63,7 +69,7 @@ def _threads(elements: int, parallel_min: int) -> int:
     return min(_env.integer(THREADS_ENV_VAR, max(1, cpus), minimum=1, error=EnvironmentVariableError), _MAX_THREADS)
 
 
-def _as_rows(array: np.ndarray):
+def _as_rows(array: np.ndarray) -> tuple[np.ndarray, int, int, int, int]:
     """``(array, rows, cols, row stride, column stride)``: the array (copied only where it must be)
     as a rows x cols grid of elements in C order, strides in bytes."""
     item = array.itemsize
@@ -81,7 +87,7 @@ def _as_rows(array: np.ndarray):
     return array, 1, array.size, 0, item
 
 
-def _run(array: np.ndarray, key: tuple, threads):
+def _run(array: np.ndarray, key: tuple[str, str], threads: int | None) -> np.ndarray | None:
     loaded = library()
     if loaded is None:
         return None
@@ -100,13 +106,13 @@ def _run(array: np.ndarray, key: tuple, threads):
     return out
 
 
-def to_bits(values: np.ndarray, fmt: str, threads: "int | None" = None):
+def to_bits(values: np.ndarray, fmt: str, threads: int | None = None) -> npt.NDArray[np.uint16] | None:
     """float32/float64 values -> ``fmt`` ("bf16" or "fp16") bits (uint16), rounded once, directly;
     None without the extension. ``threads``: at most that many (None: the engines' default)."""
     return _run(values, (values.dtype.name, fmt), threads)
 
 
-def widen(bits: np.ndarray, fmt: str, threads: "int | None" = None):
+def widen(bits: np.ndarray, fmt: str, threads: int | None = None) -> npt.NDArray[np.uint32] | None:
     """``fmt`` ("bf16" or "fp16") bits (any 16-bit integer view) -> float32 bits (uint32), exactly;
     None without the extension."""
     if bits.dtype.itemsize != 2:
@@ -116,7 +122,7 @@ def widen(bits: np.ndarray, fmt: str, threads: "int | None" = None):
     return _run(bits, ("uint16", fmt), threads)
 
 
-def round_floats(values: np.ndarray, fmt: str) -> np.ndarray:
+def round_floats(values: np.ndarray, fmt: str) -> npt.NDArray[np.uint16]:
     """float32/float64 values -> ``fmt`` ("bf16" or "fp16") bits, each rounded once, directly, to
     nearest even: in C where built, else by :func:`numpy_bf16_bits` or :func:`numpy_fp16_bits`.
     :func:`pyamx.table.bf16.from_float32` and ``pyamx.matmul``'s rounding of float operands."""
@@ -130,7 +136,7 @@ def round_floats(values: np.ndarray, fmt: str) -> np.ndarray:
 
 
 @default_fpenv
-def numpy_fp16_bits(values: np.ndarray) -> np.ndarray:
+def numpy_fp16_bits(values: np.ndarray) -> npt.NDArray[np.uint16]:
     """numpy's float16 conversion (its software rule: NaNs keep their top 10 payload bits, unquieted).
 
     Under the default MXCSR: a numpy built for F16C/AVX512-FP16 converts with those instructions,
@@ -139,7 +145,7 @@ def numpy_fp16_bits(values: np.ndarray) -> np.ndarray:
     return values.astype(np.float16).view(np.uint16)
 
 
-def numpy_bf16_bits(values: np.ndarray) -> np.ndarray:
+def numpy_bf16_bits(values: np.ndarray) -> npt.NDArray[np.uint16]:
     """float32/float64 (native-endian) -> bf16 bits, RNE, on integers only."""
     if not values.dtype.isnative:  # the bits are read as native integers
         values = values.astype(values.dtype.newbyteorder("="))
@@ -151,15 +157,16 @@ def numpy_bf16_bits(values: np.ndarray) -> np.ndarray:
     return out.reshape(values.shape)
 
 
-def _bf16_of_float32(bits: np.ndarray) -> np.ndarray:
+def _bf16_of_float32(bits: npt.NDArray[np.uint32]) -> npt.NDArray[np.uint16]:
     nan = ((bits & np.uint32(0x7F800000)) == np.uint32(0x7F800000)) & ((bits & np.uint32(0x007FFFFF)) != 0)
     tie_to_even = np.uint64(0x7FFF) + ((bits >> np.uint32(16)) & np.uint32(1)).astype(np.uint64)
     rounded = ((bits.astype(np.uint64) + tie_to_even) >> np.uint64(16)).astype(np.uint16)
     quiet = ((bits >> np.uint32(16)) | np.uint32(0x0040)).astype(np.uint16)
-    return np.where(nan, quiet, rounded).astype(np.uint16)
+    out: npt.NDArray[np.uint16] = np.where(nan, quiet, rounded).astype(np.uint16)
+    return out
 
 
-def _bf16_of_float64(bits: np.ndarray) -> np.ndarray:
+def _bf16_of_float64(bits: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint16]:
     """float64 bits -> bf16 bits, RNE, on integers only."""
     u64 = np.uint64
     sign = ((bits >> u64(48)) & u64(0x8000)).astype(np.uint16)
@@ -183,4 +190,5 @@ def _bf16_of_float64(bits: np.ndarray) -> np.ndarray:
     magnitude = np.minimum(magnitude, 0x7F80)  # overflow: infinity
     payload = ((mantissa >> u64(45)) | u64(0x40)).astype(np.int64)
     magnitude = np.where(special, np.where(nan, 0x7F80 | payload, 0x7F80), magnitude)
-    return (sign | magnitude.astype(np.uint16)).astype(np.uint16)
+    out: npt.NDArray[np.uint16] = (sign | magnitude.astype(np.uint16)).astype(np.uint16)
+    return out

@@ -12,7 +12,23 @@ methods are called on the object.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any, Callable, Protocol
+
 import numpy as np
+
+if TYPE_CHECKING:
+    import ctypes
+
+    from typing_extensions import CapsuleType, TypeGuard
+
+
+class Producer(Protocol):
+    """A DLPack producer as pyamx calls it: a legacy capsule (no arguments) and where it lives."""
+
+    def __dlpack__(self, /, *, stream: None = None) -> CapsuleType: ...
+
+    def __dlpack_device__(self) -> tuple[int, int]: ...
+
 
 #: DLPack type codes (dlpack.h, DLDataTypeCode)
 _UINT, _BFLOAT = 1, 4
@@ -29,7 +45,7 @@ READ_ONLY_NOTE = ("numpy imports DLPack arrays read-only before 2.2.5 (this is n
                   f"{np.__version__}), and later too where the producer marks them read-only (JAX does)")
 
 
-def exports(x: object) -> bool:
+def exports(x: object) -> TypeGuard[Producer]:
     """Whether ``x`` is a DLPack producer pyamx imports that way (an ndarray is taken as it is)."""
     return not isinstance(x, np.ndarray) and hasattr(type(x), "__dlpack__") and hasattr(type(x), "__dlpack_device__")
 
@@ -37,15 +53,15 @@ def exports(x: object) -> bool:
 class _Capsule:
     """Hands numpy a capsule already taken from the producer (relabelled where it had to be)."""
 
-    def __init__(self, capsule: object, device: tuple) -> None:
+    def __init__(self, capsule: CapsuleType, device: tuple[int, ...]) -> None:
         self._capsule = capsule
         self._device = device
 
-    def __dlpack__(self, *args: object, **kwargs: object) -> object:
+    def __dlpack__(self, *args: object, **kwargs: object) -> CapsuleType:
         # Whatever numpy asks (max_version...), this is a legacy capsule, which every numpy takes.
         return self._capsule
 
-    def __dlpack_device__(self) -> tuple:
+    def __dlpack_device__(self) -> tuple[int, ...]:
         return self._device
 
 
@@ -53,9 +69,9 @@ def _refuse(x: object, what: str, fn: str, name: str) -> TypeError:
     return TypeError(f"{fn}: {name} ({type(x).__name__}) cannot be read through DLPack: {what}")
 
 
-def _device(x: object, name: str, fn: str) -> tuple:
+def _device(x: Producer, name: str, fn: str) -> tuple[int, ...]:
     try:
-        device = tuple(x.__dlpack_device__())  # type: ignore[attr-defined]
+        device = tuple(x.__dlpack_device__())
         device_type = int(device[0])
     except Exception as exc:
         raise _refuse(x, f"__dlpack_device__() failed: {exc}", fn, name) from None
@@ -67,19 +83,23 @@ def _device(x: object, name: str, fn: str) -> tuple:
     return device
 
 
-def _dltensor(capsule: object):
+def _dltensor(capsule: CapsuleType) -> Any:  # a ctypes DLTensor (defined in _capsule_api), or None
     """The capsule's DLTensor (a ctypes view of the producer's struct), or None for a capsule not
     of the legacy kind (a versioned one: numpy reads those itself)."""
     is_valid, get_pointer, layout = _capsule_api()
     if not is_valid(capsule, b"dltensor"):
         return None
-    return layout.from_address(get_pointer(capsule, b"dltensor"))
+    pointer = get_pointer(capsule, b"dltensor")
+    assert pointer is not None  # PyCapsule_IsValid: the capsule's pointer is not NULL
+    return layout.from_address(pointer)
 
 
-_CAPSULE_API = None
+_CAPSULE_API: tuple[Callable[[object, bytes], int], Callable[[object, bytes], int | None],
+                    type[ctypes.Structure]] | None = None
 
 
-def _capsule_api():
+def _capsule_api() -> tuple[Callable[[object, bytes], int], Callable[[object, bytes], int | None],
+                            type[ctypes.Structure]]:
     """(PyCapsule_IsValid, PyCapsule_GetPointer, dlpack.h's DLTensor) through ctypes, built once.
 
     ctypes only for a DLPack operand: the one way to read a capsule without a compiled helper. The
@@ -106,7 +126,7 @@ def _capsule_api():
     return _CAPSULE_API
 
 
-def import_array(x: object, name: str, fn: str) -> tuple[np.ndarray, str | None]:
+def import_array(x: Producer, name: str, fn: str) -> tuple[np.ndarray, str | None]:
     """``x``'s memory as a (read-only) ndarray through DLPack, no copy, and the dtype name its bits
     are of where numpy has none (``"bfloat16"``, ``"float8_e5m2"``, ``"float8_e4m3fn"``: the array
     then holds them as uint16/uint8), else None.
@@ -116,7 +136,7 @@ def import_array(x: object, name: str, fn: str) -> tuple[np.ndarray, str | None]
     """
     device = _device(x, name, fn)
     try:
-        capsule = x.__dlpack__()  # type: ignore[attr-defined]  # no arguments: a legacy capsule, as numpy 1.23 asks
+        capsule = x.__dlpack__()  # no arguments: a legacy capsule, as numpy 1.23 asks
     except Exception as exc:
         raise _refuse(x, f"{type(exc).__name__}: {exc}", fn, name) from None
     carried = None
@@ -133,7 +153,7 @@ def import_array(x: object, name: str, fn: str) -> tuple[np.ndarray, str | None]
     return array, carried
 
 
-def import_writable(x: object, name: str, fn: str) -> np.ndarray:
+def import_writable(x: Producer, name: str, fn: str) -> np.ndarray:
     """``x``'s memory as a writable ndarray through numpy's own DLPack import (which keeps the
     producer's read-only flag), or a TypeError saying why it cannot be written."""
     _device(x, name, fn)

@@ -27,6 +27,14 @@ from __future__ import annotations
 
 import os
 
+# typing.TYPE_CHECKING without importing typing: build.py and `pyamx run` load this module.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable, Collection, Mapping
+
+    #: what a caller raises for a bad value: ``error(name, value, allowed)``
+    ErrorFactory = Callable[[str, str, str], Exception]
+
 TRUE = ("1", "true", "yes")
 FALSE = ("0", "false", "no")
 
@@ -52,20 +60,21 @@ ENGINE_THREADS = "PYAMX_ENGINE_THREADS"
 class EnvVarError(ValueError):
     """A ``PYAMX_*`` variable holds a value pyamx does not accept; the message says which are."""
 
-    def __init__(self, name: str, value: str, allowed: str):
+    def __init__(self, name: str, value: str, allowed: str) -> None:
         self.name = name
         self.value = value
         self.allowed = allowed
         super().__init__(f"the environment variable {name}={value!r} is not understood; allowed: {allowed}")
 
 
-def raw(name: str, environ=None):
+def raw(name: str, environ: Mapping[str, str] | None = None) -> str | None:
     """The value of ``name``, or None when it is unset or empty."""
     value = (os.environ if environ is None else environ).get(name)
     return value if value else None
 
 
-def flag(name: str, default: bool = False, *, error=EnvVarError, environ=None) -> bool:
+def flag(name: str, default: bool = False, *, error: ErrorFactory = EnvVarError,
+         environ: Mapping[str, str] | None = None) -> bool:
     """A boolean variable; ``error(name, value, allowed)`` is raised for anything else."""
     value = raw(name, environ)
     if value is None:
@@ -78,7 +87,8 @@ def flag(name: str, default: bool = False, *, error=EnvVarError, environ=None) -
                 f"the default ({'on' if default else 'off'})")
 
 
-def choice(name: str, allowed, default: str, *, error=EnvVarError, environ=None) -> str:
+def choice(name: str, allowed: Collection[str], default: str, *, error: ErrorFactory = EnvVarError,
+           environ: Mapping[str, str] | None = None) -> str:
     """One of ``allowed``, spelled exactly; ``default`` when unset or empty."""
     value = raw(name, environ)
     if value is None:
@@ -88,7 +98,8 @@ def choice(name: str, allowed, default: str, *, error=EnvVarError, environ=None)
     raise error(name, value, f"{', '.join(allowed)}, or empty/unset for {default}")
 
 
-def integer(name: str, default: int, *, minimum: int = 0, error=EnvVarError, environ=None) -> int:
+def integer(name: str, default: int, *, minimum: int = 0, error: ErrorFactory = EnvVarError,
+            environ: Mapping[str, str] | None = None) -> int:
     """A decimal integer >= ``minimum``; ``default`` when unset or empty."""
     value = raw(name, environ)
     if value is None:

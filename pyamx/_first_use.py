@@ -21,6 +21,10 @@ import importlib
 import os
 import sys
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (`pyamx run` loads this module)
+if TYPE_CHECKING:
+    from types import ModuleType
+
 LOCK = _thread.RLock()
 
 
@@ -33,13 +37,17 @@ if hasattr(os, "register_at_fork"):  # POSIX; elsewhere there is no fork to wait
     # the same release that the parent does leaves it free there too.
     os.register_at_fork(before=LOCK.acquire, after_in_parent=_release, after_in_child=_release)
 
-_imported: set = set()
+_imported: set[str] = set()
 
 
-def module(name: str, package: str | None = None):
+def module(name: str, package: str | None = None) -> ModuleType:
     """``importlib.import_module(name, package)`` for a call's path: under :data:`LOCK` until it
     has been imported through here once, a set and a dictionary lookup after that."""
-    full = package + name if name.startswith(".") else name  # one level up is not needed here
+    full = name
+    if name.startswith("."):  # one level up is not needed here
+        if package is None:  # as importlib.import_module refuses it
+            raise TypeError(f"the 'package' argument is required to perform a relative import for {name!r}")
+        full = package + name
     loaded = sys.modules.get(full) if full in _imported else None
     if loaded is not None:
         return loaded

@@ -32,9 +32,20 @@ import threading
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from typing import Any, Callable, TypeVar
+    import ctypes as _ctypes
+    from collections.abc import Iterator
+    from typing import Any, Callable, Protocol, TypeVar
 
     _F = TypeVar("_F", bound=Callable[..., Any])
+
+    class _Register(Protocol):
+        """One way to reach the register: read it, write it, and say how (for pyamx info)."""
+
+        name: str
+
+        def get(self) -> int: ...
+
+        def set(self, value: int) -> None: ...
 
 #: round to nearest even, no FTZ (bit 15), no DAZ (bit 6), all six exceptions masked, no flags
 DEFAULT_MXCSR = 0x1F80
@@ -45,7 +56,7 @@ _X86_64 = platform.machine().lower() in ("x86_64", "amd64")
 class _Extension:
     name = "pyamx._native"
 
-    def __init__(self):
+    def __init__(self) -> None:
         from .cpu import _nativelib
 
         _, lib = _nativelib.load()
@@ -59,13 +70,14 @@ class _Extension:
             raise ValueError(f"MXCSR value 0x{value:x} has reserved bits set")
 
 
-def _libm_function(name: str):
+def _libm_function(name: str) -> _ctypes._NamedFuncPointer:
     """``name`` from the C math library: libm on glibc, libc itself on musl, or the process's own symbols."""
     import ctypes.util  # here: it loads tempfile and random, whose at-fork hook must not register in a first use
 
     for library in (None, ctypes.util.find_library("m"), ctypes.util.find_library("c")):
         try:
-            return getattr(ctypes.CDLL(library), name)
+            function: _ctypes._NamedFuncPointer = getattr(ctypes.CDLL(library), name)
+            return function
         except (OSError, AttributeError, TypeError):
             continue
     raise OSError(f"{name} was not found in the C library")
@@ -77,11 +89,11 @@ class _LibcFenv:
     name = "libc fegetenv/fesetenv"
     _SIZE, _MXCSR_OFFSET = 32, 28
 
-    def __init__(self):
+    def __init__(self) -> None:
         self._fegetenv, self._fesetenv = _libm_function("fegetenv"), _libm_function("fesetenv")
         self._local = threading.local()
 
-    def _env(self):
+    def _env(self) -> _ctypes.Array[_ctypes.c_ubyte]:
         env = getattr(self._local, "env", None)
         if env is None:
             env = self._local.env = (ctypes.c_ubyte * self._SIZE)()
@@ -107,7 +119,7 @@ class _LibcRounding:
     name = "libc fegetround/fesetround"
     _TONEAREST = 0  # FE_TONEAREST on aarch64, arm, ppc, riscv, s390x and x86
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.get, self._fesetround = _libm_function("fegetround"), _libm_function("fesetround")
 
     def set(self, value: int) -> None:
@@ -115,7 +127,7 @@ class _LibcRounding:
             raise OSError("fesetround failed")
 
 
-def _holds(way, test_value: int) -> bool:
+def _holds(way: _Register, test_value: int) -> bool:
     """Whether writing ``test_value`` reads back as written, and the original value comes back."""
     original = way.get()
     try:
@@ -131,7 +143,7 @@ DEFAULT = DEFAULT_MXCSR if _X86_64 else _LibcRounding._TONEAREST
 
 
 @functools.lru_cache(maxsize=None)
-def access():
+def access() -> _Register | None:
     """The way this process reaches the register, or None where there is none (reported by pyamx info)."""
     candidates = (_Extension, _LibcFenv) if _X86_64 else (_LibcRounding,)
     for make in candidates:
@@ -144,7 +156,7 @@ def access():
     return None
 
 
-def _enter():
+def _enter() -> int | None:
     """Load the default environment; the caller's register value to restore (None: nothing to do)."""
     way = access()  # cached after the first call
     if way is None:
@@ -155,16 +167,18 @@ def _enter():
     return saved
 
 
-def _leave(saved) -> None:
+def _leave(saved: int | None) -> None:
     if saved is not None:
-        access().set(saved)  # also when saved was the default: the arithmetic may have raised flags
+        way = access()
+        assert way is not None  # _enter saved a value, so there is a way
+        way.set(saved)  # also when saved was the default: the arithmetic may have raised flags
 
 
 def default_fpenv(fn: _F) -> _F:
     """Run ``fn`` under the default floating-point environment; the caller's, flags included, comes back."""
 
     @functools.wraps(fn)
-    def guarded(*args, **kwargs):
+    def guarded(*args: Any, **kwargs: Any) -> Any:
         saved = _enter()
         try:
             return fn(*args, **kwargs)
@@ -175,7 +189,7 @@ def default_fpenv(fn: _F) -> _F:
 
 
 @contextlib.contextmanager
-def default_environment():
+def default_environment() -> Iterator[None]:
     """:func:`default_fpenv` as a ``with`` block (per thread: each thread has its own register)."""
     saved = _enter()
     try:

@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import numpy as np
+import numpy.typing as npt
 
 from . import _backend, _validate
 from .table import isa
@@ -23,24 +24,33 @@ from ._first_use import module
 from ._result import AMXResult, label
 
 if TYPE_CHECKING:
+    from ._types import ArrayInput
     from .table.numerics import Numerics
 
 #: the kernel group (``kind=``) and its two rows: the real part, then the imaginary part
 KIND = "complex"
 REAL, IMAGINARY = (next(i.name for i in isa.DOTS if i.group == KIND and i.part == part) for part in ("real", "imaginary"))
-_FORMAT = isa.get(REAL).a_format
 
 
-def wants_complex(a, b, kind) -> bool:
+def _operand_format() -> isa.Format:
+    fmt = isa.get(REAL).a_format
+    assert fmt is not None  # a dot product's row
+    return fmt
+
+
+_FORMAT = _operand_format()
+
+
+def wants_complex(a: object, b: object, kind: object) -> bool:
     """Whether a matmul call is a complex one: ``kind="complex"``, or a numpy complex operand."""
     if kind == KIND:
         return True
     return kind is None and any(getattr(getattr(x, "dtype", None), "kind", None) == "c" for x in (a, b))
 
 
-def _pairs(x, name: str) -> np.ndarray:
+def _pairs(operand: object, name: str) -> np.ndarray:
     """A complex operand as (rows, 2 * columns) fp16 bits (real, imaginary), C-contiguous."""
-    x = _validate.require_array(x, name, "matmul")
+    x = _validate.require_array(operand, name, "matmul")
     if x.dtype.kind != "c" and _validate.dtype_name(x.dtype) != "uint32":
         raise TypeError(f"matmul: kind='complex' takes complex64, complex128 or uint32 (imaginary << 16 | real "
                         f"fp16 bits) operands, but {name} has dtype {x.dtype}")
@@ -49,12 +59,12 @@ def _pairs(x, name: str) -> np.ndarray:
     return _validate.contiguous_bits(_validate.complex_pairs(x, name, "matmul", _FORMAT))
 
 
-def _accumulator(c, m: int, n: int):
+def _accumulator(operand: object, m: int, n: int) -> tuple[npt.NDArray[np.uint32], npt.NDArray[np.uint32]]:
     """(real, imaginary) fp32 bits of ``c``: complex64 (M, N), or None for zeros."""
-    if c is None:
+    if operand is None:
         zeros = np.zeros((m, n), np.uint32)
         return zeros, zeros
-    c = _validate.require_array(c, "c", "matmul")
+    c = _validate.require_array(operand, "c", "matmul")
     if c.dtype != np.complex64:
         raise TypeError(f"matmul: a complex product's c must be complex64 (its parts are the fp32 "
                         f"accumulators), not {c.dtype}")
@@ -63,8 +73,9 @@ def _accumulator(c, m: int, n: int):
     return (np.ascontiguousarray(c.real).view(np.uint32), np.ascontiguousarray(c.imag).view(np.uint32))
 
 
-def complex_matmul(a, b, c=None, *, backend=None, engine=None, threads=None,
-                   numerics: "str | Numerics" = "sdm") -> AMXResult:
+def complex_matmul(a: ArrayInput, b: ArrayInput, c: ArrayInput | None = None, *, backend: str | None = None,
+                   engine: str | None = None, threads: int | None = None,
+                   numerics: str | Numerics = "sdm") -> AMXResult:
     """``c + a @ b`` of complex matrices through TCMMRLFP16PS (real) and TCMMIMFP16PS (imaginary).
 
     ``a`` (M, K) and ``b`` (K, N): complex64/complex128 (each part rounded to

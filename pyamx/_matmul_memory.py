@@ -31,13 +31,13 @@ _MIB = 1 << 20
 class MatmulMemoryError(MemoryError):
     """A matmul needs more memory than the system has available; nothing was allocated."""
 
-    def __init__(self, message: str, needed: int, available: int):
+    def __init__(self, message: str, needed: int, available: int) -> None:
         super().__init__(message)
         self.needed = needed
         self.available = available
 
 
-def available_bytes():
+def available_bytes() -> int | None:
     """The memory the system can give this process now without swapping, in bytes (None: unknown)."""
     try:
         with open("/proc/meminfo", "rb") as meminfo:

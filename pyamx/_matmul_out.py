@@ -10,6 +10,7 @@ nearest even, once) and copied, bit for bit, into ``out``. So ``out`` may even b
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -73,7 +74,7 @@ def result_dtype(spec: OutDtype, accumulator: np.dtype, group: str) -> np.dtype:
     return spec.dtype
 
 
-def check_out(out: object, shape: tuple, dtype: np.dtype, inputs: dict) -> np.ndarray:
+def check_out(out: object, shape: tuple[int, ...], dtype: np.dtype[Any], inputs: dict[str, np.ndarray]) -> np.ndarray:
     """``out`` as the ndarray to write the result into, after every check: its type, dtype, shape,
     that it is writable, and that it shares no memory with an input (``inputs``: name -> array).
     ``out`` may be ``c`` itself (same memory, shape and strides): ``c += a @ b`` in place.
@@ -100,7 +101,8 @@ def check_out(out: object, shape: tuple, dtype: np.dtype, inputs: dict) -> np.nd
         if name == "c" and _same_elements(array, x):
             continue
         try:
-            overlaps = np.shares_memory(array, x, max_work=1 << 20)
+            # numpy declares only -1 and 0 for max_work; it documents any positive bound too
+            overlaps = np.shares_memory(array, x, max_work=1 << 20)  # type: ignore[arg-type]
         except _TOO_HARD:  # strides too intricate to decide quickly: taken as an overlap
             overlaps = True
         if overlaps:

@@ -17,8 +17,14 @@ emulator or numpy, a named backend or engine raises) is the caller's.
 
 from __future__ import annotations
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (the CLI's parser loads this module)
+if TYPE_CHECKING:
+    from typing import Callable
 
-def choose_numerics(numerics):
+    from .table.numerics import Numerics
+
+
+def choose_numerics(numerics: Numerics | str) -> Numerics:
     """The :class:`~pyamx.Numerics` of a preset name or a Numerics (ValueError for an unknown name).
 
     Called once at a public entry; what it returns is passed down, so the backend and engine
@@ -26,20 +32,22 @@ def choose_numerics(numerics):
     """
     global _table_resolve
     if _table_resolve is None:  # imported on first use, then kept (the CLI builds its parser without it)
-        from .table.numerics import resolve as _table_resolve
+        from .table.numerics import resolve
+
+        _table_resolve = resolve
     return _table_resolve(numerics)
 
 
-_table_resolve = None
+_table_resolve: Callable[[Numerics | str], Numerics] | None = None
 
 
 resolve = choose_numerics  # the older name
 
 
-_DEFAULT = None
+_DEFAULT: Numerics | None = None
 
 
-def default():
+def default() -> Numerics:
     """The default model, ``"sdm"``: the one silicon and the compiled engines compute."""
     global _DEFAULT
     if _DEFAULT is None:
@@ -49,12 +57,12 @@ def default():
     return _DEFAULT
 
 
-def native_runs(numerics) -> bool:
+def native_runs(numerics: Numerics | str | None) -> bool:
     """Whether the native backend computes ``numerics`` (None: whatever the backend computes)."""
     return numerics is None or numerics is default() or choose_numerics(numerics) == default()
 
 
-def native_numerics_error(numerics) -> ValueError:
+def native_numerics_error(numerics: Numerics | str) -> ValueError:
     """The refusal of a model native does not compute, naming the way to run it."""
     name = resolve(numerics).name
     return ValueError(
@@ -64,6 +72,6 @@ def native_numerics_error(numerics) -> ValueError:
     )
 
 
-def compiled_runs(numerics) -> bool:
+def compiled_runs(numerics: Numerics) -> bool:
     """Whether the compiled engines compute ``numerics`` (a Numerics): its dot-product model is the default's."""
     return numerics.dot_model() == default()

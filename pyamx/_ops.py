@@ -5,7 +5,7 @@ One function per dot product of :mod:`pyamx.table.isa` (``isa.DOT_NAMES``), gene
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
@@ -20,14 +20,17 @@ from .emulator.call import run_one
 _EMULATOR = _backend.EMULATOR
 
 
-def _function(insn: isa.Instruction):
+def _function(insn: isa.Instruction) -> Callable[..., AMXResult]:
     """The public function of one dot product, generated from its pyamx.table.isa row."""
     name, group, check = insn.name, insn.group, emulator.operands
+    assert group is not None  # every dot product row names its kernel group
     result_dtype = np.dtype(np.float32 if insn.is_float else np.int32)
     dot_operands, choose_backend, choose_engine = _validate.dot_operands, _backend.choose_backend, _engine.choose_engine
-    native_runs: dict = {}  # resolved native Backend -> (its runner, its label): one per backend object
+    # resolved native Backend -> (itself, its runner, its label): one per backend object
+    native_runs: dict[_backend.Backend, tuple[_backend.Backend, Callable[..., AMXResult], str | None]] = {}
 
-    def fn(c, a, b, *, backend=None, engine=None) -> AMXResult:
+    def fn(c: ArrayInput, a: ArrayInput, b: ArrayInput, *, backend: str | None = None,
+           engine: str | None = None) -> AMXResult:
         c, a, b, shape = dot_operands(check, name, c, a, b)
         chosen = choose_backend(backend, group, None, engine)  # kept per arguments (pyamx._backend)
         if chosen is _EMULATOR:
@@ -47,6 +50,7 @@ isa.export_functions(globals(), _function, "function")
 
 if TYPE_CHECKING:
     from ._dot_types import *  # noqa: F403  (what export_functions made above, as type checkers must see it)
+    from ._types import ArrayInput
     from .emulator import Numerics, TileMachine
 
 def tile_machine(*, backend: str | None = None, numerics: str | Numerics = "sdm",
@@ -63,4 +67,5 @@ def tile_machine(*, backend: str | None = None, numerics: str | Numerics = "sdm"
     chosen = _backend.choose_backend(backend, "bf16", choose_numerics(numerics), engine)
     if not chosen.is_native:
         return emulator.TileMachine(numerics, engine=engine)
-    return module(".cpu.native", __package__).NativeMachine(numerics)
+    machine: TileMachine = module(".cpu.native", __package__).NativeMachine(numerics)  # the same methods
+    return machine

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any, cast
+
 import numpy as np
+
+if TYPE_CHECKING:
+    import numpy.typing as npt
 
 #: how every output (repr, info, probe, replay, demo) names where a result came from
 MODE_WORDS = {"silicon": "silicon", "trap": "trap mode", "complement": "complement mode"}
@@ -40,20 +45,23 @@ class AMXResult(np.ndarray):
     engine: str | None = None  # the emulator's arithmetic engine, where one is named (pyamx.emulator.engine)
     rounded_to: str | None = None  # "bf16"/"fp16" where pyamx.matmul rounded float operands to that format
 
-    def __array_finalize__(self, obj):
+    def __array_finalize__(self, obj: object) -> None:
         labels = getattr(obj, "__dict__", None)
         if isinstance(obj, AMXResult) and labels:
             self.__dict__.update(labels)
 
-    def __array_wrap__(self, array, context=None, return_scalar=False):
+    def __array_wrap__(self, array: npt.NDArray[Any], context: object = None,  # type: ignore[override]
+                       return_scalar: bool = False) -> npt.NDArray[Any] | np.generic:
+        # override: the result is a plain ndarray (or scalar), never an AMXResult
         plain = np.asarray(array).view(np.ndarray)
         return plain[()] if return_scalar else plain
 
-    def __reduce__(self):
-        rebuild, args, state = super().__reduce__()
+    def __reduce__(self) -> tuple[Any, ...]:
+        # ndarray's reduce value is always the (rebuild, args, state) triple, never a global's name
+        rebuild, args, state = cast("tuple[object, object, object]", super().__reduce__())
         return rebuild, args, (state, dict(self.__dict__))
 
-    def __setstate__(self, state):
+    def __setstate__(self, state: tuple[Any, ...]) -> None:
         if isinstance(state, tuple) and len(state) == 2 and isinstance(state[1], dict):
             array_state, labels = state
             super().__setstate__(array_state)
@@ -81,13 +89,14 @@ def label(array: np.ndarray, backend: str, native_mode: str | None = None, engin
     return result
 
 
-def new_result(shape: tuple[int, ...], dtype: np.dtype | type) -> AMXResult:
+def new_result(shape: tuple[int, ...], dtype: npt.DTypeLike) -> AMXResult:
     """An uninitialised C-contiguous AMXResult for a backend to write into; :func:`tag` it afterwards.
 
     Cheaper than :func:`label` on a finished array (no copy, no second view):
     the per-instruction fast paths spend most of their few microseconds here otherwise.
     """
-    return AMXResult(shape, dtype)
+    result: AMXResult = AMXResult(shape, dtype)  # ndarray.__new__ is declared to return ndarray[Any, ...]
+    return result
 
 
 def tag(result: AMXResult, backend: str, native_mode: str | None = None, engine: str | None = None) -> AMXResult:

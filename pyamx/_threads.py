@@ -11,6 +11,7 @@ can reach them through the extension's ``lib`` directly.
 from __future__ import annotations
 
 import os
+from typing import Optional
 
 import numpy as np
 
@@ -34,10 +35,10 @@ def _usable_cpus() -> int:
 CPU_COUNT = _usable_cpus()  # read once: it costs microseconds per call
 # PYAMX_ENGINE_THREADS is read on first use and then kept (as PYAMX_BACKEND is): a lookup per
 # call would cost a tenth of a one-instruction call. pyamx.engine.reset_environment() forgets it.
-_kept: list = []
+_kept: list[int] = []
 
 
-def check(threads, fn: str = "threads"):
+def check(threads: object, fn: str = "threads") -> Optional[int]:
     """``threads=`` as every pyamx function takes it: None, or an integer from 1 to :data:`MAX_THREADS`
     (returned as an int); ValueError naming ``fn`` otherwise. More is refused rather than capped:
     a caller who asked for 1000 threads would otherwise be told nothing of running 256."""

@@ -6,6 +6,8 @@ so nothing here costs an import at run time.
 
 from __future__ import annotations
 
+from array import array
+from mmap import mmap
 from typing import Any, Protocol, Sequence, Union
 
 import numpy as np
@@ -22,3 +24,5 @@ class SupportsArray(Protocol):
 ArrayInput = Union[npt.NDArray[Any], SupportsArray, memoryview, bytearray, Sequence[Any]]
 #: a raw bits array as the conversions return it
 UInt16Array = npt.NDArray[np.uint16]
+#: the memory operand of TILELOADD/TILESTORED: an array or any flat buffer (one contiguous block)
+MemoryOperand = Union[npt.NDArray[Any], bytes, bytearray, memoryview, mmap, "array[Any]"]

@@ -8,12 +8,20 @@ C-contiguous arrays of the right dtype and shape.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable, Tuple
 
 import numpy as np
 
 from . import _dlpack
 from . import _convert
 from .table import isa
+
+if TYPE_CHECKING:
+    from typing_extensions import TypeAlias
+
+#: a dtype family's check: accepted dtype names -> the bits dtype each is read as, the hint for the
+#: message, and the native dtypes the fast check accepts (learned as the full check accepts them)
+Kind: TypeAlias = Tuple["dict[str, np.dtype[Any]]", str, "set[np.dtype[Any]]"]
 
 MAX_M = 16
 MAX_K = 16  # tmul_maxk
@@ -76,10 +84,10 @@ def require_operand(x: object, name: str, fn: str) -> "tuple[np.ndarray, str | N
         ) from None
 
 
-_DTYPE_NAMES: dict = {}  # dtype -> dtype.name, which numpy computes slowly (microseconds per call)
+_DTYPE_NAMES: dict[np.dtype[Any], str] = {}  # dtype -> dtype.name, which numpy computes slowly (microseconds per call)
 
 
-def dtype_name(dtype: np.dtype) -> str:
+def dtype_name(dtype: np.dtype[Any]) -> str:
     """``dtype.name``, looked up once per dtype."""
     name = _DTYPE_NAMES.get(dtype)
     if name is None:
@@ -87,7 +95,8 @@ def dtype_name(dtype: np.dtype) -> str:
     return name
 
 
-def _bits_view(x, name: str, fn: str, allowed: dict, hint: str, fast: set = None) -> np.ndarray:
+def _bits_view(x: object, name: str, fn: str, allowed: dict[str, np.dtype[Any]], hint: str,
+               fast: set[np.dtype[Any]] | None = None) -> np.ndarray:
     """A view of ``x`` as the unsigned bit type for its dtype, or raise naming the allowed dtypes.
 
     No copy is made here (strides and byte order stay as they are): the
@@ -95,19 +104,19 @@ def _bits_view(x, name: str, fn: str, allowed: dict, hint: str, fast: set = None
     :func:`check_dot_shapes` makes the operands contiguous and native-endian,
     so a huge zero-stride view is refused before anything is allocated.
     """
-    x = require_array(x, name, fn)
-    dtype = x.dtype
+    array = require_array(x, name, fn)
+    dtype = array.dtype
     bits_dtype = allowed.get(dtype_name(dtype))
     if bits_dtype is None:
         raise TypeError(
-            f"{fn}: {name} has dtype {x.dtype}; expected {' or '.join(allowed)}{hint}"
+            f"{fn}: {name} has dtype {array.dtype}; expected {' or '.join(allowed)}{hint}"
         )
     bits_dtype = np.dtype(bits_dtype)
     if fast is not None and dtype.isnative:
         fast.add(dtype)  # accepted once by name (ml_dtypes.bfloat16 too): the fast check takes it from now on
-    if not x.dtype.isnative:  # big-endian values: a big-endian view of the bits; swapped when copied
+    if not array.dtype.isnative:  # big-endian values: a big-endian view of the bits; swapped when copied
         bits_dtype = bits_dtype.newbyteorder()
-    return x.view(bits_dtype)  # same item size, so any strides are fine
+    return array.view(bits_dtype)  # same item size, so any strides are fine
 
 
 def contiguous_bits(x: np.ndarray) -> np.ndarray:
@@ -123,12 +132,13 @@ def contiguous_bits(x: np.ndarray) -> np.ndarray:
     return np.require(x, dtype=x.dtype.newbyteorder("="), requirements=("C", "A", "E"))
 
 
-def _bits(x, name: str, fn: str, allowed: dict, hint: str, fast: set = None) -> np.ndarray:
+def _bits(x: object, name: str, fn: str, allowed: dict[str, np.dtype[Any]], hint: str,
+          fast: set[np.dtype[Any]] | None = None) -> np.ndarray:
     """As :func:`_bits_view`, materialized: C-contiguous and native-endian."""
     return contiguous_bits(_bits_view(x, name, fn, allowed, hint, fast))
 
 
-def _kind(allowed: dict, hint: str) -> tuple:
+def _kind(allowed: dict[str, np.dtype[Any]], hint: str) -> Kind:
     """(allowed dtype names -> bits dtype, hint for the message, native dtypes the fast check accepts).
 
     The fast set starts with numpy's own dtypes of those names and learns
@@ -138,7 +148,7 @@ def _kind(allowed: dict, hint: str) -> tuple:
     return allowed, hint, fast
 
 
-def _format_kind(fmt: isa.Format) -> tuple:
+def _format_kind(fmt: isa.Format) -> Kind:
     """The kind of a pyamx.table.isa format row: its dtypes, each read as its bits; 16-bit floats add
     how to hand over a framework's tensor, which numpy cannot hold as such."""
     hint = f" ({fmt.note})" if fmt.note else ""
@@ -159,47 +169,47 @@ FORMAT_KINDS = {fmt.name: _format_kind(fmt) for fmt in isa.FORMAT_ROWS}
 _BF16, _FP16, _FP32, _INT32, _BYTES = (FORMAT_KINDS[n] for n in ("bf16", "fp16", "fp32", "int32", "int8"))
 
 
-def bf16_bits(x, name: str, fn: str = "pyamx") -> np.ndarray:
+def bf16_bits(x: object, name: str, fn: str = "pyamx") -> np.ndarray:
     """uint16 bf16 bit patterns (C-contiguous) from uint16, int16 (bit patterns) or ml_dtypes.bfloat16."""
     return _bits(x, name, fn, *_BF16)
 
 
-def fp16_bits(x, name: str, fn: str = "pyamx") -> np.ndarray:
+def fp16_bits(x: object, name: str, fn: str = "pyamx") -> np.ndarray:
     return _bits(x, name, fn, *_FP16)
 
 
-def fp32_bits(x, name: str, fn: str = "pyamx") -> np.ndarray:
+def fp32_bits(x: object, name: str, fn: str = "pyamx") -> np.ndarray:
     return _bits(x, name, fn, *_FP32)
 
 
-def int32_words(x, name: str, fn: str = "pyamx") -> np.ndarray:
+def int32_words(x: object, name: str, fn: str = "pyamx") -> np.ndarray:
     return _bits(x, name, fn, *_INT32)
 
 
-def byte_lanes(x, name: str, fn: str = "pyamx") -> np.ndarray:
+def byte_lanes(x: object, name: str, fn: str = "pyamx") -> np.ndarray:
     return _bits(x, name, fn, *_BYTES)
 
 
 # The same checks without the copy, for operands whose shapes are checked next (check_dot_shapes).
 
 
-def bf16_view(x, name: str, fn: str = "pyamx") -> np.ndarray:
+def bf16_view(x: object, name: str, fn: str = "pyamx") -> np.ndarray:
     return _bits_view(x, name, fn, *_BF16)
 
 
-def fp16_view(x, name: str, fn: str = "pyamx") -> np.ndarray:
+def fp16_view(x: object, name: str, fn: str = "pyamx") -> np.ndarray:
     return _bits_view(x, name, fn, *_FP16)
 
 
-def fp32_view(x, name: str, fn: str = "pyamx") -> np.ndarray:
+def fp32_view(x: object, name: str, fn: str = "pyamx") -> np.ndarray:
     return _bits_view(x, name, fn, *_FP32)
 
 
-def int32_view(x, name: str, fn: str = "pyamx") -> np.ndarray:
+def int32_view(x: object, name: str, fn: str = "pyamx") -> np.ndarray:
     return _bits_view(x, name, fn, *_INT32)
 
 
-def byte_lanes_view(x, name: str, fn: str = "pyamx") -> np.ndarray:
+def byte_lanes_view(x: object, name: str, fn: str = "pyamx") -> np.ndarray:
     return _bits_view(x, name, fn, *_BYTES)
 
 
@@ -252,10 +262,11 @@ def check_dot_shapes(fn: str, c: np.ndarray, a: np.ndarray, b: np.ndarray, lanes
 # to the full checks above, which accept it (with a copy) or raise the clear
 # error. So this check only ever says "valid as is" or "look closer".
 
-_PLAIN = None  # (np.ndarray, AMXResult): subclasses whose buffer is their data (not a masked array)
+# (np.ndarray, AMXResult): subclasses whose buffer is their data (not a masked array)
+_PLAIN: tuple[type, ...] | None = None
 
 
-def _plain_types():
+def _plain_types() -> tuple[type, ...]:
     global _PLAIN
     from ._result import AMXResult
 
@@ -264,11 +275,16 @@ def _plain_types():
 
 
 #: dot product name -> (c kind, a kind, b kind, values per dword), from its pyamx.table.isa row
-DOT_KINDS = {insn.name: (FORMAT_KINDS[insn.acc_format.name], FORMAT_KINDS[insn.a_format.name],
-                         FORMAT_KINDS[insn.b_format.name], insn.lanes) for insn in isa.DOTS}
+def _dot_kinds(insn: isa.Instruction) -> tuple[Kind, Kind, Kind, int]:
+    acc, a, b, lanes = insn.acc_format, insn.a_format, insn.b_format, insn.lanes
+    assert acc is not None and a is not None and b is not None and lanes is not None  # a dot product's row
+    return FORMAT_KINDS[acc.name], FORMAT_KINDS[a.name], FORMAT_KINDS[b.name], lanes
 
 
-def fast_dot_shape(name: str, c, a, b):
+DOT_KINDS = {insn.name: _dot_kinds(insn) for insn in isa.DOTS}
+
+
+def fast_dot_shape(name: str, c: object, a: object, b: object) -> tuple[int, int, int] | None:
     """``(M, K, N)`` when c, a, b are valid one-instruction operands as they are, else None.
 
     Valid as they are: ndarray (or AMXResult), C-contiguous, aligned, native-endian,
@@ -278,6 +294,8 @@ def fast_dot_shape(name: str, c, a, b):
     plain = _PLAIN or _plain_types()
     if type(c) not in plain or type(a) not in plain or type(b) not in plain:
         return None
+    if TYPE_CHECKING:  # what the test above proved, said without a run-time cost on this path
+        assert isinstance(c, np.ndarray) and isinstance(a, np.ndarray) and isinstance(b, np.ndarray)
     c_kind, a_kind, b_kind, lanes = DOT_KINDS[name]
     if c.dtype not in c_kind[2] or a.dtype not in a_kind[2] or b.dtype not in b_kind[2]:
         return None
@@ -333,11 +351,14 @@ def format_view(x: object, name: str, fn: str, fmt: isa.Format) -> np.ndarray:
     return _bits_view(x, name, fn, *FORMAT_KINDS[fmt.name])
 
 
-def dot_operands(check, name: str, c, a, b):
+def dot_operands(check: Callable[[str, object, object, object], DotOperands], name: str, c: object, a: object,
+                 b: object) -> tuple[np.ndarray, np.ndarray, np.ndarray, tuple[int, int, int]]:
     """``(c, a, b, (M, K, N))`` for one instruction: the operands as they are when the fast check
     takes them, else what ``check(name, c, a, b)`` (the full checks) gives or raises."""
     shape = fast_dot_shape(name, c, a, b)
     if shape is None:
         ops = check(name, c, a, b)
         return ops.c, ops.a, ops.b, (ops.m, ops.k, ops.n)
+    if TYPE_CHECKING:  # fast_dot_shape takes arrays only
+        assert isinstance(c, np.ndarray) and isinstance(a, np.ndarray) and isinstance(b, np.ndarray)
     return c, a, b, shape

@@ -26,7 +26,7 @@ class AMXFault(AMXError):
 
     vector = "?"
 
-    def __init__(self, mnemonic: str, rule: str):
+    def __init__(self, mnemonic: str, rule: str) -> None:
         self.mnemonic = mnemonic
         self.rule = rule
         super().__init__(f"{mnemonic} raises {self.vector}: {rule}")
@@ -79,11 +79,11 @@ class NativeUnavailableError(BackendError):
     end (the command line) can word its own advice.
     """
 
-    def __init__(self, message: str, reason: str | None = None):
+    def __init__(self, message: str, reason: str | None = None) -> None:
         super().__init__(message)
         self.reason = reason
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[type[AMXError], tuple[str, str | None]]:
         return type(self), (str(self), self.reason)
 
 

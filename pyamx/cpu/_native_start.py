@@ -23,10 +23,13 @@ What each action returned goes into detection's table (detect.note_start); the r
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Optional, Tuple
 
 from .._first_use import LOCK
 from . import detect
+
+if TYPE_CHECKING:
+    from ._nativelib import FFI, Lib
 
 
 def start() -> None:
@@ -62,7 +65,7 @@ def _outcome(raw: detect.RawFacts) -> dict[str, object]:
     return outcome
 
 
-def _silicon_start(raw: detect.RawFacts, ffi, lib) -> detect.RawFacts:
+def _silicon_start(raw: detect.RawFacts, ffi: FFI, lib: Lib) -> detect.RawFacts:
     """The permission, its read-back and the child, each only where every stage before said yes."""
     if detect.gate_passed(raw):
         raw = replace(raw, perm_request=int(lib.pyamx_request_permission()))
@@ -75,13 +78,13 @@ def _silicon_start(raw: detect.RawFacts, ffi, lib) -> detect.RawFacts:
     return raw
 
 
-def _read_u64(ffi, fn, *args) -> Tuple[int, int]:
+def _read_u64(ffi: FFI, fn: Callable[..., Any], *args: int) -> Tuple[int, int]:
     value = ffi.new("uint64_t *")
     rc = fn(*args, value)
     return int(rc), int(value[0])
 
 
-def switch_trap_on(lib) -> detect.TrapFacts:
+def switch_trap_on(lib: Lib) -> detect.TrapFacts:
     """Enable pyamx.trap, then ask for the permission through its hook (``lib``: pyamx._native's):
     what it did, as detection's TrapFacts."""
     from . import trap

@@ -15,9 +15,19 @@ import importlib
 import os
 import sys
 import warnings
+from types import FrameType, ModuleType
+from typing import TYPE_CHECKING
 
 from .._first_use import LOCK
 from .._version import __version__
+
+if TYPE_CHECKING:
+    from typing import Any
+
+    #: a cffi module's ``ffi`` and ``lib``: their C declarations become attributes only when it loads
+    #: (and cffi ships no types)
+    FFI = Any
+    Lib = Any
 
 REBUILD_HINT = "rebuild it with `pip install .` (or `python build.py` in a source checkout)"
 
@@ -26,7 +36,7 @@ class StaleBuildError(ImportError):
     """``pyamx._native`` was built from a different pyamx version than the one importing it."""
 
 
-def stale_build_message(built_version: str, package_version: str, module: str = "pyamx._native"):
+def stale_build_message(built_version: str, package_version: str, module: str = "pyamx._native") -> str | None:
     """``None`` when the versions match, else the error message to raise (pure)."""
     if built_version == package_version:
         return None
@@ -36,7 +46,7 @@ def stale_build_message(built_version: str, package_version: str, module: str = 
     )
 
 
-def build_info():
+def build_info() -> ModuleType | None:
     """``pyamx._buildinfo`` (what the build decided and why), or None where no build wrote it."""
     try:
         return importlib.import_module(".._buildinfo", __package__)
@@ -51,7 +61,7 @@ REINSTALL_HINT = ("install a C compiler (GCC >= 11 or clang >= 12 for the AMX ke
                   "(or the path or URL you installed from)")
 
 
-def source_checkout(package_dir: str = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))):
+def source_checkout(package_dir: str = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) -> str | None:
     """The root of the source checkout this pyamx is imported from, or None for an installed one."""
     root = os.path.dirname(package_dir)
     if os.path.isfile(os.path.join(root, "build.py")) and os.path.isdir(os.path.join(root, "csrc")):
@@ -59,7 +69,8 @@ def source_checkout(package_dir: str = os.path.dirname(os.path.dirname(os.path.a
     return None
 
 
-def not_built_message(info, import_error, checkout=None) -> str:
+def not_built_message(info: ModuleType | None, import_error: ImportError | str,
+                      checkout: str | None = None) -> str:
     """Why ``pyamx._native`` cannot be imported, from the build's record when there is one (pure).
 
     ``checkout``: the source checkout pyamx was imported from, if any; a script started in its
@@ -79,7 +90,8 @@ def not_built_message(info, import_error, checkout=None) -> str:
 def _outside_pyamx() -> int:
     """The ``stacklevel`` of the first caller outside the pyamx package (the user's line)."""
     package = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
-    frame, level = sys._getframe(1), 1
+    frame: FrameType | None = sys._getframe(1)
+    level = 1
     while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(package):
         frame, level = frame.f_back, level + 1
     return level
@@ -103,7 +115,7 @@ _warned = False
 
 
 @functools.lru_cache(maxsize=None)
-def load():
+def load() -> tuple[FFI, Lib]:
     """``(ffi, lib)`` of the extension; ImportError (or StaleBuildError) with a clear message.
 
     An install built without the extension, or a source checkout not built
@@ -114,9 +126,9 @@ def load():
         return _load_native()
 
 
-def _load_native():
+def _load_native() -> tuple[FFI, Lib]:
     try:
-        from .. import _native
+        from .. import _native  # type: ignore[attr-defined]  # compiled by build.py (cffi): no stub
     except ImportError as exc:
         info = build_info()
         checkout = source_checkout()
@@ -125,9 +137,9 @@ def _load_native():
             warn_once(message)
         raise ImportError(message) from exc
     built = _native.ffi.string(_native.lib.pyamx_build_version()).decode()
-    message = stale_build_message(built, __version__)
-    if message:
-        raise StaleBuildError(message)
+    stale = stale_build_message(built, __version__)
+    if stale:
+        raise StaleBuildError(stale)
     # The kernels' worker pool is joined before the interpreter finalizes, so no worker is
     # left parked inside the library while Python tears itself down.
     atexit.register(_native.lib.pyamx_pool_shutdown)
@@ -135,15 +147,15 @@ def _load_native():
 
 
 @functools.lru_cache(maxsize=None)
-def load_trap():
+def load_trap() -> tuple[FFI, Lib]:
     """``(ffi, lib)`` of the trap mode's module pyamx._trap; ImportError (or StaleBuildError) saying why not."""
     with LOCK:
         return _load_trap()
 
 
-def _load_trap():
+def _load_trap() -> tuple[FFI, Lib]:
     try:
-        from .. import _trap
+        from .. import _trap  # type: ignore[attr-defined]  # compiled by build.py (cffi): no stub
     except ImportError as exc:
         raise ImportError(f"the trap mode's C extension pyamx._trap is not built ({exc}); {REBUILD_HINT}") from exc
     built = _trap.ffi.string(_trap.lib.pyamx_trap_build_version()).decode()

@@ -18,7 +18,7 @@ from .._result import backend_label
 from .._version import __version__
 
 
-def runtime_lines() -> list:
+def runtime_lines() -> list[str]:
     """What a bug report needs first: versions, platform, the backend decision and any bad setting."""
     import numpy
 
@@ -39,7 +39,7 @@ def runtime_lines() -> list:
     ]
 
 
-def engine_lines() -> list:
+def engine_lines() -> list[str]:
     """The emulator's engines (pyamx.emulator.engine): which one runs by default, with what SIMD level."""
     from ..emulator import engine
 
@@ -52,7 +52,7 @@ def show_runtime() -> None:
     print(detect.format_report(_native_start.report()))
 
 
-def cpu_features() -> dict:
+def cpu_features() -> dict[str, object]:
     """Every detection stage and fact as a plain dict, after the native start (``pyamx.cpu_features()``)."""
     _native_start.start()
     return detect.cpu_features()

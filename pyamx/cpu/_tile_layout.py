@@ -10,7 +10,13 @@ extension gets the same bytes from numpy.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
+import numpy.typing as npt
+
+if TYPE_CHECKING:
+    from ._nativelib import FFI, Lib
 
 #: packed bytes one packing thread gets at least: packing streams memory at several GB/s per
 #: thread, so below about a MiB waking another thread costs more than it saves
@@ -30,15 +36,15 @@ def layout_bytes(item: int, k: int, n: int) -> int:
     return _ceil_div(n, 32) * _ceil_div(dwords(k, item), 16) * 2048
 
 
-def aligned_empty(nbytes: int, dtype=np.uint8, shape=None) -> np.ndarray:
+def aligned_empty(nbytes: int, dtype: npt.DTypeLike = np.uint8, shape: tuple[int, ...] | None = None) -> np.ndarray:
     """A new array of ``nbytes`` whose first byte is 64-byte aligned."""
     raw = np.empty(nbytes + 64, dtype=np.uint8)
     start = (-raw.ctypes.data) % 64
-    out = raw[start:start + nbytes].view(dtype)
+    out: np.ndarray = raw[start:start + nbytes].view(dtype)
     return out if shape is None else out.reshape(shape)
 
 
-def _axes(k: int, n: int, item: int):
+def _axes(k: int, n: int, item: int) -> tuple[int, int, int, int, int]:
     """(kblocks, nbn, lanes, padded K, padded N) of the layout."""
     lanes = 4 // item
     kblocks, nbn = _ceil_div(dwords(k, item), 16), _ceil_div(n, 32)
@@ -53,30 +59,33 @@ def numpy_tiles(bits: np.ndarray) -> np.ndarray:
     padded[:k, :n] = bits.view(padded.dtype)
     # (kb, r, lane, bj, half, c) -> (bj, kb, half, r, c, lane)
     grid = padded.reshape(kblocks, 16, lanes, nbn, 2, 16).transpose(3, 0, 4, 1, 5, 2)
-    return np.ascontiguousarray(grid).reshape(-1).view(np.uint8)
+    tiles: npt.NDArray[np.uint8] = np.ascontiguousarray(grid).reshape(-1).view(np.uint8)
+    return tiles
 
 
 def numpy_rows(tiles: np.ndarray, k: int, n: int, item: int) -> np.ndarray:
     """(K, N) unsigned items read back from the layout in numpy (a view where numpy can)."""
     kblocks, nbn, lanes, kp, np_ = _axes(k, n, item)
     grid = tiles.view(np.dtype(f"u{item}")).reshape(nbn, kblocks, 2, 16, 16, lanes)
-    return grid.transpose(1, 3, 5, 0, 2, 4).reshape(kp, np_)[:k, :n]
+    rows: np.ndarray = grid.transpose(1, 3, 5, 0, 2, 4).reshape(kp, np_)[:k, :n]
+    return rows
 
 
-_C_LIBRARY: list = []  # [(ffi, lib) or None], decided on the first pack: no import or lookup per call
+# [(ffi, lib) or None], decided on the first pack: no import or lookup per call
+_C_LIBRARY: list[tuple[FFI, Lib] | None] = []
 
 
-def _c_library():
+def _c_library() -> tuple[FFI, Lib] | None:
     """``(ffi, lib)`` of pyamx._native, or None where it is not built (numpy packs then)."""
     if _C_LIBRARY:
         return _C_LIBRARY[0]
     from ._nativelib import load
 
     try:
-        loaded = load()
+        library = load()
     except ImportError:
         return None  # not kept: the next call looks again, as before
-    loaded = loaded if hasattr(loaded[1], "pyamx_pack_b") else None
+    loaded = library if hasattr(library[1], "pyamx_pack_b") else None
     _C_LIBRARY.append(loaded)
     return loaded
 
@@ -87,7 +96,7 @@ def _default_threads() -> int:
     return default()
 
 
-def pack(bits: np.ndarray, threads=None) -> np.ndarray:
+def pack(bits: np.ndarray, threads: int | None = None) -> npt.NDArray[np.uint8]:
     """C-contiguous (K, N) bits (1- or 2-byte items) in the layout: a new, read-only uint8 array.
 
     ``threads``: packing threads (None: one per :data:`PACK_BYTES_PER_THREAD` of the layout, at
@@ -110,7 +119,7 @@ def pack(bits: np.ndarray, threads=None) -> np.ndarray:
     return tiles
 
 
-def unpack(tiles: np.ndarray, k: int, n: int, dtype) -> np.ndarray:
+def unpack(tiles: np.ndarray, k: int, n: int, dtype: npt.DTypeLike) -> np.ndarray:
     """The (K, N) bits of ``dtype`` (1- or 2-byte items) back out of the layout, as a new row-major array."""
     out = np.empty((k, n), dtype=dtype)
     item = out.itemsize

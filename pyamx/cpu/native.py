@@ -21,13 +21,17 @@ import operator
 import sys
 import threading
 import weakref
+from types import FrameType, ModuleType
+from typing import TYPE_CHECKING, Callable, Optional, TypeVar
 
 import numpy as np
+import numpy.typing as npt
 
 from ..table import _memory, isa
 from . import _native_start, detect
 from ..errors import (
     AMXError,
+    AMXFault,
     BackendError,
     GeneralProtectionFault,
     InvalidOpcodeFault,
@@ -49,6 +53,19 @@ from ..table.tilecfg import (
     parse_tilecfg,
 )
 
+if TYPE_CHECKING:
+    from .._backend import Backend
+    from .._types import MemoryOperand
+    from ..table.numerics import Numerics
+    from ..table.tilecfg import ConfigInput
+    from ._nativelib import FFI, Lib
+
+_T = TypeVar("_T")
+#: a machine's state away from the registers: the STTILECFG image and the 8 tiles' bytes
+Stash = tuple[bytes, npt.NDArray[np.uint8]]
+#: the emulator's rule check of an instruction against a configuration (raises the fault)
+Recheck = Callable[[TileConfig], None]
+
 #: mnemonic -> (C op name in lib, kernel group, lanes per dword), from pyamx.table.isa; the id itself is read from lib.
 OPS = {insn.name: (insn.c_op, insn.group, insn.lanes) for insn in isa.DOTS}
 
@@ -62,7 +79,7 @@ def _needs(feature: isa.Feature) -> str:
 GROUP_FEATURE = {group: _needs(isa.FEATURES[name]) for group, name in isa.GROUP_FEATURE.items()}
 
 
-def available(group=None):
+def available(group: Optional[str] = None) -> tuple[bool, str]:
     """``(usable, reason)`` of the native backend in this process, from the detection report once the
     native start ran (:mod:`pyamx.cpu._native_start`: the first call starts native here: the AMX
     permission, the forked child, or the trap mode where ``PYAMX_TRAP_EMULATION`` asks for it).
@@ -74,14 +91,14 @@ def available(group=None):
     return availability(detect.report(), group)
 
 
-def report():
+def report() -> detect.Report:
     """Detection's report once native has started in this process (:func:`available` starts it: the
     AMX permission and the forked child, or the trap or complement mode): what native does here.
     ``pyamx.cpu.detect.report()`` is the same judgement without the start, and changes nothing."""
     return _native_start.report()
 
 
-def availability(rep, group):
+def availability(rep: detect.Report, group: Optional[str]) -> tuple[bool, str]:
     """``available``'s answer from a given report (a machine, or a call's resolved backend, asks with
     the one it kept)."""
     if group is not None and group not in GROUP_FEATURE:
@@ -96,7 +113,7 @@ def availability(rep, group):
     return True, rep.reason
 
 
-def _lib(group=None):
+def _lib(group: Optional[str] = None) -> tuple[FFI, Lib]:
     usable, reason = available(group)
     if not usable:
         raise NativeUnavailableError(f"the native backend cannot run here: {reason}", reason=reason)
@@ -108,7 +125,7 @@ def _lib(group=None):
 _thread_prepared = threading.local()
 
 
-def _before_entry(rep=None) -> None:
+def _before_entry(rep: Optional[detect.Report] = None) -> None:
     """In the trap or the complement mode, make sure the SIGILL handler is still ours before a
     tile instruction runs (``rep``: the detection report the call was resolved from, if it has one).
 
@@ -120,25 +137,25 @@ def _before_entry(rep=None) -> None:
         _trap_entry()
 
 
-_trap_module = None  # pyamx.cpu.trap, imported on the first trapped call and then kept (no import per call)
+# pyamx.cpu.trap, imported on the first trapped call and then kept (no import per call)
+_trap_module: Optional[ModuleType] = None
 
 
 def _trap_entry() -> None:
     global _trap_module
-    trap = _trap_module
-    if trap is None:
+    if _trap_module is None:
         from . import trap
 
         _trap_module = trap
-    trap.ensure_installed()
+    _trap_module.ensure_installed()
     if not getattr(_thread_prepared, "done", False):
-        trap.thread_prepare()
+        _trap_module.thread_prepare()
         _thread_prepared.done = True
 
 
 # What each guard status of the C tile machine (enum pyamx_status) means, by
 # the name of its constant in lib: the fault class and the rule in words.
-_C_FAULTS = {
+_C_FAULTS: dict[str, tuple[type[AMXFault], str]] = {
     "PYAMX_E_UD_UNCONFIGURED": (InvalidOpcodeFault, "tiles are not configured (palette 0, init state)"),
     "PYAMX_E_UD_REGISTER": (InvalidOpcodeFault, "a tile register outside tmm0..tmm7"),
     "PYAMX_E_UD_SHAPE": (InvalidOpcodeFault, "an operand tile breaks a shape rule (unconfigured, colsb, start_row, or the dot-product shapes)"),
@@ -147,7 +164,7 @@ _C_FAULTS = {
 }
 
 
-def _c_fault(rc: int):
+def _c_fault(rc: int) -> Optional[tuple[type[AMXFault], str]]:
     """``(fault class, rule)`` for a guard status of the C tile machine, else None."""
     for name, fault in _C_FAULTS.items():
         if rc == isa.c_constant(name):
@@ -184,7 +201,7 @@ def _consumed(cfg: TileConfig) -> TileConfig:
     return cfg.with_start_row(0) if cfg.start_row else cfg
 
 
-def _exact(value):
+def _exact(value: int) -> int:
     """An integer operand as an exact ``int``, converted once with ``operator.index``.
 
     The number checked must be the number used: an ``int`` subclass whose
@@ -198,15 +215,17 @@ def _exact(value):
 
 
 def _address(arr: np.ndarray) -> int:
-    return arr.__array_interface__["data"][0]
+    address: int = arr.__array_interface__["data"][0]
+    return address
 
 
 # -- one-shot dot products ------------------------------------------------------
 
 
-def _oneshot(name: str, c: np.ndarray, a: np.ndarray, b: np.ndarray, backend=None) -> np.ndarray:
+def _oneshot(name: str, c: np.ndarray, a: np.ndarray, b: np.ndarray, backend: Optional[Backend] = None) -> np.ndarray:
     insn = isa.BY_NAME[name]
     lanes = insn.lanes
+    assert lanes is not None  # a dot product's row
     # A call's resolved native backend has checked this group's kernels against its report already.
     ffi, lib = _lib(insn.group) if backend is None else backend.library
     op = insn.op_id
@@ -230,7 +249,7 @@ def _oneshot(name: str, c: np.ndarray, a: np.ndarray, b: np.ndarray, backend=Non
     return out
 
 
-def oneshot_runner(name: str, backend):
+def oneshot_runner(name: str, backend: Backend) -> Callable[..., np.ndarray]:
     """The per-call path of one dot product ``name`` on a resolved native ``backend``, made once per
     backend (pyamx._ops keeps it): ``run(c, a, b, m, k, n, result)`` writes ``c + a . b`` into
     ``result``, a new C-contiguous M x N array of 4-byte elements, and returns it.
@@ -246,7 +265,7 @@ def oneshot_runner(name: str, backend):
     trapped = rep.mode == "trap" or rep.complemented
     what = name.upper()
 
-    def run(c, a, b, m, k, n, result):
+    def run(c: np.ndarray, a: np.ndarray, b: np.ndarray, m: int, k: int, n: int, result: np.ndarray) -> np.ndarray:
         out = buf("uint32_t[]", result)
         copy(out, c, 4 * m * n)
         if trapped:
@@ -259,7 +278,7 @@ def oneshot_runner(name: str, backend):
     return run
 
 
-def run(name: str, c: np.ndarray, a: np.ndarray, b: np.ndarray, backend=None) -> np.ndarray:
+def run(name: str, c: np.ndarray, a: np.ndarray, b: np.ndarray, backend: Optional[Backend] = None) -> np.ndarray:
     """One dot product ``name`` (a :mod:`pyamx.table.isa` row) on silicon; see the per-mnemonic functions.
 
     ``backend``: the native :class:`~pyamx._backend.Backend` the call resolved for the row's
@@ -268,16 +287,16 @@ def run(name: str, c: np.ndarray, a: np.ndarray, b: np.ndarray, backend=None) ->
     return _oneshot(name, c, a, b, backend)
 
 
-def _oneshot_function(insn: isa.Instruction):
+def _oneshot_function(insn: isa.Instruction) -> Callable[..., np.ndarray]:
     name = insn.name
-    if insn.is_float:  # fp32 and bf16/fp16 operands are raw bits here, as the names say
-        def fn(c_bits: np.ndarray, a_bits: np.ndarray, b_bits: np.ndarray) -> np.ndarray:
-            return _oneshot(name, c_bits, a_bits, b_bits)
-    else:
-        def fn(c: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-            return _oneshot(name, c, a, b)
 
-    return fn
+    def float_fn(c_bits: np.ndarray, a_bits: np.ndarray, b_bits: np.ndarray) -> np.ndarray:
+        return _oneshot(name, c_bits, a_bits, b_bits)
+
+    def integer_fn(c: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        return _oneshot(name, c, a, b)
+
+    return float_fn if insn.is_float else integer_fn  # fp32 and bf16/fp16 operands are raw bits, as the names say
 
 
 isa.export_functions(globals(), _oneshot_function, "native")
@@ -301,8 +320,8 @@ class _ThreadState(threading.local):
     registers under the interrupted instruction.
     """
 
-    resident = None
-    busy = None
+    resident: Optional[weakref.ref[NativeMachine]] = None
+    busy: Optional[tuple[str, FrameType]] = None
 
 
 _thread = _ThreadState()
@@ -324,12 +343,12 @@ def _thread_name() -> str:
     return f"{threading.current_thread().name!r} (native id {threading.get_native_id()})"
 
 
-_INIT_STATE = (bytes(TILECFG_BYTES), np.zeros((NUM_TILES, MAX_ROWS, MAX_COLSB), dtype=np.uint8))
+_INIT_STATE: Stash = (bytes(TILECFG_BYTES), np.zeros((NUM_TILES, MAX_ROWS, MAX_COLSB), dtype=np.uint8))
 
 
-def _still_running(frame) -> bool:
+def _still_running(frame: FrameType) -> bool:
     """Whether ``frame`` is on this thread's stack (the busy call really encloses this one)."""
-    caller = sys._getframe(2)
+    caller: Optional[FrameType] = sys._getframe(2)
     while caller is not None:
         if caller is frame:
             return True
@@ -352,10 +371,11 @@ class NativeMachine:
 
     backend = "native"
 
-    def __init__(self, numerics=None):
+    def __init__(self, numerics: str | Numerics | None = None) -> None:
         from .._numerics_rule import native_numerics_error, native_runs
 
         if not native_runs(numerics):  # the one numerics rule (pyamx._numerics_rule)
+            assert numerics is not None  # None: whatever native computes, always run
             raise native_numerics_error(numerics)
         self._ffi, self._lib = _lib()
         # A token private to this OS thread, not get_ident() nor the Thread object: CPython
@@ -369,8 +389,8 @@ class NativeMachine:
         # changes state and set after it succeeded, so an exception in between
         # (a signal handler raising after the call returned) leaves it unknown
         # and the next use reads the registers (STTILECFG) instead.
-        self._known = TileConfig()
-        self._stash = _INIT_STATE
+        self._known: Optional[TileConfig] = TileConfig()
+        self._stash: Optional[Stash] = _INIT_STATE
         report = detect.report()
         self._report = report
         self._kernels = report.kernels
@@ -381,7 +401,7 @@ class NativeMachine:
 
     # -- plumbing -------------------------------------------------------------
 
-    def _call(self, mnemonic: str, body, *args):
+    def _call(self, mnemonic: str, body: Callable[..., _T], *args: object) -> _T:
         """Run ``body(*args)`` as one machine call: right thread, not nested in another call."""
         if self._owner is not _thread_token():
             raise WrongThreadError(
@@ -430,6 +450,7 @@ class NativeMachine:
         if current is not None:
             current._stash = current._save("switching NativeMachine")
             state.resident = None
+        assert self._stash is not None  # a machine not resident keeps its state in the stash
         cfg, tiles = self._stash
         if cfg[0] == 0:
             _check(self._lib.pyamx_release_tiles(), isa.of_action("release").mnemonic)
@@ -438,7 +459,7 @@ class NativeMachine:
         state.resident = weakref.ref(self)
         self._stash = None
 
-    def _save(self, what: str):
+    def _save(self, what: str) -> Stash:
         cfg = self._ffi.new("uint8_t[64]")
         tiles = np.zeros((NUM_TILES, MAX_ROWS, MAX_COLSB), dtype=np.uint8)
         _check(self._lib.pyamx_save_tiles(cfg, self._ffi.from_buffer(tiles)), what)
@@ -459,9 +480,11 @@ class NativeMachine:
         if known is None:
             self._registers()
             known = self._known
+            assert known is not None  # _registers keeps what it read
         return known
 
-    def _execute(self, mnemonic: str, fn, args, after: TileConfig, recheck) -> None:
+    def _execute(self, mnemonic: str, fn: Callable[..., int], args: tuple[object, ...], after: Optional[TileConfig],
+                 recheck: Recheck) -> None:
         """One state-changing C call; the kept configuration is unknown while it runs."""
         self._activate()
         self._known = None
@@ -470,7 +493,7 @@ class NativeMachine:
             self._refused(mnemonic, rc, recheck)
         self._known = after
 
-    def _refused(self, mnemonic: str, rc: int, recheck) -> None:
+    def _refused(self, mnemonic: str, rc: int, recheck: Recheck) -> None:
         """Raise what a refusal by the C guards means, worded from the registers' configuration.
 
         The Python checks passed against the kept copy, so the registers
@@ -490,14 +513,14 @@ class NativeMachine:
         """The current TILECFG of this machine (palette 0 means the init state)."""
         return self._call("config", self._config_now)
 
-    def _snapshot(self):
+    def _snapshot(self) -> Stash:
         cfg = self._config_now()
         if cfg.start_row:
             raise BackendError(f"snapshot: start_row is {cfg.start_row}; storing the tiles would consume it")
         self._activate()
         return self._save("snapshot")
 
-    def snapshot(self):
+    def snapshot(self) -> Stash:
         """``(sttilecfg image, (8, 16, 64) uint8 copy of every tile)`` read from the registers.
 
         Each configured tile is stored with stride 64; bytes outside a
@@ -506,38 +529,40 @@ class NativeMachine:
         """
         return self._call("snapshot", self._snapshot)
 
-    def tile(self, tmm: int) -> np.ndarray:
+    def tile(self, tmm: int) -> npt.NDArray[np.uint8]:
         """A copy of all 16 x 64 bytes of tile ``tmm``."""
         tmm = check_tile_index("tile", "tmm", _exact(tmm))
-        return self._call("tile", self._snapshot)[1][tmm].copy()
+        tile: npt.NDArray[np.uint8] = self._call("tile", self._snapshot)[1][tmm].copy()
+        return tile
 
     # -- configuration -----------------------------------------------------------
 
     # The public methods (one per config or memory row) are bound from the table at the end of
     # this module (pyamx.table.isa.add_state_methods); each passes its row's name for the messages.
 
-    def _configure(self, mnemonic, cfg) -> None:
+    def _configure(self, mnemonic: str, cfg: ConfigInput) -> None:
         parsed = parse_tilecfg(cfg)
         self._execute(mnemonic, self._lib.pyamx_load_config, (parsed.to_bytes(),), parsed, lambda c: None)
 
-    def _load_config(self, mnemonic, cfg) -> None:
+    def _load_config(self, mnemonic: str, cfg: ConfigInput) -> None:
         self._call(mnemonic, self._configure, mnemonic, cfg)
 
-    def _store_config(self, mnemonic) -> bytes:
+    def _store_config(self, mnemonic: str) -> bytes:
         return self._call(mnemonic, self._registers)
 
-    def _release(self, mnemonic) -> None:
+    def _release(self, mnemonic: str) -> None:
         self._call(mnemonic, self._execute, mnemonic, self._lib.pyamx_release_tiles, (), TileConfig(),
                    lambda c: None)
 
     # -- data movement -------------------------------------------------------------
 
-    def _memory_op(self, mnemonic, tmm, buf, stride, offset, hint, store) -> None:
+    def _memory_op(self, mnemonic: str, tmm: int, buf: MemoryOperand, stride: int, offset: int, hint: int,
+                   store: bool) -> None:
         memory = _memory.byte_view(mnemonic, buf, writable=store)
         cfg = self._config_now()
         tmm, offset, stride = _exact(tmm), _exact(offset), _exact(stride)
 
-        def check(cfg):
+        def check(cfg: TileConfig) -> None:
             check_memory_tile(mnemonic, "tile", cfg, tmm)
             _memory.row_offsets(mnemonic, memory.size, offset, stride, cfg.start_row, cfg.rows[tmm], cfg.colsb[tmm])
 
@@ -545,20 +570,21 @@ class NativeMachine:
         # The C call checks every row against the buffer's length itself, with
         # the configuration in the registers; `memory` keeps the buffer alive.
         base = self._ffi.cast("uint8_t *", _address(memory))
+        args: tuple[object, ...]
         if store:
             fn, args = self._lib.pyamx_store_tile, (tmm, base, memory.size, offset, stride)
         else:
             fn, args = self._lib.pyamx_load_tile, (tmm, base, memory.size, offset, stride, hint)
         self._execute(mnemonic, fn, args, _consumed(cfg), check)
 
-    def _load_tile(self, mnemonic, tmm, buf, stride, offset) -> None:
+    def _load_tile(self, mnemonic: str, tmm: int, buf: MemoryOperand, stride: int, offset: int) -> None:
         insn = isa.get(mnemonic)
         if insn.feature is not isa.of_action("load").feature:  # a hint of a later extension (AMX-MOVRS)
             self._require(mnemonic)
         hint = isa.LOAD_ACTIONS.index(insn.action)  # the C kernel's hint argument (csrc/pyamx.h)
         self._call(mnemonic, self._memory_op, mnemonic, tmm, buf, stride, offset, hint, False)
 
-    def _store_tile(self, mnemonic, tmm, buf, stride, offset) -> None:
+    def _store_tile(self, mnemonic: str, tmm: int, buf: MemoryOperand, stride: int, offset: int) -> None:
         self._call(mnemonic, self._memory_op, mnemonic, tmm, buf, stride, offset, 0, True)
 
     def _require(self, mnemonic: str) -> None:
@@ -567,22 +593,22 @@ class NativeMachine:
         if reason is not None:
             raise NativeUnavailableError(f"{mnemonic}: {reason}", reason=reason)
 
-    def _zero(self, mnemonic, tmm) -> None:
+    def _zero(self, mnemonic: str, tmm: int) -> None:
         cfg = self._config_now()
         tmm = _exact(tmm)
 
-        def check(cfg):
+        def check(cfg: TileConfig) -> None:
             check_tile_usable(mnemonic, "tdest", cfg, tmm)
 
         check(cfg)
         self._execute(mnemonic, self._lib.pyamx_zero_tile, (tmm,), _consumed(cfg), check)
 
-    def _zero_tile(self, mnemonic, tmm) -> None:
+    def _zero_tile(self, mnemonic: str, tmm: int) -> None:
         self._call(mnemonic, self._zero, mnemonic, tmm)
 
     # -- row instructions (AMX-AVX512) --------------------------------------------------
 
-    def _tilerow(self, name: str, tmm, row, imm) -> np.ndarray:
+    def _tilerow(self, name: str, tmm: int, row: int, imm: bool) -> npt.NDArray[np.uint32]:
         from ..emulator.machine import check_row_selector, row_source
         from ..table.numerics import PRESETS
         from ..emulator.rows import LANES
@@ -592,7 +618,7 @@ class NativeMachine:
         tmm, row = _exact(tmm), check_row_selector(insn.mnemonic, _exact(row), imm)
         index = row & 0x3F if imm else row & 0xFFFF
 
-        def check(cfg):
+        def check(cfg: TileConfig) -> None:
             tmm_ = check_tile_usable(insn.mnemonic, "tsrc", cfg, tmm)
             row_source(insn.mnemonic, PRESETS["sdm"], index, cfg.rows[tmm_])
 
@@ -606,13 +632,13 @@ class NativeMachine:
                       after, check)
         return out
 
-    def _row(self, name: str, tmm, row, imm) -> np.ndarray:
+    def _row(self, name: str, tmm: int, row: int, imm: bool) -> npt.NDArray[np.uint32]:
         self._require(name.upper())
         return self._call(name.upper(), self._tilerow, name, tmm, row, imm)
 
     # -- dot products ----------------------------------------------------------------
 
-    def _tdp(self, name: str, dst, src1, src2) -> None:
+    def _tdp(self, name: str, dst: int, src1: int, src2: int) -> None:
         mnemonic = name.upper()
         insn = isa.BY_NAME[name]
         if insn.group not in self._kernels:
@@ -620,18 +646,18 @@ class NativeMachine:
         cfg = self._config_now()
         dst, src1, src2 = _exact(dst), _exact(src1), _exact(src2)
 
-        def check(cfg):
+        def check(cfg: TileConfig) -> None:
             check_dot_product(mnemonic, cfg, dst, src1, src2)
 
         check(cfg)
         self._execute(mnemonic, self._lib.pyamx_tdp, (insn.op_id, dst, src1, src2),
                       _consumed(cfg), check)
 
-    def _dot(self, name: str, dst, src1, src2) -> None:
+    def _dot(self, name: str, dst: int, src1: int, src2: int) -> None:
         self._call(name.upper(), self._tdp, name, dst, src1, src2)
 
 
-def feature_missing(rep, insn: isa.Instruction):
+def feature_missing(rep: detect.Report, insn: isa.Instruction) -> Optional[str]:
     """Why ``insn`` (a row of an extension beyond the kernel groups: AMX-AVX512, AMX-MOVRS) cannot run
     natively per report ``rep``, or None. Silicon only: the trap mode emulates none of them."""
     feature = insn.feature

@@ -37,12 +37,15 @@ from __future__ import annotations
 import os
 import platform
 import sys
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple, Optional
 
 from .. import _env
 from ..table import isa
 from ._nativelib import load_trap as _load  # the one loader of the compiled modules (cached)
 from ..errors import BackendError, EnvironmentVariableError
+
+if TYPE_CHECKING:
+    from ._nativelib import FFI, Lib
 
 ENV_VAR = "PYAMX_TRAP_EMULATION"
 #: ``0`` leaves out the seccomp guard (its cost: some tens of ns on every system call of the process)
@@ -77,7 +80,7 @@ def guard_wanted() -> bool:
     return _env.flag(GUARD_ENV, True, error=EnvironmentVariableError)
 
 
-def _lib():
+def _lib() -> Lib:
     """The cffi ``lib`` of pyamx._trap, or BackendError saying why not."""
     try:
         return _load()[1]
@@ -85,14 +88,14 @@ def _lib():
         raise BackendError(f"the trap mode is unavailable: {exc}") from exc
 
 
-def _platform_reason():
+def _platform_reason() -> Optional[str]:
     machine = platform.machine().lower()
     if not sys.platform.startswith("linux") or machine not in ("x86_64", "amd64"):
         return f"the trap mode needs x86-64 Linux; this is {sys.platform}/{platform.machine()}"
     return None
 
 
-def _native():
+def _native() -> tuple[FFI, Lib]:
     """``(ffi, lib)`` of pyamx._native, whose kernels the trap mode exists to run."""
     from . import _nativelib
 
@@ -102,7 +105,7 @@ def _native():
         raise BackendError(f"the trap mode needs the C extension pyamx._native: {exc}") from exc
 
 
-def _hook_into_native(lib) -> None:
+def _hook_into_native(lib: Lib) -> None:
     """The one link between the modules: native's permission request calls the trap's grant.
 
     The addresses cross between the two modules' cffi instances as integers.
@@ -110,7 +113,7 @@ def _hook_into_native(lib) -> None:
     nffi, nlib = _native()
     tffi = _load()[0]
 
-    def address(name):
+    def address(name: str) -> int:
         return int(tffi.cast("uintptr_t", tffi.addressof(lib, name)))
 
     nlib.pyamx_set_trap_hook(nffi.cast("int (*)(void)", address("pyamx_trap_grant_permission")),
@@ -145,7 +148,7 @@ def enable() -> None:
     _hook_into_native(lib)
 
 
-def complement() -> tuple:
+def complement() -> tuple[str, ...]:
     """On AMX silicon, emulate in this process the AMX extensions the CPU lacks; their feature names.
 
     Installs the complement mode (docs/run.md, "On AMX silicon: the complement
@@ -179,7 +182,7 @@ def complement() -> tuple:
     return _complemented_features(lib)
 
 
-def _complemented_features(lib) -> tuple:
+def _complemented_features(lib: Lib) -> tuple[str, ...]:
     """The CPUID features whose instructions the installed complement mode emulates."""
     return tuple(dict.fromkeys(insn.feature.name for insn in isa.TABLE
                                if lib.pyamx_trap_complement_emulates(getattr(lib, insn.c_op))))
@@ -227,7 +230,7 @@ def complementing() -> bool:
 
 def ensure_installed() -> bool:
     """Reinstall the handler if it was replaced; True if it had to. Call before native entries."""
-    rc = _lib().pyamx_trap_ensure_installed()
+    rc: int = _lib().pyamx_trap_ensure_installed()
     if rc < 0:
         raise BackendError("the trap mode is not enabled; call pyamx.cpu.trap.enable() first")
     return rc == 1
@@ -256,10 +259,10 @@ def trapped_count() -> int:
     return int(_lib().pyamx_trap_count())
 
 
-def op_counts() -> dict:
+def op_counts() -> dict[str, int]:
     """Trapped instructions per mnemonic (only those seen)."""
     ffi, lib = _load()
-    out = {}
+    out: dict[str, int] = {}
     for op in (getattr(lib, insn.c_op) for insn in isa.TABLE):
         n = int(lib.pyamx_trap_op_count(op))
         if n:
@@ -267,7 +270,7 @@ def op_counts() -> dict:
     return out
 
 
-def supported_kernels() -> frozenset:
+def supported_kernels() -> frozenset[str]:
     """The kernel groups whose instructions the handler emulates."""
     return _KERNELS
 
@@ -377,7 +380,7 @@ def process_emulated() -> bool:
     return bool(lib.pyamx_trap_active() and lib.pyamx_trap_xcomp_active())
 
 
-def _load_or_backend_error():
+def _load_or_backend_error() -> tuple[FFI, Lib]:
     try:
         return _load()
     except ImportError as exc:

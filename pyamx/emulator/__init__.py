@@ -7,7 +7,7 @@ numpy operands without a machine; both share the same arithmetic.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 from .. import _validate
 from ..table import isa
@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     import numpy.typing as npt
 
     from .. import _dot_types
+    from .._types import ArrayInput
     from . import machine as _machine
 
     class TileMachine(_machine.TileMachine, _dot_types.TileMachine):
@@ -38,34 +39,38 @@ else:
 __all__ = ["TileMachine", "Numerics", "PRESETS", *isa.DOT_NAMES]
 
 
-def operands(name: str, c, a, b) -> _validate.DotOperands:
+def operands(name: str, c: object, a: object, b: object) -> _validate.DotOperands:
     """Validate the operands of dot product ``name`` (dtypes, shapes) as the formats of its row require."""
     insn = isa.get(name)
-    c = _validate.format_view(c, "c", name, insn.acc_format)
-    if insn.a_format.components > 1:
-        a = _validate.complex_pairs(a, "a", name, insn.a_format)
-        b = _validate.complex_pairs(b, "b", name, insn.b_format)
-        return _validate.check_dot_shapes(name, c, a, b, insn.lanes, "fp16 (real, imaginary)")
-    a = _validate.format_view(a, "a", name, insn.a_format)
-    b = _validate.format_view(b, "b", name, insn.b_format)
-    element = insn.a_format.name if insn.a_format.is_float else "byte"
-    return _validate.check_dot_shapes(name, c, a, b, insn.lanes, element)
+    acc_format, a_format, b_format, lanes = insn.acc_format, insn.a_format, insn.b_format, insn.lanes
+    # a dot product's row has all four
+    assert acc_format is not None and a_format is not None and b_format is not None and lanes is not None
+    c_bits = _validate.format_view(c, "c", name, acc_format)
+    if a_format.components > 1:
+        a_bits = _validate.complex_pairs(a, "a", name, a_format)
+        b_bits = _validate.complex_pairs(b, "b", name, b_format)
+        return _validate.check_dot_shapes(name, c_bits, a_bits, b_bits, lanes, "fp16 (real, imaginary)")
+    a_bits = _validate.format_view(a, "a", name, a_format)
+    b_bits = _validate.format_view(b, "b", name, b_format)
+    element = a_format.name if a_format.is_float else "byte"
+    return _validate.check_dot_shapes(name, c_bits, a_bits, b_bits, lanes, element)
 
 
-def _function(insn: isa.Instruction):
+def _function(insn: isa.Instruction) -> Callable[..., AMXResult]:
     """The array-level function of one dot product, generated from its pyamx.table.isa row."""
     name = insn.name
     dot_operands, choose_engine = _validate.dot_operands, _engine.choose_engine
 
-    if insn.is_float:
-        def fn(c, a, b, *, numerics="sdm", engine=None) -> AMXResult:
-            c, a, b, shape = dot_operands(operands, name, c, a, b)
-            return run_one(name, choose_engine(engine, numerics, op=name), c, a, b, *shape)
-    else:
-        def fn(c, a, b, *, engine=None) -> AMXResult:
-            c, a, b, shape = dot_operands(operands, name, c, a, b)
-            return run_one(name, choose_engine(engine), c, a, b, *shape)
-    return fn
+    def float_fn(c: ArrayInput, a: ArrayInput, b: ArrayInput, *, numerics: str | Numerics = "sdm",
+                 engine: str | None = None) -> AMXResult:
+        c_bits, a_bits, b_bits, shape = dot_operands(operands, name, c, a, b)
+        return run_one(name, choose_engine(engine, numerics, op=name), c_bits, a_bits, b_bits, *shape)
+
+    def integer_fn(c: ArrayInput, a: ArrayInput, b: ArrayInput, *, engine: str | None = None) -> AMXResult:
+        c_bits, a_bits, b_bits, shape = dot_operands(operands, name, c, a, b)
+        return run_one(name, choose_engine(engine), c_bits, a_bits, b_bits, *shape)
+
+    return float_fn if insn.is_float else integer_fn
 
 
 isa.export_functions(globals(), _function, "emulator")

@@ -38,7 +38,8 @@ import numpy as np
 from ..table import isa
 
 #: the complex rows whose A halves are swapped (the imaginary part); the other negates a_im
-_SWAPS = {insn.name: {"imaginary": True, "real": False}[insn.part] for insn in isa.DOTS if insn.kind == "dot-complex"}
+_SWAPS = {insn.name: insn.part == "imaginary" for insn in isa.DOTS if insn.kind == "dot-complex"}
+assert all(insn.part in ("imaginary", "real") for insn in isa.DOTS if insn.kind == "dot-complex")
 COMPLEX_OPS = tuple(_SWAPS)
 
 
@@ -55,4 +56,5 @@ def fp16_operand(name: str, a: np.ndarray) -> np.ndarray:
         return np.ascontiguousarray(pairs[:, :, ::-1]).reshape(a.shape)
     out = pairs.copy()
     out[:, :, 1] ^= np.uint16(0x8000)
-    return out.reshape(a.shape)
+    negated: np.ndarray = out.reshape(a.shape)
+    return negated

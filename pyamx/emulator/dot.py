@@ -25,12 +25,21 @@ tests/emulator/test_matmul_engine.py hold each against tests/reference.py):
 from __future__ import annotations
 
 
+from typing import cast
+
 import numpy as np
+import numpy.typing as npt
 
 from ..table import isa
 from . import fp32
 from ..table.numerics import Numerics
 from .onetile import one_tile
+
+#: (smallest, largest) fp32 exponent field of an operand's finite non-zero values, and their
+#: significand width (:func:`_scan`)
+Range = tuple[int, int, int]
+#: float32 values
+Float32s = npt.NDArray[np.float32]
 
 #: dwords per dot-product instruction (tmul_maxk): the K block of the matmul schedule
 BLOCK_DWORDS = 16
@@ -90,7 +99,7 @@ _MIN_NORMAL_BITS = np.uint32(0x00800000)
 # its sign; everything else is IEEE's correctly rounded sum.
 
 
-def _scan(bits: np.ndarray, daz: bool):
+def _scan(bits: np.ndarray, daz: bool) -> tuple[np.ndarray, np.ndarray | None, Range | None]:
     """One pass over fp32 operand bits: (clean bits, NaN mask or None, range or None).
 
     Clean bits have denormals as signed zeros (under ``daz``) and NaNs as +0;
@@ -136,7 +145,7 @@ def significand_width(bits: np.ndarray) -> int:
     return _width(int(np.bitwise_or.reduce(bits & ~fp32.SIGN, axis=None)))
 
 
-def fast_eligible_ranges(range_a, range_b, product_bits: int) -> bool:
+def fast_eligible_ranges(range_a: Range | None, range_b: Range | None, product_bits: int) -> bool:
     """The claim's conditions: products of at most 24 bits, and the exponent ranges of a and b.
 
     ``product_bits`` is Pa + Pb (2P in the proof above); a range of None
@@ -161,7 +170,8 @@ def _flush(x: np.ndarray) -> np.ndarray:
     zero of its sign) and leaves infinities (mask 1) and NaNs (still NaN;
     their bits are chosen later from the operands) alone.
     """
-    return np.multiply(x, np.abs(x) >= _MIN_NORMAL32)
+    flushed: np.ndarray = np.multiply(x, np.abs(x) >= _MIN_NORMAL32)
+    return flushed
 
 
 def _close_sum(x: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -169,7 +179,7 @@ def _close_sum(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     return _flush(np.add(x, y))
 
 
-def _fast_sdm_block(c_bits, a_fast, b_fast, numerics: Numerics) -> np.ndarray:
+def _fast_sdm_block(c_bits: np.ndarray, a_fast: Float32s, b_fast: Float32s, numerics: Numerics) -> np.ndarray:
     """One instruction (sdm) on the fast tier: a_fast (K, 2, M), b_fast (K, 2, N) float32 values."""
     k_count, _, m = a_fast.shape
     n = b_fast.shape[2]
@@ -183,14 +193,14 @@ def _fast_sdm_block(c_bits, a_fast, b_fast, numerics: Numerics) -> np.ndarray:
     return _nan_free_result(total.view(np.uint32), c_bits, numerics.nan)
 
 
-def _fast_lanes(a_fast, b_fast, k_count, m, n):
+def _fast_lanes(a_fast: Float32s, b_fast: Float32s, k_count: int, m: int, n: int) -> Float32s:
     """The even and odd lanes (2, M, N) of one instruction: one float32 multiply and add per step."""
     if k_count * m * n <= 8192:
         # small (one tile): every product in one call, then the lane chains;
         # +0 is added first because the lanes start at +0 (fma(a, b, +0) of a
         # -0 product is +0)
         products = np.multiply(a_fast[:, :, :, None], b_fast[:, :, None, :])
-        lanes = products[0] + np.float32(0)
+        lanes: Float32s = products[0] + np.float32(0)
         for k in range(1, k_count):
             lanes += products[k]
     else:
@@ -210,12 +220,12 @@ def _fast_lanes(a_fast, b_fast, k_count, m, n):
 # checking the first C covers every later block.
 
 
-def _straight_c_fits(c_bits, numerics: Numerics) -> bool:
+def _straight_c_fits(c_bits: np.ndarray, numerics: Numerics) -> bool:
     c_range = _scan(c_bits, numerics.dest_daz)[2]
     return c_range is None or c_range[0] >= 24
 
 
-def _fast_straight_block(c_bits, a_fast, b_fast, numerics: Numerics) -> np.ndarray:
+def _fast_straight_block(c_bits: np.ndarray, a_fast: Float32s, b_fast: Float32s, numerics: Numerics) -> np.ndarray:
     """One instruction (straight) on the fast tier: per k the even, then the odd product into one accumulator."""
     c_value = c_bits.view(np.float32)
     with np.errstate(invalid="ignore", over="ignore"):
@@ -235,7 +245,7 @@ def _fast_straight_block(c_bits, a_fast, b_fast, numerics: Numerics) -> np.ndarr
     return _nan_free_result(acc.view(np.uint32), c_bits, numerics.nan)
 
 
-def _nan_free_result(bits, c_bits, rule: str) -> np.ndarray:
+def _nan_free_result(bits: np.ndarray, c_bits: np.ndarray, rule: str) -> np.ndarray:
     """NaN results of a block whose a and b hold no NaN: C's (quieted) where C is a NaN, else invalid's.
 
     sdm: C is the first operand of the closing add32(C, t); straight: C is the
@@ -246,17 +256,20 @@ def _nan_free_result(bits, c_bits, rule: str) -> np.ndarray:
     if not np.isnan(bits.view(np.float32)).any():
         return bits
     result_nan = fp32.is_nan(bits)
+    chosen: np.ndarray | np.uint32
     if rule == "x86":
         chosen = np.where(fp32.is_nan(c_bits), c_bits | fp32.QUIET_BIT, fp32.X86_DEFAULT_NAN)
     else:
         chosen = fp32.X86_DEFAULT_NAN if rule == "default" else fp32.CANONICAL_NAN
-    return np.where(result_nan, chosen, bits).astype(np.uint32)
+    result: np.ndarray = np.where(result_nan, chosen, bits).astype(np.uint32)
+    return result
 
 
 # -- the values and bits tiers ----------------------------------------------------------
 
 
-def _values_block(c, a, b, numerics: Numerics, input_daz: bool, short: bool = False) -> np.ndarray:
+def _values_block(c: np.ndarray, a: np.ndarray, b: np.ndarray, numerics: Numerics, input_daz: bool,
+                  short: bool = False) -> np.ndarray:
     """sdm and straight on float64 values: the same roundings; a and b hold no NaN.
 
     Without NaN operands in a and b the only NaN a step can make is C's or an
@@ -286,13 +299,14 @@ def _values_block(c, a, b, numerics: Numerics, input_daz: bool, short: bool = Fa
     return _nan_free_result(bits, c, numerics.nan)
 
 
-def _bits_block(c, a, b, numerics: Numerics, input_daz: bool, acc_first: bool = False) -> np.ndarray:
+def _bits_block(c: np.ndarray, a: np.ndarray, b: np.ndarray, numerics: Numerics, input_daz: bool,
+               acc_first: bool = False) -> np.ndarray:
     """Every structure step by step on bit patterns, with the full NaN rules (the slowest tier).
 
     ``acc_first``: the accumulator is the first NaN operand of every step (the complex rows,
     complex_rows.py), not the last.
     """
-    rounding = dict(tininess=numerics.tininess, nan=numerics.nan)
+    tininess, nan = numerics.tininess, numerics.nan
     a_mk = a[:, None, :, :]  # (M, 1, K, 2): broadcast against b over n
     b_kn = np.transpose(b, (1, 0, 2))[None]  # (1, N, K, 2): broadcast against a over m
     k_count = a.shape[1]
@@ -301,16 +315,16 @@ def _bits_block(c, a, b, numerics: Numerics, input_daz: bool, acc_first: bool = 
         lanes = np.zeros(c.shape + (2,), dtype=np.uint32)  # even, odd accumulators start at +0
         for k in range(k_count):
             lanes = fp32.fma32(a_mk[:, :, k, :], b_kn[:, :, k, :], lanes, daz_ab=input_daz, acc_first=acc_first,
-                               **rounding)
-        pair_sum = fp32.add32(lanes[..., 0], lanes[..., 1], **rounding)
-        return fp32.add32(c, pair_sum, daz_x=numerics.dest_daz, **rounding)
+                               tininess=tininess, nan=nan)
+        pair_sum = fp32.add32(lanes[..., 0], lanes[..., 1], tininess=tininess, nan=nan)
+        return fp32.add32(c, pair_sum, daz_x=numerics.dest_daz, tininess=tininess, nan=nan)
     if structure == "straight":
         acc = c
         for k in range(k_count):
             for lane in (0, 1):
                 acc = fp32.fma32(
                     a_mk[:, :, k, lane], b_kn[:, :, k, lane], acc, daz_ab=input_daz, daz_c=numerics.dest_daz,
-                    acc_first=acc_first, **rounding
+                    acc_first=acc_first, tininess=tininess, nan=nan
                 )
         return acc
     if structure == "fused_pair":
@@ -318,20 +332,20 @@ def _bits_block(c, a, b, numerics: Numerics, input_daz: bool, acc_first: bool = 
         for k in range(k_count):
             operands = (a_mk[:, :, k, 0], b_kn[:, :, k, 0], a_mk[:, :, k, 1], b_kn[:, :, k, 1])
             terms = _products(operands, input_daz) + [fp32.to_float64(acc, numerics.dest_daz)]
-            order = (acc,) + operands if acc_first else operands + (acc,)
-            acc = fp32.exact_sum(terms, nan_operands=order, **rounding)
+            order: tuple[np.ndarray, ...] = (acc,) + operands if acc_first else operands + (acc,)
+            acc = fp32.exact_sum(terms, nan_operands=order, tininess=tininess, nan=nan)
         return acc
     if structure == "wide":
-        operands = []
+        every: list[np.ndarray] = []
         for k in range(k_count):
-            operands += [a_mk[:, :, k, 0], b_kn[:, :, k, 0], a_mk[:, :, k, 1], b_kn[:, :, k, 1]]
-        terms = _products(tuple(operands), input_daz) + [fp32.to_float64(c, numerics.dest_daz)]
-        order = (c,) + tuple(operands) if acc_first else tuple(operands) + (c,)
-        return fp32.exact_sum(terms, nan_operands=order, **rounding)
+            every += [a_mk[:, :, k, 0], b_kn[:, :, k, 0], a_mk[:, :, k, 1], b_kn[:, :, k, 1]]
+        terms = _products(tuple(every), input_daz) + [fp32.to_float64(c, numerics.dest_daz)]
+        order = (c,) + tuple(every) if acc_first else tuple(every) + (c,)
+        return fp32.exact_sum(terms, nan_operands=order, tininess=tininess, nan=nan)
     raise AssertionError(structure)  # Numerics validates the name
 
 
-def _products(operands, input_daz: bool) -> list:
+def _products(operands: tuple[np.ndarray, ...], input_daz: bool) -> list[np.ndarray]:
     """Exact float64 products of consecutive (a, b) operand pairs."""
     with np.errstate(invalid="ignore"):  # inf * 0 is resolved by select_nan
         return [
@@ -352,21 +366,25 @@ class _FloatPlan:
     values tier. The other structures run on the bits tier throughout.
     """
 
-    def __init__(self, a, b, numerics: Numerics, input_daz: bool, significand_bits: int, acc_first: bool = False):
+    def __init__(self, a: np.ndarray, b: np.ndarray, numerics: Numerics, input_daz: bool, significand_bits: int,
+                 acc_first: bool = False) -> None:
         self.a, self.b, self.numerics, self.input_daz = a, b, numerics, input_daz
         # NaN-free operands never meet a NaN accumulator together with a NaN a or b, so only
         # the bits tier needs to know the complex rows' NaN priority
         self.acc_first = acc_first
         self.short = False
         self.split = numerics.structure in ("sdm", "straight")
-        self.fast = None
+        self.fast: tuple[Float32s, Float32s] | None = None
         if not self.split:
             return
         self.a_clean, a_nan, range_a = _scan(a, input_daz)
         self.b_clean, b_nan, range_b = _scan(b, input_daz)
         self.any_nan_rows, self.any_nan_cols = a_nan is not None, b_nan is not None
-        self.nan_rows = a_nan.any(axis=(1, 2)) if a_nan is not None else np.zeros(a.shape[0], dtype=bool)
-        self.nan_cols = b_nan.any(axis=(0, 2)) if b_nan is not None else np.zeros(b.shape[1], dtype=bool)
+        # a 3-D mask reduced over two axes: an array (numpy types any(axis=...) as possibly a scalar)
+        self.nan_rows = (cast("npt.NDArray[np.bool_]", a_nan.any(axis=(1, 2))) if a_nan is not None
+                         else np.zeros(a.shape[0], dtype=bool))
+        self.nan_cols = (cast("npt.NDArray[np.bool_]", b_nan.any(axis=(0, 2))) if b_nan is not None
+                         else np.zeros(b.shape[1], dtype=bool))
         # a range's third item is its operand's significand width; an operand without finite
         # non-zero values makes every product a zero, an infinity or invalid (width 0)
         width_a = 0 if range_a is None else min(significand_bits, range_a[2])
@@ -385,7 +403,7 @@ class _FloatPlan:
         """The tier of the NaN-free part: "fast", "values" or "bits"."""
         return "fast" if self.fast is not None else "values" if self.split else "bits"
 
-    def run_rows(self, c, rows: slice) -> np.ndarray:
+    def run_rows(self, c: np.ndarray, rows: slice) -> np.ndarray:
         """The whole schedule (every K block in order) for output rows ``rows``."""
         if not self.split:
             return self._schedule(c, self.a[rows], self.b, "bits")
@@ -401,13 +419,16 @@ class _FloatPlan:
             out[np.ix_(keep, cols)] = self._schedule(c[keep][:, cols], self.a[rows][keep], self.b[:, cols], "bits")
         return out
 
-    def _schedule(self, c, a, b, tier: str, rows=None):
+    def _schedule(self, c: np.ndarray, a: np.ndarray, b: np.ndarray, tier: str,
+                  rows: slice | None = None) -> np.ndarray:
         k_count = a.shape[1]
+        fast = self.fast
         for k0 in range(0, k_count, BLOCK_DWORDS):
             block = slice(k0, min(k0 + BLOCK_DWORDS, k_count))
             if tier == "fast":
+                assert fast is not None  # the fast tier is chosen only where the operands were prepared for it
                 fast_block = _fast_sdm_block if self.numerics.structure == "sdm" else _fast_straight_block
-                c = fast_block(c, self.fast[0][block, :, rows], self.fast[1][block], self.numerics)
+                c = fast_block(c, fast[0][block, :, rows], fast[1][block], self.numerics)
             elif tier == "values":
                 c = _values_block(c, a[:, block], b[block], self.numerics, self.input_daz, self.short)
             else:
@@ -430,7 +451,8 @@ def float_dot(c: np.ndarray, a: np.ndarray, b: np.ndarray, numerics: Numerics, i
         return plan.run_rows(np.asarray(c, dtype=np.uint32), slice(None))
 
 
-def float_matmul(c, a, b, numerics: Numerics, input_daz: bool, significand_bits: int, threads: int = 1,
+def float_matmul(c: np.ndarray, a: np.ndarray, b: np.ndarray, numerics: Numerics, input_daz: bool,
+                 significand_bits: int, threads: int = 1,
                  acc_first: bool = False) -> np.ndarray:
     """float_dot over row chunks, optionally on ``threads`` threads (numpy releases the GIL in ufuncs).
 
@@ -448,7 +470,7 @@ def float_matmul(c, a, b, numerics: Numerics, input_daz: bool, significand_bits:
             return plan.run_rows(c, slice(None))
     out = np.empty((m, n), dtype=np.uint32)
 
-    def run(rows):
+    def run(rows: slice) -> None:
         with fp32.default_fp_env():  # per thread: each thread has its own MXCSR
             out[rows] = plan.run_rows(c[rows], rows)
 
@@ -466,15 +488,17 @@ def float_matmul(c, a, b, numerics: Numerics, input_daz: bool, significand_bits:
     return out
 
 
-def _words(c_bits, dtype) -> np.ndarray:
+def _words(c_bits: np.ndarray, dtype: type[np.generic]) -> np.ndarray:
     """C as 4-byte words of ``dtype``, by reinterpreting its bits (float32 C is never converted)."""
     c_bits = np.ascontiguousarray(c_bits)
     if c_bits.dtype.itemsize != 4:
         raise TypeError(f"engine_dot: c_bits must hold 4-byte words, got dtype {c_bits.dtype}")
-    return c_bits.view(dtype)
+    words: np.ndarray = c_bits.view(dtype)
+    return words
 
 
-def engine_dot(op_name: str, c_bits, a, b_vnni, k_dwords: int, threads: int, numerics: Numerics) -> np.ndarray:
+def engine_dot(op_name: str, c_bits: np.ndarray, a: np.ndarray, b_vnni: np.ndarray, k_dwords: int, threads: int,
+               numerics: Numerics) -> np.ndarray:
     """The engine contract on the numpy engine: the whole matmul schedule of instruction ``op_name``.
 
     a: (M, Kd*lanes) raw input bits, row-major; b_vnni: (Kd, N*lanes) in the
@@ -548,4 +572,5 @@ def integer_dot(c: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
     b2 = np.ascontiguousarray(np.transpose(b, (0, 2, 1))).reshape(k * q, n).astype(np.float64)
     products = (a2 @ b2).astype(np.int64)
     total = (c.astype(np.int64) + products) & 0xFFFFFFFF
-    return total.astype(np.uint32).view(np.int32)
+    wrapped: npt.NDArray[np.int32] = total.astype(np.uint32).view(np.int32)
+    return wrapped

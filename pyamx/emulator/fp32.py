@@ -18,7 +18,10 @@ after rounding).
 
 from __future__ import annotations
 
+from typing import Iterable, Sequence
+
 import numpy as np
+import numpy.typing as npt
 
 from .. import _fpenv
 
@@ -40,27 +43,29 @@ _TINY_SCALE = 2.0**192
 default_fp_env = _fpenv.default_environment
 
 
-def daz32(bits) -> np.ndarray:
+def daz32(values: npt.ArrayLike) -> np.ndarray:
     """fp32 bits with denormals replaced by the zero of their sign."""
-    bits = np.asarray(bits, dtype=np.uint32)
-    return np.where((bits & EXPONENT) == 0, bits & SIGN, bits)
+    bits = np.asarray(values, dtype=np.uint32)
+    flushed: np.ndarray = np.where((bits & EXPONENT) == 0, bits & SIGN, bits)
+    return flushed
 
 
-def is_nan(bits) -> np.ndarray:
-    bits = np.asarray(bits, dtype=np.uint32)
-    return (bits & ~SIGN) > EXPONENT
+def is_nan(values: npt.ArrayLike) -> npt.NDArray[np.bool_]:
+    bits = np.asarray(values, dtype=np.uint32)
+    nan: npt.NDArray[np.bool_] = (bits & ~SIGN) > EXPONENT
+    return nan
 
 
-def to_float64(bits, daz: bool) -> np.ndarray:
+def to_float64(values: npt.ArrayLike, daz: bool) -> npt.NDArray[np.float64]:
     """The value of fp32 bit patterns as float64; denormals become signed zeros under DAZ."""
-    bits = np.asarray(bits, dtype=np.uint32)
+    bits = np.asarray(values, dtype=np.uint32)
     if daz:
         bits = np.where((bits & EXPONENT) == 0, bits & SIGN, bits)
     with np.errstate(invalid="ignore"):  # a signalling NaN widens quietly; its bits are kept elsewhere
         return bits.view(np.float32).astype(np.float64)
 
 
-def _two_sum(x: np.ndarray, y: np.ndarray):
+def _two_sum(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """s = fl(x + y) and the exact error e (x + y == s + e); e = 0 where s is not finite."""
     with np.errstate(invalid="ignore", over="ignore"):
         s = x + y
@@ -72,10 +77,11 @@ def _two_sum(x: np.ndarray, y: np.ndarray):
 
 def round_to_fp32(s: np.ndarray, e: np.ndarray, tininess: str) -> np.ndarray:
     """Round the exact value ``s + e`` (float64 pair) to fp32 bits under RNE and FTZ."""
-    return np.ascontiguousarray(round_to_fp32_values(s, e, tininess)).view(np.uint32)
+    bits: npt.NDArray[np.uint32] = np.ascontiguousarray(round_to_fp32_values(s, e, tininess)).view(np.uint32)
+    return bits
 
 
-def round_to_fp32_values(s: np.ndarray, e: np.ndarray, tininess: str) -> np.ndarray:
+def round_to_fp32_values(s: np.ndarray, e: np.ndarray | None, tininess: str) -> np.ndarray:
     """As round_to_fp32, returning float32 values (NaNs come out as whatever float64 had)."""
     s = np.asarray(s, dtype=np.float64)
     s_bits = s.view(np.uint64)
@@ -84,6 +90,7 @@ def round_to_fp32_values(s: np.ndarray, e: np.ndarray, tininess: str) -> np.ndar
     # its rounding is innocuous, see add_short_values.)
     needs_odd = False if e is None else (e != 0) & ((s_bits & np.uint64(1)) == 0)
     if np.any(needs_odd):
+        assert e is not None  # needs_odd is False without an error term
         away_from_zero = np.signbit(e) == np.signbit(s)
         s_bits = np.where(needs_odd, np.where(away_from_zero, s_bits + np.uint64(1), s_bits - np.uint64(1)), s_bits)
         s = s_bits.view(np.float64)
@@ -134,7 +141,7 @@ def add_short_values(x: np.ndarray, y: np.ndarray, tininess: str) -> np.ndarray:
     return round_to_fp32_values(s, None, tininess).astype(np.float64)
 
 
-def select_nan(result: np.ndarray, operands, rule: str) -> np.ndarray:
+def select_nan(result: np.ndarray, operands: Sequence[npt.ArrayLike], rule: str) -> np.ndarray:
     """Replace NaN results by the NaN that ``rule`` prescribes (see Numerics.nan)."""
     result_nan = is_nan(result)
     if not result_nan.any():
@@ -143,14 +150,15 @@ def select_nan(result: np.ndarray, operands, rule: str) -> np.ndarray:
         return np.where(result_nan, X86_DEFAULT_NAN, result).astype(np.uint32)
     if rule == "canonical":
         return np.where(result_nan, CANONICAL_NAN, result).astype(np.uint32)
-    chosen = X86_DEFAULT_NAN  # invalid operation: no NaN operand
+    chosen: np.ndarray | np.uint32 = X86_DEFAULT_NAN  # invalid operation: no NaN operand
     for operand in reversed(operands):  # the first NaN operand wins
         operand = np.asarray(operand, dtype=np.uint32)
         chosen = np.where(is_nan(operand), operand | QUIET_BIT, chosen)
     return np.where(result_nan, chosen, result).astype(np.uint32)
 
 
-def fma32(a, b, c, *, tininess: str = "after", nan: str = "x86", daz_ab: bool = True, daz_c: bool = True,
+def fma32(a: npt.ArrayLike, b: npt.ArrayLike, c: npt.ArrayLike, *, tininess: str = "after", nan: str = "x86",
+          daz_ab: bool = True, daz_c: bool = True,
           acc_first: bool = False) -> np.ndarray:
     """fp32 ``a * b + c`` with one rounding; operands in NaN priority order a, b, c (c, a, b with ``acc_first``)."""
     with np.errstate(invalid="ignore"):  # inf * 0 is resolved by select_nan
@@ -159,7 +167,8 @@ def fma32(a, b, c, *, tininess: str = "after", nan: str = "x86", daz_ab: bool = 
     return select_nan(round_to_fp32(s, e, tininess), (c, a, b) if acc_first else (a, b, c), nan)
 
 
-def add32(x, y, *, tininess: str = "after", nan: str = "x86", daz_x: bool = True, daz_y: bool = True) -> np.ndarray:
+def add32(x: npt.ArrayLike, y: npt.ArrayLike, *, tininess: str = "after", nan: str = "x86", daz_x: bool = True,
+          daz_y: bool = True) -> np.ndarray:
     """fp32 ``x + y``; NaN priority x, y."""
     s, e = _two_sum(to_float64(x, daz_x), to_float64(y, daz_y))
     return select_nan(round_to_fp32(s, e, tininess), (x, y), nan)
@@ -190,7 +199,8 @@ def _round_integer_to_fp32(total: int, exponent: int, tininess: str) -> int:
 _round_integer_ufunc = np.frompyfunc(_round_integer_to_fp32, 3, 1)
 
 
-def exact_sum(terms, *, tininess: str, nan: str, nan_operands) -> np.ndarray:
+def exact_sum(terms: Iterable[npt.ArrayLike], *, tininess: str, nan: str,
+              nan_operands: Sequence[npt.ArrayLike]) -> np.ndarray:
     """Sum float64 arrays ``terms`` (each value exact) with a single fp32 rounding.
 
     Used by the "fused_pair" and "wide" structures. Finite sums run in Python
@@ -209,9 +219,12 @@ def exact_sum(terms, *, tininess: str, nan: str, nan_operands) -> np.ndarray:
     shifts = (exponents.astype(np.int64) - 53 - base).astype(object)
     total = (integers * (2 ** shifts)).sum(axis=0)
     nonzero = finite & (total != 0)
+    # an array in, an array out: numpy types a frompyfunc ufunc's call as possibly returning a scalar
+    rounded = _round_integer_ufunc(np.where(nonzero, total, 1), base,  # type: ignore[union-attr]
+                                   tininess).astype(np.uint64)
     result = np.where(
         nonzero,
-        _round_integer_ufunc(np.where(nonzero, total, 1), base, tininess).astype(np.uint64).astype(np.uint32),
+        rounded.astype(np.uint32),
         special,
     )
     all_negative_zero = np.signbit(stack).all(axis=0)

@@ -20,6 +20,7 @@ single RNE rounding of S (53 >= 24 + 2 bits).
 from __future__ import annotations
 
 import numpy as np
+import numpy.typing as npt
 
 from ..table import isa
 from ..table.numerics import Numerics
@@ -27,6 +28,8 @@ from ..table.numerics import Numerics
 #: dwords per instruction: the K block of the matmul schedule
 BLOCK_DWORDS = 16
 DEFAULT_NAN = np.uint32(0xFFC00000)
+#: per code of a format (256 each): signed integer image, class, fp32 value, quieted fp32 NaN bits
+DecodeTable = tuple[npt.NDArray[np.int64], npt.NDArray[np.uint8], npt.NDArray[np.float32], npt.NDArray[np.uint32]]
 _MIN_NORMAL32 = np.float32(2.0**-126)
 _FINITE, _POS_INF, _NEG_INF, _NAN = 0, 1, 2, 3
 
@@ -36,7 +39,7 @@ def scale_bits(fmt: isa.Format) -> int:
     return fmt.bias + fmt.mantissa - 1
 
 
-def _decode_table(fmt: isa.Format, input_daz: bool):
+def _decode_table(fmt: isa.Format, input_daz: bool) -> DecodeTable:
     """(signed integer image, class, fp32 value, quieted fp32 NaN bits) of each of the 256 codes.
 
     ``input_daz`` flushes BF8 denormals only: Bochs widens fp8 to fp16 under
@@ -70,10 +73,10 @@ def _decode_table(fmt: isa.Format, input_daz: bool):
     return image, kind, value, nan_bits
 
 
-_TABLES: dict = {}
+_TABLES: dict[tuple[str, bool], DecodeTable] = {}
 
 
-def _table(fmt: isa.Format, input_daz: bool):
+def _table(fmt: isa.Format, input_daz: bool) -> DecodeTable:
     key = (fmt.name, input_daz)
     table = _TABLES.get(key)
     if table is None:
@@ -81,7 +84,7 @@ def _table(fmt: isa.Format, input_daz: bool):
     return table
 
 
-def _halves(image: np.ndarray):
+def _halves(image: np.ndarray) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
     """image = hi * 2**16 + lo with |hi|, |lo| < 2**16 and both of image's sign, as float64."""
     magnitude = np.abs(image)
     sign = np.sign(image)
@@ -111,7 +114,8 @@ def _exact_sum(a_image: np.ndarray, b_image: np.ndarray, scale: int) -> np.ndarr
         outward = np.signbit(error) == np.signbit(s)
         s_bits = np.where(needs_odd, np.where(outward, s_bits + np.uint64(1), s_bits - np.uint64(1)), s_bits)
         s = s_bits.view(np.float64)
-    return (s * 2.0**-scale).astype(np.float32)
+    rounded: npt.NDArray[np.float32] = (s * 2.0**-scale).astype(np.float32)
+    return rounded
 
 
 def _pairwise_sum(a_value: np.ndarray, b_value: np.ndarray) -> np.ndarray:
@@ -136,7 +140,8 @@ def _indicator(mask: np.ndarray) -> np.ndarray:
     return mask.astype(np.float64)
 
 
-def _specials(a_kind, a_zero, a_neg, b_kind, b_zero, b_neg):
+def _specials(a_kind: np.ndarray, a_zero: np.ndarray, a_neg: np.ndarray, b_kind: np.ndarray, b_zero: np.ndarray,
+              b_neg: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(invalid, +inf product present, -inf product present) per output element, (M, N) bool each.
 
     a_* are (M, J), b_* (J, N) per operand value: the counts are 0/1 matrix products.
@@ -156,7 +161,8 @@ def _specials(a_kind, a_zero, a_neg, b_kind, b_zero, b_neg):
 
 def _flush(x: np.ndarray) -> np.ndarray:
     """Denormals to the zero of their sign (0/1 mask product keeps signs, infinities and NaNs)."""
-    return np.multiply(x, np.abs(x) >= _MIN_NORMAL32)
+    flushed: np.ndarray = np.multiply(x, np.abs(x) >= _MIN_NORMAL32)
+    return flushed
 
 
 def block(insn: isa.Instruction, c: np.ndarray, a: np.ndarray, b: np.ndarray, numerics: Numerics) -> np.ndarray:
@@ -166,6 +172,7 @@ def block(insn: isa.Instruction, c: np.ndarray, a: np.ndarray, b: np.ndarray, nu
     pyamx._fpenv.default_fpenv), so float32 adds are IEEE RNE without FTZ/DAZ.
     """
     a_fmt, b_fmt = insn.a_format, insn.b_format
+    assert a_fmt is not None and b_fmt is not None  # a dot product's row
     daz = numerics.fp8_input_daz
     a_image, a_kind, a_value, a_nan = _table(a_fmt, daz)
     b_image, b_kind, b_value, b_nan = _table(b_fmt, daz)
@@ -204,13 +211,15 @@ def block(insn: isa.Instruction, c: np.ndarray, a: np.ndarray, b: np.ndarray, nu
         bits = np.where(nan_result, DEFAULT_NAN, bits)
         if numerics.fp8_nan == "propagate":
             bits = _propagate(bits, nan_result, c, a_flat, b_flat, ak, bk, a_nan, b_nan)
-    return np.ascontiguousarray(bits, dtype=np.uint32)
+    out: npt.NDArray[np.uint32] = np.ascontiguousarray(bits, dtype=np.uint32)
+    return out
 
 
-def _propagate(bits, nan_result, c, a_flat, b_flat, a_kind, b_kind, a_nan, b_nan):
+def _propagate(bits: np.ndarray, nan_result: np.ndarray, c: np.ndarray, a_flat: np.ndarray, b_flat: np.ndarray,
+               a_kind: np.ndarray, b_kind: np.ndarray, a_nan: np.ndarray, b_nan: np.ndarray) -> np.ndarray:
     """The "propagate" NaN rule on the NaN results: the first NaN operand value (k, then lane, A's
     before B's), else C when it is a NaN, quieted; an invalid operation alone keeps the default NaN."""
-    out = bits.copy()
+    out: np.ndarray = bits.copy()
     for m, n in zip(*np.nonzero(nan_result)):
         chosen = None
         for j in range(a_flat.shape[1]):

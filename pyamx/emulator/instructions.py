@@ -9,6 +9,8 @@ calling thread has, and gives the caller's back.
 
 from __future__ import annotations
 
+from typing import Callable
+
 import numpy as np
 
 from ..table import isa
@@ -21,7 +23,10 @@ from .fp16 import widen_fp16_bits
 from ..table.numerics import Numerics
 
 #: sign extension per operand for TDPB[SU][SU]D: (tsrc1 signed, tsrc2 signed), from pyamx.table.isa
-INT8_SIGNEDNESS = {insn.name: insn.signed for insn in isa.DOTS if insn.signed is not None}
+INT8_SIGNEDNESS = {insn.name: signed for insn in isa.DOTS if (signed := insn.signed) is not None}
+
+#: one dot product's arithmetic: ``f(c, a, b, numerics) -> out`` on bits (:func:`compute`)
+Compute = Callable[[np.ndarray, np.ndarray, np.ndarray, Numerics], np.ndarray]
 
 
 def _lanes(matrix: np.ndarray, lanes: int) -> np.ndarray:
@@ -53,7 +58,7 @@ def tcmmrlfp16ps(c: np.ndarray, a: np.ndarray, b: np.ndarray, numerics: Numerics
     return _complex("tcmmrlfp16ps", c, a, b, numerics)
 
 
-def _complex(name, c, a, b, numerics):
+def _complex(name: str, c: np.ndarray, a: np.ndarray, b: np.ndarray, numerics: Numerics) -> np.ndarray:
     a = fp16_operand(name, a)  # TDPFP16PS on a transformed A (complex_rows.py proves it)
     return float_dot(c, _lanes(widen_fp16_bits(a), 2), _lanes(widen_fp16_bits(b), 2), numerics, False,
                      acc_first=True)
@@ -67,7 +72,7 @@ def tdpb_int8(mnemonic: str, c: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.
     return integer_dot(c.view(np.int32), _lanes(a, 4), _lanes(b, 4))
 
 
-def fp8_dot(name: str):
+def fp8_dot(name: str) -> Compute:
     """The AMX-FP8 dot product ``name`` as ``f(c, a, b, numerics)``: c (M, N) fp32 bits, a (M, 4K) and
     b (K, 4N) fp8 codes (b quad-interleaved) -> (M, N) fp32 bits (pyamx.emulator.fp8)."""
     insn = isa.get(name)
@@ -81,7 +86,7 @@ def fp8_dot(name: str):
     return run
 
 
-def compute(name: str):
+def compute(name: str) -> Compute:
     """The arithmetic of dot product ``name`` as ``f(c, a, b, numerics) -> out``.
 
     The integer ones ignore ``numerics`` (integer arithmetic has no open point).
@@ -92,8 +97,13 @@ def compute(name: str):
     if insn.group == "fp8":
         return fp8_dot(name)
     if insn.is_float:
+        assert insn.a_format is not None  # a dot product's row
         return _FLOAT_PAIRS[insn.a_format.name]
-    return lambda c, a, b, numerics=None: tdpb_int8(name, c, a, b)
+
+    def integer(c: np.ndarray, a: np.ndarray, b: np.ndarray, numerics: Numerics | None = None) -> np.ndarray:
+        return tdpb_int8(name, c, a, b)
+
+    return integer
 
 
 #: operand format -> the float dot product over its pairs (each widens its format exactly)

@@ -12,7 +12,10 @@ nothing; the load still zeroes the whole tile).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Callable
+
 import numpy as np
+import numpy.typing as npt
 
 from ..table import _memory, isa
 from ..errors import InvalidOpcodeFault
@@ -29,7 +32,14 @@ from ..table.tilecfg import (
 )
 from . import engine as _engine
 from . import rows as _rows
-from ..table.numerics import resolve
+from ..table.numerics import Numerics, resolve
+
+if TYPE_CHECKING:
+    from .._types import MemoryOperand
+    from ..table.tilecfg import ConfigInput
+
+#: (M, K, N) of a dot product on the current configuration
+Shape = tuple[int, int, int]
 
 
 class TileMachine:
@@ -48,16 +58,18 @@ class TileMachine:
 
     backend = "emulator"
 
-    def __init__(self, numerics="sdm", engine=None):
+    def __init__(self, numerics: str | Numerics = "sdm", engine: str | None = None) -> None:
         self.numerics = resolve(numerics)
         self._engine = _engine.choose_engine(engine, self.numerics)
         self._engine_request = engine  # the rows no compiled engine implements resolve their own (_engine_for)
         self.engine = self._engine.name
         self._config = TileConfig()
-        self._tiles = np.zeros((NUM_TILES, MAX_ROWS, MAX_COLSB), dtype=np.uint8)
-        self._runs = {}  # name -> the engine's tile_call (None on the numpy engine)
-        self._shapes = {}  # (name, dst, src1, src2) -> (M, K, N), valid for _shapes_config
-        self._shapes_config = None
+        self._tiles: npt.NDArray[np.uint8] = np.zeros((NUM_TILES, MAX_ROWS, MAX_COLSB), dtype=np.uint8)
+        # name -> the engine's tile_call (None on the numpy engine)
+        self._runs: dict[str, Callable[..., object] | None] = {}
+        # (name, dst, src1, src2) -> (M, K, N), valid for _shapes_config
+        self._shapes: dict[tuple[str, int, int, int], Shape] = {}
+        self._shapes_config: TileConfig | None = None
 
     # -- inspection ---------------------------------------------------------
 
@@ -66,11 +78,12 @@ class TileMachine:
         """The current TILECFG (palette 0 means the init state)."""
         return self._config
 
-    def tile(self, tmm: int) -> np.ndarray:
+    def tile(self, tmm: int) -> npt.NDArray[np.uint8]:
         """A copy of all 16 x 64 bytes of tile ``tmm``."""
-        return self._tiles[check_tile_index("tile", "tmm", tmm)].copy()
+        tile: npt.NDArray[np.uint8] = self._tiles[check_tile_index("tile", "tmm", tmm)].copy()
+        return tile
 
-    def snapshot(self):
+    def snapshot(self) -> tuple[bytes, npt.NDArray[np.uint8]]:
         """``(sttilecfg image, (8, 16, 64) uint8 copy of every tile)``, for byte-for-byte comparisons."""
         return self._config.to_bytes(), self._tiles.copy()
 
@@ -79,26 +92,27 @@ class TileMachine:
     # The public methods (one per config or memory row) are bound from the table at the end of
     # this module (pyamx.table.isa.add_state_methods); each passes its row's name for the messages.
 
-    def _load_config(self, mnemonic, cfg) -> None:
+    def _load_config(self, mnemonic: str, cfg: ConfigInput) -> None:
         self._config = parse_tilecfg(cfg)
         self._tiles[:] = 0
 
-    def _store_config(self, mnemonic) -> bytes:
+    def _store_config(self, mnemonic: str) -> bytes:
         return self._config.to_bytes()
 
-    def _release(self, mnemonic) -> None:
+    def _release(self, mnemonic: str) -> None:
         self._config = TileConfig()
         self._tiles[:] = 0
 
     # -- data movement ------------------------------------------------------
 
-    def _row_offsets(self, mnemonic, tmm, memory, stride, offset):
+    def _row_offsets(self, mnemonic: str, tmm: int, memory: npt.NDArray[np.uint8], stride: int,
+                     offset: int) -> tuple[int, int, int, npt.NDArray[np.int64]]:
         tmm = check_memory_tile(mnemonic, "tile", self._config, tmm)
         rows, colsb = self._config.rows[tmm], self._config.colsb[tmm]
         starts = _memory.row_offsets(mnemonic, memory.size, offset, stride, self._config.start_row, rows, colsb)
         return tmm, rows, colsb, starts
 
-    def _load_tile(self, mnemonic, tmm, buf, stride, offset) -> None:
+    def _load_tile(self, mnemonic: str, tmm: int, buf: MemoryOperand, stride: int, offset: int) -> None:
         # Every load hint has the same architectural effect: one implementation for all of them.
         memory = _memory.byte_view(mnemonic, buf, writable=False)
         tmm, rows, colsb, starts = self._row_offsets(mnemonic, tmm, memory, stride, offset)
@@ -110,20 +124,20 @@ class TileMachine:
         self._tiles[tmm] = tile
         self._config = self._config.with_start_row(0)
 
-    def _store_tile(self, mnemonic, tmm, buf, stride, offset) -> None:
+    def _store_tile(self, mnemonic: str, tmm: int, buf: MemoryOperand, stride: int, offset: int) -> None:
         memory = _memory.byte_view(mnemonic, buf, writable=True)
         tmm, rows, colsb, starts = self._row_offsets(mnemonic, tmm, memory, stride, offset)
         for row, start in zip(range(self._config.start_row, rows), starts):
             memory[start : start + colsb] = self._tiles[tmm, row, :colsb]
         self._config = self._config.with_start_row(0)
 
-    def _zero_tile(self, mnemonic, tmm) -> None:
+    def _zero_tile(self, mnemonic: str, tmm: int) -> None:
         self._tiles[check_tile_usable(mnemonic, "tdest", self._config, tmm)] = 0
         self._config = self._config.with_start_row(0)
 
     # -- row instructions (AMX-AVX512) -----------------------------------------
 
-    def _row(self, name, tmm, row, imm) -> np.ndarray:
+    def _row(self, name: str, tmm: int, row: int, imm: bool) -> np.ndarray:
         insn = isa.BY_NAME[name]
         tmm = check_tile_usable(insn.mnemonic, "tsrc", self._config, tmm)
         index, chunk = _rows.decode_selector(check_row_selector(insn.mnemonic, row, imm), imm)
@@ -138,7 +152,7 @@ class TileMachine:
 
     # -- dot products -------------------------------------------------------
 
-    def _dot(self, name, dst, src1, src2) -> None:
+    def _dot(self, name: str, dst: int, src1: int, src2: int) -> None:
         config = self._config
         if type(dst) is int and type(src1) is int and type(src2) is int:  # the cache keys need exact ints
             if self._shapes_config is not config:
@@ -152,8 +166,9 @@ class TileMachine:
             shape = self._check_dot(name, config, dst, src1, src2)
         m, k, n = shape
         tiles = self._tiles
-        run = self._runs.get(name, False)
-        if run is False:
+        try:
+            run = self._runs[name]
+        except KeyError:  # the first time on this machine
             run = self._runs[name] = self._engine_for(name).tile_call(name)
         # The new tile is built aside (a compiled engine's output may not overlap its inputs);
         # its bytes past N*4 and rows past M stay zero.
@@ -173,7 +188,7 @@ class TileMachine:
         if config.start_row:
             self._config = config.with_start_row(0)
 
-    def _engine_for(self, name):
+    def _engine_for(self, name: str) -> _engine.Engine:
         """The machine's engine, or for a row only the numpy engine computes (AMX-FP8) that one
         (ValueError where the machine was built with a compiled engine named explicitly)."""
         if name in _engine.NUMPY_ONLY and self._engine.compiled:
@@ -181,7 +196,7 @@ class TileMachine:
         return self._engine
 
     @staticmethod
-    def _check_dot(name, config, dst, src1, src2):
+    def _check_dot(name: str, config: TileConfig, dst: object, src1: object, src2: object) -> Shape:
         """(M, K, N) of the instruction, or the #UD fault (pyamx.table.tilecfg.check_dot_product)."""
         shape = check_dot_product(_DOTS[name].mnemonic, config, dst, src1, src2)
         return shape.m, shape.k, shape.n
@@ -193,7 +208,7 @@ _DOTS = {insn.name: insn for insn in isa.DOTS}
 _DTYPES = {insn.name: (np.dtype(insn.c_dtype), np.dtype(insn.ab_dtype)) for insn in isa.DOTS}
 
 
-def check_row_selector(mnemonic: str, row, imm: bool) -> int:
+def check_row_selector(mnemonic: str, row: object, imm: bool) -> int:
     """The selector as an int: an imm8 (0..255) or a 32-bit GPR value (0..2**32-1); TypeError/ValueError else."""
     if isinstance(row, (bool, np.bool_)) or not isinstance(row, (int, np.integer)):
         raise TypeError(f"{mnemonic}: the row selector is an int, not {row!r}")
@@ -204,7 +219,7 @@ def check_row_selector(mnemonic: str, row, imm: bool) -> int:
     return row
 
 
-def row_source(mnemonic: str, numerics, index: int, rows: int):
+def row_source(mnemonic: str, numerics: Numerics, index: int, rows: int) -> int | None:
     """The storage row a row instruction reads under ``numerics.row_index``, None for an all-zero
     result, or the #UD (docs/semantics.md section 9)."""
     rule = numerics.row_index

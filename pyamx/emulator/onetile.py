@@ -70,7 +70,14 @@ sent to the general tiers.
 
 from __future__ import annotations
 
+from typing import Callable, Tuple, Union
+
 import numpy as np
+import numpy.typing as npt
+
+#: (Emin, Emax) of bf16 operands over their non-zero values; () when all are zero
+Exponents = Union[Tuple[int, int], Tuple[()]]
+Float32s = npt.NDArray[np.float32]
 
 _U16_MAGNITUDE = np.uint16(0x7FFF)
 _U32_MAGNITUDE = np.uint32(0x7FFFFFFF)
@@ -85,7 +92,7 @@ _NEGATIVE_ZERO32 = np.float32(-0.0)
 _WIDEN = np.uint32(16)
 
 
-def _bf16_exponents(bits: np.ndarray):
+def _bf16_exponents(bits: np.ndarray) -> Exponents | None:
     """(Emin, Emax) over the non-zero values, () when all are zero, None outside condition (a)."""
     magnitude = np.bitwise_and(bits, _U16_MAGNITUDE)
     largest = int(magnitude.max())
@@ -111,7 +118,7 @@ def _c_ordinary(c_bits: np.ndarray) -> bool:
     return int(np.subtract(magnitude, _ONE32).min()) + 1 >= _C_MIN  # zeros wrap: ignored
 
 
-def bf16_exponents_fit(range_a, range_b) -> bool:
+def bf16_exponents_fit(range_a: Exponents | None, range_b: Exponents | None) -> bool:
     """Condition (b) for bf16 operands (Pa + Pb = 16); ranges as :func:`_bf16_exponents` gives them."""
     if range_a is None or range_b is None:
         return False
@@ -120,12 +127,12 @@ def bf16_exponents_fit(range_a, range_b) -> bool:
     return range_a[0] + range_b[0] >= 126 + 16 and range_a[1] + range_b[1] <= 370
 
 
-def _chain(rows: np.ndarray, initial) -> np.ndarray:
+def _chain(rows: Float32s, initial: np.float32) -> Float32s:
     """initial + R[0] + R[1] + ... per column of the C-contiguous (R, W) float32 ``rows``, in that order."""
     count, width = rows.shape
     if _sequential_reduce(count, width, initial):
         return _ordered_reduce(rows, initial)
-    out = np.add(rows[0], initial)
+    out: Float32s = np.add(rows[0], initial)
     for r in range(1, count):
         np.add(out, rows[r], out=out)
     return out
@@ -138,10 +145,10 @@ def _chain(rows: np.ndarray, initial) -> np.ndarray:
 # shows (all -0, ties a different grouping would break, random signs and exponents) before it
 # is used.
 
-_REDUCE_OK: dict = {}
+_REDUCE_OK: dict[tuple[int, int, bool], bool] = {}
 
 
-def _sequential_reduce(count: int, width: int, initial) -> bool:
+def _sequential_reduce(count: int, width: int, initial: np.float32) -> bool:
     key = (count, width, bool(np.signbit(initial)))
     ok = _REDUCE_OK.get(key)
     if ok is None:
@@ -149,11 +156,13 @@ def _sequential_reduce(count: int, width: int, initial) -> bool:
     return ok
 
 
-def _ordered_reduce(rows: np.ndarray, initial) -> np.ndarray:
-    return np.add.reduce(rows, axis=0, initial=initial)
+def _ordered_reduce(rows: Float32s, initial: np.float32) -> Float32s:
+    total: Float32s = np.add.reduce(rows, axis=0, initial=initial)
+    return total
 
 
-def _probe_reduce(count: int, width: int, initial, reduce=_ordered_reduce) -> bool:
+def _probe_reduce(count: int, width: int, initial: np.float32,
+                  reduce: Callable[[Float32s, np.float32], Float32s] = _ordered_reduce) -> bool:
     """Whether ``reduce(rows, initial)`` of (count, width) float32 rows is the explicit chain (tests pass others)."""
     rng = np.random.default_rng(count * 1000 + width)
     # all -0: the sum is +0 from +0 and -0 from -0, so another start shows
@@ -174,13 +183,13 @@ def _probe_reduce(count: int, width: int, initial, reduce=_ordered_reduce) -> bo
     return True
 
 
-def _widened(fp16: bool, a: np.ndarray, b: np.ndarray, m: int, n: int, kd: int):
+def _widened(fp16: bool, a: np.ndarray, b: np.ndarray, m: int, n: int, kd: int) -> Float32s | None:
     """(2K, M + N) float32 values, row 2k + l = lane l of dword k (a's, then b's), or None (conditions (a), (b))."""
     # One buffer for both operands: one scan and one widening serve a and b.
-    ab = np.empty((kd, 2, m + n), dtype=np.uint16)
-    ab[:, :, :m] = a.reshape(m, kd, 2).transpose(1, 2, 0)
-    ab[:, :, m:] = b.reshape(kd, n, 2).transpose(0, 2, 1)
-    ab = ab.reshape(2 * kd, m + n)
+    lanes = np.empty((kd, 2, m + n), dtype=np.uint16)
+    lanes[:, :, :m] = a.reshape(m, kd, 2).transpose(1, 2, 0)
+    lanes[:, :, m:] = b.reshape(kd, n, 2).transpose(0, 2, 1)
+    ab = lanes.reshape(2 * kd, m + n)
     if fp16:
         if not _fp16_finite(ab):
             return None
@@ -189,11 +198,12 @@ def _widened(fp16: bool, a: np.ndarray, b: np.ndarray, m: int, n: int, kd: int):
     if not bf16_exponents_fit(both, both) and not bf16_exponents_fit(_bf16_exponents(ab[:, :m]),
                                                                      _bf16_exponents(ab[:, m:])):
         return None  # ...and only where it does not are the two read apart
-    return np.left_shift(ab, _WIDEN, dtype=np.uint32).view(np.float32)  # bf16: the top half of fp32
+    widened: Float32s = np.left_shift(ab, _WIDEN, dtype=np.uint32).view(np.float32)  # bf16: the top half of fp32
+    return widened
 
 
 def one_tile(structure: str, fp16: bool, c_bits: np.ndarray, a: np.ndarray, b: np.ndarray, m: int, n: int,
-             kd: int):
+             kd: int) -> npt.NDArray[np.uint32] | None:
     """The instruction's (M, N) uint32 result bits, or None when the operands need the general tiers.
 
     ``structure``: ``"sdm"`` or ``"straight"``. ``c_bits`` (M, N) uint32,
@@ -213,10 +223,11 @@ def one_tile(structure: str, fp16: bool, c_bits: np.ndarray, a: np.ndarray, b: n
         return _chain(rows.reshape(2 * kd + 1, m * n), _NEGATIVE_ZERO32).reshape(m, n).view(np.uint32)
     products = np.multiply(wide[:, :m, None], wide[:, None, m:])  # (2K, M, N): exact (step 1)
     lanes = _chain(products.reshape(kd, 2 * m * n), _ZERO32).reshape(2, m, n)  # from +0 (step 4)
-    total = np.add(c_bits.view(np.float32), np.add(lanes[0], lanes[1]))
+    total: Float32s = np.add(c_bits.view(np.float32), np.add(lanes[0], lanes[1]))
     return total.view(np.uint32)
 
 
-def sdm_tile(fp16: bool, c_bits: np.ndarray, a: np.ndarray, b: np.ndarray, m: int, n: int, kd: int):
+def sdm_tile(fp16: bool, c_bits: np.ndarray, a: np.ndarray, b: np.ndarray, m: int, n: int,
+             kd: int) -> npt.NDArray[np.uint32] | None:
     """:func:`one_tile` of the default structure."""
     return one_tile("sdm", fp16, c_bits, a, b, m, n, kd)

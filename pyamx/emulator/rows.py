@@ -10,7 +10,10 @@ MXCSR.RC were RNE and raise no SIMD exception.
 
 from __future__ import annotations
 
+from typing import Callable
+
 import numpy as np
+import numpy.typing as npt
 
 from ..table.numerics import Numerics
 
@@ -19,7 +22,7 @@ ZMM_BYTES = 64
 LANES = ZMM_BYTES // 4
 
 
-def decode_selector(row: int, imm: bool) -> tuple:
+def decode_selector(row: int, imm: bool) -> tuple[int, int]:
     """``(row_index, row_chunk in bytes)`` of a GPR selector (r32[15:0], r32[31:16] * 64) or an imm8
     (imm8[5:0], imm8[7:6] * 64)."""
     if imm:
@@ -27,14 +30,14 @@ def decode_selector(row: int, imm: bool) -> tuple:
     return row & 0xFFFF, (row >> 16) * ZMM_BYTES
 
 
-def _dwords(row_bytes: np.ndarray, colsb: int, chunk: int) -> list:
+def _dwords(row_bytes: np.ndarray, colsb: int, chunk: int) -> list[int | None]:
     """The source dword of each lane, None where Intel's text zeroes it (past colsb/4)."""
     words = row_bytes.view("<u4")
     first = chunk // 4
     return [int(words[first + i]) if first + i < colsb // 4 else None for i in range(LANES)]
 
 
-def _lanes(values: list) -> np.ndarray:
+def _lanes(values: list[int | None]) -> npt.NDArray[np.uint32]:
     return np.array([0 if v is None else v for v in values], dtype=np.uint32)
 
 
@@ -92,7 +95,8 @@ def fp32_to_fp16(x: int, rule: str = "ieee") -> int:
     return sign | min(code, 0x7C00)
 
 
-def _convert(row_bytes, colsb, chunk, convert, high: bool) -> np.ndarray:
+def _convert(row_bytes: np.ndarray, colsb: int, chunk: int, convert: Callable[[int], int],
+             high: bool) -> npt.NDArray[np.uint32]:
     return _lanes([None if v is None else convert(v) << (16 if high else 0) for v in _dwords(row_bytes, colsb, chunk)])
 
 

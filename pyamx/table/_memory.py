@@ -9,11 +9,16 @@ memory; every backend calls ``byte_view`` first so both are refused with a
 from __future__ import annotations
 
 import numpy as np
+import numpy.typing as npt
+from typing import TYPE_CHECKING
 
 from ..errors import MemoryAccessFault
 
+if TYPE_CHECKING:
+    from .._types import MemoryOperand
 
-def byte_view(mnemonic: str, buf, *, writable: bool) -> np.ndarray:
+
+def byte_view(mnemonic: str, buf: MemoryOperand, *, writable: bool) -> npt.NDArray[np.uint8]:
     """A flat uint8 view of ``buf`` (no copy), which must be one contiguous block."""
     if isinstance(buf, np.ndarray):
         arr = buf.view(np.ndarray)  # a subclass (np.matrix) would keep its own idea of reshape/slicing
@@ -36,7 +41,8 @@ def byte_view(mnemonic: str, buf, *, writable: bool) -> np.ndarray:
     return arr.reshape(-1).view(np.uint8)
 
 
-def row_offsets(mnemonic: str, nbytes: int, offset, stride, first_row: int, rows: int, colsb: int) -> np.ndarray:
+def row_offsets(mnemonic: str, nbytes: int, offset: int, stride: int, first_row: int, rows: int,
+                colsb: int) -> npt.NDArray[np.int64]:
     """Byte offsets of rows ``first_row..rows-1``, all checked to lie inside the buffer."""
     for name, value in (("offset", offset), ("stride", stride)):
         if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):

@@ -51,7 +51,7 @@ def from_float32(x: ArrayInput | float) -> npt.NDArray[np.uint16]:
 _BITS_DTYPES = ("uint16", "int16", "bfloat16")
 
 
-def _float_input(x) -> np.ndarray:
+def _float_input(x: object) -> np.ndarray:
     array = require_array(x, "x", "from_float32")
     if dtype_name(array.dtype) in _BITS_DTYPES:
         raise TypeError(
@@ -91,4 +91,5 @@ def _widen(bits: np.ndarray) -> npt.NDArray[np.uint32]:
 
 
 def _widen_numpy(bits: np.ndarray) -> npt.NDArray[np.uint32]:
-    return bits.astype(np.uint32) << np.uint32(16)
+    widened: npt.NDArray[np.uint32] = bits.astype(np.uint32) << np.uint32(16)
+    return widened

@@ -26,7 +26,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from types import MappingProxyType, SimpleNamespace
-from typing import Mapping, Optional, Tuple
+from typing import Any, Callable, Iterable, Mapping, Optional, Tuple, TypeVar
+
+_K = TypeVar("_K")
+_V = TypeVar("_V")
+#: a function or method the table generates (its signature is declared in the _dot_types modules)
+_Generated = Callable[..., Any]
 
 #: VEX.pp values (the implied legacy prefix)
 PP_NP, PP_66, PP_F3, PP_F2 = 0, 1, 2, 3
@@ -271,6 +276,7 @@ class Instruction:
         """(src1, src2) sign extension, integer dot products only."""
         if self.a_format is None or self.a_format.signed is None:
             return None
+        assert self.b_format is not None and self.b_format.signed is not None  # integer rows have both
         return self.a_format.signed, self.b_format.signed
 
     @property
@@ -285,6 +291,7 @@ class Instruction:
             return None
         if self.a_format.signed is None and self.a_format == self.b_format:
             return self.a_format.name
+        assert self.b_format is not None  # a dot product's row: both operands
         return f"{self.a_format.name} x {self.b_format.name}"
 
     @property
@@ -336,6 +343,7 @@ class Instruction:
         if self.is_row:
             if self.moves_raw:
                 return "64 bytes of a tile row, unconverted, into a zmm register"
+            assert self.a_format is not None and self.acc_format is not None  # a row instruction's row
             half = {"H": " in the high half of each dword", "L": " in the low half of each dword"}
             where = half.get(self.mnemonic[-1], "") if self.acc_format.width == 16 else ""
             return f"a tile row of {self.a_format.name} into a zmm register as {self.acc_format.name} (RNE){where}"
@@ -347,14 +355,16 @@ class Instruction:
             return f"dst += src1 . src2 over {self.operand} quads, exact sum rounded once to fp32"
         if self.is_float:
             return f"dst += src1 . src2 over {self.operand} pairs, fp32 accumulation"
-        s1, s2 = ("signed" if x else "unsigned" for x in self.signed)
+        signed = self.signed
+        assert signed is not None  # the integer dot products
+        s1, s2 = ("signed" if x else "unsigned" for x in signed)
         return f"dst += {s1} (src1) x {s2} (src2) bytes, int32 wrap-around accumulation"
 
 
-def _unique(pairs, what: str, repeats: bool = False) -> Mapping:
+def _unique(pairs: Iterable[tuple[_K, _V]], what: str, repeats: bool = False) -> Mapping[_K, _V]:
     """A read-only dict of ``(key, value)`` pairs; a second value under one key raises TableError
     (the same value again too, unless ``repeats``: many rows may name one group's feature)."""
-    out: dict = {}
+    out: dict[_K, _V] = {}
     for key, value in pairs:
         if key in out and (out[key] != value or not repeats):
             raise TableError(f"pyamx.table.isa: two rows claim {what} {key!r}: {_label(out[key])} and {_label(value)}")
@@ -362,8 +372,8 @@ def _unique(pairs, what: str, repeats: bool = False) -> Mapping:
     return MappingProxyType(out)
 
 
-def _label(value) -> str:
-    return getattr(value, "mnemonic", None) or getattr(value, "name", None) or repr(value)
+def _label(value: object) -> str:
+    return str(getattr(value, "mnemonic", None) or getattr(value, "name", None) or repr(value))
 
 
 FORMATS = _unique(((f.name, f) for f in FORMAT_ROWS), "format name")
@@ -373,7 +383,8 @@ _TILE = FEATURES["AMX-TILE"]
 _DOT_ROLES = (("dst", "reg"), ("src1", "rm"), ("src2", "vvvv"))
 
 
-def _op(mnemonic, kind, action, pp, opcode, form, roles=(), feature=None) -> Instruction:
+def _op(mnemonic: str, kind: str, action: str, pp: int, opcode: int, form: str,
+        roles: Tuple[Tuple[str, str], ...] = (), feature: Optional[str] = None) -> Instruction:
     return Instruction(mnemonic, kind, Encoding(2, pp, opcode, form, roles), FEATURES[feature] if feature else _TILE,
                        action=action)
 
@@ -382,7 +393,7 @@ _ROW_ROLES = (("dst", "reg"), ("src", "rm"), ("row", "vvvv"))
 _ROW_IMM_ROLES = (("dst", "reg"), ("src", "rm"), ("row", "imm8"))
 
 
-def _row(mnemonic, pp, opcode, imm_pp, imm_opcode, a, acc) -> Instruction:
+def _row(mnemonic: str, pp: int, opcode: int, imm_pp: int, imm_opcode: int, a: str, acc: str) -> Instruction:
     """An AMX-AVX512 row instruction: EVEX.512.W0, a tile row (``a`` format) into a zmm register
     (``acc`` format); the row selector is a GPR (map 0F38) or, in the second encoding, an imm8 (0F3A)."""
     return Instruction(mnemonic, "row", Encoding(2, pp, opcode, "reg", _ROW_ROLES, l=2, prefix="EVEX"),
@@ -394,7 +405,8 @@ def _row(mnemonic, pp, opcode, imm_pp, imm_opcode, a, acc) -> Instruction:
 _DOT_KIND = {16: "dot-pairs", 8: "dot-quads", 32: "dot-complex"}
 
 
-def _dot(mnemonic, pp, opcode, feature, group, a, b, acc, matmul=False, kind=None, map=2, part=None) -> Instruction:
+def _dot(mnemonic: str, pp: int, opcode: int, feature: str, group: str, a: str, b: str, acc: str, matmul: bool=False,
+         kind: Optional[str] = None, map: int=2, part: Optional[str] = None) -> Instruction:
     a_format, b_format = _F[a], _F[b]
     kind = kind or _DOT_KIND[a_format.width]
     return Instruction(mnemonic, kind, Encoding(map, pp, opcode, "reg", _DOT_ROLES), FEATURES[feature],
@@ -439,6 +451,12 @@ TABLE: Tuple[Instruction, ...] = (
 # -- views: every mapping of the table, derived from its rows --------------------------------
 
 
+def _operand_formats(insn: Instruction) -> Tuple[Format, Format]:
+    """(src1, src2) formats of a dot product's row."""
+    assert insn.a_format is not None and insn.b_format is not None  # every dot product row has both
+    return insn.a_format, insn.b_format
+
+
 def views(table: Tuple[Instruction, ...]) -> SimpleNamespace:
     """Every derived mapping of ``table``, checked: TableError where two rows would share a key.
 
@@ -456,10 +474,10 @@ def views(table: Tuple[Instruction, ...]) -> SimpleNamespace:
     if unknown:
         raise TableError(f"pyamx.table.isa: rows with an action outside ACTIONS: {', '.join(unknown)}")
     groups = tuple(dict.fromkeys(i.group for i in dots))
-    group_formats = {g: tuple(dict.fromkeys(f for i in dots if i.group == g for f in (i.a_format, i.b_format)))
+    group_formats = {g: tuple(dict.fromkeys(f for i in dots if i.group == g for f in _operand_formats(i)))
                      for g in groups}
     routed = [i for i in dots if i.matmul]
-    routed_formats = tuple(dict.fromkeys(f for i in routed for f in (i.a_format, i.b_format)))
+    routed_formats = tuple(dict.fromkeys(f for i in routed for f in _operand_formats(i)))
     return SimpleNamespace(
         by_name=_unique(((i.name, i) for i in table), "the name"),
         dots=dots,
@@ -469,7 +487,7 @@ def views(table: Tuple[Instruction, ...]) -> SimpleNamespace:
         groups=groups,
         group_feature=_unique(((i.group, i.feature.name) for i in dots), "a feature for kernel group", repeats=True),
         group_formats=MappingProxyType(group_formats),
-        matmul_routes=_unique((((i.a_format.name, i.b_format.name), i) for i in routed),
+        matmul_routes=_unique((((a.name, b.name), i) for i in routed for a, b in [_operand_formats(i)]),
                               "the matmul route of operand formats"),
         inferred=_unique(((d, f) for f in routed_formats for d in f.infers), "the matmul operand format of dtype",
                          repeats=True),
@@ -478,7 +496,7 @@ def views(table: Tuple[Instruction, ...]) -> SimpleNamespace:
 
 VIEWS = views(TABLE)
 #: lower-case name -> row
-BY_NAME = VIEWS.by_name
+BY_NAME: Mapping[str, Instruction] = VIEWS.by_name
 #: the dot products, in table order
 DOTS: Tuple[Instruction, ...] = VIEWS.dots
 #: lower-case names of the dot products (what the one-instruction functions are called)
@@ -490,15 +508,15 @@ ROW_NAMES: Tuple[str, ...] = tuple(insn.name for insn in ROWS)
 #: the config and memory rows (those with an ``action``), in table order
 STATE_OPS: Tuple[Instruction, ...] = VIEWS.state_ops
 #: action -> the one row that does it
-BY_ACTION = VIEWS.by_action
+BY_ACTION: Mapping[str, Instruction] = VIEWS.by_action
 #: kernel groups, in table order
 GROUPS: Tuple[str, ...] = VIEWS.groups
 #: kernel group -> CPUID feature it needs
-GROUP_FEATURE = VIEWS.group_feature
+GROUP_FEATURE: Mapping[str, str] = VIEWS.group_feature
 #: (a format, b format) -> the row pyamx.matmul runs for them
-MATMUL_ROUTES = VIEWS.matmul_routes
+MATMUL_ROUTES: Mapping[Tuple[str, str], Instruction] = VIEWS.matmul_routes
 #: dtype name -> the operand format a matmul reads it as when the call names no kind
-INFERRED_FORMAT = VIEWS.inferred
+INFERRED_FORMAT: Mapping[str, Format] = VIEWS.inferred
 
 
 def get(name: str) -> Instruction:
@@ -523,10 +541,10 @@ def by_op_id(op_id: int) -> Optional[Instruction]:
     return None
 
 
-_LIB = []  # [lib or None], filled on first use
+_LIB: list[Any] = []  # [lib or None], filled on first use (cffi's lib: no types)
 
 
-def _lib():
+def _lib() -> Any:
     if not _LIB:
         try:
             from ..cpu import _nativelib
@@ -537,7 +555,7 @@ def _lib():
     return _LIB[0]
 
 
-def c_constant(name: str):
+def c_constant(name: str) -> Any:  # int, or a function of the C module
     """A constant of the compiled module (``lib.<name>``, e.g. ``"PYAMX_E_ARG"``), None without it.
 
     Status codes and bit masks of csrc/pyamx.h are read here rather than
@@ -552,7 +570,7 @@ def c_constant(name: str):
 # -- generating the per-instruction API from the table -------------------------------------------
 
 
-def export_functions(namespace: dict, make, layer: str) -> None:
+def export_functions(namespace: dict[str, Any], make: Callable[[Instruction], _Generated], layer: str) -> None:
     """Put one function per dot product into a module's ``namespace``: ``make(insn)`` builds it,
     :func:`docstring` of ``layer`` documents it; name and module are set as if it were written out."""
     for insn in DOTS:
@@ -563,7 +581,8 @@ def export_functions(namespace: dict, make, layer: str) -> None:
         namespace[insn.name] = fn
 
 
-def _bind_methods(machine: type, rows: Tuple[Instruction, ...], make, doc, layer: str) -> None:
+def _bind_methods(machine: type, rows: Tuple[Instruction, ...], make: Callable[[Instruction], _Generated],
+                  doc: Callable[[Instruction, str], str], layer: str) -> None:
     """``make(insn)`` as the method ``insn.name`` of ``machine`` for each of ``rows``, named as if
     written there and documented by ``doc(insn, layer)``."""
     for insn in rows:
@@ -603,43 +622,45 @@ def add_state_methods(machine: type, layer: str) -> None:
     """One method per config or memory row on a tile machine class, bound to the machine's
     implementation of its action (:data:`STATE_IMPLEMENTATIONS`), documented by :func:`state_docstring`
     of ``layer`` (``"method"`` or ``"native-method"``)."""
-    def make(insn: Instruction):
+    def make(insn: Instruction) -> _Generated:
+        assert insn.action is not None  # STATE_OPS: the rows with an action
         implementation, _ = STATE_IMPLEMENTATIONS[insn.action]
         return _STATE_METHODS[implementation](insn.mnemonic, implementation)
 
     _bind_methods(machine, STATE_OPS, make, state_docstring, layer)
 
 
-def _image_method(mnemonic: str, implementation: str):
-    def method(self) -> bytes:
-        return getattr(self, implementation)(mnemonic)
+def _image_method(mnemonic: str, implementation: str) -> _Generated:
+    def method(self: object) -> bytes:
+        image: bytes = getattr(self, implementation)(mnemonic)
+        return image
 
     return method
 
 
-def _no_operand_method(mnemonic: str, implementation: str):
-    def method(self) -> None:
+def _no_operand_method(mnemonic: str, implementation: str) -> _Generated:
+    def method(self: object) -> None:
         getattr(self, implementation)(mnemonic)
 
     return method
 
 
-def _config_method(mnemonic: str, implementation: str):
-    def method(self, cfg) -> None:
+def _config_method(mnemonic: str, implementation: str) -> _Generated:
+    def method(self: object, cfg: object) -> None:
         getattr(self, implementation)(mnemonic, cfg)
 
     return method
 
 
-def _zero_method(mnemonic: str, implementation: str):
-    def method(self, tmm: int) -> None:
+def _zero_method(mnemonic: str, implementation: str) -> _Generated:
+    def method(self: object, tmm: int) -> None:
         getattr(self, implementation)(mnemonic, tmm)
 
     return method
 
 
-def _memory_method(mnemonic: str, implementation: str):
-    def method(self, tmm: int, buf, stride: int, offset: int = 0) -> None:
+def _memory_method(mnemonic: str, implementation: str) -> _Generated:
+    def method(self: object, tmm: int, buf: object, stride: int, offset: int = 0) -> None:
         getattr(self, implementation)(mnemonic, tmm, buf, stride, offset)
 
     return method
@@ -668,6 +689,7 @@ _STATE_DOCS = {
 def state_docstring(insn: Instruction, layer: str) -> str:
     """The docstring of a config or memory row's machine method (``layer``: ``"method"`` or
     ``"native-method"``); a hinted load is described by the load it hints."""
+    assert insn.action is not None  # a config or memory row
     text = _STATE_DOCS[insn.action]
     if layer == "native-method" and insn.action == "store-config":
         text = "{m}: the 64-byte config image, read from the registers."
@@ -689,8 +711,8 @@ def row_docstring(insn: Instruction, layer: str) -> str:
     """
 
 
-def _row_method(name: str):
-    def method(self, tmm: int, row: int, *, imm: bool = False):
+def _row_method(name: str) -> _Generated:
+    def method(self: Any, tmm: int, row: int, *, imm: bool = False) -> Any:  # a tile machine; its _row's result
         return self._row(name, tmm, row, imm)
 
     return method
@@ -827,11 +849,13 @@ def docstring(insn: Instruction, layer: str, table: Tuple[Instruction, ...] = TA
     if layer == "native-method":
         return f"{m}: {insn.summary}, on silicon ({insn.feature.name})."
     if insn.kind == "dot-complex":
+        assert insn.part is not None  # a complex row names its part
         return _COMPLEX_DOCS[layer].format(m=m, n=n, part=insn.part, rule=_COMPLEX_RULES[insn.part])
     first = next(i for i in table if i.is_dot and i.kind != "dot-complex" and i.is_float == insn.is_float
                  and i.lanes == insn.lanes)
     if insn.is_float and insn.lanes == 4:
         fa, fb = insn.a_format, insn.b_format
+        assert fa is not None and fb is not None  # a dot product's row
         if insn is first:
             return _FP8_DOCS[layer].format(m=m, n=n, fa=fa.name.upper(), fb=fb.name.upper(), da=_dtype_words(fa),
                                            db=_dtype_words(fb))
@@ -839,11 +863,14 @@ def docstring(insn: Instruction, layer: str, table: Tuple[Instruction, ...] = TA
                 f"{fa.name.upper()} ``a`` ({_dtype_words(fa)}) and {fb.name.upper()} ``b`` ({_dtype_words(fb)}).")
     if insn.is_float:
         f = insn.a_format
+        assert f is not None  # a dot product's row
         if insn is first:
             return _FLOAT_DOCS[layer].format(m=m, n=n, f=f.name, dtypes=_dtype_words(f))
         return (f"{_LEADS[layer].format(m=m)} ({insn.feature.name}): as :func:`{first.name}` with {f.name} "
                 f"``a``, ``b`` ({_dtype_words(f)} arrays).")
-    s1, s2 = ("signed" if x else "unsigned" for x in insn.signed)
+    signed = insn.signed
+    assert signed is not None  # the integer dot products
+    s1, s2 = ("signed" if x else "unsigned" for x in signed)
     if insn is first:
         return _INTEGER_DOCS[layer].format(m=m, s1=s1, s2=s2)
     return f"{_LEADS[layer].format(m=m)}: {s1} ``a`` bytes, {s2} ``b`` bytes (see :func:`{first.name}`)."
@@ -854,8 +881,8 @@ def _dtype_words(fmt: Format) -> str:
     return ", ".join(names[:-1]) + " or " + names[-1]
 
 
-def _dot_method(name: str):
-    def method(self, dst: int, src1: int, src2: int) -> None:
+def _dot_method(name: str) -> _Generated:
+    def method(self: Any, dst: int, src1: int, src2: int) -> None:  # a tile machine (emulated or native)
         self._dot(name, dst, src1, src2)
 
     return method

@@ -8,6 +8,7 @@ silicon decides which option is right (``python -m pyamx probe``).
 from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
+from typing import Any
 
 STRUCTURES = ("sdm", "straight", "fused_pair", "wide")
 TININESS = ("after", "before")
@@ -121,7 +122,7 @@ class Numerics:
     row_fp16: str = "ieee"
     row_movrow_start_row: bool = True
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         for name, allowed in (("structure", STRUCTURES), ("tininess", TININESS), ("nan", NAN_RULES),
                               ("fp8_accum", FP8_ACCUMS), ("fp8_nan", FP8_NAN_RULES),
                               ("row_index", ROW_INDEX_RULES), ("row_bf16", ROW_BF16_RULES),
@@ -143,12 +144,14 @@ class Numerics:
         diff = [f"{f.name}={getattr(self, f.name)!r}" for f in fields(self) if getattr(self, f.name) != getattr(base, f.name)]
         return "sdm+" + ",".join(diff)
 
-    def replace(self, **changes) -> "Numerics":
+    def replace(self, **changes: Any) -> Numerics:  # each field's value is checked by __post_init__
         return replace(self, **changes)
 
     def dot_model(self) -> "Numerics":
         """These numerics with the row instructions' fields at their defaults: what a dot product runs."""
-        return replace(self, **{f.name: f.default for f in fields(self) if f.name.startswith("row_")})
+        # the defaults as Numerics() holds them (a field's declared default is typed "or MISSING")
+        defaults = PRESETS["sdm"]
+        return replace(self, **{f.name: getattr(defaults, f.name) for f in fields(self) if f.name.startswith("row_")})
 
 
 PRESETS = {
@@ -159,7 +162,7 @@ PRESETS = {
 }
 
 
-def resolve(numerics) -> Numerics:
+def resolve(numerics: Numerics | str) -> Numerics:
     """Accept a preset name or a Numerics object."""
     if isinstance(numerics, Numerics):
         return numerics

@@ -9,11 +9,20 @@ Layout and rules: docs/semantics.md section 1 (palette 1).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Iterable, Mapping, Union, cast
 
 import numpy as np
 
 from . import isa
 from ..errors import GeneralProtectionFault, InvalidOpcodeFault
+
+if TYPE_CHECKING:
+    import numpy.typing as npt
+
+#: what LDTILECFG takes: a TileConfig or the 64-byte image in any buffer
+ConfigInput = Union["TileConfig", bytes, bytearray, memoryview, "npt.NDArray[np.generic]"]
+#: ``{tmm: (rows, colsb)}``, as TileConfig.make takes it (or its items)
+TileShapes = Union[Mapping[int, "tuple[int, int]"], Iterable["tuple[int, tuple[int, int]]"]]
 
 NUM_TILES = 8
 MAX_ROWS = 16
@@ -31,10 +40,10 @@ class TileConfig:
 
     palette: int = 0
     start_row: int = 0
-    colsb: tuple = field(default=(0,) * NUM_TILES)
-    rows: tuple = field(default=(0,) * NUM_TILES)
+    colsb: tuple[int, ...] = field(default=(0,) * NUM_TILES)
+    rows: tuple[int, ...] = field(default=(0,) * NUM_TILES)
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         # Only what the 64-byte image can encode is checked here: an image
         # that LDTILECFG refuses (rows=17, palette 2) is a legitimate value,
         # used to test the #GP rules, and faults where the instruction runs.
@@ -72,7 +81,7 @@ class TileConfig:
         return TileConfig(self.palette, start_row, self.colsb, self.rows)
 
     @classmethod
-    def make(cls, shapes, *, palette: int = 1, start_row: int = 0) -> "TileConfig":
+    def make(cls, shapes: TileShapes, *, palette: int = 1, start_row: int = 0) -> "TileConfig":
         """Build a palette-1 config from ``{tmm: (rows, colsb)}``; others unconfigured."""
         rows = [0] * NUM_TILES
         colsb = [0] * NUM_TILES
@@ -99,7 +108,7 @@ class TileConfig:
         return cls(palette, start_row, tuple(colsb), tuple(rows))
 
 
-def _field_int(name: str, value, limit: int, where: str) -> int:
+def _field_int(name: str, value: object, limit: int, where: str) -> int:
     """An image field as an int, or TypeError/ValueError naming the field and what it can hold."""
     if type(value) is int and 0 <= value <= limit:
         return value
@@ -111,9 +120,9 @@ def _field_int(name: str, value, limit: int, where: str) -> int:
     return value
 
 
-def _field_tuple(name: str, values, limit: int, where: str) -> tuple:
+def _field_tuple(name: str, values: Iterable[object], limit: int, where: str) -> tuple[int, ...]:
     if type(values) is tuple and len(values) == NUM_TILES and all(type(v) is int and 0 <= v <= limit for v in values):
-        return values  # the common case (parse_tilecfg, make): already normal
+        return cast("tuple[int, ...]", values)  # the common case (parse_tilecfg, make): already normal
     try:
         values = tuple(values)
     except TypeError:
@@ -123,12 +132,13 @@ def _field_tuple(name: str, values, limit: int, where: str) -> tuple:
     return tuple(_field_int(f"{name}[{t}]", v, limit, where) for t, v in enumerate(values))
 
 
-def as_config_bytes(cfg) -> bytes:
+def as_config_bytes(cfg: ConfigInput) -> bytes:
     """Accept a TileConfig or any 64-byte buffer; return the 64 raw bytes."""
     if isinstance(cfg, TileConfig):
         return cfg.to_bytes()
     try:
-        view = memoryview(cfg)
+        # numpy declares ndarray a buffer to type checkers only for Python >= 3.12 (its __buffer__)
+        view = memoryview(cfg)  # type: ignore[arg-type]
     except (TypeError, ValueError, BufferError):
         raise TypeError(
             f"a tile config must be a TileConfig or a 64-byte buffer, not {type(cfg).__name__}"
@@ -145,7 +155,7 @@ def as_config_bytes(cfg) -> bytes:
 _CONFIGURING = isa.of_action("load-config").mnemonic
 
 
-def parse_tilecfg(cfg) -> TileConfig:
+def parse_tilecfg(cfg: ConfigInput) -> TileConfig:
     """Decode a 64-byte image the way LDTILECFG does, raising #GP where it would."""
     raw = as_config_bytes(cfg)
     palette = raw[0]
@@ -180,7 +190,7 @@ def parse_tilecfg(cfg) -> TileConfig:
     return TileConfig(palette, raw[1], colsb, rows)
 
 
-def check_tile_index(mnemonic: str, operand: str, tmm) -> int:
+def check_tile_index(mnemonic: str, operand: str, tmm: object) -> int:
     """#UD for a register that palette 1 does not name (tmm8..tmm15 encode, but fault)."""
     if isinstance(tmm, (bool, np.bool_)) or not isinstance(tmm, (int, np.integer)):
         raise TypeError(f"{mnemonic} {operand}: a tile register is an int 0..7, not {tmm!r}")
@@ -197,7 +207,7 @@ def check_configured(mnemonic: str, cfg: TileConfig) -> None:
         )
 
 
-def check_tile_usable(mnemonic: str, operand: str, cfg: TileConfig, tmm) -> int:
+def check_tile_usable(mnemonic: str, operand: str, cfg: TileConfig, tmm: object) -> int:
     """#UD unless tiles are configured and ``tmm`` is a configured tile."""
     check_configured(mnemonic, cfg)
     tmm = check_tile_index(mnemonic, operand, tmm)
@@ -206,7 +216,7 @@ def check_tile_usable(mnemonic: str, operand: str, cfg: TileConfig, tmm) -> int:
     return tmm
 
 
-def check_memory_tile(mnemonic: str, operand: str, cfg: TileConfig, tmm) -> int:
+def check_memory_tile(mnemonic: str, operand: str, cfg: TileConfig, tmm: object) -> int:
     """#UD rules of TILELOADD(T1)/TILESTORED's tile, as Sapphire Rapids enforces them.
 
     The SDM's exception class (AMX-E3) lists only the configuration and the
@@ -233,7 +243,7 @@ class DotShape:
     n: int
 
 
-def check_dot_product(mnemonic: str, cfg: TileConfig, dst, src1, src2) -> DotShape:
+def check_dot_product(mnemonic: str, cfg: TileConfig, dst: object, src1: object, src2: object) -> DotShape:
     """The #UD rules shared by TDPBF16PS, TDPFP16PS and TDPB[SU][SU]D (docs/semantics.md section 2)."""
     dst = check_tile_usable(mnemonic, "tsrcdest", cfg, dst)
     src1 = check_tile_usable(mnemonic, "tsrc1", cfg, src1)

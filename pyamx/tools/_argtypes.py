@@ -6,8 +6,12 @@ them without importing the CLI, which imports it.
 
 from __future__ import annotations
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: `pyamx run` loads the CLI
+if TYPE_CHECKING:
+    from typing import Callable
 
-def bounded_int(minimum: int, maximum: int, what: str):
+
+def bounded_int(minimum: int, maximum: int, what: str) -> Callable[[str], int]:
     """An argparse type: an integer in ``minimum..maximum`` (a usage error, exit 2, otherwise).
 
     Every number a command takes has an upper bound too: a huge one would otherwise run for
@@ -29,7 +33,7 @@ def bounded_int(minimum: int, maximum: int, what: str):
     return parse
 
 
-def bounded_float(minimum: float, maximum: float, what: str):
+def bounded_float(minimum: float, maximum: float, what: str) -> Callable[[str], float]:
     """An argparse type: a finite number with ``minimum < value <= maximum``."""
 
     def parse(text: str) -> float:

@@ -21,9 +21,10 @@ from __future__ import annotations
 
 import contextlib
 import os
+from typing import IO, Iterator
 
 
-def _temporary_beside(path: str):
+def _temporary_beside(path: str) -> tuple[int, str]:
     """``(fd, name)`` of a new file next to ``path``; mode 0666 less the umask, as ``open(path, "w")`` gives."""
     directory, base = os.path.split(os.path.abspath(path))
     for attempt in range(100):
@@ -74,7 +75,7 @@ def _named(exc: OSError, path: str) -> OSError:
 
 
 @contextlib.contextmanager
-def atomic_writer(path, encoding: str = "utf-8"):
+def atomic_writer(path: str | os.PathLike[str], encoding: str = "utf-8") -> Iterator[IO[str]]:
     """A text stream whose contents replace ``path`` when the block ends without an exception.
 
     On any failure (an exception in the block, a full disk on write, flush or fsync) the

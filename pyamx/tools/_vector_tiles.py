@@ -12,11 +12,22 @@ a change here. :mod:`pyamx.tools.vectors` reads and writes the files.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable, Collection, NoReturn, Optional, Union
 
 import numpy as np
+import numpy.typing as npt
 
 from ..table import isa
 from ..table.tilecfg import MAX_COLSB, MAX_ROWS, NUM_TILES, TileConfig
+
+if TYPE_CHECKING:
+    from ..cpu.native import NativeMachine
+    from ..emulator import TileMachine
+
+#: a case as its file holds it: a JSON object
+Json = dict[str, Any]
+#: raises for a bad field of a vector file, naming the problem
+Fail = Callable[[str], NoReturn]
 
 #: dwords of a zmm result
 LANES = 16
@@ -25,7 +36,7 @@ ROW_CASES = 16
 LOAD_CASES = 10
 
 
-def case_kind(insn: isa.Instruction):
+def case_kind(insn: isa.Instruction) -> Optional[str]:
     """``"dot"``, ``"row"`` or ``"load"``: the case shape a vector file records ``insn`` with; None
     for the rows a case cannot capture on its own (configuration, stores, TILEZERO)."""
     if insn.is_dot:
@@ -51,12 +62,14 @@ class RowCase:
     imm: bool
     out: np.ndarray | None = None  # (16,) <u4
 
-    def to_json(self) -> dict:
+    def to_json(self) -> Json:
+        assert self.out is not None  # recorded
         return {"instruction": self.instruction, "label": self.label, "tile": [self.rows, self.colsb],
                 "data": self.data.tobytes().hex(), "selector": self.selector, "imm": self.imm,
                 "out": self.out.astype("<u4").tobytes().hex()}
 
-    def mismatch_lines(self, index: int, got: np.ndarray) -> list:
+    def mismatch_lines(self, index: int, got: np.ndarray) -> list[str]:
+        assert self.out is not None  # a recorded case
         bad = np.flatnonzero(got != self.out)
         lane = int(bad[0])
         form = "imm8" if self.imm else "r32"
@@ -81,12 +94,14 @@ class LoadCase:
     memory: np.ndarray  # (n,) uint8
     out: np.ndarray | None = None  # (16, 64) uint8
 
-    def to_json(self) -> dict:
+    def to_json(self) -> Json:
+        assert self.out is not None  # recorded
         return {"instruction": self.instruction, "label": self.label, "tmm": self.tmm, "tile": [self.rows, self.colsb],
                 "stride": self.stride, "offset": self.offset, "memory": self.memory.tobytes().hex(),
                 "out": self.out.tobytes().hex()}
 
-    def mismatch_lines(self, index: int, got: np.ndarray) -> list:
+    def mismatch_lines(self, index: int, got: np.ndarray) -> list[str]:
+        assert self.out is not None  # a recorded case
         bad = np.argwhere(got != self.out)
         r, b = (int(x) for x in bad[0])
         return [f"  case {index} ({self.instruction}, {self.label}): {len(bad)} bytes differ; first (row {r}, "
@@ -98,7 +113,7 @@ class LoadCase:
 # -- generation ---------------------------------------------------------------------------------
 
 
-def _float_dwords(rng, source: isa.Format, target: isa.Format, n: int) -> np.ndarray:
+def _float_dwords(rng: np.random.Generator, source: isa.Format, target: isa.Format, n: int) -> npt.NDArray[np.uint32]:
     """fp32 words that test a conversion to ``target``: the source's specials, then words whose
     exponents sit at the target's edges (overflow, denormals, flush) and whose dropped mantissa
     bits are exact ties, just above or just below one, or random."""
@@ -121,10 +136,11 @@ def _float_dwords(rng, source: isa.Format, target: isa.Format, n: int) -> np.nda
         words = (words & ~low) | tail
     mant_mask = np.uint32((1 << source.mantissa) - 1)
     words = (words & np.uint32(0x80000000)) | (exps << np.uint32(source.mantissa)) | (words & mant_mask)
-    return np.concatenate([fixed, words])
+    dwords: npt.NDArray[np.uint32] = np.concatenate([fixed, words])
+    return dwords
 
 
-def _int_dwords(rng, source: isa.Format, target: isa.Format, n: int) -> np.ndarray:
+def _int_dwords(rng: np.random.Generator, source: isa.Format, target: isa.Format, n: int) -> npt.NDArray[np.uint32]:
     """int32 words that test a conversion to ``target``: the specials, then values just past the
     target's exact integers (ties, both neighbours, both signs), then random words."""
     fixed = np.array(source.special_values, np.uint32)
@@ -137,9 +153,10 @@ def _int_dwords(rng, source: isa.Format, target: isa.Format, n: int) -> np.ndarr
     return np.concatenate([fixed, words.astype(np.uint32)])
 
 
-def _row_bytes(rng, insn: isa.Instruction, rows: int, colsb: int) -> np.ndarray:
+def _row_bytes(rng: np.random.Generator, insn: isa.Instruction, rows: int, colsb: int) -> npt.NDArray[np.uint8]:
     """rows x colsb tile bytes of the instruction's source format, rich in its hard cases."""
     src, dst = insn.a_format, insn.acc_format
+    assert src is not None and dst is not None  # a row instruction's row
     per_row = (colsb + 3) // 4
     if src.is_float and dst.is_float and src.bits == "<u4":
         make = _float_dwords
@@ -148,13 +165,16 @@ def _row_bytes(rng, insn: isa.Instruction, rows: int, colsb: int) -> np.ndarray:
     else:
         data = rng.integers(0, 256, (rows, colsb), dtype=np.uint8)
         special = np.array(src.special_values or (0,), np.uint8)
-        return np.where(rng.random(data.shape) < 0.2, rng.choice(special, data.shape), data).astype(np.uint8)
+        sprinkled: npt.NDArray[np.uint8] = np.where(rng.random(data.shape) < 0.2, rng.choice(special, data.shape),
+                                                    data).astype(np.uint8)
+        return sprinkled
     # An instruction reads one row: every row gets its own shuffle of the specials and edge words.
     words = np.stack([rng.permutation(make(rng, src, dst, per_row))[:per_row] for _ in range(rows)])
-    return words.astype("<u4").view(np.uint8).reshape(rows, -1)[:, :colsb].copy()
+    tile: npt.NDArray[np.uint8] = words.astype("<u4").view(np.uint8).reshape(rows, -1)[:, :colsb].copy()
+    return tile
 
 
-def _selector(rng, rows: int, imm: bool) -> int:
+def _selector(rng: np.random.Generator, rows: int, imm: bool) -> int:
     """A row index inside the tile; the 64-byte chunk 0 mostly, otherwise one past every tile's bytes
     (colsb is at most 64: those lanes are zero), up to the field's largest value."""
     index = int(rng.integers(0, rows))
@@ -162,12 +182,12 @@ def _selector(rng, rows: int, imm: bool) -> int:
     return (chunk << 6 | index) if imm else (chunk << 16 | index)
 
 
-def _colsb(rng) -> int:
+def _colsb(rng: np.random.Generator) -> int:
     # a multiple of 4: the loads #UD on any other colsb (docs/semantics.md section 1)
     return 4 * int(rng.integers(1, MAX_COLSB // 4 + 1))
 
 
-def row_cases(rng, insn: isa.Instruction, count: int = ROW_CASES) -> list:
+def row_cases(rng: np.random.Generator, insn: isa.Instruction, count: int = ROW_CASES) -> list[RowCase]:
     """Seeded cases of one row instruction: both selector forms, full and partial tile shapes."""
     cases = []
     for i in range(count):
@@ -182,7 +202,7 @@ def row_cases(rng, insn: isa.Instruction, count: int = ROW_CASES) -> list:
     return cases
 
 
-def load_cases(rng, insn: isa.Instruction, count: int = LOAD_CASES) -> list:
+def load_cases(rng: np.random.Generator, insn: isa.Instruction, count: int = LOAD_CASES) -> list[LoadCase]:
     """Seeded cases of one load: strides equal to colsb, to 64, zero, overlapping, wide and negative."""
     cases = []
     for i in range(count):
@@ -198,10 +218,10 @@ def load_cases(rng, insn: isa.Instruction, count: int = LOAD_CASES) -> list:
     return cases
 
 
-def generate(seed: int, instructions) -> list:
+def generate(seed: int, instructions: Collection[str]) -> list[Union[RowCase, LoadCase]]:
     """The row and load cases of ``instructions`` (names), in table order, from generators of their own
     so the dot-product cases of a seed stay what they were."""
-    cases: list = []
+    cases: list[Union[RowCase, LoadCase]] = []
     for insn in isa.TABLE:
         if insn.name not in instructions:
             continue
@@ -218,7 +238,7 @@ def generate(seed: int, instructions) -> list:
 # -- running ------------------------------------------------------------------------------------
 
 
-def _machine(backend: str):
+def _machine(backend: str) -> Union[TileMachine, NativeMachine]:
     if backend == "native":
         from ..cpu.native import NativeMachine
 
@@ -228,7 +248,7 @@ def _machine(backend: str):
     return TileMachine("sdm")
 
 
-def run(case, backend: str) -> np.ndarray:
+def run(case: Union[RowCase, LoadCase], backend: str) -> np.ndarray:
     """The backend's answer to a row case ((16,) <u4) or a load case ((16, 64) uint8)."""
     machine = _machine(backend)
     # the machine's methods of the rows that set up a case, found by what they do
@@ -249,7 +269,7 @@ def run(case, backend: str) -> np.ndarray:
 # -- reading ------------------------------------------------------------------------------------
 
 
-def parse(raw: dict, kind: str, fail) -> object:
+def parse(raw: Json, kind: str, fail: Fail) -> Union[RowCase, LoadCase]:
     """A RowCase or LoadCase from its JSON object; ``fail(problem)`` raises for a bad field."""
     tile = raw.get("tile")
     # type() and not isinstance(): JSON's true is a Python bool, which isinstance counts as an int.
@@ -278,17 +298,20 @@ def parse(raw: dict, kind: str, fail) -> object:
     return LoadCase(raw["instruction"], label, tmm, rows, colsb, stride, offset, memory, out)
 
 
-def _int_field(raw: dict, name: str, low: int, high: int, fail) -> int:
+def _int_field(raw: Json, name: str, low: int, high: int, fail: Fail) -> int:
     value = raw.get(name)
     if type(value) is not int or not low <= value <= high:
         fail(f"field {name!r} is {value!r}; it must be an integer {low}..{high}")
     return value
 
 
-def _hex_field(raw: dict, name: str, size, fail) -> np.ndarray:
+def _hex_field(raw: Json, name: str, size: Optional[int], fail: Fail) -> npt.NDArray[np.uint8]:
+    text = raw.get(name)
+    if not isinstance(text, str):
+        fail(f"field {name!r} is not a hex string")
     try:
-        data = bytes.fromhex(raw.get(name))
-    except (TypeError, ValueError):
+        data = bytes.fromhex(text)
+    except ValueError:
         fail(f"field {name!r} is not a hex string")
     if size is not None and len(data) != size:
         fail(f"field {name!r} holds {len(data)} bytes; it needs {size}")

@@ -20,11 +20,74 @@ import json
 import os
 import sys
 import time
+from types import ModuleType, TracebackType
+from typing import TYPE_CHECKING, Callable, Optional, Sequence, TypedDict
 
 import numpy as np
 
 from ..table import isa
 from ..emulator.engine import COMPILED_GROUPS
+
+if TYPE_CHECKING:
+    from typing import Protocol
+
+    from .._result import AMXResult
+
+    class _Limiter(Protocol):
+        """What threadpoolctl.threadpool_limits returns, as used here."""
+
+        def restore_original_limits(self) -> None: ...
+
+
+class Environment(TypedDict):
+    """Where the figures were taken (``report["environment"]``)."""
+
+    pyamx: str
+    numpy: str
+    blas: dict[str, object]
+    threads: Optional[int]
+    cpus: Optional[int]
+    native: str
+    native_usable: bool
+    native_mode: Optional[str]
+    budget_s: float
+
+
+class Result(TypedDict):
+    """One timed row: a kernel group on one backend/engine at one size, next to numpy's float32 matmul."""
+
+    group: str
+    size: int
+    backend: Optional[str]
+    engine: Optional[str]
+    native_mode: Optional[str]
+    seconds: float
+    gflops: float
+    numpy_seconds: float
+    numpy_gflops: float
+    ratio: float
+    amx_peak_fraction: Optional[float]
+
+
+class Skipped(TypedDict, total=False):
+    """A measurement left out, and why (``backend`` None: everything at ``size``)."""
+
+    backend: Optional[str]
+    engine: Optional[str]
+    group: str
+    size: int
+    reason: str
+    asked: bool
+
+
+class Report(TypedDict):
+    """What :func:`run` returns (``pyamx bench --json`` prints it)."""
+
+    environment: Environment
+    results: list[Result]
+    skipped: list[Skipped]
+    interrupted: bool
+
 
 #: the groups pyamx.matmul routes real operands to (AMX-COMPLEX's complex product is not benchmarked here:
 #: its numpy reference would be a complex64 product, not the float32 one every row is compared with)
@@ -64,15 +127,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 # -- the environment ------------------------------------------------------------------------
 
 
-def _threadpoolctl():
+def _threadpoolctl() -> Optional[ModuleType]:
     try:
         import threadpoolctl
     except ImportError:
         return None
-    return threadpoolctl
+    module: ModuleType = threadpoolctl
+    return module
 
 
-def blas_info() -> dict:
+def blas_info() -> dict[str, object]:
     """The BLAS numpy uses (name, version, threads, the kernel it picked for this CPU where threadpoolctl
     says) and how the thread count is controlled."""
     tpc = _threadpoolctl()
@@ -82,7 +146,7 @@ def blas_info() -> dict:
             p = pools[0]
             return {"name": p.get("internal_api"), "version": p.get("version"), "threads": p.get("num_threads"),
                     "kernel": p.get("architecture"), "thread_control": "threadpoolctl"}
-    info = {"name": None, "version": None, "threads": None, "kernel": None,
+    info: dict[str, object] = {"name": None, "version": None, "threads": None, "kernel": None,
             "thread_control": None if tpc is None else "threadpoolctl (found no BLAS pool)"}
     try:
         blas = np.show_config(mode="dicts")["Build Dependencies"]["blas"]
@@ -97,21 +161,23 @@ def blas_info() -> dict:
 class _BlasThreads:
     """numpy's BLAS limited to ``threads`` for the block (a no-op without threadpoolctl or threads=None)."""
 
-    def __init__(self, threads):
-        self.threads, self.limiter = threads, None
+    def __init__(self, threads: Optional[int]) -> None:
+        self.threads = threads
+        self.limiter: Optional[_Limiter] = None
 
-    def __enter__(self):
+    def __enter__(self) -> _BlasThreads:
         tpc = _threadpoolctl()
         if tpc is not None and self.threads is not None:
             self.limiter = tpc.threadpool_limits(limits=self.threads, user_api="blas")
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, kind: Optional[type[BaseException]], exc: Optional[BaseException],
+                 traceback: Optional[TracebackType]) -> None:
         if self.limiter is not None:
             self.limiter.restore_original_limits()
 
 
-def _cpu_mhz():
+def _cpu_mhz() -> Optional[float]:
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
@@ -122,7 +188,7 @@ def _cpu_mhz():
     return None
 
 
-def amx_peak_gflops(group: str, threads: int):
+def amx_peak_gflops(group: str, threads: int) -> Optional[float]:
     """Nominal AMX peak of ``threads`` cores at the current clock (None where the clock is unknown)."""
     mhz = _cpu_mhz()
     return None if mhz is None else AMX_OPS_PER_CYCLE[group] * mhz * 1e-3 * threads
@@ -131,7 +197,7 @@ def amx_peak_gflops(group: str, threads: int):
 # -- what to run ----------------------------------------------------------------------------
 
 
-def _operands(group: str, n: int, rng):
+def _operands(group: str, n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
     from ..table import bf16
 
     if group == "int8":
@@ -147,13 +213,13 @@ def _operands(group: str, n: int, rng):
     return a32.astype(np.float16), b32.astype(np.float16)
 
 
-def _targets(engines):
+def _targets(engines: Optional[Sequence[str]]) -> list[tuple[str, Optional[str], Optional[str]]]:
     """[(backend, engine or None, why-not or None)] for every backend/engine pair asked for."""
     from .. import _backend
     from ..errors import AMXError
     from ..emulator.engine import NAMES, resolve
 
-    out = []
+    out: list[tuple[str, Optional[str], Optional[str]]] = []
     for name in [e for e in NAMES if e != "auto"] if engines is None else engines:
         try:
             out.append(("emulator", resolve(name, "sdm").name, None))
@@ -164,7 +230,7 @@ def _targets(engines):
     return out
 
 
-def _best_time(fn, budget: float, first=None) -> float:
+def _best_time(fn: Callable[[], object], budget: float, first: Optional[float] = None) -> float:
     """Best of a few runs, fewer when one run is long; ``first``: the time of a run already made."""
     if first is None:
         start = time.perf_counter()
@@ -187,7 +253,7 @@ def _best_time(fn, budget: float, first=None) -> float:
 WARM_S = 0.15
 
 
-def _steady_best(fn, runs: int) -> float:
+def _steady_best(fn: Callable[[], object], runs: int) -> float:
     start = time.perf_counter()
     fn()
     while time.perf_counter() - start < WARM_S:
@@ -200,7 +266,8 @@ def _steady_best(fn, runs: int) -> float:
     return best
 
 
-def _best_interleaved(fn, reference, budget: float, rounds: int = 2, runs: int = 3):
+def _best_interleaved(fn: Callable[[], object], reference: Callable[[], object], budget: float, rounds: int = 2,
+                      runs: int = 3) -> tuple[float, float]:
     """(best time of fn, best time of reference), in alternating rounds: on a shared machine a
     neighbour's load then hits both alike instead of whichever happened to run during it."""
     best_fn = best_ref = float("inf")
@@ -216,13 +283,13 @@ def _best_interleaved(fn, reference, budget: float, rounds: int = 2, runs: int =
 class _Budget:
     """The seconds the whole run may take, from its start."""
 
-    def __init__(self, seconds: float):
+    def __init__(self, seconds: float) -> None:
         self.seconds, self.deadline = seconds, time.perf_counter() + seconds
 
     def left(self) -> float:
         return self.deadline - time.perf_counter()
 
-    def refusal(self, estimate: float):
+    def refusal(self, estimate: float) -> Optional[str]:
         """Why a measurement estimated at ``estimate`` seconds must not start (None: it may)."""
         left = self.left()
         if left <= 0:
@@ -232,8 +299,9 @@ class _Budget:
         return None
 
 
-def run(sizes=DEFAULT_SIZES, *, threads=None, engines=None, groups=GROUPS, budget=DEFAULT_BUDGET_S,
-        progress=None) -> dict:
+def run(sizes: Sequence[int] = DEFAULT_SIZES, *, threads: Optional[int] = None,
+        engines: Optional[Sequence[str]] = None, groups: Sequence[str] = GROUPS, budget: float = DEFAULT_BUDGET_S,
+        progress: Optional[Callable[[str], None]] = None) -> Report:
     """Time everything; returns {"environment": ..., "results": [...], "skipped": [...], "interrupted": bool}.
 
     ``budget``: seconds for the whole run (module docstring). ``engines``: the emulator engines asked
@@ -243,13 +311,13 @@ def run(sizes=DEFAULT_SIZES, *, threads=None, engines=None, groups=GROUPS, budge
     import pyamx
     from .. import _backend
 
-    say = progress or (lambda message: None)
+    say: Callable[[str], None] = progress or (lambda message: None)
     allowance = _Budget(budget)
     native_usable, native_reason = _backend.native_status("bf16")
-    env = {"pyamx": pyamx.__version__, "numpy": np.__version__, "blas": blas_info(), "threads": threads,
+    env: Environment = {"pyamx": pyamx.__version__, "numpy": np.__version__, "blas": blas_info(), "threads": threads,
            "cpus": os.cpu_count(), "native": native_reason, "native_usable": bool(native_usable),
            "native_mode": _backend.native_mode(), "budget_s": budget}
-    report = {"environment": env, "results": [], "skipped": [], "interrupted": False}
+    report: Report = {"environment": env, "results": [], "skipped": [], "interrupted": False}
     targets = _targets(engines)
     for backend, engine, why_not in targets:
         if why_not is not None:
@@ -263,7 +331,9 @@ def run(sizes=DEFAULT_SIZES, *, threads=None, engines=None, groups=GROUPS, budge
     return report
 
 
-def _time_every_size(report, sizes, groups, runnable, threads, allowance, say) -> None:
+def _time_every_size(report: Report, sizes: Sequence[int], groups: Sequence[str],
+                     runnable: Sequence[tuple[str, Optional[str]]], threads: Optional[int], allowance: _Budget,
+                     say: Callable[[str], None]) -> None:
     import pyamx
     from ..errors import AMXError
 
@@ -274,7 +344,7 @@ def _time_every_size(report, sizes, groups, runnable, threads, allowance, say) -
     # (backend, engine, group) -> (seconds per multiply-add, the size it was measured at): from the
     # last size that ran, or a calibration call where that size was too small to scale from (a call's
     # fixed cost dominates there and, scaled by n^3, would skip what takes a second)
-    rate = {}
+    rate: dict[tuple[str, Optional[str], str], tuple[float, int]] = {}
     for n in sizes:
         why_not = allowance.refusal(0.0)
         if why_not is not None:  # nothing at this size can start, not even numpy's reference
@@ -299,7 +369,8 @@ def _time_every_size(report, sizes, groups, runnable, threads, allowance, say) -
                                     "reason": f"the {engine} engine does not implement {group}: numpy only"})
                     continue
 
-                def call(a=a, b=b, backend=backend, engine=engine):
+                def call(a: np.ndarray = a, b: np.ndarray = b, backend: str = backend,
+                         engine: Optional[str] = engine) -> AMXResult:
                     return pyamx.matmul(a, b, backend=backend, engine=engine, threads=threads)
 
                 try:
@@ -328,7 +399,7 @@ def _time_every_size(report, sizes, groups, runnable, threads, allowance, say) -
                     skipped.append({"backend": backend, "engine": engine, "group": group, "size": n, "reason": str(exc)})
                     continue
                 rate[key] = (seconds / n ** 3, n)
-                record = {"group": group, "size": n, "backend": result.backend, "engine": result.engine,
+                record: Result = {"group": group, "size": n, "backend": result.backend, "engine": result.engine,
                           "native_mode": result.native_mode, "seconds": seconds, "gflops": flops / seconds / 1e9,
                           "numpy_seconds": reference, "numpy_gflops": flops / reference / 1e9,
                           "ratio": seconds / reference, "amx_peak_fraction": None}
@@ -338,11 +409,12 @@ def _time_every_size(report, sizes, groups, runnable, threads, allowance, say) -
                 results.append(record)
         for record in results:  # every ratio at this size against the best numpy time seen at it
             if record["size"] == n:
-                record.update(numpy_seconds=reference, numpy_gflops=flops / reference / 1e9,
-                              ratio=record["seconds"] / reference)
+                record["numpy_seconds"] = reference
+                record["numpy_gflops"] = flops / reference / 1e9
+                record["ratio"] = record["seconds"] / reference
 
 
-def _calibrate(group: str, backend: str, engine, threads) -> float:
+def _calibrate(group: str, backend: str, engine: Optional[str], threads: Optional[int]) -> float:
     """Seconds per multiply-add of one CALIBRATION_SIZE^3 call: the estimate of a larger first size."""
     import pyamx
 
@@ -357,7 +429,7 @@ def _calibrate(group: str, backend: str, engine, threads) -> float:
     return best / n ** 3
 
 
-def format_report(report: dict) -> str:
+def format_report(report: Report) -> str:
     env = report["environment"]
     blas = env["blas"]
     lines = [
@@ -372,7 +444,7 @@ def format_report(report: dict) -> str:
         f"{'group':6s} {'backend/engine':18s} {'size':>6s} {'time':>11s} {'GFLOP/s':>9s} {'numpy f32':>11s} {'ratio':>9s} {'AMX peak':>8s}",
     ]
     for r in report["results"]:
-        label = r["backend"] + (f"/{r['engine']}" if r["engine"] else f"/{r['native_mode']}" if r["native_mode"] else "")
+        label = f"{r['backend']}" + (f"/{r['engine']}" if r["engine"] else f"/{r['native_mode']}" if r["native_mode"] else "")
         peak = "" if r["amx_peak_fraction"] is None else f"{100 * r['amx_peak_fraction']:.0f}%"
         lines.append(f"{r['group']:6s} {label:18s} {r['size']:6d} {r['seconds'] * 1e3:9.2f}ms {r['gflops']:9.2f} "
                      f"{r['numpy_seconds'] * 1e3:9.2f}ms {r['ratio']:8.2f}x {peak:>8s}")
@@ -395,10 +467,10 @@ _NOT_HERE = "does not run here (`pyamx info` says why)"
 
 
 def main(args: argparse.Namespace) -> int:
-    def split(value):
+    def split(value: Optional[str]) -> Optional[list[str]]:
         return None if value is None else [v.strip() for v in value.split(",") if v.strip()]
 
-    groups = split(args.groups)
+    groups = split(args.groups) or []  # --groups has a default: never None
     bad = [f for f in groups if f not in GROUPS]
     if bad or not groups:
         print(f"pyamx bench: --groups takes {', '.join(GROUPS)}, not {args.groups!r}", file=sys.stderr)

@@ -17,7 +17,10 @@ from ._argtypes import bounded_int
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     import argparse
-    from typing import Callable, Dict, Optional, Union
+    from typing import Callable, Dict, Optional, TextIO, Union
+
+    #: a subcommand's body: parsed arguments -> exit status
+    Run = Callable[[argparse.Namespace], int]
 
 
 class Command:
@@ -31,7 +34,7 @@ class Command:
 
     def __init__(self, run: Callable[[argparse.Namespace], int], help: Union[str, Callable[[], str]],
                  add_arguments: Optional[Callable[[argparse.ArgumentParser], None]], computes: bool = False,
-                 details: Optional[Callable[[], str]] = None):
+                 details: Optional[Callable[[], str]] = None) -> None:
         self.run, self.help, self.add_arguments, self.computes = run, help, add_arguments, computes
         self.details = details
 
@@ -39,11 +42,12 @@ class Command:
 COMMANDS: Dict[str, Command] = {}
 
 
-def subcommand(name: str, help: Union[str, Callable[[], str]], add_arguments=None, computes: bool = False,
-               details: Optional[Callable[[], str]] = None):
+def subcommand(name: str, help: Union[str, Callable[[], str]],
+               add_arguments: Optional[Callable[[argparse.ArgumentParser], None]] = None, computes: bool = False,
+               details: Optional[Callable[[], str]] = None) -> Callable[[Run], Run]:
     """Register ``fn(args) -> exit status`` as ``python -m pyamx NAME``."""
 
-    def register(fn):
+    def register(fn: Run) -> Run:
         if name in COMMANDS:
             raise ValueError(f"subcommand {name!r} is registered twice")
         COMMANDS[name] = Command(fn, help, add_arguments, computes, details)
@@ -76,7 +80,7 @@ def build_parser(command: Optional[str] = None) -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv=None) -> int:
+def main(argv: Optional[list[str]] = None) -> int:
     """Parse ``argv`` and run the chosen subcommand; returns its exit status.
 
     A failure pyamx can explain (a backend that cannot run, a bad
@@ -142,13 +146,14 @@ def _one_line_warnings() -> None:
     if getattr(shown, "pyamx_one_line", False):  # main() ran before in this process
         return
 
-    def show(message, category, filename, lineno, file=None, line=None):
+    def show(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+             file: Optional[TextIO] = None, line: Optional[str] = None) -> None:
         if issubclass(category, ExtensionWarning):
             print(f"pyamx: warning: {message}", file=sys.stderr if file is None else file)
         else:
             shown(message, category, filename, lineno, file, line)
 
-    show.pyamx_one_line = True
+    setattr(show, "pyamx_one_line", True)  # read back above
     warnings.showwarning = show
 
 
@@ -184,7 +189,7 @@ MAX_SHOW = 10_000
 # -- info ----------------------------------------------------------------------
 
 
-def backend_decision():
+def backend_decision() -> tuple[Optional[str], str]:
     """``(backend or None, why)`` as the process default would decide it; never raises."""
     try:
         from .. import _backend
@@ -209,7 +214,7 @@ def info(args: argparse.Namespace) -> int:
     if args.json:
         import json
 
-        out = {"version": __version__, "backend": backend, "backend_reason": why,
+        out: Dict[str, object] = {"version": __version__, "backend": backend, "backend_reason": why,
                "backend_label": backend_label(backend, rep.mode if backend == "native" else None)}
         out.update(rep.as_dict())
         from ..emulator import engine

@@ -23,7 +23,7 @@ from pyamx.table import bf16, isa
 INSTRUCTION = isa.MATMUL_ROUTES[("bf16", "bf16")]
 
 
-def run(seed: int = 0, backend=None) -> int:
+def run(seed: int = 0, backend: str | None = None) -> int:
     rng = np.random.default_rng(seed)
     a = bf16.from_float32(rng.standard_normal((16, 32)).astype(np.float32))
     b_plain = bf16.from_float32(rng.standard_normal((32, 16)).astype(np.float32))
@@ -53,7 +53,7 @@ def run(seed: int = 0, backend=None) -> int:
     return 0 if ok else 1
 
 
-def main(argv=None) -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="pyamx demo", description=__doc__.splitlines()[0])
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--backend", choices=("auto", "native", "emulator"), default=None)

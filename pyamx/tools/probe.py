@@ -11,14 +11,28 @@ on every experiment, so "matches bit for bit" is a claim about all of them.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence, Union
 
 import numpy as np
+import numpy.typing as npt
 
 from .. import _backend, emulator
 from ..table import isa
 from ..emulator.complex_rows import fp16_operand
 from ..table.numerics import FP8_ACCUMS, FP8_NAN_RULES, NAN_RULES, STRUCTURES, TININESS, Numerics, resolve
 from .testing import operands
+
+if TYPE_CHECKING:
+    from .._backend import Backend
+    from ..cpu.native import NativeMachine
+    from ..emulator.machine import TileMachine
+
+#: a report as the CLI prints it with --json: a JSON object (its keys include the point names)
+JsonReport = dict[str, Any]
+#: a point's candidate value -> the Numerics fields (and the probe's own switches) it sets
+Candidates = dict[Union[str, bool], dict[str, Any]]
+#: what a row experiment observed: the 16 result dwords (or "#UD") and start_row afterwards
+RowObservation = tuple[Union[tuple[int, ...], str], int]
 
 
 def _route(a: str, b: str) -> str:
@@ -47,7 +61,8 @@ class Experiment:
     instruction: str = _BF16
 
 
-def _one(name, c, a_pairs, b_pairs, instruction=_BF16) -> Experiment:
+def _one(name: str, c: int, a_pairs: Iterable[tuple[int, int]], b_pairs: Iterable[tuple[int, int]],
+         instruction: str = _BF16) -> Experiment:
     """One output element: c bits, A as a row of (even, odd) pairs per k, B as one row per k."""
     return Experiment(
         name,
@@ -67,16 +82,19 @@ def _random_fp16(name: str, seed: int) -> Experiment:
     """Normal fp16 values with exponents near 0, so sums round often and never overflow."""
     rng = np.random.default_rng(seed)
 
-    def halves(shape):
+    def halves(shape: tuple[int, ...]) -> npt.NDArray[np.uint16]:
         sign = rng.integers(0, 2, shape, dtype=np.uint16) << 15
         exponent = rng.integers(9, 22, shape).astype(np.uint16) << 10
-        return (sign | exponent | rng.integers(0, 1024, shape, dtype=np.uint16)).astype(np.uint16)
+        mantissa = rng.integers(0, 1024, shape, dtype=np.uint16)
+        bits: npt.NDArray[np.uint16] = (sign | exponent | mantissa).astype(np.uint16)
+        return bits
 
     c = (rng.integers(0, 2, (16, 16), dtype=np.uint32) << 31) | np.uint32(0x3F000000) | rng.integers(0, 1 << 23, (16, 16), dtype=np.uint32)
     return Experiment(name, c.astype(np.uint32), halves((16, 32)), halves((16, 32)), _FP16)
 
 
-def _fp8(name, c, a_quads, b_quads, instruction=_BF8) -> Experiment:
+def _fp8(name: str, c: int, a_quads: Iterable[Sequence[int]], b_quads: Iterable[Sequence[int]],
+         instruction: str = _BF8) -> Experiment:
     """One output element of an AMX-FP8 row: c bits, A as one (4 fp8 codes) dword per k, B one per k."""
     return Experiment(name, np.array([[c]], np.uint32), np.array([[x for quad in a_quads for x in quad]], np.uint8),
                       np.array([list(quad) for quad in b_quads], np.uint8), instruction)
@@ -87,12 +105,14 @@ def _random_fp8(name: str, seed: int, instruction: str) -> Experiment:
     rng = np.random.default_rng(seed)
     insn = isa.get(instruction)
 
-    def codes(shape, fmt):
+    def codes(shape: tuple[int, ...], fmt: isa.Format | None) -> npt.NDArray[np.uint8]:
+        assert fmt is not None  # a dot product's row
         x = rng.integers(0, 256, shape, dtype=np.uint8)
         special = ((x >> fmt.mantissa) & ((1 << fmt.exponent) - 1)) == (1 << fmt.exponent) - 1
         if fmt.specials == "nan-only":
             special = (x & 0x7F) == 0x7F
-        return np.where(special, np.uint8(0), x).astype(np.uint8)
+        drawn: npt.NDArray[np.uint8] = np.where(special, np.uint8(0), x).astype(np.uint8)
+        return drawn
 
     c = (rng.integers(0, 2, (16, 16), dtype=np.uint32) << 31) | np.uint32(0x3F000000) | rng.integers(0, 1 << 23, (16, 16), dtype=np.uint32)
     return Experiment(name, c.astype(np.uint32), codes((16, 64), insn.a_format), codes((16, 64), insn.b_format),
@@ -130,7 +150,7 @@ def point(name: str, instruction: str = _BF16) -> Experiment:
     return _one(f"{prefix}{name}: {text}", c, a_pairs, b_pairs, instruction)
 
 
-EXPERIMENTS = {
+EXPERIMENTS: dict[str, list[Experiment]] = {
     "structure": [
         point("P1"),
         point("P2"),
@@ -243,7 +263,7 @@ _NEGATE_PRODUCT = "negate the product (a NaN a_im keeps its sign)"  # nor these:
 _A_FIRST = "a, b before the accumulator (TDPFP16PS's order)"
 
 # Candidate options of each point, as changes to the base Numerics.
-CANDIDATES = {
+CANDIDATES: dict[str, Candidates] = {
     "structure": {s: dict(structure=s) for s in STRUCTURES},
     "zero_signs": {s: dict(structure=s) for s in STRUCTURES},
     "tininess": {t: dict(tininess=t) for t in TININESS},
@@ -273,9 +293,10 @@ _SETTLES = ("structure", "dest_daz", "input_daz", "tininess", "nan") + _FP8_FIEL
 @dataclass
 class PointResult:
     point: str
-    matches: list  # candidate values that reproduce every experiment
-    verdict: object  # the single match, or None
-    observations: list = field(default_factory=list)  # (experiment, backend bits, {candidate: predicted bits})
+    matches: list[str | bool]  # candidate values that reproduce every experiment
+    verdict: str | bool | None  # the single match, or None
+    # (experiment, backend bits, {candidate: predicted bits})
+    observations: list[tuple[str, int, dict[str, int]]] = field(default_factory=list)
 
 
 def _emulate(e: Experiment, model: Numerics, flush_fp16: bool = False, negate_product: bool = False,
@@ -287,32 +308,44 @@ def _emulate(e: Experiment, model: Numerics, flush_fp16: bool = False, negate_pr
         a = a.copy()
         a[:, 1::2] = np.where((a[:, 1::2] & 0x7FFF) > 0x7C00, a[:, 1::2] ^ 0x8000, a[:, 1::2])
     if a_first and isa.get(e.instruction).kind == "dot-complex":  # the same steps in TDPFP16PS's NaN order
-        return getattr(emulator, _FP16)(e.c, fp16_operand(e.instruction, a), b, numerics=model).view(np.uint32)
-    return getattr(emulator, e.instruction)(e.c, a, b, numerics=model).view(np.uint32)
+        bits: np.ndarray = getattr(emulator, _FP16)(e.c, fp16_operand(e.instruction, a), b, numerics=model)
+    else:
+        bits = getattr(emulator, e.instruction)(e.c, a, b, numerics=model)
+    return bits.view(np.uint32)
 
 
-def _runner(backend, numerics):
+def _runner(backend: Backend, numerics: str | Numerics | None) -> Callable[[Experiment], np.ndarray]:
     model = backend.numerics(numerics)  # the numerics rule of pyamx._backend: ValueError on native
     if not backend.is_native:
         return lambda e: _emulate(e, model)
     from .. import _ops
 
-    return lambda e: getattr(_ops, e.instruction)(e.c, e.a, e.b, backend=backend).view(np.uint32)
+    def native(e: Experiment) -> np.ndarray:
+        bits: np.ndarray = getattr(_ops, e.instruction)(e.c, e.a, e.b, backend=backend)
+        return bits.view(np.uint32)
+
+    return native
 
 
-def _predict(base: Numerics, changes: dict, experiment: Experiment) -> np.ndarray:
+def _predict(base: Numerics, changes: dict[str, Any], experiment: Experiment) -> np.ndarray:
     changes = dict(changes)
     flush = changes.pop(_FLUSH_FP16, False)
     negate_product, a_first = changes.pop(_NEGATE_PRODUCT, False), changes.pop(_A_FIRST, False)
     return _emulate(experiment, base.replace(**changes), flush, negate_product, a_first)
 
 
-def _points_for(backend) -> tuple:
+def _points_for(backend: Backend) -> tuple[str, ...]:
     """Every point whose experiments the backend can run (the fp16 ones need AMX-FP16 on native)."""
     return tuple(
         p for p in _ORDER
-        if not backend.is_native or all(_backend.native_status(isa.get(e.instruction).group)[0] for e in EXPERIMENTS[p])
+        if not backend.is_native or all(_backend.native_status(_group(e.instruction))[0] for e in EXPERIMENTS[p])
     )
+
+
+def _group(instruction: str) -> str:
+    group = isa.get(instruction).group
+    assert group is not None  # every experiment runs a dot product
+    return group
 
 
 # The order points are settled in: each one's experiments depend only on points settled before.
@@ -321,13 +354,13 @@ _ORDER = ("structure", "zero_signs", "dest_daz", "input_daz", "tininess", "produ
           "complex_nan_order") + _FP8_FIELDS
 
 
-def probe(backend: str = "emulator", numerics=None) -> dict:
+def probe(backend: str = "emulator", numerics: str | Numerics | None = None) -> JsonReport:
     """Run every experiment on ``backend`` and return the verdicts (see module docstring)."""
     chosen = _backend.resolve(backend, numerics=numerics)
     run = _runner(chosen, numerics)
     points = _points_for(chosen)
     observed = {p: [run(e) for e in EXPERIMENTS[p]] for p in points}
-    results = {}
+    results: dict[str, PointResult] = {}
     base = Numerics()
     # Points are settled in an order where each one's experiments depend only on points
     # already settled; every verdict found so far shapes the predictions of the next point.
@@ -352,7 +385,7 @@ def probe(backend: str = "emulator", numerics=None) -> dict:
     if verdicts["fp8_ftz"] is None and verdicts["fp8_c_daz"] is True:
         verdicts["fp8_ftz"] = False  # unobservable under DAZ on C: either value gives the same bits
     if all(v is not None for v in verdicts.values()) and results["products"].verdict is not None:
-        model = Numerics(**verdicts)
+        model = Numerics().replace(**verdicts)  # every field a verdict (the others at their defaults)
         if all(
             np.array_equal(_predict(model, {}, e), o)
             for p in points
@@ -369,7 +402,7 @@ def probe(backend: str = "emulator", numerics=None) -> dict:
     }
 
 
-def format_report(report: dict) -> str:
+def format_report(report: JsonReport) -> str:
     lines = [f"pyamx probe on backend: {report['backend']}"]
     if report["numerics_requested"]:
         lines[0] += f" (emulator numerics {report['numerics_requested']})"
@@ -402,7 +435,7 @@ class RowExperiment:
     instruction: str
     rows: int
     colsb: int
-    words: tuple
+    words: tuple[int, ...]
     selector: int
     imm: bool = False
     start_row: int = 0
@@ -412,7 +445,7 @@ def _f32_bits(x: float) -> int:
     return int(np.array([x], np.float32).view(np.uint32)[0])
 
 
-def _row_words(*values: int) -> tuple:
+def _row_words(*values: int) -> tuple[int, ...]:
     return tuple(values) + (0,) * (256 - len(values))
 
 
@@ -441,7 +474,7 @@ ROW_EXPERIMENTS = {
 }
 
 
-def _run_row(machine, e: RowExperiment):
+def _run_row(machine: TileMachine | NativeMachine, e: RowExperiment) -> RowObservation:
     """(result dwords or "#UD", start_row afterwards) of one experiment on a fresh tile state."""
     from ..errors import InvalidOpcodeFault
     from ..table.tilecfg import TileConfig
@@ -451,21 +484,22 @@ def _run_row(machine, e: RowExperiment):
     _do(machine, "load-config", TileConfig.make({0: (e.rows, e.colsb)}, start_row=e.start_row))
     if not e.start_row:
         _do(machine, "load", 0, np.array(e.words, np.uint32).view(np.uint8), 64)
+    lanes: tuple[int, ...] | str
     try:
         lanes = tuple(int(x) for x in getattr(machine, e.instruction)(0, e.selector, imm=e.imm))
     except InvalidOpcodeFault:
         lanes = "#UD"
-    after = _do(machine, "store-config")[1]
+    after: int = _do(machine, "store-config")[1]
     _do(machine, "release")
     return lanes, after
 
 
-def _do(machine, action: str, *args):
+def _do(machine: TileMachine | NativeMachine, action: str, *args: object) -> Any:  # the instruction's result
     """Run the machine's instruction of ``action`` (pyamx.table.isa.ACTIONS) on ``args``."""
     return getattr(machine, isa.of_action(action).name)(*args)
 
 
-def probe_rows(backend: str = "emulator", numerics=None) -> dict:
+def probe_rows(backend: str = "emulator", numerics: str | Numerics | None = None) -> dict[str, JsonReport]:
     """Which value of each AMX-AVX512 numerics option reproduces ``backend`` (``"emulator"`` or
     ``"native"``): ``{field: {"verdict", "candidates", "observed"}}``. On native the instructions need
     AMX-AVX512 (NativeUnavailableError otherwise); its guard refuses a row index of 16 or more before
@@ -476,14 +510,14 @@ def probe_rows(backend: str = "emulator", numerics=None) -> dict:
     if backend == "native":
         from ..cpu.native import NativeMachine
 
-        machine = NativeMachine()
+        machine: TileMachine | NativeMachine = NativeMachine()
     elif backend == "emulator":
         machine = TileMachine(numerics or "sdm")
     else:
         raise ValueError(f"probe_rows: backend is 'emulator' or 'native', not {backend!r}")
     values = {"row_index": _numerics.ROW_INDEX_RULES, "row_bf16": _numerics.ROW_BF16_RULES,
               "row_fp16": _numerics.ROW_FP16_RULES, "row_movrow_start_row": (True, False)}
-    out = {}
+    out: dict[str, JsonReport] = {}
     for point, experiments in ROW_EXPERIMENTS.items():
         observed = [_run_row(machine, e) for e in experiments]
         matches = [v for v in values[point]
@@ -493,7 +527,7 @@ def probe_rows(backend: str = "emulator", numerics=None) -> dict:
     return out
 
 
-def rows_report(backend: str = "emulator", numerics=None) -> dict:
+def rows_report(backend: str = "emulator", numerics: str | Numerics | None = None) -> JsonReport:
     """:func:`probe_rows` for the CLI: ``{"probed": True, "points": ...}``, or ``{"probed": False,
     "reason": why}`` where ``backend`` cannot run the row instructions (native without AMX-AVX512:
     the native machine refuses before anything runs)."""
@@ -505,7 +539,7 @@ def rows_report(backend: str = "emulator", numerics=None) -> dict:
         return {"probed": False, "reason": str(exc)}
 
 
-def _lanes(observed) -> str:
+def _lanes(observed: RowObservation) -> str:
     lanes, start_row = observed
     if isinstance(lanes, str):  # "#UD"
         text = lanes
@@ -516,7 +550,7 @@ def _lanes(observed) -> str:
     return f"{text}; start_row after {start_row}"
 
 
-def format_rows(report: dict) -> str:
+def format_rows(report: JsonReport) -> str:
     """The row instructions' points (AMX-AVX512, docs/semantics.md section 9) as text."""
     if not report["probed"]:
         return f"  row instructions: not probed: {report['reason']}"

@@ -20,7 +20,7 @@ import pytest
 MODES = ("emulate", "require")
 
 
-def pytest_addoption(parser):
+def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("pyamx", "AMX (pyamx)")
     group.addoption("--amx", choices=MODES, default=None, dest="pyamx_amx",
                     help="emulate: emulate AMX for the whole test process where the CPU lacks it "
@@ -42,7 +42,7 @@ def keeps_handler_on_top(how: str) -> bool:
     return how in _HANDLER_MODES
 
 
-def pytest_configure(config):
+def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "amx: the test runs AMX code; skipped with the reason where no AMX "
                                        "(silicon or pyamx emulation) is available")
     mode = config.getoption("pyamx_amx")
@@ -57,21 +57,23 @@ def pytest_configure(config):
             how = emulate_process()
         except BackendError as exc:
             raise pytest.UsageError(f"--amx=emulate: {exc}") from exc
-        config._pyamx_amx = f"AMX: {describe_emulation(how)}"
-        config._pyamx_keep_handler = keeps_handler_on_top(how)
+        # attributes of our own on the config (read back with getattr): pytest.Config declares none such
+        setattr(config, "_pyamx_amx", f"AMX: {describe_emulation(how)}")
+        setattr(config, "_pyamx_keep_handler", keeps_handler_on_top(how))
     else:
         ok, reason = amx_available()
         if not ok:
             raise pytest.UsageError(f"--amx=require: no AMX here (neither silicon nor emulation): {reason}")
-        config._pyamx_amx = f"AMX: {reason}"
+        setattr(config, "_pyamx_amx", f"AMX: {reason}")
 
 
-def pytest_report_header(config):
-    return getattr(config, "_pyamx_amx", None)
+def pytest_report_header(config: pytest.Config) -> str | None:
+    header: str | None = getattr(config, "_pyamx_amx", None)
+    return header
 
 
 def availability(*, process_emulated: bool, complementing: bool, trap_active: bool, trap_env_set: bool,
-                 cpu_runs_amx: bool, cpu_reason: str) -> tuple:
+                 cpu_runs_amx: bool, cpu_reason: str) -> tuple[bool, str]:
     """``(available, reason)`` from what this process is: the decision of :func:`amx_available`, pure."""
     if process_emulated:
         return True, "emulated by pyamx for this whole process"
@@ -90,7 +92,7 @@ def availability(*, process_emulated: bool, complementing: bool, trap_active: bo
     return False, cpu_reason
 
 
-def amx_available():
+def amx_available() -> tuple[bool, str]:
     """``(available, reason)``: usable AMX silicon, or pyamx emulating AMX for the whole process."""
     import os
 
@@ -111,7 +113,7 @@ def amx_available():
         return False, f"AMX detection failed: {exc}"
 
 
-def _keep_handler_on_top(config) -> None:
+def _keep_handler_on_top(config: pytest.Config) -> None:
     if getattr(config, "_pyamx_keep_handler", False):
         from ..cpu.trap import ensure_installed
 
@@ -119,13 +121,13 @@ def _keep_handler_on_top(config) -> None:
 
 
 @pytest.hookimpl(tryfirst=True)
-def pytest_sessionstart(session):
+def pytest_sessionstart(session: pytest.Session) -> None:
     # Collection may import code that runs tile instructions: faulthandler is on by now.
     _keep_handler_on_top(session.config)
 
 
 @pytest.hookimpl(tryfirst=True)
-def pytest_runtest_setup(item):
+def pytest_runtest_setup(item: pytest.Item) -> None:
     # faulthandler, enabled after pytest_configure, displaces the handler where nothing answers its
     # sigaction (keeps_handler_on_top): put it back on top, chaining to faulthandler.
     _keep_handler_on_top(item.config)

@@ -24,7 +24,12 @@ import sys
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Optional, Sequence
+    from argparse import Namespace
+    from collections.abc import Mapping
+    from pathlib import Path
+    from typing import IO, Optional, Sequence
+
+    from ..cpu._nativelib import FFI, Lib
 
 PRELOAD_PREFIX, PRELOAD_SUFFIX = "_amxpreload", ".so"
 PRELOAD_GLOB = PRELOAD_PREFIX + "*" + PRELOAD_SUFFIX
@@ -40,7 +45,7 @@ class RunError(RuntimeError):
     126 for one that cannot be executed, as shells say; 2 for the rest.
     """
 
-    def __init__(self, message: str, status: int = 2):
+    def __init__(self, message: str, status: int = 2) -> None:
         super().__init__(message)
         self.status = status
 
@@ -64,15 +69,15 @@ def preload_file() -> str:
     return os.path.join(here, found[0])
 
 
-def preload_path():
+def preload_path() -> Path:
     """The preload library shipped in the package, as a ``pathlib.Path``; RunError saying how to get it."""
     from pathlib import Path
 
     return Path(preload_file())
 
 
-def environment(preload, stats_fd: Optional[int] = None, verbose: bool = False, base=None,
-                guard: bool = True) -> dict:
+def environment(preload: str | os.PathLike[str], stats_fd: Optional[int] = None, verbose: bool = False,
+                base: Optional[Mapping[str, str]] = None, guard: bool = True) -> dict[str, str]:
     """The environment a program runs under: the preload in LD_PRELOAD (kept for children), and
     the counters descriptor ``stats_fd`` (:func:`new_counters`), if any.
 
@@ -95,7 +100,7 @@ def environment(preload, stats_fd: Optional[int] = None, verbose: bool = False, 
     return env
 
 
-class RunStats(tuple):
+class RunStats(tuple[object, ...]):
     """What the preload counted over the whole process tree of one run.
 
     A named tuple (written out: ``typing`` and ``collections`` cost start-up time) of
@@ -113,8 +118,9 @@ class RunStats(tuple):
     _fields = ("processes", "installed", "requests", "granted", "counts", "seconds", "why", "complemented",
                "listeners_refused", "sigill_named")
 
-    def __new__(cls, processes: int, installed: int, requests: int, granted: int, counts: dict,
-                seconds: dict, why: str, complemented: int = 0, listeners_refused: int = 0, sigill_named: int = 0):
+    def __new__(cls, processes: int, installed: int, requests: int, granted: int, counts: dict[str, int],
+                seconds: dict[str, float], why: str, complemented: int = 0, listeners_refused: int = 0,
+                sigill_named: int = 0) -> RunStats:
         return tuple.__new__(cls, (processes, installed, requests, granted, counts, seconds, why, complemented,
                                    listeners_refused, sigill_named))
 
@@ -137,13 +143,13 @@ class RunStats(tuple):
         return sum(self.counts.values())
 
 
-def _trap_module():
+def _trap_module() -> tuple[FFI, Lib]:
     """``(ffi, lib)`` of pyamx._trap, for the counters' layout: the cffi module alone (the
     loader, which imports more, only to word the error when it is missing or stale)."""
     from .._version import __version__
 
     try:
-        from .. import _trap
+        from .. import _trap  # type: ignore[attr-defined]  # compiled by build.py (cffi): no stub
 
         if _trap.ffi.string(_trap.lib.pyamx_trap_build_version()).decode() == __version__:
             return _trap.ffi, _trap.lib
@@ -177,7 +183,7 @@ def counters_variable(fd: int) -> str:
     return f"{fd}:{st.st_dev}:{st.st_ino}"
 
 
-def _private_file():
+def _private_file() -> tuple[int, str]:
     """``(fd, path)`` of a new 0600 file in $TMPDIR or /tmp: tempfile.mkstemp's job, done with os
     alone, because importing tempfile costs start-up time; tempfile only where that folder fails."""
     folder = os.environ.get("TMPDIR") or "/tmp"
@@ -200,7 +206,8 @@ def read_stats(fd: int) -> RunStats:
     data = os.pread(fd, ffi.sizeof("struct pyamx_run_stats"), 0)
     buf = ffi.new("struct pyamx_run_stats *")
     ffi.memmove(buf, data, min(len(data), ffi.sizeof(buf[0])))
-    counts, seconds = {}, {}
+    counts: dict[str, int] = {}
+    seconds: dict[str, float] = {}
     if buf.magic == lib.PYAMX_RUN_STATS_MAGIC:
         for op in range(1, len(buf.count)):
             if buf.count[op]:
@@ -281,7 +288,7 @@ _FORWARDED = ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2")
 _DEFAULTED = ("SIGPIPE", "SIGXFSZ")
 
 
-def _spawn_and_wait(argv, env) -> int:
+def _spawn_and_wait(argv: Sequence[str], env: Mapping[str, str]) -> int:
     """Start ``argv`` (PATH searched) with ``env``; its exit status (-N for signal N).
 
     posix_spawnp rather than subprocess: no import cost, and the program inherits this
@@ -324,7 +331,7 @@ def _spawn_and_wait(argv, env) -> int:
 _SI_KERNEL = 0x80
 
 
-def run(argv: Sequence[str], *, verbose: bool = False, stats: bool = False, stats_out=None,
+def run(argv: Sequence[str], *, verbose: bool = False, stats: bool = False, stats_out: Optional[IO[str]] = None,
         quiet: bool = False, guard: bool = True) -> int:
     """Run ``argv`` under emulation; returns its exit status (-N when signal N killed it).
 
@@ -363,7 +370,7 @@ def run(argv: Sequence[str], *, verbose: bool = False, stats: bool = False, stat
     return rc
 
 
-def _guard_variable_error(name, value, allowed):
+def _guard_variable_error(name: str, value: str, allowed: str) -> RunError:
     return RunError(f"pyamx run: {name}={value!r} is not valid; use {allowed}")
 
 
@@ -389,7 +396,7 @@ def exit_like(rc: int) -> int:
     return 128 + sig  # a signal whose default is to be ignored
 
 
-def shell_exports(preload=None) -> str:
+def shell_exports(preload: Optional[str | os.PathLike[str]] = None) -> str:
     """``export LD_PRELOAD=...`` for running many programs without pyamx run's start-up each time."""
     import shlex
 
@@ -400,18 +407,24 @@ def shell_exports(preload=None) -> str:
 _FLAGS = {"--verbose": "verbose", "--stats": "stats", "--env": "env", "--no-guard": "no_guard"}
 
 
-class _Arguments:
-    """What argparse would give the ``run`` subcommand (see cli._run_arguments)."""
+if TYPE_CHECKING:
+    _ArgumentsBase = Namespace
+else:
+    _ArgumentsBase = object  # argparse is not imported: `pyamx run` start-up
+
+
+class _Arguments(_ArgumentsBase):
+    """What argparse would give the ``run`` subcommand (see cli._run_arguments): a Namespace to type checkers."""
 
     command = "run"
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.verbose = self.stats = self.env = self.no_guard = False
-        self.stats_file = None
-        self.program = []
+        self.stats_file: Optional[str] = None
+        self.program: list[str] = []
 
 
-def parse_arguments(words: Sequence[str]):
+def parse_arguments(words: Sequence[str]) -> Optional[Namespace]:
     """``pyamx run``'s own options, read without building argparse's parser (start-up time).
 
     ``words`` follow ``run``. Returns the parsed arguments, or None for anything but the plain

@@ -9,49 +9,63 @@ cancellation, ties. Everything is built from bit fields, not from pyamx.
 
 from __future__ import annotations
 
+from typing import Sequence, Union
+
 import numpy as np
+import numpy.typing as npt
+
+U16 = npt.NDArray[np.uint16]
+U32 = npt.NDArray[np.uint32]
+#: what _sprinkle picks from: an array of bit patterns, or a list of them
+_Patterns = Union[npt.NDArray[np.unsignedinteger], Sequence[int]]
 
 CLASSES = (
     "normal", "denormal", "zeros", "specials", "nans", "tiny", "overflow", "cancel", "ties", "mixed",
 )
 
 
-def _bf16(rng, shape, exp_lo, exp_hi):
+def _bf16(rng: np.random.Generator, shape: tuple[int, ...], exp_lo: int, exp_hi: int) -> U16:
     """bf16 bits with random sign/mantissa and biased exponent in [exp_lo, exp_hi]."""
     sign = rng.integers(0, 2, shape, dtype=np.uint16) << 15
     exponent = rng.integers(exp_lo, exp_hi + 1, shape).astype(np.uint16) << 7
     mantissa = rng.integers(0, 128, shape, dtype=np.uint16)
-    return (sign | exponent | mantissa).astype(np.uint16)
+    bits: U16 = (sign | exponent | mantissa).astype(np.uint16)
+    return bits
 
 
-def _fp32(rng, shape, exp_lo, exp_hi):
+def _fp32(rng: np.random.Generator, shape: tuple[int, ...], exp_lo: int, exp_hi: int) -> U32:
     sign = rng.integers(0, 2, shape, dtype=np.uint32) << 31
     exponent = rng.integers(exp_lo, exp_hi + 1, shape).astype(np.uint32) << 23
     mantissa = rng.integers(0, 1 << 23, shape, dtype=np.uint32)
-    return (sign | exponent | mantissa).astype(np.uint32)
+    bits: U32 = (sign | exponent | mantissa).astype(np.uint32)
+    return bits
 
 
-def _sprinkle(rng, bits, values, fraction):
+def _sprinkle(rng: np.random.Generator, bits: npt.NDArray[np.unsignedinteger], values: _Patterns,
+              fraction: float) -> np.ndarray:
     mask = rng.random(bits.shape) < fraction
     picks = rng.choice(np.asarray(values, dtype=bits.dtype), size=bits.shape)
-    return np.where(mask, picks, bits).astype(bits.dtype)
+    sprinkled: np.ndarray = np.where(mask, picks, bits).astype(bits.dtype)
+    return sprinkled
 
 
-def _nan16(rng, shape):
+def _nan16(rng: np.random.Generator, shape: tuple[int, ...]) -> U16:
     sign = rng.integers(0, 2, shape, dtype=np.uint16) << 15
     quiet = rng.integers(0, 2, shape, dtype=np.uint16) << 6
     payload = rng.integers(1, 64, shape, dtype=np.uint16)  # non-zero keeps signalling NaNs NaN
-    return (sign | 0x7F80 | quiet | payload).astype(np.uint16)
+    nans: U16 = (sign | 0x7F80 | quiet | payload).astype(np.uint16)
+    return nans
 
 
-def _nan32(rng, shape):
+def _nan32(rng: np.random.Generator, shape: tuple[int, ...]) -> U32:
     sign = rng.integers(0, 2, shape, dtype=np.uint32) << 31
     quiet = rng.integers(0, 2, shape, dtype=np.uint32) << 22
     payload = rng.integers(1, 1 << 22, shape, dtype=np.uint32)
-    return (sign | 0x7F800000 | quiet | payload).astype(np.uint32)
+    nans: U32 = (sign | 0x7F800000 | quiet | payload).astype(np.uint32)
+    return nans
 
 
-def operands(rng: np.random.Generator, m: int, k: int, n: int, cls: str):
+def operands(rng: np.random.Generator, m: int, k: int, n: int, cls: str) -> tuple[U32, U16, U16]:
     """(c uint32 (M, N), a uint16 (M, 2K), b uint16 (K, 2N)) for one class."""
     a = _bf16(rng, (m, 2 * k), 120, 134)
     b = _bf16(rng, (k, 2 * n), 120, 134)
@@ -110,15 +124,18 @@ def operands(rng: np.random.Generator, m: int, k: int, n: int, cls: str):
     return np.ascontiguousarray(c), np.ascontiguousarray(a), np.ascontiguousarray(b)
 
 
-def shapes(rng: np.random.Generator, count: int):
+def shapes(rng: np.random.Generator, count: int) -> list[tuple[int, int, int]]:
     """Every edge (1 and 16 in each of M, K, N) first, then random shapes."""
     edges = [(m, k, n) for m in (1, 16) for k in (1, 16) for n in (1, 16)]
-    randoms = [tuple(int(x) for x in rng.integers(1, 17, 3)) for _ in range(max(0, count - len(edges)))]
+    randoms = []
+    for _ in range(max(0, count - len(edges))):
+        m, k, n = (int(x) for x in rng.integers(1, 17, 3))
+        randoms.append((m, k, n))
     return edges + randoms
 
 
-def hexdump(name: str, array) -> str:
-    array = np.asarray(array)
+def hexdump(name: str, values: npt.ArrayLike) -> str:
+    array = np.asarray(values)
     width = array.dtype.itemsize * 2
     rows = [" ".join(f"{int(x):0{width}x}" for x in row) for row in np.atleast_2d(array)]
     return f"{name} ({array.shape}):\n  " + "\n  ".join(rows)

@@ -17,11 +17,14 @@ from __future__ import annotations
 
 import datetime
 import json
+import os
 import platform
 import sys
 from dataclasses import dataclass
+from typing import IO, Any, Collection, NoReturn, Optional, Union, cast
 
 import numpy as np
+import numpy.typing as npt
 
 from .. import _backend, _ops
 from . import _vector_tiles
@@ -31,6 +34,11 @@ from .._version import __version__
 from ..errors import AMXError
 from .probe import EXPERIMENTS
 from .testing import CLASSES, operands, shapes
+
+#: a JSON object of a vector file (its provenance, a case)
+Json = dict[str, Any]
+#: a path a vector file is read from or written to
+Path = Union[str, "os.PathLike[str]"]
 
 FORMAT = "pyamx-vectors"
 #: the version record writes: 2 added the row and load cases
@@ -49,7 +57,7 @@ KINDS = {insn.name: kind for insn in isa.TABLE if (kind := _vector_tiles.case_ki
 class VectorFileError(AMXError, ValueError):
     """A vector file that cannot be read: the message names the file and the problem."""
 
-    def __init__(self, path, problem: str):
+    def __init__(self, path: object, problem: str) -> None:
         super().__init__(f"{path}: {problem}")
 
 
@@ -63,7 +71,11 @@ class Case:
     out: np.ndarray | None = None
 
 
-def _cpu_provenance() -> dict:
+#: a case of any kind: a dot product's, a row instruction's, a load's
+AnyCase = Union[Case, _vector_tiles.RowCase, _vector_tiles.LoadCase]
+
+
+def _cpu_provenance() -> dict[str, str]:
     info = {"machine": platform.machine()}
     try:
         with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
@@ -82,7 +94,7 @@ def _cpu_provenance() -> dict:
     return info
 
 
-def _cpuid_amx_features():
+def _cpuid_amx_features() -> Optional[list[str]]:
     """The AMX features CPUID reports here, as detection read them (None where it could not read CPUID)."""
     from ..cpu import detect
 
@@ -92,7 +104,7 @@ def _cpuid_amx_features():
     return [f.name for f in isa.FEATURE_ROWS if cpu.get(f.key)]
 
 
-def executed_on_silicon(backend: str, native_mode, instructions) -> str:
+def executed_on_silicon(backend: str, native_mode: Optional[str], instructions: Collection[str]) -> str:
     """The CPUID features whose instructions a recording ran on the CPU itself ("" where none did):
     what executed, which on a VM may be more than CPUID reports."""
     if backend != "native" or native_mode != "silicon":
@@ -105,7 +117,7 @@ def executed_on_silicon(backend: str, native_mode, instructions) -> str:
     return " ".join(dict.fromkeys(features))
 
 
-def provenance(backend: str, seed: int) -> dict:
+def provenance(backend: str, seed: int) -> Json:
     mode = _backend.native_mode() if backend == "native" else None
     return {
         "backend": backend,
@@ -123,11 +135,11 @@ def provenance(backend: str, seed: int) -> dict:
     }
 
 
-def generate(seed: int, per_class: int = 4, instructions=tuple(KINDS)) -> list:
+def generate(seed: int, per_class: int = 4, instructions: Collection[str] = tuple(KINDS)) -> list[AnyCase]:
     """The seeded cases of ``instructions``: for the dot products every adversarial class at the shape
     edges and random shapes, plus the probes; then the row and load cases."""
     rng = np.random.default_rng(seed)
-    cases = []
+    cases: list[AnyCase] = []
     # the classes and probes are bf16's, the random bit patterns fp16's: each the matmul route of its format
     bf16, fp16 = (isa.MATMUL_ROUTES[(f, f)].name for f in ("bf16", "fp16"))
     if bf16 in instructions:
@@ -154,13 +166,14 @@ def generate(seed: int, per_class: int = 4, instructions=tuple(KINDS)) -> list:
     fp8_rng = np.random.default_rng([seed, 8])
     for m, k, n in shapes(fp8_rng, 10):
         for insn in isa.DOTS:
-            if insn.is_float and insn.a_format.width == 8 and insn.name in instructions:
+            if insn.is_float and insn.a_format is not None and insn.a_format.width == 8 and insn.name in instructions:
                 cases.append(_fp8_case(fp8_rng, insn, m, k, n))
     cases += _complex_cases(np.random.default_rng([seed, 1]), instructions, fp16_specials)
     return cases + _vector_tiles.generate(seed, instructions)
 
 
-def _fp16_pair_operands(rng, m: int, k: int, n: int, specials, share: float) -> tuple:
+def _fp16_pair_operands(rng: np.random.Generator, m: int, k: int, n: int, specials: npt.NDArray[np.uint16],
+                        share: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(C, A, B) of an fp16-pair row: random bits with ``share`` of each operand's values drawn from
     ``specials``, C any bits. The draws keep one order, so recorded files stay reproducible."""
     a = rng.integers(0, 2**16, (m, 2 * k), dtype=np.uint16)
@@ -171,12 +184,13 @@ def _fp16_pair_operands(rng, m: int, k: int, n: int, specials, share: float) -> 
     return c, a, b
 
 
-def _complex_cases(rng, instructions, specials) -> list:
+def _complex_cases(rng: np.random.Generator, instructions: Collection[str],
+                   specials: npt.NDArray[np.uint16]) -> list[Case]:
     """AMX-COMPLEX rows: fp16 bits of every code and the specials in both halves, C any bits.
 
     A generator of their own, so the cases of the older rows stay as they were recorded.
     """
-    cases = []
+    cases: list[Case] = []
     for m, k, n in shapes(rng, 10):
         for name in (insn.name for insn in isa.DOTS if insn.kind == "dot-complex"):
             if name in instructions:
@@ -185,10 +199,11 @@ def _complex_cases(rng, instructions, specials) -> list:
     return cases
 
 
-def _fp8_case(rng, insn, m: int, k: int, n: int) -> Case:
+def _fp8_case(rng: np.random.Generator, insn: isa.Instruction, m: int, k: int, n: int) -> Case:
     """Random fp8 codes, a fifth of them the formats' specials (denormals, zeros, infinities, NaNs)."""
     a = rng.integers(0, 256, (m, 4 * k), dtype=np.uint8)
     b = rng.integers(0, 256, (k, 4 * n), dtype=np.uint8)
+    assert insn.a_format is not None and insn.b_format is not None  # a dot product's row
     a_special = np.array(insn.a_format.special_values, np.uint8)
     b_special = np.array(insn.b_format.special_values, np.uint8)
     a = np.where(rng.random(a.shape) < 0.2, rng.choice(a_special, a.shape), a).astype(np.uint8)
@@ -197,7 +212,7 @@ def _fp8_case(rng, insn, m: int, k: int, n: int) -> Case:
     return Case(insn.name, f"random fp8 codes {m}x{k}x{n}", c, a, b)
 
 
-def run_case(case, backend: str) -> np.ndarray:
+def run_case(case: AnyCase, backend: str) -> np.ndarray:
     """The backend's output bits for one case: uint32 for fp32 results, int32 for int8 ones; the 16
     result dwords of a row case; the 16 x 64 tile bytes of a load case."""
     if not isinstance(case, Case):
@@ -205,10 +220,11 @@ def run_case(case, backend: str) -> np.ndarray:
     c_dtype, ab_dtype = _CALL_DTYPES[case.instruction]
     fn = getattr(_ops, case.instruction)
     result = fn(case.c.view(c_dtype), case.a.view(ab_dtype), case.b.view(ab_dtype), backend=backend)
-    return np.asarray(result).view(np.dtype(INSTRUCTIONS[case.instruction][0]))
+    bits: np.ndarray = np.asarray(result).view(np.dtype(INSTRUCTIONS[case.instruction][0]))
+    return bits
 
 
-def unsupported(backend: str) -> dict:
+def unsupported(backend: str) -> dict[str, str]:
     """``{name: why}`` of the recordable instructions ``backend`` cannot run: none on the emulator; on
     native those whose kernels or CPUID feature this build and CPU lack, asked before anything runs
     (executing one would be SIGILL)."""
@@ -216,7 +232,7 @@ def unsupported(backend: str) -> dict:
         return {}
     from ..cpu import native
 
-    why = {}
+    why: dict[str, str] = {}
     report = native.report()
     for name, kind in KINDS.items():
         insn = isa.get(name)
@@ -225,27 +241,27 @@ def unsupported(backend: str) -> dict:
             if not usable:
                 why[name] = reason
         else:
-            usable, reason = native.available()
-            reason = reason if not usable else native.feature_missing(report, insn)
-            if reason is not None:
-                why[name] = reason
+            usable, unusable_reason = native.available()
+            missing = unusable_reason if not usable else native.feature_missing(report, insn)
+            if missing is not None:
+                why[name] = missing
     return why
 
 
-def _supported(backend: str) -> tuple:
+def _supported(backend: str) -> tuple[str, ...]:
     """Instructions the backend can run: the emulator all; native those its build and CPU have."""
     missing = unsupported(backend)
     return tuple(name for name in KINDS if name not in missing)
 
 
-def record(path, backend: str = "emulator", seed: int = 2026, per_class: int = 4) -> dict:
+def record(path: Path | IO[str], backend: str = "emulator", seed: int = 2026, per_class: int = 4) -> Json:
     """Run the seeded cases on ``backend`` and write the vector file; returns its provenance."""
     chosen = _backend.resolve(backend)
     skipped = {isa.get(name).mnemonic: why for name, why in unsupported(chosen).items()}
     cases = generate(seed, per_class, tuple(n for n in KINDS if isa.get(n).mnemonic not in skipped))
     for case in cases:
         case.out = run_case(case, chosen)
-    prov = {**provenance(chosen, seed), "skipped": skipped}
+    prov: Json = {**provenance(chosen, seed), "skipped": skipped}
     executed = executed_on_silicon(chosen, prov["native_mode"], dict.fromkeys(case.instruction for case in cases))
     if executed:
         prov["cpu"]["executed_on_silicon"] = executed
@@ -256,16 +272,17 @@ def record(path, backend: str = "emulator", seed: int = 2026, per_class: int = 4
         "cases": [_case_json(case) for case in cases],
     }
     if hasattr(path, "write"):  # an open text stream (the CLI's `record -`)
-        json.dump(document, path, indent=1)
-        path.write("\n")
+        stream = cast("IO[str]", path)
+        json.dump(document, stream, indent=1)
+        stream.write("\n")
     else:  # the previous recording survives a full disk or a kill half way
         with atomic_writer(path) as f:
             json.dump(document, f, indent=1)
             f.write("\n")
-    return document["provenance"]
+    return prov
 
 
-def _case_json(case) -> dict:
+def _case_json(case: AnyCase) -> Json:
     if not isinstance(case, Case):
         return case.to_json()
     lanes = INSTRUCTIONS[case.instruction][2]
@@ -278,8 +295,9 @@ def _case_json(case) -> dict:
     }
 
 
-def _dtypes(instruction):
+def _dtypes(instruction: str) -> tuple[str, str, str, str]:
     c_dtype, ab_dtype, _ = INSTRUCTIONS[instruction]
+    assert c_dtype is not None and ab_dtype is not None  # a dot product's row
     return c_dtype, ab_dtype, ab_dtype, c_dtype
 
 
@@ -287,7 +305,7 @@ def _hex(array: np.ndarray, dtype: str) -> str:
     return np.ascontiguousarray(array).astype(dtype, copy=False).tobytes().hex()
 
 
-def load(path) -> tuple:
+def load(path: Path) -> tuple[Json, list[AnyCase]]:
     """``(provenance, cases)`` from a vector file, or VectorFileError naming the problem."""
     try:
         with open(path, encoding="utf-8") as f:
@@ -310,7 +328,8 @@ def load(path) -> tuple:
         raise VectorFileError(path, "holds no cases: there is nothing to check")
     _check_provenance(path, document["provenance"])
     cases = [_parse_case(path, i, raw, version) for i, raw in enumerate(document["cases"])]
-    return document["provenance"], cases
+    prov: Json = document["provenance"]
+    return prov, cases
 
 
 # provenance field -> the JSON types it may hold (absent is fine: an older file; it prints as "?")
@@ -322,11 +341,11 @@ _PROVENANCE_TYPES = {
 _JSON_NAMES = {str: "a string", bool: "true/false", int: "an integer", dict: "an object", type(None): "null"}
 
 
-def _json_type(value) -> str:
+def _json_type(value: object) -> str:
     return {list: "a list", float: "a number"}.get(type(value)) or _JSON_NAMES.get(type(value), type(value).__name__)
 
 
-def _check_provenance(path, prov: dict) -> None:
+def _check_provenance(path: Path, prov: Json) -> None:
     """Every provenance field a replay prints has its recorded type (a wrong one would print a lie,
     "silicon": "no" as SILICON, or fail deep inside)."""
     for key, types in _PROVENANCE_TYPES.items():
@@ -341,7 +360,7 @@ def _check_provenance(path, prov: dict) -> None:
                                   f"{_json_type(prov[key][bad[0]])}; its values must be strings")
 
 
-def _parse_case(path, index: int, raw, version: int = VERSION):
+def _parse_case(path: Path, index: int, raw: object, version: int = VERSION) -> AnyCase:
     where = f"case {index}"
     if not isinstance(raw, dict):
         raise VectorFileError(path, f"{where} is not an object")
@@ -354,7 +373,7 @@ def _parse_case(path, index: int, raw, version: int = VERSION):
             raise VectorFileError(path, f"{where} is a {kind} case ({instruction}); format version {version} "
                                   "holds dot products only")
 
-        def fail(problem: str):
+        def fail(problem: str) -> NoReturn:
             raise VectorFileError(path, f"{where} ({instruction}) {problem}")
 
         return _vector_tiles.parse(raw, kind, fail)
@@ -365,12 +384,14 @@ def _parse_case(path, index: int, raw, version: int = VERSION):
     m, k, n = shape
     lanes = INSTRUCTIONS[instruction][2]
     expected = {"c": (m, n), "a": (m, lanes * k), "b": (k, lanes * n), "out": (m, n)}
-    arrays = {}
+    arrays: dict[str, np.ndarray] = {}
     for (name, dims), dtype in zip(expected.items(), _dtypes(instruction)):
         text = raw.get(name)
+        if not isinstance(text, str):
+            raise VectorFileError(path, f"{where} field {name!r} is not a hex string")
         try:
             data = bytes.fromhex(text)
-        except (TypeError, ValueError):
+        except ValueError:
             raise VectorFileError(path, f"{where} field {name!r} is not a hex string") from None
         size = dims[0] * dims[1] * np.dtype(dtype).itemsize
         if len(data) != size:
@@ -383,20 +404,22 @@ def _parse_case(path, index: int, raw, version: int = VERSION):
 
 @dataclass
 class ReplayResult:
-    provenance: dict
+    provenance: Json
     total: int
-    mismatches: list  # (index, case, got)
-    skipped: dict  # instruction -> count the backend cannot run
-    why: dict | None = None  # instruction -> why the backend cannot run it
-    tally: dict | None = None  # instruction -> [cases run, cases that differ], in file order
+    mismatches: list[tuple[int, AnyCase, np.ndarray]]  # (index, case, got)
+    skipped: dict[str, int]  # instruction -> count the backend cannot run
+    why: dict[str, str] | None = None  # instruction -> why the backend cannot run it
+    tally: dict[str, list[int]] | None = None  # instruction -> [cases run, cases that differ], in file order
 
 
-def replay(path, backend: str = "emulator") -> ReplayResult:
+def replay(path: Path, backend: str = "emulator") -> ReplayResult:
     """Run every case of a vector file on ``backend`` and compare the output bits."""
     chosen = _backend.resolve(backend)
     prov, cases = load(path)
     why = unsupported(chosen)
-    mismatches, skipped, tally = [], {}, {}
+    mismatches: list[tuple[int, AnyCase, np.ndarray]] = []
+    skipped: dict[str, int] = {}
+    tally: dict[str, list[int]] = {}
     for index, case in enumerate(cases):
         if case.instruction in why:
             skipped[case.instruction] = skipped.get(case.instruction, 0) + 1
@@ -404,13 +427,14 @@ def replay(path, backend: str = "emulator") -> ReplayResult:
         got = run_case(case, chosen)
         counts = tally.setdefault(case.instruction, [0, 0])
         counts[0] += 1
+        assert case.out is not None  # a loaded case holds its recorded output
         if not np.array_equal(got.view(case.out.dtype), case.out):
             mismatches.append((index, case, got))
             counts[1] += 1
     return ReplayResult(prov, len(cases), mismatches, skipped, {n: why[n] for n in skipped}, tally)
 
 
-def recorded_cpu_name(cpu: dict) -> str:
+def recorded_cpu_name(cpu: Json) -> str:
     """The name pyamx's table gives a recording's CPUID vendor, family and model, or "unknown"."""
     from ..cpu import detect
 
@@ -420,7 +444,7 @@ def recorded_cpu_name(cpu: dict) -> str:
         return detect.UNKNOWN_CPU
 
 
-def describe_provenance(prov: dict) -> str:
+def describe_provenance(prov: Json) -> str:
     cpu = prov.get("cpu", {})
     from .._result import backend_label
 
@@ -437,7 +461,7 @@ def describe_provenance(prov: dict) -> str:
     )
 
 
-def suggested_file_name(prov: dict) -> str:
+def suggested_file_name(prov: Json) -> str:
     """A name for a recording from its provenance: the backend, and for native the CPUID signature
     (never a guessed CPU name); the seed. "emulator-sdm-seed2026.json",
     "silicon-genuineintel-family6-model167-stepping1-seed2026.json"."""
@@ -450,7 +474,7 @@ def suggested_file_name(prov: dict) -> str:
     return f"{where}-{cpu.get('vendor', 'unknown').lower()}-{signature}-seed{seed}.json"
 
 
-def describe_skipped(skipped: dict):
+def describe_skipped(skipped: dict[str, str]) -> Optional[str]:
     """One line for the instructions a recording left out (None where none was): their count and
     CPUID features; each one's reason is in the file (provenance ``skipped``), not one line apiece."""
     if not skipped:
@@ -468,7 +492,7 @@ def describe_skipped(skipped: dict):
             f"provenance (\"skipped\") has each one's reason")
 
 
-def format_replay(path, result: ReplayResult, backend: str, show: int = 5) -> str:
+def format_replay(path: Path, result: ReplayResult, backend: str, show: int = 5) -> str:
     ran = result.total - sum(result.skipped.values())
     lines = [f"{path}: {describe_provenance(result.provenance)}",
              f"replayed on {backend}: {ran} cases, {ran - len(result.mismatches)} match, {len(result.mismatches)} differ"]
@@ -483,6 +507,7 @@ def format_replay(path, result: ReplayResult, backend: str, show: int = 5) -> st
         if not isinstance(case, Case):
             lines += case.mismatch_lines(index, got)
             continue
+        assert case.out is not None  # a loaded case holds its recorded output
         bad = np.argwhere(got.view(case.out.dtype) != case.out)
         m, n = (int(x) for x in bad[0])
         lines.append(
