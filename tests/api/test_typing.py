@@ -117,7 +117,7 @@ def test_the_right_calls_are_right_at_run_time_too(tmp_path):
 
 # -- pyamx's own modules under `mypy --strict` (the configuration in pyproject.toml) -----------------
 
-_CHECKOUT = Path(__file__).resolve().parent.parent
+_CHECKOUT = Path(__file__).resolve().parents[2]
 
 #: the modules pyproject.toml still exempts from the strict check; a module may leave this list, none may join
 _NOT_YET_STRICT = {
