@@ -11,37 +11,17 @@ the inexact flag once (as on the emulator, docs/engine.md); every check here fol
 
 from __future__ import annotations
 
-import contextlib
-import platform
 
 import numpy as np
-import pytest
 
 import pyamx
 from pyamx.table import isa
 from pyamx.table.tilecfg import TileConfig
 
-if platform.machine().lower() not in ("x86_64", "amd64"):
-    pytest.skip("MXCSR is an x86-64 register", allow_module_level=True)
-try:
-    from pyamx.cpu import _nativelib
+from mxcsr import DAZ, DEFAULT, FTZ, RZ, caller_mxcsr, library
 
-    _FFI, _LIB = _nativelib.load()
-except ImportError as exc:
-    pytest.skip(f"reading MXCSR in a test needs the extension: {exc}", allow_module_level=True)
-
-DEFAULT = 0x1F80
-RZ_FTZ_DAZ = DEFAULT | 0x6000 | 0x8000 | 0x0040
-
-
-@contextlib.contextmanager
-def _mxcsr(value):
-    saved = _LIB.pyamx_get_mxcsr()
-    assert _LIB.pyamx_set_mxcsr(value) == 0
-    try:
-        yield
-    finally:
-        _LIB.pyamx_set_mxcsr(saved)
+_LIB = library()
+RZ_FTZ_DAZ = RZ | FTZ | DAZ
 
 
 def _bits(x) -> bytes:
@@ -50,7 +30,7 @@ def _bits(x) -> bytes:
 
 def _under(value, call):
     """``call()``'s result bits and the MXCSR it left, run from ``value`` with no flag set."""
-    with _mxcsr(value):
+    with caller_mxcsr(value):
         result = call()
         after = _LIB.pyamx_get_mxcsr()
     return _bits(result), after

@@ -7,8 +7,6 @@ reference itself is held to them too. Results compare as uint32 bit patterns.
 
 from __future__ import annotations
 
-import contextlib
-import platform
 import shutil
 import subprocess
 import sys
@@ -18,6 +16,7 @@ import pytest
 
 import pyamx
 import reference_fp8 as ref
+from mxcsr import caller_mxcsr, library
 from pyamx import emulator
 from pyamx.table import isa
 from pyamx.emulator import engine as _engine
@@ -345,26 +344,9 @@ def test_the_compiled_engine_entry_reads_fp8_rows_as_fp8():
 # -- MXCSR: the caller's rounding mode and FTZ/DAZ change nothing ---------------------------------
 
 
-@contextlib.contextmanager
-def _mxcsr(lib, value):
-    saved = lib.pyamx_get_mxcsr()
-    assert lib.pyamx_set_mxcsr(value) == 0
-    try:
-        yield
-    finally:
-        lib.pyamx_set_mxcsr(saved)
-
-
 @pytest.mark.parametrize("mode", [0x1F80 | 0x6000, 0x1F80 | 0x8040, 0x1F80 | 0x8040 | 0x2000])
 def test_results_do_not_depend_on_the_callers_mxcsr(mode):
-    if platform.machine().lower() not in ("x86_64", "amd64"):
-        pytest.skip("MXCSR is an x86-64 register")
-    try:
-        from pyamx.cpu import _nativelib
-
-        _, lib = _nativelib.load()
-    except ImportError as exc:
-        pytest.skip(f"setting MXCSR needs the extension: {exc}")
+    lib = library()
     rng = np.random.default_rng([SEED, 8])
     for name in NAMES:
         a_fmt, b_fmt = _formats(name)
@@ -376,7 +358,7 @@ def test_results_do_not_depend_on_the_callers_mxcsr(mode):
         a[0], a[1] = 0, 0  # exact zero sums: the denormal Cs come through
         want = _reference(name, c, a, b)
         for numerics in ("sdm", Numerics(fp8_accum="bochs_pairwise")):
-            with _mxcsr(lib, mode):
+            with caller_mxcsr(mode):
                 got = _bits(getattr(emulator, name)(c, a, b, numerics=numerics))
                 machine_ok = lib.pyamx_get_mxcsr() & ~0x3F == mode & ~0x3F
             assert machine_ok

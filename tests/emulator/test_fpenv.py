@@ -7,7 +7,6 @@ way a -ffast-math library or a user's fesetround would leave it.
 from __future__ import annotations
 
 import contextlib
-import platform
 import subprocess
 import sys
 
@@ -20,28 +19,13 @@ from pyamx import _fpenv, emulator
 from pyamx.emulator import instructions
 from pyamx.tools.testing import CLASSES, operands, shapes
 
-if platform.machine().lower() not in ("x86_64", "amd64"):
-    pytest.skip("MXCSR is an x86-64 register", allow_module_level=True)
-try:
-    from pyamx.cpu import _nativelib
+from mxcsr import DAZ, FTZ, ROUND_DOWN, RZ, library
+from mxcsr import DEFAULT as RNE
+from mxcsr import caller_mxcsr as mxcsr
 
-    _FFI, _LIB = _nativelib.load()
-except ImportError as exc:
-    pytest.skip(f"setting MXCSR in a test needs the extension: {exc}", allow_module_level=True)
-
-RNE, RZ, FTZ, DAZ = 0x1F80, 0x1F80 | 0x6000, 0x1F80 | 0x8000, 0x1F80 | 0x0040
-MODES = {"RZ": RZ, "round-down": 0x1F80 | 0x2000, "FTZ": FTZ, "DAZ": DAZ, "FTZ|DAZ": FTZ | DAZ,
+_LIB = library()
+MODES = {"RZ": RZ, "round-down": ROUND_DOWN, "FTZ": FTZ, "DAZ": DAZ, "FTZ|DAZ": FTZ | DAZ,
          "FTZ|DAZ|RZ": FTZ | DAZ | RZ}
-
-
-@contextlib.contextmanager
-def mxcsr(value):
-    saved = _LIB.pyamx_get_mxcsr()
-    assert _LIB.pyamx_set_mxcsr(value) == 0
-    try:
-        yield
-    finally:
-        _LIB.pyamx_set_mxcsr(saved)
 
 
 def _cases(count, seed):

@@ -10,13 +10,13 @@ the public API. Compared as uint32.
 
 from __future__ import annotations
 
-import contextlib
 
 import numpy as np
 import pytest
 
 import pyamx
 import reference
+from mxcsr import caller_mxcsr, library
 from pyamx.table import bf16
 from pyamx.emulator import engine as _engine
 from pyamx.emulator import instructions, onetile
@@ -234,31 +234,9 @@ def test_bf16_widening_by_shift_is_the_top_half():
 # -- the caller's floating-point environment ----------------------------------------------------
 
 
-def _mxcsr_lib():
-    try:
-        from pyamx.cpu._nativelib import load
-
-        lib = load()[1]
-    except ImportError as exc:
-        pytest.skip(f"setting MXCSR needs the extension: {exc}")
-    if not hasattr(lib, "pyamx_fpenv_supported") or not lib.pyamx_fpenv_supported():
-        pytest.skip("this build cannot reach MXCSR")
-    return lib
-
-
-@contextlib.contextmanager
-def _mxcsr(lib, value):
-    saved = lib.pyamx_get_mxcsr()
-    assert lib.pyamx_set_mxcsr(value) == 0
-    try:
-        yield
-    finally:
-        lib.pyamx_set_mxcsr(saved)
-
-
 @pytest.mark.parametrize("value", [0x1F80 | 0x6000, 0x1F80 | 0x2000, 0x1F80 | 0x8040, 0x1F80 | 0xE040])
 def test_the_path_ignores_the_callers_mxcsr(value):
-    lib = _mxcsr_lib()
+    lib = library()
     rng = np.random.default_rng([SEED, 10])
     cases = []
     for fp16 in (False, True):
@@ -273,7 +251,7 @@ def test_the_path_ignores_the_callers_mxcsr(value):
     for fp16, c, a, b in cases:
         assert _fast(fp16, c, a, b) is not None
         want = _reference(fp16, c, a, b)
-        with _mxcsr(lib, value):
+        with caller_mxcsr(value):
             got = _public(fp16, c, a, b)
             assert lib.pyamx_get_mxcsr() & ~0x3F == value
         np.testing.assert_array_equal(got, want)

@@ -3,14 +3,13 @@ tests/reference_rows.py (exact, from Intel's pseudo-code), as uint32 bit pattern
 
 from __future__ import annotations
 
-import contextlib
-import platform
 import struct
 
 import numpy as np
 import pytest
 
 import reference_rows as ref
+from mxcsr import caller_mxcsr
 from pyamx import emulator
 from pyamx.table import isa
 from pyamx.emulator.numerics import ROW_BF16_RULES, ROW_FP16_RULES, ROW_INDEX_RULES, Numerics
@@ -136,27 +135,12 @@ MXCSR_CASES = {"RZ": 0x1F80 | 0x6000, "round-up": 0x1F80 | 0x4000, "FTZ|DAZ": 0x
                "FTZ|DAZ|RZ": 0x1F80 | 0xE040}
 
 
-@contextlib.contextmanager
-def _mxcsr(value):
-    from pyamx.cpu import _nativelib
-
-    _, lib = _nativelib.load()
-    saved = lib.pyamx_get_mxcsr()
-    assert lib.pyamx_set_mxcsr(value) == 0
-    try:
-        yield
-    finally:
-        lib.pyamx_set_mxcsr(saved)
-
-
-@pytest.mark.skipif(platform.machine().lower() not in ("x86_64", "amd64"), reason="MXCSR is an x86-64 register")
 @pytest.mark.parametrize("mode", MXCSR_CASES)
 def test_the_callers_mxcsr_changes_no_bit(mode):
-    pytest.importorskip("pyamx._native")
     rng = np.random.default_rng(11)
     for mnemonic in CONVERTS:
         m, storage = _loaded(16, 64, _data(rng, mnemonic, 256))
-        with _mxcsr(MXCSR_CASES[mode]):
+        with caller_mxcsr(MXCSR_CASES[mode]):
             got = [_run(m, mnemonic, r, False) for r in range(16)]
         assert got == [ref.row_instruction(mnemonic, storage, 16, 64, r, False) for r in range(16)], mnemonic
 
