@@ -229,3 +229,21 @@ def test_without_the_c_extension_the_same_tiles(monkeypatch):
     monkeypatch.setattr(_tile_layout, "_c_library", lambda: None)
     monkeypatch.setattr(_convert, "to_bits", lambda *args, **kwargs: None)
     assert pyamx.pack(b, kind="bf16").tiles.tobytes() == with_c
+
+
+@pytest.mark.parametrize("fmt", ["bf16", "fp16"])
+def test_native_matmul_rounds_a_float_b_while_packing_it(monkeypatch, native_group, fmt):
+    """pyamx.matmul(a, float b, kind=...) on the native kernels lays b out as pyamx.pack does, rounded on
+    the way (only a is rounded to a bits array first), with the emulator's bits."""
+    native_group(fmt)
+    rng = np.random.default_rng(35)
+    a = rng.standard_normal((5, 33)).astype(np.float32)
+    b = _as_b(_values(np.float64, rng)[:33 * 41], 33)[:, ::-1] * 2.0**-100  # some products stay finite
+    want = np.asarray(pyamx.matmul(a, b, kind=fmt, backend="emulator")).view(np.uint32)
+    rounded = []
+    original = _convert.round_floats
+    monkeypatch.setattr(_convert, "round_floats", lambda values, f: rounded.append(values.shape) or original(values, f))
+    got = pyamx.matmul(a, b, kind=fmt, backend="native")
+    assert got.backend == "native" and got.rounded_to == fmt
+    assert np.array_equal(np.asarray(got).view(np.uint32), want)
+    assert b.shape not in rounded and rounded  # a was rounded, b never on its own
