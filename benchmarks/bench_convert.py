@@ -8,7 +8,10 @@ neighbour's load on a shared machine then hits every side alike), best time of e
 * ``pyamx.table.bf16.to_float32`` vs ml_dtypes' and torch's widening back to float32;
 * the fp16 rounding ``pyamx.matmul(..., kind="fp16")`` applies vs numpy's ``astype(np.float16)``
   and torch's ``.to(torch.float16)``; float64 -> bf16 (rounded directly) vs ml_dtypes;
-* the numpy implementation pyamx falls back to without its C extension.
+* the numpy implementation pyamx falls back to without its C extension;
+* ``pyamx.pack(b, kind="bf16")`` of a float32 B (rounded while it is packed, one pass) vs rounding
+  it first and packing the bits (the two passes it replaced) and vs ml_dtypes' ``astype`` then
+  ``pyamx.pack`` of the bits, on 4096x4096 and 1024x1024 by default (``--pack-shapes``).
 
 Every pyamx result is first checked bit for bit against its numpy implementation (and bf16
 against ml_dtypes and torch, which round the same way). Ratios are pyamx / the other side:
@@ -22,7 +25,9 @@ import time
 
 import numpy as np
 
+import pyamx
 from pyamx import _convert
+from pyamx.cpu import _tile_layout
 from pyamx.table import bf16
 from pyamx.table import bf16 as bf16_module
 
@@ -110,6 +115,39 @@ def groups(size: int, seed: int = 0) -> list:
     return out
 
 
+def pack_groups(shapes: list, seed: int = 0) -> list:
+    """[(title, {side: function}, the fused side)] for pyamx.pack of float32 B, each side's tiles equal."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for k, n in shapes:
+        b = rng.standard_normal((k, n), dtype=np.float32)
+        ours = "pack, rounded while packing"
+        sides = {ours: lambda b=b: pyamx.pack(b, kind="bf16").tiles,
+                 "round, then pack the bits": lambda b=b: _tile_layout.pack(_convert.round_floats(b, "bf16"))}
+        if ml_dtypes is not None:
+            sides["ml_dtypes astype, then pack"] = lambda b=b: pyamx.pack(b.astype(ml_dtypes.bfloat16)).tiles
+        out.append((f"float32 {k}x{n} -> packed bf16 B (pyamx.pack(b, kind='bf16'))", sides, ours))
+    return out
+
+
+def run_pack(shapes: list, rounds: int, repeat: int, say=print) -> list:
+    """Check and time pack_groups; returns [(title, {side: seconds}, the fused side)]."""
+    results = []
+    for title, sides, ours in pack_groups(shapes):
+        mine = sides[ours]().tobytes()
+        for name, fn in sides.items():
+            if fn().tobytes() != mine:
+                raise SystemExit(f"{title}: {name} gives other tiles than the fused pack")
+        times = best_interleaved(sides, rounds, repeat)
+        say(f"\n{title}, the same tiles on every side")
+        for name, seconds in times.items():
+            ratio = "".join(f"  {times[ours] / times[other]:6.2f}x {other}" for other in times
+                            if other != ours and name == ours)
+            say(f"  {name:30s}{seconds * 1e3:9.2f} ms{ratio}")
+        results.append((title, times, ours))
+    return results
+
+
 def run(size: int, rounds: int, repeat: int, say=print) -> list:
     """Check and time every group; returns [(title, {side: seconds}, the pyamx side)]."""
     if _convert.library() is None:
@@ -139,11 +177,15 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=1 << 24, help="values per array (default 16M)")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--repeat", type=int, default=3, help="calls per side and round")
+    parser.add_argument("--pack-shapes", default="4096x4096,1024x1024",
+                        help="K x N shapes of the float32 B packed (comma-separated; empty: none)")
     parser.add_argument("--quick", action="store_true", help="a small run that only checks it works (tests)")
     args = parser.parse_args()
     if args.quick:
-        args.size, args.rounds, args.repeat = 100_000, 1, 1
+        args.size, args.rounds, args.repeat, args.pack_shapes = 100_000, 1, 1, "65x97"
+    shapes = [tuple(int(x) for x in shape.split("x")) for shape in args.pack_shapes.split(",") if shape]
     run(args.size, args.rounds, args.repeat)
+    run_pack(shapes, args.rounds, args.repeat)
 
 
 if __name__ == "__main__":

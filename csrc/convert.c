@@ -8,6 +8,7 @@
  * than the cost of starting one (tens of microseconds). */
 #include "pyamx.h"
 #include "cpu_features.h"
+#include "internal.h"
 
 #include <pthread.h>
 #include <stdlib.h>
@@ -310,6 +311,13 @@ static void convert_span(const struct span *s)
     }
     if (index < s->end)
         strided_block(s, row, row + 1, 0, s->end - index);
+}
+
+void pyamx_internal_convert_rows(int op, const void *src, int64_t rows, int64_t cols, int64_t row_stride,
+                                 int64_t col_stride, void *dst)
+{
+    struct span s = {op, (const char *)src, cols, row_stride, col_stride, (char *)dst, 0, rows * cols};
+    convert_span(&s);
 }
 
 static void *span_thread(void *arg)

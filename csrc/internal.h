@@ -19,6 +19,12 @@
 #define PYAMX_HAVE_AMX 0
 #endif
 
+/* pyamx_convert()'s conversion of a rows x cols source (its op, strides and
+ * dst layout) on the calling thread, unchecked: the same element functions and
+ * vector loops, for pack_b.c's rounding of float B while it packs. */
+void pyamx_internal_convert_rows(int op, const void *src, int64_t rows, int64_t cols, int64_t row_stride,
+                                 int64_t col_stride, void *dst);
+
 /* Non-zero once permission was granted and a tile instruction was seen to
  * work (silicon), or the trap mode granted its emulated permission. */
 int pyamx_internal_ready(void);

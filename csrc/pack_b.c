@@ -17,6 +17,7 @@
 #include "internal.h"
 #include "pool.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 struct pack_job {
@@ -122,6 +123,92 @@ int pyamx_pack_b(int item_bytes, const void *b, int64_t ldb_bytes, int64_t rows,
                          (n + 31) / 32, dst, 1};
     j.parts = j.kblocks < threads ? (int)j.kblocks : threads;
     pyamx_internal_pool_run(pack_part, &j, j.parts, 0);
+    return PYAMX_OK;
+}
+
+/* ---- float32/float64 B rounded to bf16/fp16 while it is packed ----
+ *
+ * A K block's 32 source rows are rounded a chunk of block columns at a time
+ * into a small staging buffer (convert.c's own conversion: the same element
+ * functions and vector loops as pyamx_convert), which the bits path above
+ * then gathers into the tiles. B is read once, no rounded copy of it is
+ * made, and the bytes equal those of pyamx_convert followed by pyamx_pack_b. */
+
+/* Columns staged at a time: a K block's 32 rows of up to 4096 columns (256 KiB, within a core's
+ * L2) are read as whole long rows, which the hardware prefetchers stream; narrower chunks read 32
+ * short pieces a row stride apart. Where that buffer cannot be had, 256 columns on the stack. */
+#define ROUNDED_CHUNK_COLS 4096
+#define ROUNDED_STACK_COLS 256
+
+struct rounded_job {
+    int op;
+    const char *b;
+    int64_t row_stride, col_stride, rows, n, kblocks, nbn;
+    uint8_t *dst;
+    int parts;
+};
+
+static int rounded_source_size(int op)
+{
+    switch (op) {
+    case PYAMX_CONVERT_F32_TO_BF16: case PYAMX_CONVERT_F32_TO_FP16: return 4;
+    case PYAMX_CONVERT_F64_TO_BF16: case PYAMX_CONVERT_F64_TO_FP16: return 8;
+    default: return 0;
+    }
+}
+
+/* K block kb, block columns from c0 / 32 over `chunk` columns: rounded into `staged`, then gathered. */
+static void pack_rounded_chunk(const struct rounded_job *j, uint16_t *staged, int64_t kb, int64_t c0, int64_t chunk)
+{
+    int64_t row0 = 32 * kb, rows = j->rows - row0 < 32 ? j->rows - row0 : 32;
+    int64_t width = j->n - c0 < chunk ? j->n - c0 : chunk; /* > 0: c0 is below n */
+    pyamx_internal_convert_rows(j->op, j->b + row0 * j->row_stride + c0 * j->col_stride, rows, width, j->row_stride,
+                                j->col_stride, staged);
+    /* the staged rows as the bits path's source: rows 2d and 2d + 1 of dword row d */
+    struct pack_job bits = {2, (const uint8_t *)staged, 2 * width, rows, width, 1, 1, 0, 1};
+    for (int64_t bj = c0 / 32; bj < (c0 + chunk) / 32 && bj < j->nbn; bj++)
+        for (int half = 0; half < 2; half++) {
+            int64_t col0 = 32 * bj + 16 * half;
+            int cols = col0 >= j->n ? 0 : (j->n - col0 < 16 ? (int)(j->n - col0) : 16);
+            uint8_t *tile = j->dst + (bj * j->kblocks + kb) * 2048 + 1024 * half;
+            for (int r = 0; r < 16; r++) {
+                if (2 * r < rows && cols > 0)
+                    gather_row(&bits, tile + 64 * r, r, col0 - c0, cols);
+                else
+                    memset(tile + 64 * r, 0, 64);
+            }
+        }
+}
+
+static void pack_rounded_part(void *arg, int part)
+{
+    const struct rounded_job *j = arg;
+    int64_t kb0 = j->kblocks * part / j->parts, kb1 = j->kblocks * (part + 1) / j->parts;
+    int64_t chunk = 32 * j->nbn < ROUNDED_CHUNK_COLS ? 32 * j->nbn : ROUNDED_CHUNK_COLS;
+    uint16_t small[32 * ROUNDED_STACK_COLS];
+    uint16_t *staged = chunk > ROUNDED_STACK_COLS ? malloc((size_t)(32 * chunk) * sizeof(uint16_t)) : 0;
+    if (!staged) {
+        staged = small;
+        chunk = chunk < ROUNDED_STACK_COLS ? chunk : ROUNDED_STACK_COLS;
+    }
+    for (int64_t kb = kb0; kb < kb1; kb++)
+        for (int64_t c0 = 0; c0 < j->n; c0 += chunk)
+            pack_rounded_chunk(j, staged, kb, c0, chunk);
+    if (staged != small)
+        free(staged);
+}
+
+int pyamx_pack_b_rounded(int op, const void *b, int64_t row_stride, int64_t col_stride, int64_t rows, int64_t n,
+                         void *dst, int64_t dst_bytes, int threads)
+{
+    int64_t size = rounded_source_size(op), bytes = pyamx_packed_b_bytes(2, rows, n);
+    if (size == 0 || bytes < 0 || !b || !dst || dst_bytes < bytes || threads < 1 ||
+        threads > PYAMX_MATMUL_MAX_THREADS || row_stride % size != 0 || col_stride % size != 0)
+        return PYAMX_E_ARG;
+    struct rounded_job j = {op, b, row_stride, col_stride, rows, n, (dwords_of(2, rows) + 15) / 16, (n + 31) / 32,
+                            dst, 1};
+    j.parts = j.kblocks < threads ? (int)j.kblocks : threads;
+    pyamx_internal_pool_run(pack_rounded_part, &j, j.parts, 0);
     return PYAMX_OK;
 }
 

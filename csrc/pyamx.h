@@ -178,6 +178,15 @@ int64_t pyamx_packed_b_bytes(int item_bytes, int64_t rows, int64_t n);
  * PYAMX_E_ARG (nothing written). */
 int pyamx_pack_b(int item_bytes, const void *b, int64_t ldb_bytes, int64_t rows, int64_t n, void *dst,
                  int64_t dst_bytes, int threads);
+/* The same layout of bf16/fp16 values rounded from float32/float64 B while it
+ * is packed (op: PYAMX_CONVERT_F32_TO_BF16, _F64_TO_BF16, _F32_TO_FP16 or
+ * _F64_TO_FP16; convert.h's rules), read once in place: element (i, j) at b +
+ * i * row_stride + j * col_stride (bytes, any sign, multiples of the source
+ * item size; b aligned to it). The bytes equal pyamx_convert() then
+ * pyamx_pack_b(2, ...), whatever the caller's MXCSR. PYAMX_OK or PYAMX_E_ARG
+ * (nothing written). */
+int pyamx_pack_b_rounded(int op, const void *b, int64_t row_stride, int64_t col_stride, int64_t rows, int64_t n,
+                         void *dst, int64_t dst_bytes, int threads);
 /* The inverse: rows x n items back out of the layout, row stride ldd_bytes
  * (item 4 gives the interleaved dword rows). PYAMX_OK or PYAMX_E_ARG. */
 int pyamx_unpack_b(int item_bytes, const void *src, int64_t src_bytes, int64_t rows, int64_t n, void *dst,

@@ -460,6 +460,9 @@ def matmul(a: ArrayInput, b: ArrayInput | PackedB, c: ArrayInput | None = None, 
     labels = {} if call.rounded_to is None else {"rounded_to": call.rounded_to}
     if call.packed is not None:
         bits = call.packed.product_bits(call, a_bits, eng, threads, chosen)
+    elif eng is None and call.b.rounds and not call.batch:  # float b: rounded while packed, as pyamx.pack does
+        packed = module("._packed", __package__).pack(call.b.array, call.b.format.name, threads=threads)
+        bits = packed.product_bits(call, a_bits, eng, threads, chosen)
     elif not call.batch:
         bits = _product(_materialize(call, a_bits, _bits_of(call.b), call.c), eng, threads, chosen)
     else:

@@ -112,9 +112,11 @@ def pack(b: "ArrayInput", kind: "str | None" = None, *, threads: "int | None" = 
     if min(k, n) < 1:
         raise ValueError(f"pack: K={k}, N={n}; both must be at least 1")
     group = next(g for g in KINDS if op.format in isa.VIEWS.group_formats[g])
-    bits = _validate.contiguous_bits(_matmul._bits_of(op))  # float operands are rounded here, once
-    return PackedB(group, op.format.name, k, n, op.format.name if op.rounds else None,
-                   _tile_layout.pack(bits, threads), bits.dtype)
+    if op.rounds:  # float values rounded once, while they are packed: no rounded copy of b
+        return PackedB(group, op.format.name, k, n, op.format.name,
+                       _tile_layout.pack_rounded(op.array, op.format.name, threads), np.dtype(np.uint16))
+    bits = _validate.contiguous_bits(op.array)
+    return PackedB(group, op.format.name, k, n, None, _tile_layout.pack(bits, threads), bits.dtype)
 
 
 # -- pyamx.matmul(a, packed): checked by pyamx._matmul.check like any b, computed here ----------

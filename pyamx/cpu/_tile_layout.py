@@ -119,6 +119,45 @@ def pack(bits: np.ndarray, threads: int | None = None) -> npt.NDArray[np.uint8]:
     return tiles
 
 
+#: the rounding pyamx_pack_b_rounded does, by (source dtype name, format): enum pyamx_convert_op's names
+_ROUNDING_OPS = {
+    ("float32", "bf16"): "PYAMX_CONVERT_F32_TO_BF16",
+    ("float64", "bf16"): "PYAMX_CONVERT_F64_TO_BF16",
+    ("float32", "fp16"): "PYAMX_CONVERT_F32_TO_FP16",
+    ("float64", "fp16"): "PYAMX_CONVERT_F64_TO_FP16",
+}
+
+
+def pack_rounded(values: np.ndarray, fmt: str, threads: int | None = None) -> npt.NDArray[np.uint8]:
+    """(K, N) float32/float64 ``values`` rounded to ``fmt`` ("bf16" or "fp16", pyamx._convert's
+    rules) and laid out, as :func:`pack` lays out the rounded bits: a new, read-only uint8 array.
+
+    In one pass in C where the extension has it (B read once, in place, through any strides; no
+    rounded copy of it); else rounded first (pyamx._convert.round_floats), then packed.
+    """
+    loaded = _c_library()
+    if loaded is None or not hasattr(loaded[1], "pyamx_pack_b_rounded"):
+        from .. import _convert
+
+        return pack(np.ascontiguousarray(_convert.round_floats(values, fmt)), threads)
+    ffi, lib = loaded
+    item = values.itemsize
+    if not values.flags.aligned or not values.dtype.isnative or any(s % item for s in values.strides):
+        values = np.require(values, dtype=values.dtype.newbyteorder("="), requirements=("C", "A"))
+    (k, n), op = values.shape, getattr(lib, _ROUNDING_OPS[(values.dtype.name, fmt)])
+    nbytes = layout_bytes(2, k, n)
+    tiles = aligned_empty(nbytes)
+    if threads is None:
+        threads = max(1, min(_default_threads(), max(nbytes, values.nbytes) // PACK_BYTES_PER_THREAD))
+    rc = lib.pyamx_pack_b_rounded(op, ffi.cast("const void *", values.__array_interface__["data"][0]),
+                                  values.strides[0], values.strides[1], k, n, ffi.from_buffer(tiles), nbytes,
+                                  min(threads, lib.PYAMX_MATMUL_MAX_THREADS))
+    if rc != 0:
+        raise RuntimeError(f"pyamx: pyamx_pack_b_rounded refused a checked operand ({rc}); this is a bug in pyamx")
+    tiles.flags.writeable = False
+    return tiles
+
+
 def unpack(tiles: np.ndarray, k: int, n: int, dtype: npt.DTypeLike) -> np.ndarray:
     """The (K, N) bits of ``dtype`` (1- or 2-byte items) back out of the layout, as a new row-major array."""
     out = np.empty((k, n), dtype=dtype)
