@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 import pyamx
+from mxcsr import DAZ, FTZ, ROUND_DOWN, ROUND_UP, RZ, caller_mxcsr
 from pyamx import _convert
 from pyamx.cpu import _tile_layout
 
@@ -171,21 +172,13 @@ def test_fused_pack_holds_the_exact_rounding(fmt, dtype):
 
 
 def test_the_callers_mxcsr_does_not_change_a_byte():
-    ffi, lib = _convert.library()
-    if not lib.pyamx_fpenv_supported():
-        pytest.skip("MXCSR is x86-64's")
     rng = np.random.default_rng(32)
     cases = [(_as_b(_values(dtype, rng), 33), fmt) for dtype in (np.float32, np.float64) for fmt in FORMATS]
     want = [_numpy_tiles(b, fmt) for b, fmt in cases]
-    caller = lib.pyamx_get_mxcsr()
-    # toward zero with FTZ and DAZ, down with FTZ and DAZ, up; every exception masked
-    for mxcsr in (0x1F80 | 0x6000 | 0x8040, 0x1F80 | 0x2000 | 0x8040, 0x1F80 | 0x4000):
-        try:
-            lib.pyamx_set_mxcsr(mxcsr)
+    for mxcsr in (RZ | FTZ | DAZ, ROUND_DOWN | FTZ | DAZ, ROUND_UP):
+        with caller_mxcsr(mxcsr) as lib:
             got = [pyamx.pack(b, kind=fmt, threads=threads).tiles.tobytes() for b, fmt in cases for threads in (1, 2)]
             after = lib.pyamx_get_mxcsr()
-        finally:
-            lib.pyamx_set_mxcsr(caller)
         assert after == mxcsr
         assert got == [w for w in want for _ in (1, 2)]
 
