@@ -29,18 +29,27 @@ from ._numerics_rule import default as _default_numerics
 from ._numerics_rule import resolve as resolve_numerics
 from .errors import EnvironmentVariableError, NativeUnavailableError, UnknownBackendError
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (the CLI's parser loads this module)
+if TYPE_CHECKING:
+    from types import ModuleType
+
+    from .cpu._nativelib import FFI, Lib
+    from .cpu.detect import Report
+    from .table.isa import Instruction
+    from .table.numerics import Numerics
+
 ENV_VAR = "PYAMX_BACKEND"
 CHOICES = ("auto", "native", "emulator")
 
 
-def parse_choice(value, source: str) -> str:
+def parse_choice(value: object, source: str) -> str:
     """Validate a backend name; ``source`` says where it came from, for the message."""
-    if value not in CHOICES:
+    if not isinstance(value, str) or value not in CHOICES:
         raise UnknownBackendError(f"{source} is {value!r}; it must be one of {', '.join(CHOICES)}")
     return value
 
 
-_requested = None  # PYAMX_BACKEND's choice, read once per process (on first use)
+_requested: str | None = None  # PYAMX_BACKEND's choice, read once per process (on first use)
 
 
 def requested() -> str:
@@ -70,7 +79,7 @@ def _read_requested() -> str:
     return _requested
 
 
-def __getattr__(name):
+def __getattr__(name: str) -> str:
     if name == "REQUESTED":  # the old module constant, now read when asked for
         return requested()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
@@ -87,8 +96,11 @@ class Backend(str):
     """
 
     mode: str | None
+    report: Report | None
+    _modes: dict[str, str | None]
+    _library: tuple[FFI, Lib] | None
 
-    def __new__(cls, name: str, mode: str | None = None, report=None):
+    def __new__(cls, name: str, mode: str | None = None, report: Report | None = None) -> Backend:
         self = super().__new__(cls, name)
         self.mode = mode
         self.report = report
@@ -96,7 +108,7 @@ class Backend(str):
         self._library = None
         return self
 
-    def mode_for(self, insn) -> str | None:
+    def mode_for(self, insn: Instruction) -> str | None:
         """How this backend runs ``insn`` (an isa row): None on the emulator, else ``"silicon"``,
         ``"trap"`` or ``"complement"`` (the complement mode emulates its feature on this silicon)."""
         if not self.is_native:
@@ -109,13 +121,14 @@ class Backend(str):
         return mode
 
     @property
-    def library(self):
+    def library(self) -> tuple[FFI, Lib] | None:
         """``(ffi, lib)`` of pyamx._native for native (loaded once per process); None for the emulator."""
         if not self.is_native:
             return None
         library = self._library
         if library is None:
-            library = self._library = module(".cpu._nativelib", __package__).load()
+            loaded: tuple[FFI, Lib] = module(".cpu._nativelib", __package__).load()
+            library = self._library = loaded
         return library
 
     @property
@@ -133,44 +146,46 @@ class Backend(str):
 
         return backend_label(str(self), self.mode)
 
-    def runs(self, numerics) -> bool:
+    def runs(self, numerics: Numerics | str | None) -> bool:
         """Whether this backend computes the ``numerics`` option (a name, a Numerics, or None)."""
         return not self.is_native or native_runs(numerics)
 
-    def numerics(self, numerics):
+    def numerics(self, numerics: Numerics | str | None) -> Numerics:
         """The :class:`Numerics` this backend runs for the request (None: its default); ValueError if it cannot."""
-        if not self.runs(numerics):
+        if numerics is not None and not self.runs(numerics):  # every backend runs None (its default)
             raise native_numerics_error(numerics)
         return _default_numerics() if numerics is None else resolve_numerics(numerics)
 
     def __repr__(self) -> str:
         return f"Backend({self.label!r})"
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[type[Backend], tuple[str, str | None]]:
         return (Backend, (str(self), self.mode))
 
 
 EMULATOR = Backend("emulator")  # the one emulator backend: resolve() returns this object
 
 
-def native_status(group: str = "bf16", report=None):
+def native_status(group: str = "bf16", report: Report | None = None) -> tuple[bool, str]:
     """``(usable, reason)`` of the native ``group`` kernels (bf16, int8, fp16), from ``report`` (None:
     the cached one)."""
     native = module(".cpu.native", __package__)
-    return native.available(group) if report is None else native.availability(report, group)
+    status: tuple[bool, str] = native.available(group) if report is None else native.availability(report, group)
+    return status
 
 
-def native_mode():
+def native_mode() -> str | None:
     """``"silicon"`` or ``"trap"`` when native is usable, else None (starts native, as the choice does)."""
     return _started_report().mode
 
 
-def _started_report():
+def _started_report() -> Report:
     """Detection's report once the native start ran: the choice of native is where this process asks
     for the AMX permission, forks the probe child or switches the trap mode on (pyamx.cpu._native_start),
     before the first native call; detection itself only reads."""
     module(".cpu._native_start", __package__).start()
-    return module(".cpu.detect", __package__).report()
+    report: Report = module(".cpu.detect", __package__).report()
+    return report
 
 
 def _native() -> Backend:
@@ -178,32 +193,33 @@ def _native() -> Backend:
     return Backend("native", rep.mode, rep)
 
 
-_decision = None  # (backend, reason), decided on first use
+_decision: tuple[Backend | None, str] | None = None  # (backend, reason), decided on first use
 
 
-def _decide():
-    global _decision
+def _decide() -> tuple[Backend | None, str]:
     wanted = requested()  # raises for a bad variable at every use
     if _decision is None:
         with LOCK:  # detection and the extension's loading (pyamx._first_use)
-            _decide_once(wanted)
+            return _decide_once(wanted)
     return _decision
 
 
-def _decide_once(wanted):
+def _decide_once(wanted: str) -> tuple[Backend | None, str]:
     global _decision
-    if _decision is None:
+    decision = _decision
+    if decision is None:
         if wanted == "emulator":
-            _decision = (EMULATOR, f"{ENV_VAR}=emulator")
+            decision = (EMULATOR, f"{ENV_VAR}=emulator")
         else:
             usable, reason = native_status()
             if usable:
-                _decision = (_native(), f"native is usable: {reason}")
+                decision = (_native(), f"native is usable: {reason}")
             elif wanted == "native":
-                _decision = (None, reason)
+                decision = (None, reason)
             else:
-                _decision = (EMULATOR, f"native is not usable: {reason}")
-    return _decision
+                decision = (EMULATOR, f"native is not usable: {reason}")
+        _decision = decision
+    return decision
 
 
 def _unavailable(reason: str, source: str) -> NativeUnavailableError:
@@ -250,7 +266,7 @@ def native_engine_error(engine_source: str, backend_source: str = "backend='nati
     )
 
 
-def _named_engine(engine):
+def _named_engine(engine: object) -> tuple[str, bool] | None:
     """The concrete emulator engine that applies to a call, as ``(source, from_variable)``, or None.
 
     The ``engine`` argument, else ``PYAMX_ENGINE``; ``auto`` is no engine. Both are validated on
@@ -263,7 +279,7 @@ def _named_engine(engine):
     return None if name == "auto" else (f"{module.ENV_VAR}={name}", True)
 
 
-def _engine_module():
+def _engine_module() -> ModuleType:
     # Imported on first use (pyamx.emulator.engine needs numpy; the CLI builds its parser from this module)
     # and kept: this runs on every call.
     global _engine_mod
@@ -272,18 +288,18 @@ def _engine_module():
     return _engine_mod
 
 
-_engine_mod = None
+_engine_mod: ModuleType | None = None
 
 
 #: The choices already made for calls of the default numerics: (backend, group, engine) -> Backend. A
 #: call decides its backend once (the rule below costs microseconds: detection's report, the engine
 #: setting) and a later call with the same arguments takes it from here while :func:`_settings` says
 #: the same; a failure is never kept, so a bad argument or variable raises at every call.
-_chosen: dict = {}
-_chosen_under: tuple = ()
+_chosen: dict[tuple[object, str, object], Backend] = {}
+_chosen_under: tuple[object, ...] = ()
 
 
-def _settings() -> tuple:
+def _settings() -> tuple[object, ...]:
     """What a choice depends on besides the call's arguments: PYAMX_BACKEND and the process default
     as read, PYAMX_ENGINE as read (until pyamx.emulator.engine.reset_environment()), and the functions that
     ask detection (tests stand in for them). Any change makes every kept choice be made again."""
@@ -291,7 +307,8 @@ def _settings() -> tuple:
     return (_requested, _decision, native_status, _native, engine_module.settings_generation)
 
 
-def choose_backend(backend=None, group: str = "bf16", numerics=None, engine=None) -> Backend:
+def choose_backend(backend: str | None = None, group: str = "bf16", numerics: Numerics | str | None = None,
+                   engine: str | None = None) -> Backend:
     """The backend a call of the ``group`` kernels runs on, by the rule of :func:`backend_rule`,
     decided once per distinct arguments and settings and then kept.
 
@@ -317,7 +334,8 @@ def choose_backend(backend=None, group: str = "bf16", numerics=None, engine=None
     return chosen
 
 
-def backend_rule(backend, group: str = "bf16", numerics=None, engine=None) -> Backend:
+def backend_rule(backend: str | None, group: str = "bf16", numerics: Numerics | str | None = None,
+                 engine: str | None = None) -> Backend:
     """The backend a call of the ``group`` kernels runs on: ``None`` means the process default.
 
     ``auto`` decides per group (a Sapphire Rapids has AMX-BF16 but not

@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 import sys
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
 
@@ -30,10 +30,15 @@ from ._validate import dtype_name
 from ._numerics_rule import choose_numerics
 
 if TYPE_CHECKING:
+    from types import ModuleType
+    from typing import Any, Callable
+
     from numpy.typing import DTypeLike
 
+    from ._backend import Backend
     from ._packed import PackedB
     from ._types import ArrayInput
+    from .emulator.engine import Engine
     from .table.numerics import Numerics
 
 #: the values of ``kind=``: the kernel groups of pyamx.table.isa. Which instruction runs is the row
@@ -87,14 +92,14 @@ class Imported:
     carried: "str | None"
 
 
-def intake(x, name: str) -> Imported:
+def intake(x: object, name: str) -> Imported:
     """An operand taken once (a DLPack tensor is exported once), for every later check."""
     if isinstance(x, Imported):
         return x
     return Imported(*_validate.require_operand(x, name, "matmul"))
 
 
-def _operand(x, name: str, kind) -> _Operand:
+def _operand(x: object, name: str, kind: str | None) -> _Operand:
     """One operand read strictly from its dtype and ``kind``: nothing is copied or converted here."""
     imported = intake(x, name)
     x = imported.array
@@ -119,7 +124,7 @@ def _operand(x, name: str, kind) -> _Operand:
     return _Operand(_validate.format_view(x, name, "matmul", fmt), fmt, False)
 
 
-def _format_in(formats: tuple, dtype: str):
+def _format_in(formats: tuple[isa.Format, ...], dtype: str) -> isa.Format | None:
     """The one of a kind's ``formats`` that ``dtype`` is read as: the format the dtype means by
     itself where the kind has it (uint8 bytes: uint8), else the first that takes it (uint16 as fp16)."""
     inferred = isa.INFERRED_FORMAT.get(dtype)
@@ -128,7 +133,7 @@ def _format_in(formats: tuple, dtype: str):
     return next((f for f in formats if dtype in f.dtypes), None)
 
 
-def _check_kind(kind):
+def _check_kind(kind: str | DTypeLike | None) -> str | None:
     """``kind`` as one of :data:`KINDS` (or None): a kind, a name of :data:`KIND_ALIASES`, or such a dtype."""
     if kind is None or (isinstance(kind, str) and kind in KINDS):
         return kind
@@ -155,7 +160,7 @@ class Call:
     a: _Operand  # (..., M, K)
     b: _Operand  # (..., K, N)
     c: "np.ndarray | None"  # view of (..., M, N) accumulator bits, or None for zeros
-    batch: tuple  # the broadcast leading dimensions, () for a 2-D product
+    batch: tuple[int, ...]  # the broadcast leading dimensions, () for a 2-D product
     m: int
     k: int
     n: int
@@ -174,15 +179,16 @@ class Call:
         return self.b.array if self.packed is None else self.packed.tiles
 
 
-def _packed_b(b) -> "PackedB | None":
+def _packed_b(b: object) -> "PackedB | None":
     """``b`` where it is a :class:`pyamx.PackedB` (pyamx/_packed.py builds on this module, so it is
     known by what it offers, not imported); ndarrays, the usual b, are answered first."""
     if type(b) is np.ndarray or type(b) is Imported:
         return None
-    return b if callable(getattr(type(b), "packed_operand", None)) else None
+    # known by its method, as said above: no isinstance to narrow it by
+    return cast("PackedB", b) if callable(getattr(type(b), "packed_operand", None)) else None
 
 
-def check(a, b, c=None, *, kind=None) -> Call:
+def check(a: object, b: object, c: object = None, *, kind: str | DTypeLike | None = None) -> Call:
     """Every operand rule (dtypes, kind, shapes, broadcasting, accumulator), before any copy;
     ``b`` may be a :class:`pyamx.PackedB` (then ``kind`` must be the one it was packed as)."""
     kind = _check_kind(kind)
@@ -209,11 +215,36 @@ def check(a, b, c=None, *, kind=None) -> Call:
     if min(m, k, n) < 1:
         raise ValueError(f"matmul: M={m}, K={k}, N={n}; every dimension must be at least 1")
     batch = _batch_shape(op_a.array.shape[:-2], op_b.array.shape[:-2])
-    c_bits = None if c is None else _accumulator_view(c, batch + (m, n), row.acc_format)
-    return Call(row.name, row.group, op_a, op_b, c_bits, batch, m, k, n, packed)
+    c_bits = None if c is None else _accumulator_view(c, batch + (m, n), _acc_format(row))
+    return Call(row.name, _group(row), op_a, op_b, c_bits, batch, m, k, n, packed)
 
 
-def _batch_shape(a_batch: tuple, b_batch: tuple) -> tuple:
+def _acc_format(row: isa.Instruction) -> isa.Format:
+    fmt = row.acc_format
+    assert fmt is not None  # a dot product's row (isa.MATMUL_ROUTES, isa.DOTS): it has an accumulator
+    return fmt
+
+
+def _acc_dtype(row: isa.Instruction) -> np.dtype[Any]:
+    """The dtype of a dot product's accumulator bits, in native byte order (the result's)."""
+    dtype: np.dtype[Any] = np.dtype(_acc_format(row).bits).newbyteorder("=")
+    return dtype
+
+
+def _a_pad(row: isa.Instruction) -> int:
+    """The bits A's last dword is padded with (docs/matmul.md)."""
+    fmt = row.a_format
+    assert fmt is not None  # a dot product's row: it has operands
+    return fmt.pad
+
+
+def _group(row: isa.Instruction) -> str:
+    group = row.group
+    assert group is not None  # a dot product's row: it is filed under a kernel group
+    return group
+
+
+def _batch_shape(a_batch: tuple[int, ...], b_batch: tuple[int, ...]) -> tuple[int, ...]:
     """The leading dimensions broadcast as np.matmul broadcasts them."""
     if not a_batch and not b_batch:  # a 2-D product, the usual call: no numpy broadcasting machinery
         return ()
@@ -225,7 +256,7 @@ def _batch_shape(a_batch: tuple, b_batch: tuple) -> tuple:
         ) from None
 
 
-def _accumulator_view(c, out_shape: tuple, fmt: isa.Format) -> np.ndarray:
+def _accumulator_view(c: object, out_shape: tuple[int, ...], fmt: isa.Format) -> np.ndarray:
     """``c`` as bits: its last two dimensions (M, N), its leading ones broadcasting to the batch."""
     bits = _validate.format_view(c, "c", "matmul", fmt)
     try:
@@ -254,14 +285,14 @@ class Operands:
     c: "np.ndarray | None"  # (M, N) uint32 bits / int32, or None for zeros
 
 
-def _materialize(call: Call, a_bits: np.ndarray, b_bits: np.ndarray, c_bits) -> Operands:
+def _materialize(call: Call, a_bits: np.ndarray, b_bits: np.ndarray, c_bits: np.ndarray | None) -> Operands:
     """One 2-D product's operands, C-contiguous, native-endian and aligned (copied only where needed)."""
     contiguous = _validate.contiguous_bits
     return Operands(call.mnemonic, call.group, contiguous(a_bits), contiguous(b_bits),
                     None if c_bits is None else contiguous(c_bits))
 
 
-def operands(a, b, c=None, *, kind=None) -> Operands:
+def operands(a: object, b: object, c: object = None, *, kind: str | DTypeLike | None = None) -> Operands:
     """Validate 2-D operands (dtypes, shapes, accumulator) and return their raw bits."""
     call = check(a, b, c, kind=kind)
     if call.batch:
@@ -269,7 +300,7 @@ def operands(a, b, c=None, *, kind=None) -> Operands:
     return _materialize(call, _bits_of(call.a), _bits_of(call.b), call.c)
 
 
-def plan(a, b, c=None, *, kind=None) -> Plan:
+def plan(a: object, b: object, c: object = None, *, kind: str | DTypeLike | None = None) -> Plan:
     """Validate the operands and pad and pack them as the schedule's instructions take them."""
     return _pack(operands(a, b, c, kind=kind))
 
@@ -279,13 +310,13 @@ def _pack(ops: Operands) -> Plan:
     row, a_bits, b_bits = isa.get(ops.mnemonic), ops.a, ops.b
     (m, k), n = a_bits.shape, b_bits.shape[1]
     c_bits = _zero_accumulator(m, n, row) if ops.c is None else ops.c
-    lanes = row.lanes
+    lanes = _LANES[row.name]
     k_dwords = -(-k // lanes)
     width = k_dwords * lanes
     if width == k:
         a_pad = a_bits
     else:
-        a_pad = np.full((m, width), row.a_format.pad, dtype=a_bits.dtype)
+        a_pad = np.full((m, width), _a_pad(row), dtype=a_bits.dtype)
         a_pad[:, :k] = a_bits
     if width == k:
         b_pad = b_bits  # the interleaving below copies anyway
@@ -354,21 +385,23 @@ def _shared_b_operands(call: Call, a_bits: np.ndarray, b_bits: np.ndarray) -> "O
 
 
 def _zero_accumulator(m: int, n: int, row: isa.Instruction) -> np.ndarray:
-    return np.zeros((m, n), dtype=np.dtype(row.acc_format.bits).newbyteorder("="))
+    return np.zeros((m, n), dtype=_acc_dtype(row))
 
 
 # -- the native path ----------------------------------------------------------------------
 
 
-def native_packed(row: isa.Instruction, a_bits: np.ndarray, tiles: np.ndarray, c_bits: np.ndarray, threads,
-                  backend=None) -> np.ndarray:
+def native_packed(row: isa.Instruction, a_bits: np.ndarray, tiles: np.ndarray, c_bits: np.ndarray,
+                  threads: int | None, backend: Backend | None = None) -> np.ndarray:
     """One 2-D product on the native kernels with B in their tile layout (pyamx/cpu/_tile_layout.py):
     A padded to whole dwords here (docs/matmul.md, step 1), B read from ``tiles``."""
-    matmul_native_packed = module(".cpu._native_matmul", __package__).matmul_native_packed  # pyamx._first_use
-    k_dwords = -(-a_bits.shape[1] // row.lanes)
-    width = k_dwords * row.lanes
+    native_matmul: ModuleType = module(".cpu._native_matmul", __package__)  # pyamx._first_use
+    matmul_native_packed: Callable[..., np.ndarray] = native_matmul.matmul_native_packed
+    lanes = _LANES[row.name]
+    k_dwords = -(-a_bits.shape[1] // lanes)
+    width = k_dwords * lanes
     if width != a_bits.shape[1]:
-        padded = np.full((a_bits.shape[0], width), row.a_format.pad, dtype=a_bits.dtype)
+        padded = np.full((a_bits.shape[0], width), _a_pad(row), dtype=a_bits.dtype)
         padded[:, :a_bits.shape[1]] = a_bits
         a_bits = padded
     return matmul_native_packed(row.name, a_bits, tiles, k_dwords, c_bits, threads, backend=backend)
@@ -377,16 +410,16 @@ def native_packed(row: isa.Instruction, a_bits: np.ndarray, tiles: np.ndarray, c
 # -- the public function ----------------------------------------------------------------
 
 
-def _check_threads(threads):
+def _check_threads(threads: object) -> int | None:
     # The one check of threads= (pyamx._threads): here, once per product; what it returns is passed
     # down to the engines and the native kernels as it is.
     return _threads.check(threads, "matmul")
 
 
-def matmul(a: ArrayInput, b: ArrayInput | PackedB, c: ArrayInput | None = None, *, kind: str | DTypeLike = None,
-           backend: str | None = None, engine: str | None = None, threads: int | None = None,
-           numerics: str | Numerics = "sdm", out: ArrayInput | None = None,
-           out_dtype: str | DTypeLike = None) -> AMXResult:
+def matmul(a: ArrayInput, b: ArrayInput | PackedB, c: ArrayInput | None = None, *,
+           kind: str | DTypeLike | None = None, backend: str | None = None, engine: str | None = None,
+           threads: int | None = None, numerics: str | Numerics = "sdm", out: ArrayInput | None = None,
+           out_dtype: str | DTypeLike | None = None) -> AMXResult:
     """``c + a @ b`` through AMX tile instructions, for any M, N, K >= 1: a new (..., M, N) array.
 
     ``a`` (M, K) and ``b`` (K, N) are ordinary row-major matrices (no packing), or stacks of them:
@@ -438,8 +471,10 @@ def matmul(a: ArrayInput, b: ArrayInput | PackedB, c: ArrayInput | None = None, 
     kind = _check_kind(kind)
     spec = _matmul_out.parse(out_dtype)
     a_in = intake(a, "a")
-    b_in = b if _packed_b(b) is not None else intake(b, "b")  # pyamx.pack's operand: the same flow, same bits
-    if b_in is not b and _matmul_complex.wants_complex(a_in.array, b_in.array, kind):
+    packed_b = _packed_b(b)
+    b_in = packed_b if packed_b is not None else intake(b, "b")  # pyamx.pack's operand: the same flow, same bits
+    if (isinstance(b_in, Imported) and not isinstance(b, Imported)  # taken just now: not pyamx.pack's
+            and _matmul_complex.wants_complex(a_in.array, b_in.array, kind)):
         return _complex(a_in.array, b_in.array, c, spec, out, backend=backend, engine=engine, threads=threads,
                         numerics=numerics)
     call = check(a_in, b_in, c, kind=kind)
@@ -474,7 +509,8 @@ def matmul(a: ArrayInput, b: ArrayInput | PackedB, c: ArrayInput | None = None, 
     return _matmul_out.labelled(result, target is not None, "emulator", engine=eng.name, **labels)
 
 
-def _complex(a: np.ndarray, b: np.ndarray, c, spec: _matmul_out.OutDtype, out, **run) -> AMXResult:
+def _complex(a: np.ndarray, b: np.ndarray, c: ArrayInput | None, spec: _matmul_out.OutDtype, out: object,
+             **run: Any) -> AMXResult:
     """A complex product (pyamx._matmul_complex), with ``out`` checked before it runs."""
     dtype = _matmul_out.result_dtype(spec, np.dtype(np.complex64), _matmul_complex.KIND)
     if out is None or a.ndim != 2 or b.ndim != 2:  # other shapes: complex_matmul refuses them before any work
@@ -486,7 +522,7 @@ def _complex(a: np.ndarray, b: np.ndarray, c, spec: _matmul_out.OutDtype, out, *
     return _matmul_out.labelled(result, True, str(product.backend), product.native_mode, product.engine)
 
 
-def _path(mnemonic: str, eng) -> str:
+def _path(mnemonic: str, eng: Engine | None) -> str:
     """Which transient copies a product makes (pyamx._matmul_memory.row_bytes)."""
     if eng is None:
         return "native"
@@ -496,16 +532,16 @@ def _path(mnemonic: str, eng) -> str:
 
 
 #: values per dword of each dot product, looked up once (isa's property computes it on every read)
-_LANES = {insn.name: insn.lanes for insn in isa.DOTS}
+_LANES = {name: lanes for name, (lanes, _) in _engine.OPS.items()}
 
 
-def _row_bytes(mnemonic: str, k: int, n: int, eng) -> int:
+def _row_bytes(mnemonic: str, k: int, n: int, eng: Engine | None) -> int:
     lanes = _LANES[mnemonic]
     width = -(-k // lanes) * lanes
     return _matmul_memory.row_bytes(n, width, 4 // lanes, _path(mnemonic, eng))
 
 
-def _needed_bytes(call: Call, eng) -> int:
+def _needed_bytes(call: Call, eng: Engine | None) -> int:
     """The call's peak estimate: the result, the operands' rounded or contiguous copies, B's packed
     forms and one block's transients (pyamx._matmul_memory)."""
     lanes = _LANES[call.mnemonic]
@@ -528,7 +564,8 @@ def _needed_bytes(call: Call, eng) -> int:
     return result + copies + b_packed + _matmul_memory.block_rows(call.m, per_row) * per_row
 
 
-def _product(ops: Operands, eng, threads, backend=None, out=None) -> np.ndarray:
+def _product(ops: Operands, eng: Engine | None, threads: int | None, backend: Backend | None = None,
+             out: np.ndarray | None = None) -> np.ndarray:
     """One 2-D product's result bits, on the native kernels (``eng`` None; ``backend`` the call's
     resolved native backend) or the engine ``eng``; into ``out`` where given.
 
@@ -541,7 +578,7 @@ def _product(ops: Operands, eng, threads, backend=None, out=None) -> np.ndarray:
         return _whole_product(ops, eng, threads, backend)
     tiles = _tile_layout.pack(ops.b, threads) if eng is None else None  # once for all blocks
     if out is None:
-        out = np.empty((m, n), np.dtype(isa.get(ops.mnemonic).acc_format.bits).newbyteorder("="))
+        out = np.empty((m, n), _acc_dtype(isa.get(ops.mnemonic)))
     for start in range(0, m, rows):
         stop = min(start + rows, m)
         block = Operands(ops.mnemonic, ops.group, ops.a[start:stop], ops.b,
@@ -550,7 +587,8 @@ def _product(ops: Operands, eng, threads, backend=None, out=None) -> np.ndarray:
     return out
 
 
-def _whole_product(ops: Operands, eng, threads, backend=None, tiles=None) -> np.ndarray:
+def _whole_product(ops: Operands, eng: Engine | None, threads: int | None, backend: Backend | None = None,
+                   tiles: np.ndarray | None = None) -> np.ndarray:
     if eng is None:
         # B straight from row-major into the kernel's tile layout, in C by the pool's threads
         row = isa.get(ops.mnemonic)
@@ -565,7 +603,8 @@ def _whole_product(ops: Operands, eng, threads, backend=None, tiles=None) -> np.
     return np.asarray(eng.run_dot(p.mnemonic, p.c, p.a, p.b_vnni, p.k_dwords, threads))
 
 
-def _batched(call: Call, a_bits: np.ndarray, b_bits: np.ndarray, eng, threads, backend=None) -> np.ndarray:
+def _batched(call: Call, a_bits: np.ndarray, b_bits: np.ndarray, eng: Engine | None, threads: int | None,
+             backend: Backend | None = None) -> np.ndarray:
     """Each product of the broadcast batch as its own 2-D call, into one (*batch, M, N) array.
 
     Where every product shares one b and a's stack is one matrix in memory, the whole batch is
@@ -576,12 +615,12 @@ def _batched(call: Call, a_bits: np.ndarray, b_bits: np.ndarray, eng, threads, b
     shared = _shared_b_operands(call, a_bits, b_bits)
     if shared is not None:
         bits = _product(shared, eng, threads, backend)
-        return bits.view(np.dtype(isa.get(call.mnemonic).acc_format.bits).newbyteorder("=")).reshape(
+        return bits.view(_acc_dtype(isa.get(call.mnemonic))).reshape(
             call.batch + (call.m, call.n))
     a_all = np.broadcast_to(a_bits, call.batch + (call.m, call.k))
     b_all = np.broadcast_to(b_bits, call.batch + (call.k, call.n))
     c_all = None if call.c is None else np.broadcast_to(call.c, call.batch + (call.m, call.n))
-    out = np.empty(call.batch + (call.m, call.n), np.dtype(isa.get(call.mnemonic).acc_format.bits).newbyteorder("="))
+    out = np.empty(call.batch + (call.m, call.n), _acc_dtype(isa.get(call.mnemonic)))
     for index in np.ndindex(*call.batch):
         ops = _materialize(call, a_all[index], b_all[index], None if c_all is None else c_all[index])
         _product(ops, eng, threads, backend, out=out[index])

@@ -74,7 +74,7 @@ def result_dtype(spec: OutDtype, accumulator: np.dtype, group: str) -> np.dtype:
     return spec.dtype
 
 
-def check_out(out: object, shape: tuple[int, ...], dtype: np.dtype[Any], inputs: dict[str, np.ndarray]) -> np.ndarray:
+def check_out(out: object, shape: tuple[int, ...], dtype: np.dtype[Any], inputs: dict[str, np.ndarray | None]) -> np.ndarray:
     """``out`` as the ndarray to write the result into, after every check: its type, dtype, shape,
     that it is writable, and that it shares no memory with an input (``inputs``: name -> array).
     ``out`` may be ``c`` itself (same memory, shape and strides): ``c += a @ b`` in place.

@@ -29,7 +29,13 @@ from .cpu import _tile_layout
 from .table import isa
 
 if TYPE_CHECKING:
+    from typing import Any
+
+    import numpy.typing as npt
+
+    from ._backend import Backend
     from ._types import ArrayInput
+    from .emulator.engine import Engine
 
 #: the kinds pack() takes: every kind matmul takes except complex (a complex number fills its
 #: dword, and pyamx._matmul_complex runs two products of its own)
@@ -51,11 +57,11 @@ class PackedB:
     k: int
     n: int
     rounded_to: "str | None"
-    tiles: np.ndarray
-    _bits_dtype: np.dtype
+    tiles: npt.NDArray[np.uint8]
+    _bits_dtype: np.dtype[Any]
 
     @property
-    def shape(self) -> tuple:
+    def shape(self) -> tuple[int, int]:
         return (self.k, self.n)
 
     @property
@@ -75,13 +81,14 @@ class PackedB:
         """Bytes of one of B's values (2 for bf16/fp16, 1 for the 8-bit formats)."""
         return self._bits_dtype.itemsize
 
-    def packed_operand(self):
+    def packed_operand(self) -> _matmul._Operand:
         """B as ``pyamx.matmul``'s checks see an operand (pyamx._matmul.check): its format, and a
         (K, N) array of its bits' dtype that occupies no memory (the bits are in the tiles)."""
         return _matmul._Operand(np.broadcast_to(np.zeros((), self._bits_dtype), (self.k, self.n)),
                                 isa.FORMATS[self.format], False)
 
-    def product_bits(self, call, a_bits: np.ndarray, eng, threads, chosen) -> np.ndarray:
+    def product_bits(self, call: _matmul.Call, a_bits: np.ndarray, eng: Engine | None, threads: int | None,
+                     chosen: Backend) -> np.ndarray:
         """The result bits of a checked ``pyamx.matmul`` call (pyamx._matmul.check) with this b: B's
         tiles straight to the native kernel (``eng`` None), or its row-major bits on the engine's
         own path; a stack of a times this b as one 2-D product on all of a's rows."""
@@ -122,14 +129,15 @@ def pack(b: "ArrayInput", kind: "str | None" = None, *, threads: "int | None" = 
 # -- pyamx.matmul(a, packed): checked by pyamx._matmul.check like any b, computed here ----------
 
 
-def _product_bits(packed: PackedB, call, a_all: np.ndarray, eng, threads, chosen) -> np.ndarray:
+def _product_bits(packed: PackedB, call: _matmul.Call, a_all: np.ndarray, eng: Engine | None, threads: int | None,
+                  chosen: Backend) -> np.ndarray:
     row = isa.get(call.mnemonic)
     k, n, batch = call.k, packed.n, call.batch
     shape = batch + (call.m, n)
     b_rows = None if eng is None else packed.unpack()
-    acc_dtype = np.dtype(row.acc_format.bits).newbyteorder("=")
+    acc_dtype = np.dtype(row.acc_format.bits).newbyteorder("=")  # type: ignore[union-attr]  # a dot product's row
 
-    def product(a_bits, c_one, into):
+    def product(a_bits: np.ndarray, c_one: np.ndarray | None, into: np.ndarray) -> None:
         """One 2-D product into ``into`` (in blocks of rows where the transients would be large)."""
         if eng is None:
             step = _matmul_memory.block_rows(a_bits.shape[0], _matmul._row_bytes(row.name, k, n, None))
@@ -141,7 +149,8 @@ def _product_bits(packed: PackedB, call, a_all: np.ndarray, eng, threads, chosen
                     row, np.ascontiguousarray(a_bits[start:stop]), packed.tiles, c_block, threads,
                     chosen)).view(acc_dtype)
         else:
-            ops = _matmul.Operands(row.name, row.group, _validate.contiguous_bits(a_bits), b_rows,
+            # row.group: a dot product's row has one; b_rows: unpacked above for an engine (eng is not None)
+            ops = _matmul.Operands(row.name, row.group, _validate.contiguous_bits(a_bits), b_rows,  # type: ignore[arg-type]
                                    None if c_one is None else _validate.contiguous_bits(c_one))
             _matmul._product(ops, eng, threads, chosen, out=into)
 

@@ -47,12 +47,19 @@ every call).
 from __future__ import annotations
 
 import operator
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from . import native
 from ._tile_layout import aligned_empty
 from .. import _threads
+
+if TYPE_CHECKING:
+    from typing import Callable
+
+    from .._backend import Backend
+    from ._nativelib import FFI, CData, Lib
 
 __all__ = ["matmul_native", "matmul_native_packed", "default_threads", "threads_for_work"]
 
@@ -63,7 +70,7 @@ __all__ = ["matmul_native", "matmul_native_packed", "default_threads", "threads_
 MIN_MACS_PER_THREAD = 1 << 25
 
 
-def _operand(fn, name, x, itemsize, kinds):
+def _operand(fn: str, name: str, x: object, itemsize: int, kinds: str) -> int:
     if not isinstance(x, np.ndarray):
         raise TypeError(f"{fn}: {name} must be a numpy array, not {type(x).__name__}")
     if x.ndim != 2:
@@ -81,17 +88,17 @@ def _operand(fn, name, x, itemsize, kinds):
     return x.strides[0] if rows > 1 else cols * itemsize
 
 
-def _count(fn, name, value, low, high=None):
+def _count(fn: str, name: str, value: object, low: int, high: int | None = None) -> int:
     if isinstance(value, bool):
         raise ValueError(f"{fn}: {name} must be an int count, not {value!r}")
     try:
-        value = operator.index(value)
+        count = operator.index(value)  # type: ignore[arg-type]  # checked here: anything else raises TypeError
     except TypeError:
         raise TypeError(f"{fn}: {name} must be an int, not {type(value).__name__}") from None
-    if value < low or (high is not None and value > high):
+    if count < low or (high is not None and count > high):
         bound = f"{low}..{high}" if high is not None else f">= {low}"
-        raise ValueError(f"{fn}: {name} must be {bound}, got {value!r}")
-    return value
+        raise ValueError(f"{fn}: {name} must be {bound}, got {count!r}")
+    return count
 
 
 def default_threads() -> int:
@@ -100,7 +107,7 @@ def default_threads() -> int:
     return _threads.default()
 
 
-def _pointer(ffi, x: np.ndarray):
+def _pointer(ffi: FFI, x: np.ndarray) -> CData:
     """``x``'s first byte for C: the buffer itself where it is C-contiguous (no array interface
     dict per call), else its address (rows further apart than their length)."""
     if x.flags.c_contiguous:
@@ -114,22 +121,22 @@ def threads_for_work(m: int, n: int, k_values: int, cap: int) -> int:
     return max(1, min(cap, m * n * k_values // MIN_MACS_PER_THREAD))
 
 
-def _thread_count(lib, threads, m, n, k_values):
+def _thread_count(lib: Lib, threads: int | None, m: int, n: int, k_values: int) -> int:
     """``threads`` as given (checked by the public entry), or what None runs."""
     if threads is None:
         return threads_for_work(m, n, k_values, min(default_threads(), lib.PYAMX_MATMUL_MAX_THREADS))
     return threads
 
 
-def _panels(fn, lib, panels):
+def _panels(fn: str, lib: Lib, panels: object) -> tuple[int, int]:
     if panels is None:  # the build's own constants: nothing to check
         return lib.PYAMX_MATMUL_K_PANEL, lib.PYAMX_MATMUL_N_PANEL
     if not isinstance(panels, tuple) or len(panels) != 2:
         raise TypeError(f"{fn}: panels must be None or a (k_panel, n_panel) tuple, not {panels!r}")
-    return tuple(_count(fn, name, x, 1) for name, x in zip(("k_panel", "n_panel"), panels))
+    return _count(fn, "k_panel", panels[0], 1), _count(fn, "n_panel", panels[1], 1)
 
 
-def _aligned_copy(c_bits):
+def _aligned_copy(c_bits: np.ndarray) -> np.ndarray:
     """``c_bits`` copied into a new C-contiguous array whose first byte is 64-byte aligned: with N
     a multiple of 16 every C tile row is then a whole cache line."""
     out = aligned_empty(c_bits.nbytes, c_bits.dtype.newbyteorder("="), c_bits.shape)
@@ -137,7 +144,9 @@ def _aligned_copy(c_bits):
     return out
 
 
-def matmul_native(op_name, a_bits, b_vnni, c_bits, k_dwords, threads, *, panels=None, backend=None):
+def matmul_native(op_name: str, a_bits: np.ndarray, b_vnni: np.ndarray, c_bits: np.ndarray, k_dwords: int,
+                  threads: int | None, *, panels: tuple[int, int] | None = None,
+                  backend: Backend | None = None) -> np.ndarray:
     """``c_bits + a_bits . b_vnni`` through the native AMX matmul kernel (see the module docstring).
 
     ``panels``: ``(k_panel, n_panel)``, the kernel's cache blocking in K blocks
@@ -150,6 +159,7 @@ def matmul_native(op_name, a_bits, b_vnni, c_bits, k_dwords, threads, *, panels=
     if op_name not in native.OPS:
         raise ValueError(f"native matmul: unknown instruction {op_name!r}; expected one of {', '.join(native.OPS)}")
     op_attr, group, lanes = native.OPS[op_name]
+    assert lanes is not None  # native.OPS holds the dot products, whose operands fill dwords
     k_dwords = _count(fn, "k_dwords", k_dwords, 1)
     item = 4 // lanes
     lda = _operand(fn, "a_bits", a_bits, item, "uif")
@@ -164,12 +174,16 @@ def matmul_native(op_name, a_bits, b_vnni, c_bits, k_dwords, threads, *, panels=
             f"and b({k_dwords}, {n * lanes}), got a{a_bits.shape} b{b_vnni.shape}"
         )
     # A call's resolved native backend has checked this group against its detection report already.
-    ffi, lib = native._lib(group) if backend is None else backend.library
+    library = native._lib(group) if backend is None else backend.library
+    assert library is not None  # a native backend's: only the emulator has none
+    ffi, lib = library
     return _run_kernel(fn, lib.pyamx_matmul_amx_panels, op_attr, k_dwords, lanes, a_bits, lda,
                        (_pointer(ffi, b_vnni), ldb), c_bits, threads, panels, backend, ffi, lib)
 
 
-def _run_kernel(fn, entry, op_attr, k_dwords, lanes, a_bits, lda, b_args, c_bits, threads, panels, backend, ffi, lib):
+def _run_kernel(fn: str, entry: Callable[..., int], op_attr: str, k_dwords: int, lanes: int, a_bits: np.ndarray,
+                lda: int, b_args: tuple[CData, int], c_bits: np.ndarray, threads: int | None, panels: object,
+                backend: Backend | None, ffi: FFI, lib: Lib) -> np.ndarray:
     """The second half of both entries, their operands checked: the thread count and panels, C
     copied into an aligned output, the native state checked, then ``entry(op, m, n, k_dwords, a,
     lda, *b_args, out, ldout, threads, k_panel, n_panel)``, its status turned into an exception.
@@ -185,7 +199,9 @@ def _run_kernel(fn, entry, op_attr, k_dwords, lanes, a_bits, lda, b_args, c_bits
     return out
 
 
-def matmul_native_packed(op_name, a_bits, tiles, k_dwords, c_bits, threads, *, panels=None, backend=None):
+def matmul_native_packed(op_name: str, a_bits: np.ndarray, tiles: np.ndarray, k_dwords: int, c_bits: np.ndarray,
+                         threads: int | None, *, panels: tuple[int, int] | None = None,
+                         backend: Backend | None = None) -> np.ndarray:
     """``c_bits + a_bits . B`` with B in the kernel's tile layout (``tiles``, _tile_layout.py,
     as :func:`pyamx.pack` makes it): as :func:`matmul_native`, but B is read from the tiles
     (``pyamx_matmul_amx_packed``). ``tiles``: a 64-byte aligned uint8 array of at least the
@@ -195,6 +211,7 @@ def matmul_native_packed(op_name, a_bits, tiles, k_dwords, c_bits, threads, *, p
     if op_name not in native.OPS:
         raise ValueError(f"native matmul: unknown instruction {op_name!r}; expected one of {', '.join(native.OPS)}")
     op_attr, group, lanes = native.OPS[op_name]
+    assert lanes is not None  # native.OPS holds the dot products, whose operands fill dwords
     k_dwords = _count(fn, "k_dwords", k_dwords, 1)
     lda = _operand(fn, "a_bits", a_bits, 4 // lanes, "uif")
     _operand(fn, "c_bits", c_bits, 4, "uif")
@@ -205,7 +222,9 @@ def matmul_native_packed(op_name, a_bits, tiles, k_dwords, c_bits, threads, *, p
     need = 2048 * (-(-n // 32)) * (-(-k_dwords // 16))
     tiles_ok = isinstance(tiles, np.ndarray) and tiles.dtype == np.uint8 and tiles.ndim == 1 and \
         tiles.flags.c_contiguous and tiles.nbytes >= need
-    ffi, lib = native._lib(group) if backend is None else backend.library
+    library = native._lib(group) if backend is None else backend.library
+    assert library is not None  # a native backend's: only the emulator has none
+    ffi, lib = library
     tiles_ptr = ffi.from_buffer(tiles) if tiles_ok else None
     if tiles_ptr is None or int(ffi.cast("uintptr_t", tiles_ptr)) % 64:
         raise ValueError(f"{fn}: tiles must be a 64-byte aligned, contiguous uint8 array of at least {need} bytes "

@@ -28,6 +28,8 @@ if TYPE_CHECKING:
     #: (and cffi ships no types)
     FFI = Any
     Lib = Any
+    #: a value cffi made (``ffi.new``, ``ffi.from_buffer``): a C pointer, array or struct
+    CData = Any
 
 REBUILD_HINT = "rebuild it with `pip install .` (or `python build.py` in a source checkout)"
 

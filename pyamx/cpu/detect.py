@@ -34,10 +34,20 @@ import signal
 import sys
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
-from typing import Mapping, NamedTuple, Optional, Tuple
+from typing import TYPE_CHECKING, Mapping, NamedTuple, Optional, Tuple, TypedDict
 
 from .._first_use import LOCK
 from ..table import isa
+
+if TYPE_CHECKING:
+    from typing import AbstractSet, Callable, Iterable
+
+    from ._nativelib import FFI, Lib
+
+#: one CPUID result: (EAX, EBX, ECX, EDX)
+Registers = Tuple[int, int, int, int]
+#: CPUID's leaves as read: {(leaf, sub-leaf): registers}
+CpuidLeaves = Mapping[Tuple[int, int], Registers]
 
 # -- constants of the hardware and kernel interfaces --------------------------
 
@@ -56,7 +66,7 @@ ARCH_REQ_XCOMP_PERM = 0x1023
 _FIXED_LEAVES = ((0, 0), (1, 0), (0x1D, 0), (0x1D, 1), (0x1E, 0))
 
 
-def cpuid_leaves(rows=isa.FEATURE_ROWS) -> Tuple[Tuple[int, int], ...]:
+def cpuid_leaves(rows: Iterable[isa.Feature] = isa.FEATURE_ROWS) -> Tuple[Tuple[int, int], ...]:
     """The (leaf, sub-leaf) pairs detection reads (pure): the fixed ones and each feature row's, with
     sub-leaf 0 of its leaf (whose EAX says how many sub-leaves there are)."""
     wanted = set(_FIXED_LEAVES)
@@ -95,7 +105,22 @@ def cpu_name(vendor: str, family: int, model: int) -> str:
     return UNKNOWN_CPU
 
 
-def describe_cpu(cpu: Mapping, features: Mapping, executed: Optional[bool] = None) -> str:
+class _CpuInfoBase(TypedDict):
+    vendor: str
+    family: int
+    model: int
+    stepping: int
+    name: str
+
+
+class CpuInfo(_CpuInfoBase, total=False):
+    """What CPUID's leaves 0 and 1 say (:func:`cpu_name` gives ``name``); ``codename`` only for a
+    CPU model of :data:`AMX_MODELS`."""
+
+    codename: str
+
+
+def describe_cpu(cpu: CpuInfo, features: Mapping[str, int], executed: Optional[bool] = None) -> str:
     """The CPU line of ``pyamx info`` from CPUID's facts (pure): signature, the table's name or
     "unknown", the AMX feature bits set, and whether a forked child executed a tile instruction."""
     name = cpu_name(cpu["vendor"], cpu["family"], cpu["model"])
@@ -114,18 +139,19 @@ def describe_cpu(cpu: Mapping, features: Mapping, executed: Optional[bool] = Non
 _C_STATUS = ("E_NOT_READY", "E_NO_KERNEL", "E_ARG", "E_START_ROW", "E_UNSUPPORTED")
 
 
-def _c(name: str):
+def _c(name: str) -> Optional[int]:
     from ..table.isa import c_constant
 
-    return c_constant("PYAMX_" + name)
+    value: Optional[int] = c_constant("PYAMX_" + name)
+    return value
 
 
-def _kernel_bits():
+def _kernel_bits() -> Mapping[str, Optional[int]]:
     """group -> bit of pyamx_build_kernels() (csrc/pyamx.h, enum pyamx_kernel_bits)."""
     return MappingProxyType({group: _c("KERNEL_" + group.upper()) for group in KERNEL_FEATURE})
 
 
-def __getattr__(name):
+def __getattr__(name: str) -> Optional[int] | Mapping[str, Optional[int]]:
     if name in _C_STATUS:
         return _c(name)
     if name == "KERNEL_BITS":
@@ -135,7 +161,8 @@ def __getattr__(name):
 #: kernel group -> the feature key (decode_features) its kernels need, from pyamx.table.isa
 KERNEL_FEATURE = MappingProxyType({group: isa.FEATURES[name].key for group, name in isa.GROUP_FEATURE.items()})
 
-FAULTHANDLER_FIXED = {(3, 9): (3, 9, 12), (3, 10): (3, 10, 4)}  # 3.11+ fixed from the start
+# (major, minor) -> the first release whose faulthandler is fixed; 3.11+ fixed from the start
+FAULTHANDLER_FIXED: dict[Tuple[int, ...], Tuple[int, ...]] = {(3, 9): (3, 9, 12), (3, 10): (3, 10, 4)}
 
 # -- raw values ----------------------------------------------------------------
 
@@ -146,7 +173,7 @@ class BuildFacts:
 
     version: str
     compiler: str
-    kernels: frozenset  # groups compiled in: {"bf16", "int8", "fp16"}
+    kernels: frozenset[str]  # groups compiled in: {"bf16", "int8", "fp16"}
     x86_64_linux: bool
     kernels_reason: str = ""  # the build's decision: why the AMX kernels are (not) compiled in
 
@@ -160,7 +187,7 @@ class TrapFacts:
     requested: bool = False
     error: Optional[str] = None  # why requested() / enable() / the grant failed
     active: bool = False
-    kernels: Optional[frozenset] = None  # groups the trap emulates; None = all built ones
+    kernels: Optional[frozenset[str]] = None  # groups the trap emulates; None = all built ones
     guard: Optional[str] = None  # pyamx.trap.guard().reason: whether other SIGILL handlers are kept out
     pending: bool = False  # requested, and the native start has not tried to switch it on yet
 
@@ -179,7 +206,7 @@ class RawFacts:
     python: Tuple[int, int, int]
     build: Optional[BuildFacts] = None
     build_error: Optional[str] = None
-    cpuid: Optional[Mapping] = None  # {(leaf, subleaf): (eax, ebx, ecx, edx)}
+    cpuid: Optional[CpuidLeaves] = None  # {(leaf, subleaf): (eax, ebx, ecx, edx)}
     xcr0: Optional[int] = None
     xcomp_supp: Optional[Tuple[int, int]] = None  # (errno, value)
     perm_request: Optional[int] = None  # errno, 0 = granted
@@ -193,7 +220,7 @@ class RawFacts:
     cpuinfo_flags: Optional[Tuple[str, ...]] = None  # AMX flags of /proc/cpuinfo, read when there is no extension
 
     @property
-    def features(self) -> Mapping:
+    def features(self) -> Mapping[str, int]:
         """Each feature row of pyamx.isa by its key (and ``osxsave``, ``max_leaf``), from ``cpuid``;
         empty where CPUID was not read."""
         return MappingProxyType(decode_features(self.cpuid) if self.cpuid is not None else {})
@@ -219,14 +246,16 @@ class Report:
     reason: str  # "ok", or the first failing stage and its remedy
     mode: Optional[str]  # "silicon", "trap" or None
     stages: Tuple[Stage, ...]
-    kernels: frozenset  # groups native can run: subset of {"bf16", "int8", "fp16"}
-    cpu: Mapping = field(default_factory=lambda: MappingProxyType({}))
-    build: Mapping = field(default_factory=lambda: MappingProxyType({}))
+    kernels: frozenset[str]  # groups native can run: subset of {"bf16", "int8", "fp16"}
+    # CpuInfo's entries and the feature bits (decode_features)
+    cpu: Mapping[str, object] = field(default_factory=lambda: MappingProxyType({}))
+    # the build's version, compiler, kernel groups and why
+    build: Mapping[str, str | list[str]] = field(default_factory=lambda: MappingProxyType({}))
     warning: Optional[str] = None  # loud text when native means trapped, not silicon
     # CPUID features whose instructions the complement mode emulates here (silicon runs the rest)
-    complemented: frozenset = frozenset()
+    complemented: frozenset[str] = frozenset()
 
-    def mode_for(self, insn) -> Optional[str]:
+    def mode_for(self, insn: isa.Instruction) -> Optional[str]:
         """How native runs ``insn`` (an isa row): ``"complement"`` where the complement mode
         emulates its feature on this silicon, else :attr:`mode`."""
         return "complement" if self.mode == "silicon" and insn.feature.name in self.complemented else self.mode
@@ -251,7 +280,7 @@ class Report:
         """The native backend runs, but through the SIGILL trap-and-emulate mode."""
         return self.mode == "trap"
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, object]:
         """A JSON-ready dict of everything in the report.
 
         ``amx_usable`` means silicon; ``trap_mode`` says the native backend
@@ -297,7 +326,7 @@ def decode_signature(eax: int) -> Tuple[int, int, int]:
     return family, model, stepping
 
 
-def cpuid_leaf(cpuid: Mapping, leaf: int, subleaf: int = 0) -> Tuple[int, int, int, int]:
+def cpuid_leaf(cpuid: CpuidLeaves, leaf: int, subleaf: int = 0) -> Registers:
     """CPUID.(leaf, subleaf) as the CPU defines it (pure): zeros above the maximum leaf, and above the
     last sub-leaf where sub-leaf 0's EAX counts them (leaves 7 and 0x1E), never another leaf's data."""
     zero = (0, 0, 0, 0)
@@ -308,10 +337,10 @@ def cpuid_leaf(cpuid: Mapping, leaf: int, subleaf: int = 0) -> Tuple[int, int, i
     return cpuid.get((leaf, subleaf), zero)
 
 
-def decode_features(cpuid: Mapping, rows=isa.FEATURE_ROWS) -> dict:
+def decode_features(cpuid: CpuidLeaves, rows: Iterable[isa.Feature] = isa.FEATURE_ROWS) -> dict[str, int]:
     """AMX and XSAVE feature bits from the CPUID leaves (missing leaves read as zero): one entry per
     feature row of pyamx.isa (``rows``), by its key, plus ``max_leaf`` and ``osxsave``."""
-    out = {"max_leaf": cpuid.get((0, 0), (0, 0, 0, 0))[0]}
+    out: dict[str, int] = {"max_leaf": cpuid.get((0, 0), (0, 0, 0, 0))[0]}
     for feature in rows:
         registers = cpuid_leaf(cpuid, feature.leaf, feature.subleaf)
         out[feature.key] = bit(registers[_REGISTERS.index(feature.register)], feature.bit)
@@ -322,7 +351,7 @@ def decode_features(cpuid: Mapping, rows=isa.FEATURE_ROWS) -> dict:
 _REGISTERS = ("eax", "ebx", "ecx", "edx")  # the order of a CPUID result tuple
 
 
-def decode_palette(cpuid: Mapping) -> Optional[dict]:
+def decode_palette(cpuid: CpuidLeaves) -> Optional[dict[str, int]]:
     """Palette 1 and TMUL limits from leaves 0x1D/0x1E, or None when the CPU has no leaf 0x1D."""
     zero = (0, 0, 0, 0)
     if cpuid.get((0, 0), zero)[0] < 0x1D:
@@ -354,13 +383,13 @@ def errno_name(err: int) -> str:
     return _errno.errorcode.get(err, f"errno {err}")
 
 
-def faulthandler_fixed(python: Tuple[int, int, int]) -> bool:
+def faulthandler_fixed(python: Tuple[int, ...]) -> bool:
     """Whether this CPython's faulthandler sizes its sigaltstack for AMX (3.9.12, 3.10.4, 3.11+)."""
-    python = tuple(python[:3])
-    if python[:2] >= (3, 11):
+    version = tuple(python[:3])
+    if version[:2] >= (3, 11):
         return True
-    fixed = FAULTHANDLER_FIXED.get(python[:2])
-    return fixed is not None and python >= fixed
+    fixed = FAULTHANDLER_FIXED.get(version[:2])
+    return fixed is not None and version >= fixed
 
 
 def permission_remedy(err: int, python: Tuple[int, int, int] = (3, 11, 0)) -> str:
@@ -426,13 +455,14 @@ def child_verdict(err: int, status: int) -> Tuple[bool, str]:
             name = signal.Signals(sig).name
         except ValueError:
             name = f"signal {sig}"
-        why = {
+        why_by_signal: dict[int, str] = {
             signal.SIGILL: "the CPU or hypervisor advertises AMX but does not deliver it (#UD on the "
             "first tile instruction), or the permission is not in effect",
             signal.SIGSEGV: f"{isa.of_action('load-config').mnemonic} raised #GP: the hypervisor reports palette 1 "
             "but rejects it",
             signal.SIGALRM: "the tile instructions hung for 10 s",
-        }.get(sig, "unexpected signal")
+        }
+        why = why_by_signal.get(sig, "unexpected signal")
         return False, f"the probe child was killed by {name}: {why}"
     return False, f"the probe child ended with wait status 0x{status:x}"
 
@@ -440,16 +470,16 @@ def child_verdict(err: int, status: int) -> Tuple[bool, str]:
 # -- the judgement ---------------------------------------------------------------
 
 
-def _yes(flag: bool) -> str:
+def _yes(flag: object) -> str:
     return "yes" if flag else "no"
 
 
 class _Stages:
     """Accumulates stages and remembers the first failure's reason."""
 
-    def __init__(self):
-        self.items = []
-        self.reason = None
+    def __init__(self) -> None:
+        self.items: list[Stage] = []
+        self.reason: Optional[str] = None
 
     def add(self, name: str, value: str, ok: Optional[bool], remedy: str = "") -> Optional[bool]:
         self.items.append(Stage(name, value, ok))
@@ -498,18 +528,18 @@ SILICON_STAGES_AFTER_CPUID = (
 )
 
 
-def _cpu_info(cpuid: Mapping) -> dict:
+def _cpu_info(cpuid: CpuidLeaves) -> CpuInfo:
     zero = (0, 0, 0, 0)
     family, model, stepping = decode_signature(cpuid.get((1, 0), zero)[0])
     vendor = decode_vendor(cpuid.get((0, 0), zero))
-    info = {"vendor": vendor, "family": family, "model": model, "stepping": stepping,
-            "name": cpu_name(vendor, family, model)}
+    info: CpuInfo = {"vendor": vendor, "family": family, "model": model, "stepping": stepping,
+                     "name": cpu_name(vendor, family, model)}
     if info["name"] != UNKNOWN_CPU:
         info["codename"] = info["name"]
     return info
 
 
-def _hidden_hint(cpu: Mapping) -> str:
+def _hidden_hint(cpu: CpuInfo) -> str:
     codename = cpu.get("codename")
     if codename:
         return (
@@ -519,27 +549,29 @@ def _hidden_hint(cpu: Mapping) -> str:
     return " AMX needs an Intel Xeon of the Sapphire Rapids generation or later"
 
 
-def _silicon_stages(raw: RawFacts, st: _Stages, cpu: dict) -> Tuple[set, dict]:
+def _silicon_stages(raw: RawFacts, st: _Stages, cpu: CpuInfo) -> Tuple[set[str], dict[str, int]]:
     """CPUID through the child probe; returns (CPU kernel groups, feature dict)."""
     names = iter(SILICON_STAGES_AFTER_CPUID)
-    feats = decode_features(raw.cpuid)
+    cpuid = raw.cpuid
+    assert cpuid is not None  # evaluate() judges these stages only where CPUID was read
+    feats = decode_features(cpuid)
     cpu_groups = {group for group, feat in KERNEL_FEATURE.items() if feats[feat]}
 
     name = next(names)
-    st.add(name, _yes(feats["amx_tile"]), feats["amx_tile"],
+    st.add(name, _yes(feats["amx_tile"]), bool(feats["amx_tile"]),
            "the CPU does not report AMX (CPUID.(7,0):EDX bit 24 is 0)." + _hidden_hint(cpu))
     for feature in _FEATURES[1:]:
         st.add(next(names), _yes(feats[feature.key]), None)
 
     name = next(names)
-    pal = decode_palette(raw.cpuid)
+    pal = decode_palette(cpuid)
     if not feats["amx_tile"]:
         st.skip(name)
     elif pal is None:
         st.add(name, f"CPUID max leaf 0x{feats['max_leaf']:x} < 0x1D", False,
                "the CPU reports AMX-TILE but no tile palette leaf 0x1D (a hypervisor's incomplete CPUID)")
     else:
-        value = (
+        palette = (
             f"max palette {pal['max_palette']}; {pal['max_names']} tiles x {pal['max_rows']} rows x "
             f"{pal['bytes_per_row']} B ({pal['bytes_per_tile']} B/tile, {pal['total_tile_bytes']} B total); "
             f"tmul_maxk {pal.get('tmul_maxk', '?')}, tmul_maxn {pal.get('tmul_maxn', '?')} B"
@@ -547,15 +579,15 @@ def _silicon_stages(raw: RawFacts, st: _Stages, cpu: dict) -> Tuple[set, dict]:
         expected = dict(PALETTE1, **TMUL)
         wrong = [k for k, v in expected.items() if pal.get(k) != v]
         if pal["max_palette"] < 1:
-            st.add(name, value, False, "the CPU reports palette 0 only (some VMs do): no tiles to configure")
+            st.add(name, palette, False, "the CPU reports palette 0 only (some VMs do): no tiles to configure")
         elif wrong:
-            st.add(name, value, False,
+            st.add(name, palette, False,
                    f"palette 1 differs from the 8 x 16 x 64-byte tiles pyamx models ({', '.join(wrong)})")
         else:
-            st.add(name, value, True)
+            st.add(name, palette, True)
 
     name = next(names)
-    st.add(name, _yes(feats["osxsave"]), feats["osxsave"],
+    st.add(name, _yes(feats["osxsave"]), bool(feats["osxsave"]),
            "the OS has not enabled XSAVE (CR4.OSXSAVE): XCR0 cannot be read and AMX state cannot be enabled")
 
     name = next(names)
@@ -646,7 +678,7 @@ def evaluate(raw: RawFacts) -> Report:
            f"the native backend runs on Linux (arch_prctl permission); this is {raw.system}")
 
     build = raw.build
-    build_info = {}
+    build_info: dict[str, str | list[str]] = {}
     if build is None:
         st.add("native module (pyamx._native)", raw.build_error or "not built", False,
                raw.build_error or "the C extension is not built: run `pip install .` or `python build.py`")
@@ -658,25 +690,24 @@ def evaluate(raw: RawFacts) -> Report:
                       "kernels_reason": build.kernels_reason}
         st.add("native module (pyamx._native)", f"{build.version}, {build.compiler}, kernels: {kernels_text}", True)
 
-    cpu = {}
-    groups = set()
-    feats = {}
+    cpu: dict[str, object] = {}
+    groups: AbstractSet[str] = set()
     if raw.cpuid is None:
         st.skip("cpu", *SILICON_STAGES_AFTER_CPUID)
     else:
-        cpu = _cpu_info(raw.cpuid)
+        info = _cpu_info(raw.cpuid)
         line = len(st.items)
         st.add("cpu", "", None)  # worded below, once the forked child has said what executes
-        groups, feats = _silicon_stages(raw, st, cpu)
+        groups, feats = _silicon_stages(raw, st, info)
         child = next(s for s in st.items if s.name == SILICON_STAGES_AFTER_CPUID[-1])
-        st.items[line] = Stage("cpu", describe_cpu(cpu, feats, child.ok), None)
-        cpu.update(feats)
+        st.items[line] = Stage("cpu", describe_cpu(info, feats, child.ok), None)
+        cpu = {**info, **feats}
 
     built = set(build.kernels) if build else set()
     # every stage so far said yes, but the permission and the child are the native start's, still to come
     not_started = raw.cpuid is not None and not st.failed and raw.child is None
     silicon_ok = not st.failed and not not_started
-    kernels = built & groups
+    kernels: AbstractSet[str] = built & groups
     if silicon_ok:
         if not built:
             st.add("kernels", "none in this build", False,
@@ -707,12 +738,13 @@ def evaluate(raw: RawFacts) -> Report:
             silicon_reason += ("; the trap mode is active but this build has no AMX kernels to run "
                                f"({build.kernels_reason if build else 'no module'})")
 
-    complemented = frozenset()
+    complemented: frozenset[str] = frozenset()
     if mode == "silicon" and (raw.complement is not None or raw.complement_error):
         name = f"complement mode ({_trap_env_var()})"
         if raw.complement_error:
             st.add(name, f"requested but failed: {raw.complement_error}", None)
         else:
+            assert raw.complement is not None  # no complement_error, so the condition above held by complement
             complemented = frozenset(raw.complement)
             groups = {g for g, feature in isa.GROUP_FEATURE.items() if feature in complemented}
             kernels = frozenset(kernels) | (built & groups)
@@ -751,13 +783,14 @@ def gate_passed(raw: RawFacts) -> bool:
 # -- the live part ----------------------------------------------------------------
 
 
-def read_build(lib, ffi) -> BuildFacts:
+def read_build(lib: Lib, ffi: FFI) -> BuildFacts:
     """The build facts the C module reports."""
-    bits = lib.pyamx_build_kernels()
+    bits: int = lib.pyamx_build_kernels()
     return BuildFacts(
         version=ffi.string(lib.pyamx_build_version()).decode(),
         compiler=ffi.string(lib.pyamx_build_compiler()).decode(),
-        kernels=frozenset(name for name, b in _kernel_bits().items() if bits & b),
+        # a bit is None only without the C module, which this reads from
+        kernels=frozenset(name for name, b in _kernel_bits().items() if b is not None and bits & b),
         x86_64_linux=bool(lib.pyamx_build_x86_64_linux()),
         kernels_reason=ffi.string(lib.pyamx_build_kernels_reason()).decode(),
     )
@@ -784,16 +817,16 @@ def _read_cpuinfo_flags() -> Optional[Tuple[str, ...]]:
         return None
 
 
-def _read_cpuid(lib, ffi) -> dict:
+def _read_cpuid(lib: Lib, ffi: FFI) -> dict[Tuple[int, int], Registers]:
     out = ffi.new("uint32_t[4]")
-    leaves = {}
+    leaves: dict[Tuple[int, int], Registers] = {}
     for leaf, sub in CPUID_LEAVES:
         if lib.pyamx_cpuid(leaf, sub, out) == 0:
-            leaves[(leaf, sub)] = tuple(int(x) for x in out)
+            leaves[(leaf, sub)] = (int(out[0]), int(out[1]), int(out[2]), int(out[3]))
     return leaves
 
 
-def _read_u64(ffi, fn, *args) -> Tuple[int, int]:
+def _read_u64(ffi: FFI, fn: Callable[..., int], *args: int) -> Tuple[int, int]:
     value = ffi.new("uint64_t *")
     rc = fn(*args, value)
     return int(rc), int(value[0])
@@ -822,15 +855,16 @@ def _trap_env_var() -> str:
 def _read() -> RawFacts:
     """Every reading of this process, none of which changes anything: the platform, the build,
     CPUID's leaves, XCR0, the kernel's XCOMP_SUPP and the trap variable."""
-    raw = RawFacts(system=platform.system(), machine=platform.machine(), python=tuple(sys.version_info[:3]))
+    raw = RawFacts(system=platform.system(), machine=platform.machine(), python=sys.version_info[:3])
     from . import _nativelib
 
     try:
         ffi, lib = _nativelib.load()
     except ImportError as exc:
         return replace(raw, build_error=str(exc), cpuinfo_flags=_read_cpuinfo_flags())
-    raw = replace(raw, build=read_build(lib, ffi), trap=_read_trap())
-    if raw.build.x86_64_linux:
+    build = read_build(lib, ffi)
+    raw = replace(raw, build=build, trap=_read_trap())
+    if build.x86_64_linux:
         raw = replace(raw, cpuid=_read_cpuid(lib, ffi))
         if raw.features["osxsave"]:
             rc, xcr0 = _read_u64(ffi, lib.pyamx_xgetbv0)
@@ -841,9 +875,9 @@ def _read() -> RawFacts:
 
 _lock = LOCK  # the one-time work's lock, which fork waits for (pyamx._first_use)
 _facts: Optional[RawFacts] = None  # the readings, once per process
-_started: Mapping = MappingProxyType({})  # what the native start did: START_FIELDS -> value
+_started: Mapping[str, object] = MappingProxyType({})  # what the native start did: START_FIELDS -> value
 _start_ran = False
-_cached: Optional[Tuple[RawFacts, Mapping, "Report"]] = None  # the report of (_facts, _started)
+_cached: Optional[Tuple[RawFacts, Mapping[str, object], "Report"]] = None  # the report of (_facts, _started)
 
 
 def facts() -> RawFacts:
@@ -869,7 +903,7 @@ def refresh() -> RawFacts:
         return facts()
 
 
-def note_start(outcome: Mapping) -> None:
+def note_start(outcome: Mapping[str, object]) -> None:
     """Record what the native start did (pyamx.cpu._native_start, once per process): ``outcome`` maps
     :data:`START_FIELDS` to the values its actions returned; the report judges them from now on."""
     global _started, _start_ran
@@ -891,7 +925,13 @@ def collect() -> RawFacts:
     No side effect: nothing is requested, forked or switched on here (pyamx.cpu._native_start does
     that, once, at the backend choice). Not cached beyond the readings: use :func:`report`.
     """
-    return replace(facts(), **_started)
+    return _with_start(facts(), _started)
+
+
+def _with_start(table: RawFacts, started: Mapping[str, object]) -> RawFacts:
+    """``table`` with what the native start did (:func:`note_start`) in its :data:`START_FIELDS`."""
+    # note_start admits START_FIELDS only; their values are what pyamx.cpu._native_start's actions returned
+    return replace(table, **started)  # type: ignore[arg-type]
 
 
 def report() -> Report:
@@ -916,7 +956,7 @@ def report() -> Report:
         started_now = _started
         cached = _cached
         if cached is None or cached[0] is not table or cached[1] is not started_now:
-            cached = _cached = (table, started_now, evaluate(replace(table, **started_now)))
+            cached = _cached = (table, started_now, evaluate(_with_start(table, started_now)))
         return cached[2]
 
 
@@ -940,7 +980,7 @@ def format_report(rep: Report) -> str:
     return "\n".join(lines)
 
 
-def cpu_features() -> dict:
+def cpu_features() -> dict[str, object]:
     """Every detection stage and fact as a plain dict (what :func:`report` found)."""
     rep = report()
     out = rep.as_dict()

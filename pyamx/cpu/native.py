@@ -227,7 +227,9 @@ def _oneshot(name: str, c: np.ndarray, a: np.ndarray, b: np.ndarray, backend: Op
     lanes = insn.lanes
     assert lanes is not None  # a dot product's row
     # A call's resolved native backend has checked this group's kernels against its report already.
-    ffi, lib = _lib(insn.group) if backend is None else backend.library
+    library = _lib(insn.group) if backend is None else backend.library
+    assert library is not None  # a native backend's: only the emulator has none
+    ffi, lib = library
     op = insn.op_id
     # The caller validated dtypes and shapes (pyamx._validate); these checks
     # only guard the memory the C code will touch.
@@ -259,7 +261,9 @@ def oneshot_runner(name: str, backend: Backend) -> Callable[..., np.ndarray]:
     buffers go to C as they are (``ffi.from_buffer``): no array interface, no copies, no lookups.
     """
     insn = isa.BY_NAME[name]
-    ffi, lib = backend.library
+    library = backend.library
+    assert library is not None  # a native backend's: only the emulator has none
+    ffi, lib = library
     op, call, buf, copy = insn.op_id, lib.pyamx_dp_oneshot, ffi.from_buffer, ffi.memmove
     rep = backend.report or detect.report()
     trapped = rep.mode == "trap" or rep.complemented

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import signal
 import threading
+from typing import TYPE_CHECKING, Protocol, TypedDict
 
 import numpy as np
 
@@ -51,14 +52,28 @@ from .._fpenv import default_fpenv
 from .._validate import contiguous_bits
 from ..errors import BackendError, EnvironmentVariableError, UnknownBackendError
 
+if TYPE_CHECKING:
+    from typing import Callable
+
+    from ..cpu._nativelib import FFI, CData, Lib
+    from ..table.numerics import Numerics
+
 ENV_VAR = "PYAMX_ENGINE"
 THREADS_ENV_VAR = env_parser.ENGINE_THREADS
 NAMES = ("auto", "avx512", "avx2", "portable", "numpy")
 #: compiled variants, best first (auto's order of preference), with their C kind names
 _KINDS = {"avx512": "PYAMX_ENGINE_AVX512", "avx2": "PYAMX_ENGINE_AVX2", "portable": "PYAMX_ENGINE_PORTABLE"}
 _SIMD = {"avx512": "AVX-512", "avx2": "AVX2+FMA", "portable": "none (plain C)", "numpy": "numpy"}
+
+
+def _dot_lanes(insn: isa.Instruction) -> int:
+    lanes = insn.lanes
+    assert lanes is not None  # a dot product's row: its operands fill dwords
+    return lanes
+
+
 #: op name -> (values per dword, float op), from the instruction table
-OPS = {insn.name: (insn.lanes, insn.is_float) for insn in isa.DOTS}
+OPS = {insn.name: (_dot_lanes(insn), insn.is_float) for insn in isa.DOTS}
 #: kernel groups the compiled engines implement (csrc/engine.c, and csrc/engine_fp8.c for
 #: "fp8"); a row of any other group runs on the numpy engine only
 COMPILED_GROUPS = frozenset({"bf16", "fp16", "int8", "complex", "fp8"})
@@ -69,7 +84,7 @@ NUMPY_ONLY = frozenset(insn.name for insn in isa.DOTS if insn.group not in COMPI
 BLOCK_DWORDS = 16  # K dwords per tile instruction (tmul_maxk)
 
 
-def _sdm():
+def _sdm() -> Numerics:
     from .._numerics_rule import default
 
     return default()
@@ -79,9 +94,9 @@ class EngineUnavailableError(BackendError):
     """An engine was asked for by name but cannot run here (not built, or this CPU/OS lacks it)."""
 
 
-def parse_name(value, source: str) -> str:
+def parse_name(value: object, source: str) -> str:
     """Validate an engine name; ``source`` says where it came from, for the message."""
-    if value not in NAMES:
+    if not isinstance(value, str) or value not in NAMES:
         raise UnknownBackendError(f"{source} is {value!r}; it must be one of {', '.join(NAMES)}")
     return value
 
@@ -111,7 +126,7 @@ _ASYNC_SIGNALS = (signal.valid_signals() - {signal.SIGILL, signal.SIGSEGV, signa
 # The environment is read on first use and then kept (as PYAMX_BACKEND is): a
 # lookup per call would cost a tenth of a one-instruction call. Tests that
 # change it call reset_environment().
-_env: dict = {}
+_env: dict[str, str] = {}
 
 
 #: Counts reset_environment() calls: the backend choices kept per call arguments (pyamx._backend)
@@ -136,7 +151,7 @@ default_threads = _threads.read_default
 check_threads = _threads.check
 
 
-def _lib():
+def _lib() -> tuple[FFI, Lib] | None:
     """``(ffi, lib)`` of the extension, or None when it is not built."""
     try:
         from ..cpu._nativelib import load
@@ -146,7 +161,7 @@ def _lib():
         return None
 
 
-def _compiled_status(name: str):
+def _compiled_status(name: str) -> tuple[bool, str]:
     """``(available, reason)`` of a compiled variant."""
     loaded = _lib()
     if loaded is None:
@@ -155,19 +170,23 @@ def _compiled_status(name: str):
     if not hasattr(lib, "pyamx_engine_run"):
         return False, "this build of pyamx._native has no compiled engine"
     kind = getattr(lib, _KINDS[name])
-    reason = ffi.string(lib.pyamx_engine_reason(kind)).decode()
+    reason: str = ffi.string(lib.pyamx_engine_reason(kind)).decode()
     return bool(lib.pyamx_engine_available(kind)), reason
 
 
-def available_engines() -> list:
+def available_engines() -> list[tuple[str, bool, str]]:
     """``[(name, available, reason), ...]`` for every concrete engine, best first (for ``pyamx info``)."""
     rows = [(name, *_compiled_status(name)) for name in _KINDS]
     rows.append(("numpy", True, "always available; the only engine of non-default numerics"))
     return rows
 
 
-def describe() -> dict:
+def describe() -> EngineInfo:
     """The default engine, its SIMD level and thread count, and every engine's availability (``pyamx info``)."""
+    default: str | None
+    simd: str | None
+    why: str | None
+    threads: int | None
     try:
         chosen = resolve(None)
         default, simd, why = chosen.name, chosen.simd, None
@@ -183,7 +202,7 @@ def describe() -> dict:
     }
 
 
-def describe_lines() -> list:
+def describe_lines() -> list[str]:
     """:func:`describe` as text lines."""
     info = describe()
     head = (f"emulator engine: {info['default']} ({info['simd']}), threads: {info['threads']}"
@@ -192,32 +211,66 @@ def describe_lines() -> list:
     return [head, *rows]
 
 
+class EngineAvailability(TypedDict):
+    """One engine of :func:`describe`: its name, whether it runs here, and why (not)."""
+
+    name: str
+    available: bool
+    reason: str
+
+
+class EngineInfo(TypedDict):
+    """What :func:`describe` returns (``pyamx info``): the default engine and every engine's availability."""
+
+    default: str | None
+    simd: str | None
+    threads: int | None
+    error: str | None
+    engines: list[EngineAvailability]
+
+
+class TileRun(Protocol):
+    """What :meth:`Engine.tile_call` returns: one instruction on validated buffers."""
+
+    def __call__(self, a: np.ndarray, lda: int, b: np.ndarray, ldb: int, c: np.ndarray, ldc: int, out: np.ndarray,
+                 ldout: int, m: int, n: int, kd: int) -> None: ...
+
+
 class Engine:
     """One engine. ``name`` (``"avx512"``, ..., ``"numpy"``), ``simd`` (the instruction set it uses)."""
 
-    def __init__(self, name: str, numerics=None):
+    _ffi: FFI
+    _lib: Lib
+    _kind: int
+    _op_ids: dict[str, int]
+    _quick_macs: int
+
+    def __init__(self, name: str, numerics: Numerics | None = None) -> None:
         self.name = name
         self.simd = _SIMD[name]
         self.compiled = name in _KINDS
         self._numerics = numerics  # the numpy engine's Numerics
         if self.compiled:
-            self._ffi, self._lib = _lib()
+            loaded = _lib()
+            assert loaded is not None  # a compiled engine is made once _compiled_status found it available
+            self._ffi, self._lib = loaded
             self._kind = getattr(self._lib, _KINDS[name])
             # Rows the build has an id for: a table row newer than the build must not break the others.
             self._op_ids = {insn.name: getattr(self._lib, insn.c_op) for insn in isa.DOTS
                             if hasattr(self._lib, insn.c_op)}
             self._quick_macs = _UNINTERRUPTED_MACS[name]
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"<pyamx engine {self.name} ({self.simd})>"
 
-    def dot(self, op_name: str, c_bits: np.ndarray, a: np.ndarray, b_vnni: np.ndarray, k_dwords=None, threads=None):
+    def dot(self, op_name: str, c_bits: np.ndarray, a: np.ndarray, b_vnni: np.ndarray, k_dwords: int | None = None,
+            threads: object = None) -> np.ndarray:
         """``C`` after the instruction schedule over all K, as a new (M, N) array (:meth:`run_dot`
         with ``threads`` checked: this is a public entry)."""
         return self.run_dot(op_name, c_bits, a, b_vnni, k_dwords, check_threads(threads, op_name))
 
-    def run_dot(self, op_name: str, c_bits: np.ndarray, a: np.ndarray, b_vnni: np.ndarray, k_dwords=None,
-                threads=None):
+    def run_dot(self, op_name: str, c_bits: np.ndarray, a: np.ndarray, b_vnni: np.ndarray, k_dwords: int | None = None,
+                threads: int | None = None) -> np.ndarray:
         """``C`` after the instruction schedule over all K, as a new (M, N) array; ``threads``
         already checked (:func:`pyamx._threads.check`: pyamx.matmul's callers) or None.
 
@@ -248,7 +301,8 @@ class Engine:
         return self._compiled_dot(op_name, is_float, c_bits, a, b_vnni, m, n, kd,
                                   _threads_default() if threads is None else threads)
 
-    def _compiled_dot(self, op_name, is_float, c, a, b, m, n, kd, threads):
+    def _compiled_dot(self, op_name: str, is_float: bool, c: np.ndarray, a: np.ndarray, b: np.ndarray, m: int, n: int,
+                      kd: int, threads: int) -> np.ndarray:
         if c.dtype != np.uint32:
             c = c.view(np.uint32)
         if not c.flags.c_contiguous:
@@ -264,12 +318,14 @@ class Engine:
         self._run(call, m * n * a.shape[1], threads)
         return out if is_float else out.view(np.int32)
 
-    def matmul(self, op_name: str, a: np.ndarray, b: np.ndarray, c_bits=None, threads=None):
+    def matmul(self, op_name: str, a: np.ndarray, b: np.ndarray, c_bits: np.ndarray | None = None,
+               threads: object = None) -> np.ndarray:
         """``pyamx.matmul``'s schedule on row-major operands, packed inside C (compiled engines only):
         :meth:`run_matmul` with ``threads`` checked (a public entry)."""
         return self.run_matmul(op_name, a, b, c_bits, check_threads(threads, op_name))
 
-    def run_matmul(self, op_name: str, a: np.ndarray, b: np.ndarray, c_bits=None, threads=None):
+    def run_matmul(self, op_name: str, a: np.ndarray, b: np.ndarray, c_bits: np.ndarray | None = None,
+                   threads: int | None = None) -> np.ndarray:
         """``pyamx.matmul``'s schedule on row-major operands, packed inside C (compiled engines only);
         ``threads`` already checked, or None.
 
@@ -304,7 +360,7 @@ class Engine:
         self._run(call, m * n * k, threads)
         return out if is_float else out.view(np.int32)
 
-    def _run(self, call, macs: int, threads: int) -> None:
+    def _run(self, call: _Call, macs: int, threads: int) -> None:
         """``pyamx_engine_run(call)``, interruptible when it is long; a status other than OK raises.
 
         Python runs signal handlers only in the main thread, so only there can an
@@ -312,7 +368,7 @@ class Engine:
         """
         lib = self._lib
         if threading.current_thread() is not threading.main_thread():
-            rc = lib.pyamx_engine_run(call.struct)
+            rc: int = lib.pyamx_engine_run(call.struct)
         else:
             used = min(threads, _CPU_COUNT)
             rc = lib.PYAMX_ENGINE_E_SLOW
@@ -325,7 +381,7 @@ class Engine:
         if rc:
             raise _error(lib, rc, self.name)
 
-    def tile_call(self, op_name: str):
+    def tile_call(self, op_name: str) -> TileRun | None:
         """Hook for the per-instruction fast paths (pyamx._ops, TileMachine); None on the numpy engine.
 
         Returns ``run(a, lda_bytes, b, ldb_bytes, c, ldc, out, ldout, m, n, kd)``:
@@ -344,7 +400,8 @@ class Engine:
         # struct field by field from Python cost more than the tile's arithmetic (1.5 us a call).
         kept = threading.local()
 
-        def run(a, lda, b, ldb, c, ldc, out, ldout, m, n, kd):
+        def run(a: np.ndarray, lda: int, b: np.ndarray, ldb: int, c: np.ndarray, ldc: int, out: np.ndarray,
+                ldout: int, m: int, n: int, kd: int) -> None:
             shape = (lda, ldb, ldc, ldout, m, n, kd)
             try:
                 call = kept.calls[shape]
@@ -365,10 +422,12 @@ class Engine:
         return run
 
     @default_fpenv  # every numpy step, and the caller's MXCSR (flags too) restored exactly afterwards
-    def _numpy_dot(self, op_name, is_float, c, a, b, kd, threads):
+    def _numpy_dot(self, op_name: str, is_float: bool, c: np.ndarray, a: np.ndarray, b: np.ndarray, kd: int,
+                   threads: int | None) -> np.ndarray:
         # the whole schedule at once (pyamx/emulator/dot.py): operands scanned once, every K
         # block per row chunk, the output rows split over ``threads`` (default 1)
-        engine_dot = module(".dot", __package__).engine_dot
+        engine_dot: Callable[[str, np.ndarray, np.ndarray, np.ndarray, int, int, Numerics | None], np.ndarray] = \
+            module(".dot", __package__).engine_dot
 
         return engine_dot(op_name, c, a, b, kd, threads or 1, self._numerics)
 
@@ -378,12 +437,13 @@ class _Call:
 
     __slots__ = ("struct", "buffers")
 
-    def __init__(self, struct, buffers):
+    def __init__(self, struct: CData, buffers: tuple[CData, ...]) -> None:
         self.struct, self.buffers = struct, buffers
 
 
-def call_descriptor(ffi, lib, kind: int, op: int, a, lda: int, b, ldb: int, c_in, ldc_in: int, out, ldc_out: int,
-                    m: int, n: int, k: int, threads: int, *, rows_of_b: bool = False) -> _Call:
+def call_descriptor(ffi: FFI, lib: Lib, kind: int, op: int, a: np.ndarray, lda: int, b: np.ndarray, ldb: int,
+                    c_in: np.ndarray | None, ldc_in: int, out: np.ndarray, ldc_out: int, m: int, n: int, k: int,
+                    threads: int, *, rows_of_b: bool = False) -> _Call:
     """The one engine call, described (csrc/engine.h, ``struct pyamx_engine_call``).
 
     ``a``, ``b``, ``c_in`` (None: C = +0), ``out``: buffers (arrays), pitches in bytes for A
@@ -401,7 +461,7 @@ def call_descriptor(ffi, lib, kind: int, op: int, a, lda: int, b, ldb: int, c_in
     return _Call(struct, buffers)
 
 
-def _run_interruptibly(ffi, lib, described) -> int:
+def _run_interruptibly(ffi: FFI, lib: Lib, described: CData) -> int:
     """``pyamx_engine_run(described)`` on a helper thread while this (the main) thread waits for it.
 
     The wait is where signal handlers run. When one raises (KeyboardInterrupt), the call is
@@ -416,9 +476,9 @@ def _run_interruptibly(ffi, lib, described) -> int:
     # inside Thread.start(), before or after the thread exists).
     claim = threading.Lock()
     done = threading.Event()
-    outcome = []
+    outcome: list[int | BaseException] = []
 
-    def call():
+    def call() -> None:
         if not claim.acquire(blocking=False):
             return  # the caller was interrupted before this thread began
         try:
@@ -445,7 +505,8 @@ def _run_interruptibly(ffi, lib, described) -> int:
         elif isinstance(exc, RuntimeError) and not started:
             # no thread to be had (interpreter shutdown, a limit): the same result, not interruptible
             described.cancel = ffi.NULL
-            return entry(described)
+            rc: int = entry(described)
+            return rc
         raise
     if isinstance(outcome[0], BaseException):
         raise outcome[0]
@@ -466,7 +527,7 @@ def _wait_out(done: threading.Event) -> None:
             pass
 
 
-def _error(lib, rc: int, name: str) -> Exception:
+def _error(lib: Lib, rc: int, name: str) -> Exception:
     if rc == lib.PYAMX_ENGINE_E_NOMEM:
         return MemoryError(f"engine {name}: could not allocate the packed operands")
     if rc == lib.PYAMX_ENGINE_E_CANCELLED:  # only an interrupted call cancels, and it raises that instead
@@ -476,8 +537,9 @@ def _error(lib, rc: int, name: str) -> Exception:
     return ValueError(f"engine {name}: the C engine refused the arguments (status {rc})")
 
 
-_engines: dict = {}
-_resolved: dict = {}  # (name or env value) -> Engine, for the default numerics: the per-call fast path
+_engines: dict[str, Engine] = {}
+# (name or env value) -> Engine, for the default numerics: the per-call fast path
+_resolved: dict[str | None, Engine] = {}
 
 
 def _concrete(name: str, source: str) -> Engine:
@@ -495,7 +557,7 @@ def _concrete(name: str, source: str) -> Engine:
     return engine
 
 
-def choose_engine(name=None, numerics="sdm", op=None) -> Engine:
+def choose_engine(name: str | None = None, numerics: str | Numerics = "sdm", op: str | None = None) -> Engine:
     """The engine a call runs on, decided once per name for the default numerics and then kept
     (until :func:`reset_environment`). ``name``: None (``PYAMX_ENGINE``, default auto) or one of :data:`NAMES`.
 
@@ -519,7 +581,7 @@ def choose_engine(name=None, numerics="sdm", op=None) -> Engine:
     return _resolve(name, numerics)
 
 
-def numpy_for(op: str, name=None, numerics="sdm") -> Engine:
+def numpy_for(op: str, name: str | None = None, numerics: str | Numerics = "sdm") -> Engine:
     """The numpy engine for ``op``, which no compiled engine implements: ``auto`` and
     ``PYAMX_ENGINE`` give it; naming a compiled engine for ``op`` raises ValueError."""
     from .._numerics_rule import resolve as resolve_numerics
@@ -542,11 +604,11 @@ def variable() -> str:
     return name
 
 
-def _resolve(name, numerics) -> Engine:
+def _resolve(name: str | None, numerics: str | Numerics) -> Engine:
     from .. import _numerics_rule
 
     from_env = name is None
-    if from_env:
+    if name is None:
         name = variable()
         source = f"{ENV_VAR}={name}"
     else:
