@@ -109,7 +109,7 @@ HAND = [
     # A DS segment prefix is legal (and meaningless) before VEX.
     ("ds tilezero %tmm3", "3e c4 e2 7b 49 d8", dict(op="TILEZERO", tdst=3, length=6)),
     # The newer extensions: bytes from clang 22.1 (python -m ziglang cc -c), the same as
-    # /work/shared/amx-family.md section 2 lists from clang and GNU as 2.47.
+    # ../shared/amx-family.md (beside the checkout) section 2 lists from clang and GNU as 2.47.
     ("tcmmimfp16ps %tmm4,%tmm5,%tmm6", "c4 e2 59 6c f5", dict(op="TCMMIMFP16PS", tdst=6, tsrc1=5, tsrc2=4)),
     ("tcmmrlfp16ps %tmm4,%tmm5,%tmm6", "c4 e2 58 6c f5", dict(op="TCMMRLFP16PS", tdst=6, tsrc1=5, tsrc2=4)),
     ("tdpbf8ps %tmm4,%tmm5,%tmm6", "c4 e5 58 fd f5", dict(op="TDPBF8PS", tdst=6, tsrc1=5, tsrc2=4)),
