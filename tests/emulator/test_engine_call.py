@@ -16,7 +16,7 @@ import pyamx
 from pyamx import _matmul, _threads
 from pyamx.emulator import engine as eng
 
-from childproc import child_env
+from childproc import PYAMX_HOME, child_env
 
 CSRC = Path(__file__).resolve().parents[2] / "csrc"
 #: what the product's engine API is: the descriptor's one entry, cancelling, and availability
@@ -76,7 +76,9 @@ def test_the_engines_run_on_the_native_kernels_pool():
         "pyamx.matmul(a, a.T.copy(), backend='emulator', engine='portable', threads=3)\n"
         "print(lib.pyamx_pool_workers())\n"
     )
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=child_env(), timeout=120)
+    # cwd: the pyamx under test, not a source checkout's unbuilt pyamx/ (a `-c` script imports from its cwd first)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=child_env(), timeout=120,
+                          cwd=PYAMX_HOME)
     assert done.returncode == 0, done.stderr
     assert int(done.stdout.split()[-1]) == 2  # the caller and two workers
 
