@@ -410,7 +410,7 @@ raw = detect.collect()
 rep = detect.report()
 out = {"before": before, "after_report": state(), "started": detect.started(), "same_table": raw == detect.facts(),
        "read_once": detect.facts() is detect.facts(), "trap": [s.value for s in rep.stages if s.name.startswith("trap mode")],
-       "mode": rep.mode, "usable": rep.native_usable}
+       "mode": rep.mode, "usable": rep.native_usable, "kernels": bool(nlib.pyamx_build_kernels())}
 import pyamx
 out["backend"] = str(pyamx.backend())
 out["after_choice"] = state()
@@ -438,6 +438,10 @@ def test_detection_leaves_the_trap_off_until_the_backend_choice(backend):
     assert len(out["trap"]) == 1 and out["trap"][0].startswith("requested, not on yet") and "TRAPPED" in out["trap"][0]
     if backend == "emulator":
         assert out["backend"] == "emulator" and out["after_choice"] == off
+    elif not out["kernels"]:
+        # A build without the AMX kernels (PYAMX_DISABLE_AMX_KERNELS, a compiler without AMX): the choice
+        # still starts native and so the trap, but native has nothing to run, and auto is the emulator.
+        assert out["backend"] == "emulator" and out["mode_after"] is None and out["after_choice"]["installed"] == 1
     else:
         assert out["backend"] == "native" and out["mode_after"] == "trap"
         on = out["after_choice"]
