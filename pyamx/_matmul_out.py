@@ -101,8 +101,9 @@ def check_out(out: object, shape: tuple[int, ...], dtype: np.dtype[Any], inputs:
         if name == "c" and _same_elements(array, x):
             continue
         try:
-            # numpy declares only -1 and 0 for max_work; it documents any positive bound too
-            overlaps = np.shares_memory(array, x, max_work=1 << 20)  # type: ignore[arg-type]
+            # numpy < 2.5 declares only -1 and 0 for max_work; it documents any positive bound too
+            # (unused-ignore: numpy 2.5's stubs accept it)
+            overlaps = np.shares_memory(array, x, max_work=1 << 20)  # type: ignore[arg-type, unused-ignore]
         except _TOO_HARD:  # strides too intricate to decide quickly: taken as an overlap
             overlaps = True
         if overlaps:

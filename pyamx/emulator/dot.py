@@ -25,7 +25,6 @@ tests/emulator/test_matmul_engine.py hold each against tests/reference.py):
 from __future__ import annotations
 
 
-from typing import cast
 
 import numpy as np
 import numpy.typing as npt
@@ -127,7 +126,13 @@ def _scan(bits: np.ndarray, daz: bool) -> tuple[np.ndarray, np.ndarray | None, R
         return bits, nan_mask, None
     if largest >= fp32.EXPONENT:  # an infinity (or a NaN, now zero): the largest finite value instead
         largest = int(np.where(magnitude < fp32.EXPONENT, magnitude, np.uint32(0)).max())
-    return bits, nan_mask, (max(smallest >> 23, 1), largest >> 23, _width(int(np.bitwise_or.reduce(magnitude, axis=None))))
+    return bits, nan_mask, (max(smallest >> 23, 1), largest >> 23, _width(_or_of(magnitude)))
+
+
+def _or_of(words: np.ndarray) -> int:
+    """Every bit set in any of ``words``. keepdims: the one form of ufunc.reduce whose result every
+    numpy version's stubs type as an array (numpy 2.5's have no overload for a plain reduce to a scalar)."""
+    return int(np.bitwise_or.reduce(words, axis=None, keepdims=True).item())
 
 
 def _width(low_bits: int) -> int:
@@ -142,7 +147,7 @@ def significand_width(bits: np.ndarray) -> int:
     2**(E - 126 - P), a denormal (E counted as 1) fewer bits and a multiple
     of 2**(-125 - P).
     """
-    return _width(int(np.bitwise_or.reduce(bits & ~fp32.SIGN, axis=None)))
+    return _width(_or_of(bits & ~fp32.SIGN))
 
 
 def fast_eligible_ranges(range_a: Range | None, range_b: Range | None, product_bits: int) -> bool:
@@ -380,10 +385,11 @@ class _FloatPlan:
         self.a_clean, a_nan, range_a = _scan(a, input_daz)
         self.b_clean, b_nan, range_b = _scan(b, input_daz)
         self.any_nan_rows, self.any_nan_cols = a_nan is not None, b_nan is not None
-        # a 3-D mask reduced over two axes: an array (numpy types any(axis=...) as possibly a scalar)
-        self.nan_rows = (cast("npt.NDArray[np.bool_]", a_nan.any(axis=(1, 2))) if a_nan is not None
+        # a 3-D mask reduced over two axes: an array (numpy < 2.5 types any(axis=...) as possibly a
+        # scalar; asarray, a no-op here, says it is an array to every version's stubs)
+        self.nan_rows = (np.asarray(a_nan.any(axis=(1, 2)), dtype=np.bool_) if a_nan is not None
                          else np.zeros(a.shape[0], dtype=bool))
-        self.nan_cols = (cast("npt.NDArray[np.bool_]", b_nan.any(axis=(0, 2))) if b_nan is not None
+        self.nan_cols = (np.asarray(b_nan.any(axis=(0, 2)), dtype=np.bool_) if b_nan is not None
                          else np.zeros(b.shape[1], dtype=bool))
         # a range's third item is its operand's significand width; an operand without finite
         # non-zero values makes every product a zero, an infinity or invalid (width 0)

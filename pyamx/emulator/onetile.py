@@ -157,7 +157,9 @@ def _sequential_reduce(count: int, width: int, initial: np.float32) -> bool:
 
 
 def _ordered_reduce(rows: Float32s, initial: np.float32) -> Float32s:
-    total: Float32s = np.add.reduce(rows, axis=0, initial=initial)
+    # numpy 2.5's stubs take no numpy scalar as initial (its runtime does, and a Python float would
+    # not keep the float32 value's type); unused-ignore: numpy < 2.5's accept it
+    total: Float32s = np.add.reduce(rows, axis=0, initial=initial)  # type: ignore[call-overload, unused-ignore]
     return total
 
 

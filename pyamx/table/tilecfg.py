@@ -137,8 +137,9 @@ def as_config_bytes(cfg: ConfigInput) -> bytes:
     if isinstance(cfg, TileConfig):
         return cfg.to_bytes()
     try:
-        # numpy declares ndarray a buffer to type checkers only for Python >= 3.12 (its __buffer__)
-        view = memoryview(cfg)  # type: ignore[arg-type]
+        # numpy < 2.5 declares ndarray a buffer to type checkers only for Python >= 3.12 (its __buffer__);
+        # unused-ignore: numpy 2.5's stubs declare it everywhere
+        view = memoryview(cfg)  # type: ignore[arg-type, unused-ignore]
     except (TypeError, ValueError, BufferError):
         raise TypeError(
             f"a tile config must be a TileConfig or a 64-byte buffer, not {type(cfg).__name__}"
