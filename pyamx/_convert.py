@@ -15,7 +15,6 @@ Large arrays are split over the threads ``PYAMX_ENGINE_THREADS`` allows.
 from __future__ import annotations
 
 import functools
-import os
 
 from typing import TYPE_CHECKING
 
@@ -57,16 +56,13 @@ def library() -> tuple[FFI, Lib] | None:
 
 def _threads(elements: int, parallel_min: int) -> int:
     """The threads a conversion of ``elements`` may use: 1 below the C side's threshold (so a small
-    call reads no environment), else ``PYAMX_ENGINE_THREADS`` or the usable CPUs, as the engines."""
+    call reads no environment), else pyamx._threads.default() (``PYAMX_ENGINE_THREADS`` or the usable
+    CPUs, read once and kept until ``pyamx.engine.reset_environment()``), as the engines."""
     if elements < parallel_min:
         return 1
-    from .errors import EnvironmentVariableError
+    from . import _threads as threads_rule  # the one default of the engines, the matmul and the packing
 
-    try:
-        cpus = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        cpus = os.cpu_count() or 1
-    return min(_env.integer(THREADS_ENV_VAR, max(1, cpus), minimum=1, error=EnvironmentVariableError), _MAX_THREADS)
+    return min(threads_rule.default(), _MAX_THREADS)
 
 
 def _as_rows(array: np.ndarray) -> tuple[np.ndarray, int, int, int, int]:
