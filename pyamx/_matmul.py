@@ -384,6 +384,17 @@ def _shared_b_operands(call: Call, a_bits: np.ndarray, b_bits: np.ndarray) -> "O
     return _materialize(call, a_rows, b_all[(0,) * len(call.batch)], c_rows)
 
 
+def _float_b_shared(call: Call) -> "np.ndarray | None":
+    """A float b that every product of the call takes (2-D, or a stack that repeats one matrix), as
+    that (K, N) matrix: rounded while it is packed, once for the whole batch. None otherwise."""
+    b = call.b.array
+    if not call.b.rounds or any(size != 1 and stride != 0 for size, stride in zip(b.shape[:-2], b.strides[:-2])):
+        return None
+    if math.prod(call.batch) == 0:
+        return None  # nothing to compute: no packing either
+    return b[(0,) * (b.ndim - 2)]
+
+
 def _zero_accumulator(m: int, n: int, row: isa.Instruction) -> np.ndarray:
     return np.zeros((m, n), dtype=_acc_dtype(row))
 
@@ -495,9 +506,10 @@ def matmul(a: ArrayInput, b: ArrayInput | PackedB, c: ArrayInput | None = None, 
     labels = {} if call.rounded_to is None else {"rounded_to": call.rounded_to}
     if call.packed is not None:
         bits = call.packed.product_bits(call, a_bits, eng, threads, chosen)
-    elif eng is None and call.b.rounds and not call.batch:  # float b: rounded while packed, as pyamx.pack does
-        packed = module("._packed", __package__).pack(call.b.array, call.b.format.name, threads=threads)
-        bits = packed.product_bits(call, a_bits, eng, threads, chosen)
+    elif eng is None and (shared_b := _float_b_shared(call)) is not None:  # rounded while packed, as pyamx.pack does
+        packed = module("._packed", __package__).pack(shared_b, call.b.format.name, threads=threads)
+        a_all = np.broadcast_to(a_bits, call.batch + (call.m, call.k)) if call.batch else a_bits
+        bits = packed.product_bits(call, a_all, eng, threads, chosen)
     elif not call.batch:
         bits = _product(_materialize(call, a_bits, _bits_of(call.b), call.c), eng, threads, chosen)
     else:

@@ -240,3 +240,32 @@ def test_native_matmul_rounds_a_float_b_while_packing_it(monkeypatch, native_gro
     assert got.backend == "native" and got.rounded_to == fmt
     assert np.array_equal(np.asarray(got).view(np.uint32), want)
     assert b.shape not in rounded and rounded  # a was rounded, b never on its own
+
+
+@pytest.mark.parametrize("a_shape, b_stack, c_shape", [
+    ((3, 5, 33), None, None),                 # a stack times one 2-D b
+    ((5, 33), (1,), None),                    # b with a leading 1: the batch is b's
+    ((2, 1, 5, 33), (3,), (2, 3, 5, 41)),     # b repeated by zero strides, c batched
+    ((4, 5, 33), None, (5, 41)),              # c broadcast along the batch
+])
+def test_a_batch_rounds_its_shared_float_b_once_while_packing(monkeypatch, native_group, a_shape, b_stack, c_shape):
+    """A stack times one float b: b is rounded while packed, once for the whole batch, with each
+    product's bits those of the emulator's."""
+    native_group("bf16")
+    rng = np.random.default_rng(36)
+    a = rng.standard_normal(a_shape).astype(np.float32)
+    b2 = _as_b(_values(np.float32, rng)[:33 * 41], 33) * np.float32(2.0**-60)
+    b = b2 if b_stack is None else np.broadcast_to(b2, b_stack + b2.shape)
+    c = None if c_shape is None else rng.standard_normal(c_shape).astype(np.float32)
+    want = np.asarray(pyamx.matmul(a, b, c, kind="bf16", backend="emulator")).view(np.uint32)
+    packs = []
+    original_pack = _tile_layout.pack_rounded
+    monkeypatch.setattr(_tile_layout, "pack_rounded", lambda values, *r: packs.append(values.shape) or original_pack(values, *r))
+    rounded = []
+    original_round = _convert.round_floats
+    monkeypatch.setattr(_convert, "round_floats", lambda values, f: rounded.append(values.shape[-2:]) or original_round(values, f))
+    got = pyamx.matmul(a, b, c, kind="bf16", backend="native")
+    assert got.backend == "native" and got.rounded_to == "bf16"
+    assert np.array_equal(np.asarray(got).view(np.uint32), want)
+    assert packs == [b2.shape]  # one fused pack for all the batch's products
+    assert rounded == [a.shape[-2:]]  # a rounded to bits; b never on its own
