@@ -392,7 +392,8 @@ def _float_b_shared(call: Call) -> "np.ndarray | None":
         return None
     if math.prod(call.batch) == 0:
         return None  # nothing to compute: no packing either
-    return b[(0,) * (b.ndim - 2)]
+    first: np.ndarray = b[(0,) * (b.ndim - 2)]
+    return first
 
 
 def _zero_accumulator(m: int, n: int, row: isa.Instruction) -> np.ndarray:
