@@ -3,14 +3,14 @@
  * Each element conversion is a branch-free function of the source bits, so
  * the contiguous loops vectorize with whatever SIMD the compiler targets
  * (SSE2 on baseline x86-64); the strided loop runs the same functions one
- * element at a time. Large arrays are split over plain pthreads: the work is
- * memory-bound, so a second thread pays only once the array is far larger
- * than the cost of starting one (tens of microseconds). */
+ * element at a time. Large arrays are split over the worker pool (pool.c):
+ * the work is memory-bound, so a second thread pays only once the array is
+ * far larger than handing it a part. */
 #include "pyamx.h"
 #include "cpu_features.h"
 #include "internal.h"
+#include "pool.h"
 
-#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -22,9 +22,8 @@
 #define VECTORIZE
 #endif
 
-/* 2**22 elements: 16 MiB of float32, well past the ~30 us a thread costs to start */
+/* 2**22 elements: 16 MiB of float32, where a second thread starts to pay in memory bandwidth */
 #define PARALLEL_MIN ((int64_t)1 << 22)
-#define MAX_THREADS 64
 
 int64_t pyamx_convert_parallel_min(void) { return PARALLEL_MIN; }
 
@@ -320,45 +319,39 @@ void pyamx_internal_convert_rows(int op, const void *src, int64_t rows, int64_t 
     convert_span(&s);
 }
 
-static void *span_thread(void *arg)
+/* One conversion split into parts of whole 64-element runs, so that no two
+ * parts write one cache line of dst. */
+struct convert_job {
+    struct span whole;
+    int64_t chunk;
+};
+
+static void convert_part(void *arg, int part)
 {
-    convert_span((const struct span *)arg);
-    return NULL;
+    const struct convert_job *job = (const struct convert_job *)arg;
+    struct span s = job->whole;
+    int64_t first = job->chunk * part, end = first + job->chunk;
+    s.first = first < s.end ? first : s.end;
+    s.end = end < s.end ? end : s.end;
+    convert_span(&s);
 }
 
 int pyamx_convert(int op, const void *src, int64_t rows, int64_t cols,
                   int64_t row_stride, int64_t col_stride, void *dst, int threads)
 {
     int64_t size = (int64_t)source_size(op);
-    if (size == 0 || rows < 0 || cols < 0 || threads < 1 || row_stride % size != 0 || col_stride % size != 0)
+    if (size == 0 || rows < 0 || cols < 0 || threads < 1 || threads > PYAMX_MATMUL_MAX_THREADS
+        || row_stride % size != 0 || col_stride % size != 0)
         return PYAMX_E_ARG;
     if (rows == 0 || cols == 0)
         return PYAMX_OK;
     if (rows > INT64_MAX / cols)
         return PYAMX_E_ARG;
     int64_t total = rows * cols;
-    int64_t wanted = total / PARALLEL_MIN + 1; /* each thread gets at least half of PARALLEL_MIN */
-    int count = threads < MAX_THREADS ? threads : MAX_THREADS;
-    if (wanted < count)
-        count = (int)wanted;
-    struct span spans[MAX_THREADS];
-    pthread_t ids[MAX_THREADS];
-    int started[MAX_THREADS];
-    /* Split at multiples of 64 elements, so that no two threads write one cache line of dst. */
-    int64_t chunk = ((total / count) + 63) & ~(int64_t)63;
-    for (int t = 0; t < count; t++) {
-        int64_t first = chunk * t, end = t == count - 1 ? total : chunk * (t + 1);
-        spans[t] = (struct span){op, (const char *)src, cols, row_stride, col_stride, (char *)dst,
-                                 first < total ? first : total, end < total ? end : total};
-    }
-    for (int t = 1; t < count; t++)
-        started[t] = pthread_create(&ids[t], NULL, span_thread, &spans[t]) == 0;
-    convert_span(&spans[0]);
-    for (int t = 1; t < count; t++) {
-        if (started[t])
-            pthread_join(ids[t], NULL);
-        else
-            convert_span(&spans[t]);
-    }
+    int64_t wanted = total / PARALLEL_MIN + 1; /* each part gets at least half of PARALLEL_MIN */
+    int parts = wanted < threads ? (int)wanted : threads;
+    struct convert_job job = {{op, (const char *)src, cols, row_stride, col_stride, (char *)dst, 0, total},
+                              ((total + parts - 1) / parts + 63) & ~(int64_t)63};
+    pyamx_internal_pool_run(convert_part, &job, parts, 0);
     return PYAMX_OK;
 }

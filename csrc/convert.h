@@ -33,10 +33,10 @@ enum pyamx_convert_op {
  * (bytes, any sign, multiples of the source's item size; the source
  * aligned to it). dst is C-contiguous and must not overlap src. Work of at
  * least pyamx_convert_parallel_min() elements is split over up to
- * `threads` threads (>= 1); a thread that cannot be started leaves its
- * share to the caller's. PYAMX_OK, or PYAMX_E_ARG for an unknown op, a
- * negative size, threads < 1 or a stride that is not a multiple of the
- * item size. The GIL is released by cffi around the call. */
+ * `threads` (1..PYAMX_MATMUL_MAX_THREADS) of the worker pool's threads, the
+ * caller's included. PYAMX_OK, or PYAMX_E_ARG for an unknown op, a
+ * negative size, threads out of range or a stride that is not a multiple
+ * of the item size. The GIL is released by cffi around the call. */
 int pyamx_convert(int op, const void *src, int64_t rows, int64_t cols,
                   int64_t row_stride, int64_t col_stride, void *dst, int threads);
 

@@ -29,7 +29,6 @@ if TYPE_CHECKING:
 
 #: the engines' thread bound, which the conversions follow too
 THREADS_ENV_VAR = _env.ENGINE_THREADS
-_MAX_THREADS = 64  # the C side's own cap
 
 #: (source dtype name, target) -> (the op's name in enum pyamx_convert_op, the result's dtype)
 _OPS = {
@@ -62,7 +61,7 @@ def _threads(elements: int, parallel_min: int) -> int:
         return 1
     from . import _threads as threads_rule  # the one default of the engines, the matmul and the packing
 
-    return min(threads_rule.default(), _MAX_THREADS)
+    return threads_rule.default()
 
 
 def _as_rows(array: np.ndarray) -> tuple[np.ndarray, int, int, int, int]:

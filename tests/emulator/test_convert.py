@@ -281,6 +281,8 @@ def test_bad_requests_are_refused_by_the_c_side():
     assert call(lib.PYAMX_CONVERT_F32_TO_BF16, -1, 4, 0, 4, 1) == lib.PYAMX_E_ARG
     assert call(lib.PYAMX_CONVERT_F32_TO_BF16, 1, 4, 0, 2, 1) == lib.PYAMX_E_ARG  # not a multiple of 4
     assert call(lib.PYAMX_CONVERT_F32_TO_BF16, 1, 4, 0, 4, 0) == lib.PYAMX_E_ARG
+    assert call(lib.PYAMX_CONVERT_F32_TO_BF16, 1, 4, 0, 4, lib.PYAMX_MATMUL_MAX_THREADS) == 0  # the pool's size
+    assert call(lib.PYAMX_CONVERT_F32_TO_BF16, 1, 4, 0, 4, lib.PYAMX_MATMUL_MAX_THREADS + 1) == lib.PYAMX_E_ARG
     assert bf16_module.from_float32(np.float32(1.0)).shape == ()
 
 
