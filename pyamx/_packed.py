@@ -135,7 +135,9 @@ def _product_bits(packed: PackedB, call: _matmul.Call, a_all: np.ndarray, eng: E
     k, n, batch = call.k, packed.n, call.batch
     shape = batch + (call.m, n)
     b_rows = None if eng is None else packed.unpack()
-    acc_dtype = np.dtype(row.acc_format.bits).newbyteorder("=")  # type: ignore[union-attr]  # a dot product's row
+    assert row.acc_format is not None and row.group is not None, f"{row.name} is not a dot product"
+    acc_dtype = np.dtype(row.acc_format.bits).newbyteorder("=")
+    group = row.group
 
     def product(a_bits: np.ndarray, c_one: np.ndarray | None, into: np.ndarray) -> None:
         """One 2-D product into ``into`` (in blocks of rows where the transients would be large)."""
@@ -149,8 +151,8 @@ def _product_bits(packed: PackedB, call: _matmul.Call, a_all: np.ndarray, eng: E
                     row, np.ascontiguousarray(a_bits[start:stop]), packed.tiles, c_block, threads,
                     chosen)).view(acc_dtype)
         else:
-            # row.group: a dot product's row has one; b_rows: unpacked above for an engine (eng is not None)
-            ops = _matmul.Operands(row.name, row.group, _validate.contiguous_bits(a_bits), b_rows,  # type: ignore[arg-type]
+            assert b_rows is not None  # unpacked above for an engine
+            ops = _matmul.Operands(row.name, group, _validate.contiguous_bits(a_bits), b_rows,
                                    None if c_one is None else _validate.contiguous_bits(c_one))
             _matmul._product(ops, eng, threads, chosen, out=into)
 
