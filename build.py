@@ -107,9 +107,9 @@ MODULES = (
     Module("pyamx._trap", ("csrc/trap/trap.h",), ("csrc/trap/*/*.c",), include_dirs=("csrc/trap",),
            x86_64_linux_only=True, bind_now=True),
     # pyamx run's preload library (docs/run.md): the trap plus csrc/preload/, LD_PRELOADed into
-    # other programs; -fvisibility=hidden keeps the trap's functions private to it.
+    # other programs; compile_args' -fvisibility=hidden keeps the trap's functions private to it.
     Module("pyamx._amxpreload", (), ("csrc/trap/*/*.c", "csrc/preload/*.c"), include_dirs=("csrc/trap",),
-           x86_64_linux_only=True, bind_now=True, plain=True, plain_compile_args=("-fvisibility=hidden",),
+           x86_64_linux_only=True, bind_now=True, plain=True,
            plain_link_args=("-ldl",)),
 )
 
@@ -225,10 +225,13 @@ def decide(env: Mapping[str, str], machine: str, system: str, check: CompileChec
 def compile_args(sanitize: bool) -> list:
     if os.name == "nt":
         return []
-    # -pthread: the compiled engine splits work over threads.
+    # -pthread: the compiled engine splits work over threads. -fvisibility=hidden: a module's C
+    # functions are reached through its cffi wrapper, never by name from outside, so the module
+    # exports its PyInit_ only (Python marks that one visible) and cannot interpose on anyone's symbols.
     if sanitize:
-        return ["-O1", "-g", "-std=gnu11", "-pthread", "-fno-omit-frame-pointer", "-fsanitize=address,undefined"]
-    return ["-O2", "-std=gnu11", "-pthread"]
+        return ["-O1", "-g", "-std=gnu11", "-pthread", "-fvisibility=hidden", "-fno-omit-frame-pointer",
+                "-fsanitize=address,undefined"]
+    return ["-O2", "-std=gnu11", "-pthread", "-fvisibility=hidden"]
 
 
 def link_args(sanitize: bool) -> list:

@@ -320,6 +320,22 @@ def test_the_built_module_reports_the_reason_it_was_built_with():
     assert bool(native.lib.pyamx_build_kernels()) == info.KERNELS
 
 
+@pytest.mark.parametrize("name", ["pyamx._native", "pyamx._trap"])
+def test_a_built_module_exports_its_python_entry_and_nothing_else(name):
+    """Its C functions are reached through cffi: exported, they could interpose on (or be taken for)
+    another library's symbols of the same name in a process that loads both globally."""
+    nm = shutil.which("nm")
+    if nm is None or sys.platform != "linux":
+        pytest.skip("needs nm on Linux")
+    spec = importlib.util.find_spec(name)
+    if spec is None or spec.origin is None:
+        pytest.skip(f"{name} is not built here (python build.py)")
+    defined = subprocess.run([nm, "-D", "--defined-only", spec.origin], capture_output=True, text=True,
+                             check=True).stdout.splitlines()
+    functions = [line.split()[-1] for line in defined if line.split()[-2] in ("T", "W", "i")]
+    assert functions == [f"PyInit_{name.rsplit('.', 1)[1]}"], functions
+
+
 def test_not_built_message_names_the_recorded_cause():
     from pyamx.cpu import _nativelib
 
