@@ -100,14 +100,27 @@ def test_a_kind_name_reads_bits_as_that_kind():
 
 
 def _count_products(monkeypatch):
+    """The a shapes of the 2-D products a call runs: each _product, and each native kernel call
+    made outside one (a float b rounded while packed goes straight to the kernel)."""
     calls = []
-    real = _matmul._product
+    inside = []
+    real_product, real_native = _matmul._product, _matmul.native_packed
 
     def counted(ops, *args, **kwargs):
         calls.append(ops.a.shape)
-        return real(ops, *args, **kwargs)
+        inside.append(True)
+        try:
+            return real_product(ops, *args, **kwargs)
+        finally:
+            inside.pop()
+
+    def counted_native(row, a_bits, *args, **kwargs):
+        if not inside:
+            calls.append(a_bits.shape)
+        return real_native(row, a_bits, *args, **kwargs)
 
     monkeypatch.setattr(_matmul, "_product", counted)
+    monkeypatch.setattr(_matmul, "native_packed", counted_native)
     return calls
 
 
