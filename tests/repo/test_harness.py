@@ -45,3 +45,24 @@ def test_the_lockstep_fuzz_draws_the_tables_dot_products_the_native_side_runs(mo
         assert set(names) == {i.name for i in isa.DOTS} and {"tdpbf8ps", "tcmmimfp16ps"} <= set(names)
     else:
         assert set(names) == {i.name for i in isa.DOTS if i.group in kernels}
+
+
+@pytest.mark.static
+def test_the_asan_legs_preload_only_files_exist_and_run_no_pyamx_in_process():
+    """.ci/run's ASan leg leaves out PRELOAD_ONLY: files whose checks all run in C programs under the
+    (never instrumented) preload library. A renamed file would silently come back; one that imports
+    pyamx would run instrumented code there and must not be left out."""
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    script = (root / ".ci" / "run").read_text(encoding="utf-8")
+    listed = re.search(r"^PRELOAD_ONLY=\(([^)]*)\)", script, re.M)
+    assert listed, "PRELOAD_ONLY=(...) not found in .ci/run"
+    files = listed.group(1).split()
+    assert files
+    for name in files:
+        path = root / name
+        assert path.is_file(), f"{name} (PRELOAD_ONLY in .ci/run) does not exist"
+        source = path.read_text(encoding="utf-8")
+        assert not re.search(r"^\s*(import pyamx|from pyamx\b)", source, re.M), f"{name} imports pyamx in-process"
