@@ -48,10 +48,10 @@ def test_the_lockstep_fuzz_draws_the_tables_dot_products_the_native_side_runs(mo
 
 
 @pytest.mark.static
-def test_the_asan_legs_preload_only_files_exist_and_run_no_pyamx_in_process():
-    """.ci/run's ASan leg leaves out PRELOAD_ONLY: files whose checks all run in C programs under the
-    (never instrumented) preload library. A renamed file would silently come back; one that imports
-    pyamx would run instrumented code there and must not be left out."""
+def test_the_preload_only_files_ci_leaves_out_exist_and_run_no_pyamx_or_numpy_in_process():
+    """.ci/run's ASan and numpy-floor legs leave out PRELOAD_ONLY: files whose checks all run in C
+    programs under the (never instrumented) preload library. A renamed file would silently come
+    back; one that imports pyamx or numpy in-process would check something there."""
     import re
     from pathlib import Path
 
@@ -65,4 +65,5 @@ def test_the_asan_legs_preload_only_files_exist_and_run_no_pyamx_in_process():
         path = root / name
         assert path.is_file(), f"{name} (PRELOAD_ONLY in .ci/run) does not exist"
         source = path.read_text(encoding="utf-8")
-        assert not re.search(r"^\s*(import pyamx|from pyamx\b)", source, re.M), f"{name} imports pyamx in-process"
+        assert not re.search(r"^\s*(import (pyamx|numpy)|from (pyamx|numpy)\b)", source, re.M), \
+            f"{name} imports pyamx or numpy in-process: the ASan and numpy-floor legs must run it"
