@@ -114,6 +114,31 @@ int32_t pyamx_trap_set_simd(int32_t on);
  * declines operands holding an inf or NaN). */
 uint64_t pyamx_trap_simd_count(void);
 
+/* ---- direct.c: the decoder and the semantics without a signal ---- */
+
+/* pyamx_trap_execute_direct results. */
+enum pyamx_trap_direct_status {
+    PYAMX_TRAP_DIRECT_OK = 0,
+    PYAMX_TRAP_DIRECT_UD = 1,         /* the instruction raises #UD (silicon: SIGILL); why says the rule */
+    PYAMX_TRAP_DIRECT_GP = 2,         /* it raises #GP (silicon: SIGSEGV) */
+    PYAMX_TRAP_DIRECT_E_DECODE = -1,  /* not an instruction the trap emulates, truncated, or an APX form */
+    PYAMX_TRAP_DIRECT_E_MEMORY = -2,  /* it has a memory operand: not taken */
+    PYAMX_TRAP_DIRECT_E_CONFIG = -3,  /* cfg is not an image LDTILECFG accepts */
+    PYAMX_TRAP_DIRECT_E_ARG = -4      /* a NULL pointer or no bytes */
+};
+
+/* One instruction without a memory operand (the bytes at code, up to 15 of
+ * len; gprs16 as pyamx_trap_decode takes them, for a row selector in a GPR)
+ * on the tile state cfg (64-byte STTILECFG image) and tiles (8 x 16 x 64
+ * bytes), as the SIGILL handler would run it: the same decoder, rules and
+ * arithmetic, with no signal and no per-thread state, on any CPU (AMX
+ * silicon too). On OK, cfg and tiles hold the state after it and zmm (64
+ * bytes) a row instruction's result; otherwise they are untouched and why
+ * (why_size bytes, NUL-terminated) says what refused it. The caller's
+ * MXCSR is left as it was. */
+int32_t pyamx_trap_execute_direct(const uint8_t *code, size_t len, const uint64_t *gprs16, uint8_t *cfg,
+                                  uint8_t *tiles, uint8_t *zmm, char *why, size_t why_size);
+
 /* ---- thread_state.c: per-thread emulated tile state ---- */
 
 /* Optional, from normal context on each thread that runs tile code: claims
