@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import array
-import tracemalloc
 
 import numpy as np
 import pytest
@@ -11,6 +10,7 @@ import pytest
 import pyamx
 from pyamx.table import bf16
 from pyamx.errors import BackendError
+from allocations import smallest_peak
 from test_bad_input import _ArrayLike, _Unconvertible  # stand-ins for framework tensors
 
 RNG = np.random.default_rng(20)
@@ -171,13 +171,9 @@ def test_a_refused_call_copies_nothing(dtype, kind, mistake, error):
     huge = _huge(dtype)
     mistake = dict(mistake)
     b = np.zeros((mistake.pop("b_rows", 1 << 20), 1), dtype)
-    tracemalloc.start()
-    try:
-        with pytest.raises(error) as info:
-            pyamx.matmul(huge, b, kind=kind, **mistake)
-        peak = tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
+    with pytest.raises(error) as info:
+        pyamx.matmul(huge, b, kind=kind, **mistake)
+    peak = smallest_peak(lambda: pyamx.matmul(huge, b, kind=kind, **mistake))
     assert not isinstance(info.value, MemoryError)
     assert peak < 1 << 20, f"{peak} bytes allocated before the {type(info.value).__name__}"
 
