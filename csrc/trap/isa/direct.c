@@ -63,12 +63,9 @@ int32_t pyamx_trap_execute_direct(const uint8_t *code, size_t len, const uint64_
     memcpy(image, cfg, 64);
     struct pyamx_trap_insn load = {.op = PYAMX_OP_OF_LOAD_CONFIG, .has_mem = 1, .addr = (uint64_t)(uintptr_t)image};
     state_init(&st);
+    m_str(&m, "cfg is not a configuration LDTILECFG accepts: "); /* the rule that refuses it follows */
     if (trap_execute(&st, &load, &m) != EXEC_OK) {
-        static const char prefix[] = "cfg is not a configuration LDTILECFG accepts: ";
-        char text[sizeof prefix + sizeof m.buf];
-        memcpy(text, prefix, sizeof prefix - 1);
-        memcpy(text + sizeof prefix - 1, m.buf, m.n);
-        say(why, why_size, text, sizeof prefix - 1 + m.n);
+        say(why, why_size, m.buf, m.n);
         return PYAMX_TRAP_DIRECT_E_CONFIG;
     }
     if (st.palette)
