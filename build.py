@@ -94,7 +94,6 @@ class Module:
     # as an extension file, never imported. Its own compile and link arguments, never sanitized
     # (ASan's runtime must come first in LD_PRELOAD, which a preloaded library cannot guarantee).
     plain: bool = False
-    plain_compile_args: tuple = ()
     plain_link_args: tuple = ()
 
 
@@ -483,7 +482,7 @@ def extension(module: Module, p: BuildPlan):
             sources=module_sources(module),
             include_dirs=list(module.include_dirs),
             define_macros=[("PYAMX_VERSION", c_string(p.version))],
-            extra_compile_args=compile_args(False) + list(module.plain_compile_args),
+            extra_compile_args=compile_args(False),
             extra_link_args=link_args(False) + list(module.plain_link_args) + bind_now_args(module),
             depends=header_dependencies(),
             py_limited_api=_limited_api(),

@@ -183,8 +183,7 @@ def _started_report() -> Report:
     """Detection's report once the native start ran: the choice of native is where this process asks
     for the AMX permission, forks the probe child or switches the trap mode on (pyamx.cpu._native_start),
     before the first native call; detection itself only reads."""
-    module(".cpu._native_start", __package__).start()
-    report: Report = module(".cpu.detect", __package__).report()
+    report: Report = module(".cpu._native_start", __package__).report()
     return report
 
 

@@ -21,17 +21,14 @@ from typing import TYPE_CHECKING
 import numpy as np
 import numpy.typing as npt
 
-from . import _env
 from ._fpenv import default_fpenv
 
 if TYPE_CHECKING:
     from .cpu._nativelib import FFI, Lib
 
-#: the engines' thread bound, which the conversions follow too
-THREADS_ENV_VAR = _env.ENGINE_THREADS
 
 #: (source dtype name, target) -> (the op's name in enum pyamx_convert_op, the result's dtype)
-_OPS = {
+OPS = {
     ("float32", "bf16"): ("PYAMX_CONVERT_F32_TO_BF16", np.uint16),
     ("float64", "bf16"): ("PYAMX_CONVERT_F64_TO_BF16", np.uint16),
     ("float32", "fp16"): ("PYAMX_CONVERT_F32_TO_FP16", np.uint16),
@@ -87,7 +84,7 @@ def _run(array: np.ndarray, key: tuple[str, str], threads: int | None) -> np.nda
     if loaded is None:
         return None
     ffi, lib = loaded
-    op_name, out_dtype = _OPS[key]
+    op_name, out_dtype = OPS[key]
     out = np.empty(array.shape, dtype=out_dtype)
     if out.size == 0:
         return out

@@ -367,10 +367,8 @@ def _shared_b_operands(call: Call, a_bits: np.ndarray, b_bits: np.ndarray) -> "O
     along the batch, a is broadcast along it (:func:`_stacked_rows`) or the batch is empty.
     ``c`` broadcast along the batch is tiled to the output's size (once).
     """
-    if math.prod(call.batch) == 0:
-        return None
     b_all = np.broadcast_to(b_bits, call.batch + (call.k, call.n))
-    if any(stride != 0 and size != 1 for size, stride in zip(b_all.shape[:-2], b_all.strides[:-2])):
+    if math.prod(call.batch) == 0 or not _repeats_one_matrix(b_all):
         return None
     a_rows = _stacked_rows(np.broadcast_to(a_bits, call.batch + (call.m, call.k)))
     if a_rows is None:
@@ -384,16 +382,19 @@ def _shared_b_operands(call: Call, a_bits: np.ndarray, b_bits: np.ndarray) -> "O
     return _materialize(call, a_rows, b_all[(0,) * len(call.batch)], c_rows)
 
 
-def _float_b_shared(call: Call) -> "np.ndarray | None":
+def _repeats_one_matrix(x: np.ndarray) -> bool:
+    """``x`` (..., R, C) is one matrix along its leading dimensions (each of size 1 or stride 0)."""
+    return all(stride == 0 or size == 1 for size, stride in zip(x.shape[:-2], x.strides[:-2]))
+
+
+def _float_b_shared(call: Call) -> "_Operand | None":
     """A float b that every product of the call takes (2-D, or a stack that repeats one matrix), as
-    that (K, N) matrix: rounded while it is packed, once for the whole batch. None otherwise."""
+    that (K, N) operand: rounded while it is packed, once for the whole batch. None otherwise, and
+    for an empty batch (nothing to pack)."""
     b = call.b.array
-    if not call.b.rounds or any(size != 1 and stride != 0 for size, stride in zip(b.shape[:-2], b.strides[:-2])):
+    if not call.b.rounds or math.prod(call.batch) == 0 or not _repeats_one_matrix(b):
         return None
-    if math.prod(call.batch) == 0:
-        return None  # nothing to compute: no packing either
-    first: np.ndarray = b[(0,) * (b.ndim - 2)]
-    return first
+    return _Operand(b[(0,) * (b.ndim - 2)], call.b.format, True)
 
 
 def _zero_accumulator(m: int, n: int, row: isa.Instruction) -> np.ndarray:
@@ -508,7 +509,7 @@ def matmul(a: ArrayInput, b: ArrayInput | PackedB, c: ArrayInput | None = None, 
     if call.packed is not None:
         bits = call.packed.product_bits(call, a_bits, eng, threads, chosen)
     elif eng is None and (shared_b := _float_b_shared(call)) is not None:  # rounded while packed, as pyamx.pack does
-        packed = module("._packed", __package__).pack(shared_b, call.b.format.name, threads=threads)
+        packed = module("._packed", __package__).packed_from(shared_b, call.group, threads)
         a_all = np.broadcast_to(a_bits, call.batch + (call.m, call.k)) if call.batch else a_bits
         bits = packed.product_bits(call, a_all, eng, threads, chosen)
     elif not call.batch:

@@ -118,7 +118,13 @@ def pack(b: "ArrayInput", kind: "str | None" = None, *, threads: "int | None" = 
     k, n = op.array.shape
     if min(k, n) < 1:
         raise ValueError(f"pack: K={k}, N={n}; both must be at least 1")
-    group = next(g for g in KINDS if op.format in isa.VIEWS.group_formats[g])
+    return packed_from(op, next(g for g in KINDS if op.format in isa.VIEWS.group_formats[g]), threads)
+
+
+def packed_from(op: _matmul._Operand, group: str, threads: int | None) -> PackedB:
+    """A checked (K, N) operand of kind ``group`` laid out: :func:`pack` after its checks, and
+    ``pyamx.matmul``'s float b, which its own check() has already checked."""
+    k, n = op.array.shape
     if op.rounds:  # float values rounded once, while they are packed: no rounded copy of b
         return PackedB(group, op.format.name, k, n, op.format.name,
                        _tile_layout.pack_rounded(op.array, op.format.name, threads), np.dtype(np.uint16))

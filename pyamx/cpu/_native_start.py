@@ -23,7 +23,7 @@ What each action returned goes into detection's table (detect.note_start); the r
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, Callable, Optional, Tuple
+from typing import TYPE_CHECKING, Optional, Tuple
 
 from .._first_use import LOCK
 from . import detect
@@ -70,18 +70,12 @@ def _silicon_start(raw: detect.RawFacts, ffi: FFI, lib: Lib) -> detect.RawFacts:
     if detect.gate_passed(raw):
         raw = replace(raw, perm_request=int(lib.pyamx_request_permission()))
     if raw.perm_request is not None and detect.gate_passed(raw):
-        raw = replace(raw, xcomp_perm=_read_u64(ffi, lib.pyamx_arch_prctl_get, detect.ARCH_GET_XCOMP_PERM))
+        raw = replace(raw, xcomp_perm=detect.read_u64(ffi, lib.pyamx_arch_prctl_get, detect.ARCH_GET_XCOMP_PERM))
     if raw.xcomp_perm is not None and detect.gate_passed(raw):
         status = ffi.new("int *")
         err = lib.pyamx_probe_child(status)
         raw = replace(raw, child=(int(err), int(status[0])))
     return raw
-
-
-def _read_u64(ffi: FFI, fn: Callable[..., Any], *args: int) -> Tuple[int, int]:
-    value = ffi.new("uint64_t *")
-    rc = fn(*args, value)
-    return int(rc), int(value[0])
 
 
 def switch_trap_on(lib: Lib) -> detect.TrapFacts:

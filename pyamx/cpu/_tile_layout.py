@@ -85,9 +85,8 @@ def _c_library() -> tuple[FFI, Lib] | None:
         library = load()
     except ImportError:
         return None  # not kept: the next call looks again, as before
-    loaded = library if hasattr(library[1], "pyamx_pack_b") else None
-    _C_LIBRARY.append(loaded)
-    return loaded
+    _C_LIBRARY.append(library)  # load() refuses a stale build: every entry of this tree's pyamx.h is there
+    return library
 
 
 def _default_threads() -> int:
@@ -119,15 +118,6 @@ def pack(bits: np.ndarray, threads: int | None = None) -> npt.NDArray[np.uint8]:
     return tiles
 
 
-#: the rounding pyamx_pack_b_rounded does, by (source dtype name, format): enum pyamx_convert_op's names
-_ROUNDING_OPS = {
-    ("float32", "bf16"): "PYAMX_CONVERT_F32_TO_BF16",
-    ("float64", "bf16"): "PYAMX_CONVERT_F64_TO_BF16",
-    ("float32", "fp16"): "PYAMX_CONVERT_F32_TO_FP16",
-    ("float64", "fp16"): "PYAMX_CONVERT_F64_TO_FP16",
-}
-
-
 def pack_rounded(values: np.ndarray, fmt: str, threads: int | None = None) -> npt.NDArray[np.uint8]:
     """(K, N) float32/float64 ``values`` rounded to ``fmt`` ("bf16" or "fp16", pyamx._convert's
     rules) and laid out, as :func:`pack` lays out the rounded bits: a new, read-only uint8 array.
@@ -135,16 +125,16 @@ def pack_rounded(values: np.ndarray, fmt: str, threads: int | None = None) -> np
     In one pass in C where the extension has it (B read once, in place, through any strides; no
     rounded copy of it); else rounded first (pyamx._convert.round_floats), then packed.
     """
-    loaded = _c_library()
-    if loaded is None or not hasattr(loaded[1], "pyamx_pack_b_rounded"):
-        from .. import _convert
+    from .. import _convert  # its rounding ops (enum pyamx_convert_op), or its rounding where C is missing
 
+    loaded = _c_library()
+    if loaded is None:
         return pack(np.ascontiguousarray(_convert.round_floats(values, fmt)), threads)
     ffi, lib = loaded
     item = values.itemsize
     if not values.flags.aligned or not values.dtype.isnative or any(s % item for s in values.strides):
         values = np.require(values, dtype=values.dtype.newbyteorder("="), requirements=("C", "A"))
-    (k, n), op = values.shape, getattr(lib, _ROUNDING_OPS[(values.dtype.name, fmt)])
+    (k, n), op = values.shape, getattr(lib, _convert.OPS[(values.dtype.name, fmt)][0])
     nbytes = layout_bytes(2, k, n)
     tiles = aligned_empty(nbytes)
     if threads is None:

@@ -826,7 +826,8 @@ def _read_cpuid(lib: Lib, ffi: FFI) -> dict[Tuple[int, int], Registers]:
     return leaves
 
 
-def _read_u64(ffi: FFI, fn: Callable[..., int], *args: int) -> Tuple[int, int]:
+def read_u64(ffi: FFI, fn: Callable[..., int], *args: int) -> Tuple[int, int]:
+    """``(status, value)`` of a C reader that fills one uint64_t (XGETBV, arch_prctl's GET codes)."""
     value = ffi.new("uint64_t *")
     rc = fn(*args, value)
     return int(rc), int(value[0])
@@ -867,9 +868,9 @@ def _read() -> RawFacts:
     if build.x86_64_linux:
         raw = replace(raw, cpuid=_read_cpuid(lib, ffi))
         if raw.features["osxsave"]:
-            rc, xcr0 = _read_u64(ffi, lib.pyamx_xgetbv0)
+            rc, xcr0 = read_u64(ffi, lib.pyamx_xgetbv0)
             raw = replace(raw, xcr0=xcr0 if rc == 0 else None)
-        raw = replace(raw, xcomp_supp=_read_u64(ffi, lib.pyamx_arch_prctl_get, ARCH_GET_XCOMP_SUPP))
+        raw = replace(raw, xcomp_supp=read_u64(ffi, lib.pyamx_arch_prctl_get, ARCH_GET_XCOMP_SUPP))
     return raw
 
 

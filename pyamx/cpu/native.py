@@ -87,8 +87,7 @@ def available(group: Optional[str] = None) -> tuple[bool, str]:
     ``group`` (``"bf16"``, ``"int8"``, ``"fp16"``) narrows the question to
     one kernel group: AMX-FP16, for one, exists only from Granite Rapids on.
     """
-    _native_start.start()
-    return availability(detect.report(), group)
+    return availability(_native_start.report(), group)
 
 
 def report() -> detect.Report:

@@ -102,10 +102,9 @@ def amx_available() -> tuple[bool, str]:
         return availability(process_emulated=True, complementing=False, trap_active=False, trap_env_set=False,
                             cpu_runs_amx=False, cpu_reason="")
     try:
-        from ..cpu import _native_start, detect
+        from ..cpu import _native_start
 
-        _native_start.start()  # the permission and the forked child: what says whether the CPU runs AMX
-        rep = detect.report()
+        rep = _native_start.report()  # after the permission and the forked child: whether the CPU runs AMX
         return availability(process_emulated=False, complementing=trap.complementing(), trap_active=trap.active(),
                             trap_env_set=os.environ.get(trap.ENV_VAR) == "1", cpu_runs_amx=rep.cpu_runs_amx,
                             cpu_reason=rep.reason)

@@ -245,12 +245,12 @@ def test_without_the_extension_the_numpy_code_runs_with_the_same_bits(monkeypatc
 def test_threads_follow_the_engines_variable(monkeypatch):
     from pyamx import _threads
 
-    monkeypatch.setenv(_convert.THREADS_ENV_VAR, "3")
+    monkeypatch.setenv(_threads.ENV_VAR, "3")
     _threads.forget()  # the variable is read once and kept, as the engines keep it
     monkeypatch.setattr(_threads, "_kept", [])  # and forgotten again after the test
     assert _convert._threads(10, 100) == 1  # small work: the caller's thread, no environment read
     assert _convert._threads(100, 100) == 3
-    monkeypatch.setenv(_convert.THREADS_ENV_VAR, "zero")
+    monkeypatch.setenv(_threads.ENV_VAR, "zero")
     _threads.forget()
     with pytest.raises(pyamx.errors.EnvironmentVariableError):
         _convert._threads(100, 100)

@@ -59,9 +59,8 @@ int32_t pyamx_trap_execute_direct(const uint8_t *code, size_t len, const uint64_
     /* ~11 KiB: the caller's stack (a normal thread's, not a signal stack). */
     struct tile_state st;
     struct msg m = {.n = 0};
-    uint8_t image[64];
-    memcpy(image, cfg, 64);
-    struct pyamx_trap_insn load = {.op = PYAMX_OP_OF_LOAD_CONFIG, .has_mem = 1, .addr = (uint64_t)(uintptr_t)image};
+    /* LDTILECFG copies the image before it checks it: cfg is only read here */
+    struct pyamx_trap_insn load = {.op = PYAMX_OP_OF_LOAD_CONFIG, .has_mem = 1, .addr = (uint64_t)(uintptr_t)cfg};
     state_init(&st);
     m_str(&m, "cfg is not a configuration LDTILECFG accepts: "); /* the rule that refuses it follows */
     if (trap_execute(&st, &load, &m) != EXEC_OK) {
