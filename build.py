@@ -593,7 +593,7 @@ def setuptools_options() -> dict:
         def run(self):
             made = generator()
             try:
-                written = made.write(HERE)
+                written = made.write(HERE, only=made.BUILD_FILES)
             except made.GenerateError as exc:
                 raise SystemExit(f"pyamx build: {exc}") from None
             for rel in written:

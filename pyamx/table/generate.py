@@ -6,7 +6,7 @@ import (pyamx/_dot_types.py, pyamx/emulator/_dot_types.py), and docs/isa.md's in
 (the part between its markers; each group's links come from tests/isa_doc_groups.py). They are
 committed; tests/table/test_generated.py checks that each is what this module makes, byte for byte.
 
-    python pyamx/table/generate.py           rewrite the files that differ (python build.py does too)
+    python pyamx/table/generate.py           rewrite the files that differ (python build.py: all but docs/isa.md)
     python pyamx/table/generate.py --check   list the files that differ and exit 1, writing nothing
 
 ``python -m pyamx.table.generate`` runs the same, but imports the pyamx package (and numpy) first.
@@ -184,12 +184,6 @@ def _operand_slots(enc: Optional[Encoding]) -> Tuple[str, ...]:
     return tuple(slots.values())
 
 
-def _imm_form_fields(insn: Row) -> Tuple[object, ...]:
-    """``(imm_map, imm_pp, imm_opcode)`` of a row's imm8 form; zeros where it has none."""
-    imm = insn.imm_encoding
-    return (0, 0, "0x00") if imm is None else (f"0x{imm.map:X}", imm.pp, f"0x{imm.opcode:02X}")
-
-
 def traits_header_text(isa: ModuleType) -> str:
     """csrc/pyamx_op_traits.h: ``PYAMX_FOR_EACH_OP(X)`` and ``pyamx_op_traits[]``, one entry per row.
 
@@ -201,10 +195,9 @@ def traits_header_text(isa: ModuleType) -> str:
             f"    {prefix}{_c_name(n)} = {i}" for i, n in enumerate(names)) + "\n};\n"
 
     forms = tuple(dict.fromkeys(insn.encoding.form for insn in isa.TABLE))
-    prefixes = tuple(dict.fromkeys(("VEX", "EVEX")))
+    prefixes = ("VEX", "EVEX")
     fields = [_trait_fields(isa, insn) for insn in isa.TABLE]
     xrows = " \\\n".join(f"    X({', '.join(str(v) for v in row)})" for row in fields)
-    imm = [_imm_form_fields(insn) for insn in isa.TABLE]
     table = "\n".join(
         f"    [PYAMX_OP_{r[0]}] = {{"
         + ", ".join(f"{prefix}{v}" for (_, prefix, _), v in zip(TRAIT_FIELDS, r[1:])) + "},"
@@ -226,7 +219,9 @@ def traits_header_text(isa: ModuleType) -> str:
     actions = "\n".join(f"    [PYAMX_OP_{i.mnemonic}] = PYAMX_ACTION_{_c_name(i.action)},"
                          for i in isa.TABLE if i.action is not None)
     action_ops = ",\n".join(f"    PYAMX_OP_OF_{_c_name(a)} = PYAMX_OP_{isa.BY_ACTION[a].mnemonic}" for a in isa.ACTIONS)
-    imm_rows = [(insn.mnemonic, *i) for insn, i in zip(isa.TABLE, imm) if insn.imm_encoding is not None]
+    # (mnemonic, map, pp, opcode) of each imm8 form: _imm_fields' map, pp and opcode
+    imm_rows = [(insn.mnemonic, *(_imm_fields(insn.imm_encoding)[i] for i in (1, 2, 5)))
+                for insn in isa.TABLE if insn.imm_encoding is not None]
     imm_xrows = " \\\n".join(f"    X({', '.join(str(v) for v in row)})" for row in imm_rows) or "    /* none */"
     return f"""/* Traits of every AMX instruction row of pyamx/table/isa.py, for C.
  *
@@ -400,14 +395,19 @@ _STATE_PARAM_TYPES = {"cfg": "cfg: Any", "tmm": "tmm: int",
 _STATE_RETURNS = {"store-config": "bytes"}
 
 
+def _dot_functions(isa: ModuleType, keywords: Callable[[Row], str]) -> str:
+    """``__all__`` and one function per dot-product row, ``keywords(row)`` before its ``engine=``."""
+    names = "__all__ = [\n" + "".join(f"    \"{n}\",\n" for n in isa.DOT_NAMES) + "]\n"
+    return names + "".join(f"\n\ndef {insn.name}({_SIG},{keywords(insn)} engine: str | None = None) -> AMXResult: ...\n"
+                           for insn in isa.DOTS)
+
+
 def types_text(isa: ModuleType) -> str:
     """pyamx/_dot_types.py: the public one-instruction functions and the tile machines' per-instruction methods."""
     out = [_py_header("Types of pyamx's per-instruction functions and tile machine methods.",
                       "from typing import Any\n\nimport numpy as np\nimport numpy.typing as npt\n\n"
                       "from ._result import AMXResult\nfrom ._types import ArrayInput\n")]
-    out.append("__all__ = [\n" + "".join(f"    \"{n}\",\n" for n in isa.DOT_NAMES) + "]\n")
-    for insn in isa.DOTS:
-        out.append(f"\n\ndef {insn.name}({_SIG}, backend: str | None = None, engine: str | None = None) -> AMXResult: ...\n")
+    out.append(_dot_functions(isa, lambda insn: " backend: str | None = None,"))
     out.append("\n\nclass TileMachine:\n    \"\"\"The methods isa.add_state_methods, add_dot_methods and add_row_methods put on both tile machines\n    (named as the machines are, so a type checker's message names the machine).\"\"\"\n")
     for insn in isa.STATE_OPS:
         _, params = isa.STATE_IMPLEMENTATIONS[insn.action]
@@ -425,10 +425,7 @@ def emulator_types_text(isa: ModuleType) -> str:
     out = [_py_header("Types of pyamx.emulator's array-level per-instruction functions.",
                       "from .._result import AMXResult\nfrom .._types import ArrayInput\n"
                       "from ..table.numerics import Numerics\n")]
-    out.append("__all__ = [\n" + "".join(f"    \"{n}\",\n" for n in isa.DOT_NAMES) + "]\n")
-    for insn in isa.DOTS:
-        numerics = " numerics: str | Numerics = \"sdm\"," if insn.is_float else ""
-        out.append(f"\n\ndef {insn.name}({_SIG},{numerics} engine: str | None = None) -> AMXResult: ...\n")
+    out.append(_dot_functions(isa, lambda insn: " numerics: str | Numerics = \"sdm\"," if insn.is_float else ""))
     return "".join(out)
 
 
@@ -459,12 +456,16 @@ FILES: Dict[Path, Callable[[Inputs], str]] = {
     Path("pyamx") / "emulator" / "_dot_types.py": lambda i: emulator_types_text(i.isa),
     ISA_MD: lambda i: isa_md_text(i.isa, i.current(ISA_MD), i.doc_groups()),
 }
+#: the files a build compiles or ships as code: all but the docs table, whose inputs (docs/isa.md,
+#: tests/isa_doc_groups.py) a build neither needs nor may have; the tests and this command keep it
+BUILD_FILES = tuple(rel for rel in FILES if rel != ISA_MD)
 
 
-def expected(root: Path = ROOT, isa: Optional[ModuleType] = None) -> Dict[Path, str]:
-    """Every generated file (relative path) -> the text the table makes of it."""
+def expected(root: Path = ROOT, isa: Optional[ModuleType] = None,
+             only: Optional[Sequence[Path]] = None) -> Dict[Path, str]:
+    """Every generated file (relative path; ``only`` these) -> the text the table makes of it."""
     inputs = Inputs(isa if isa is not None else load_isa(root), Path(root))
-    return {rel: make(inputs) for rel, make in FILES.items()}
+    return {rel: make(inputs) for rel, make in FILES.items() if only is None or rel in only}
 
 
 def _differs(path: Path, text: str) -> bool:
@@ -477,10 +478,11 @@ def stale(root: Path = ROOT) -> List[Path]:
     return [rel for rel, text in expected(root).items() if _differs(Path(root) / rel, text)]
 
 
-def write(root: Path = ROOT) -> List[Path]:
-    """Write the generated files that differ (a file left as is keeps its time); the paths written."""
+def write(root: Path = ROOT, only: Optional[Sequence[Path]] = None) -> List[Path]:
+    """Write the generated files (``only`` these) that differ (a file left as is keeps its time);
+    the paths written."""
     written = []
-    for rel, text in expected(root).items():
+    for rel, text in expected(root, only=only).items():
         path = Path(root) / rel
         if _differs(path, text):
             path.write_bytes(text.encode("utf-8"))
