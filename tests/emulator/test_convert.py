@@ -17,6 +17,7 @@ from pyamx import _convert
 from pyamx.table import bf16
 from pyamx.emulator.fp16 import widen_fp16_bits, widen_fp16_bits_numpy
 from pyamx.table import bf16 as bf16_module
+from mxcsr import DAZ, FTZ, ROUND_DOWN, ROUND_UP, RZ, caller_mxcsr
 
 if _convert.library() is None:
     pytest.skip("the C extension pyamx._native is not built (python build.py)", allow_module_level=True)
@@ -202,25 +203,18 @@ def test_big_endian_and_misaligned_input():
 
 
 def test_results_do_not_depend_on_the_callers_mxcsr():
-    ffi, lib = _convert.library()
-    if not lib.pyamx_fpenv_supported():
-        pytest.skip("MXCSR is x86-64's")
     bits32 = float32_cases(np.random.default_rng(10))
     bits64 = float64_cases(np.random.default_rng(11))
     want = {fmt: (_reference(bits32.view(np.float32), fmt), _reference(bits64.view(np.float64), fmt))
             for fmt in ("bf16", "fp16")}
     wide_fp16 = widen_fp16_bits_numpy(ALL_CODES)
-    caller = lib.pyamx_get_mxcsr()
     # round toward zero, down (both with FTZ and DAZ), up; every exception masked
-    for mxcsr in (0x1F80 | 0x6000 | 0x8040, 0x1F80 | 0x2000 | 0x8040, 0x1F80 | 0x4000):
-        try:
-            lib.pyamx_set_mxcsr(mxcsr)
+    for mxcsr in (RZ | FTZ | DAZ, ROUND_DOWN | FTZ | DAZ, ROUND_UP):
+        with caller_mxcsr(mxcsr) as lib:  # skips where MXCSR cannot be set (not x86-64)
             got = {fmt: (_convert.to_bits(bits32.view(np.float32), fmt, threads=1),
                          _convert.to_bits(bits64.view(np.float64), fmt, threads=1)) for fmt in want}
             got_wide = _convert.widen(ALL_CODES, "fp16", threads=1)
             after = lib.pyamx_get_mxcsr()
-        finally:
-            lib.pyamx_set_mxcsr(caller)
         assert after == mxcsr
         for fmt in want:
             _equal_bits(got[fmt][0], want[fmt][0], bits32)

@@ -23,6 +23,7 @@ import pyamx
 from pyamx.emulator import engine as eng
 from pyamx.table import isa
 from pyamx.errors import BackendError
+from mxcsr import caller_mxcsr
 
 import reference
 
@@ -38,14 +39,8 @@ NOT_A_TEST_BUILD = ("the engine's test hooks are in a test build only: rebuild w
 def run_under_mxcsr(lib, call, mxcsr):
     """``pyamx_engine_run(call)`` from a thread whose MXCSR is ``mxcsr``, as a caller that changed
     its own has it: (status, the MXCSR right after the call); this thread's MXCSR is put back."""
-    own = lib.pyamx_get_mxcsr()
-    assert lib.pyamx_set_mxcsr(mxcsr) == 0
-    try:
-        rc = lib.pyamx_engine_run(call.struct)
-        after = lib.pyamx_get_mxcsr()
-    finally:
-        lib.pyamx_set_mxcsr(own)
-    return rc, after
+    with caller_mxcsr(mxcsr):
+        return lib.pyamx_engine_run(call.struct), lib.pyamx_get_mxcsr()
 INT_OPS = ("tdpbssd", "tdpbsud", "tdpbusd", "tdpbuud")
 COMPILED = ("avx512", "avx2", "portable")
 
