@@ -16,6 +16,7 @@ from pyamx.cpu import detect, native
 from pyamx.table import isa
 from pyamx.errors import NativeUnavailableError
 from pyamx.table.tilecfg import TileConfig
+from tile_encodings import evex_row_form
 
 # clang 22.1.8 (ziglang 0.17.1), `clang -c` of the AT&T lines, bytes from objdump -s
 CLANG = {
@@ -36,13 +37,8 @@ CLANG = {
 
 
 def _evex(enc: isa.Encoding, tmm: int, imm=None) -> str:
-    """EVEX bytes of a row form from the table's fields: zmm0 in ModRM.reg, tmm in rm, eax (or no
-    register: vvvv 1111 either way) in vvvv, V' 1, no masking."""
-    p0 = 0xF0 | enc.map
-    p1 = (enc.w << 7) | (0b1111 << 3) | 0b100 | enc.pp
-    p2 = (enc.l << 5) | 0b1000
-    tail = bytes((imm,)) if imm is not None else b""
-    return (bytes((0x62, p0, p1, p2, enc.opcode, 0xC0 | tmm)) + tail).hex()
+    """Hex of a row form from the table's fields: zmm0, tmm, eax (or no register: vvvv 1111 either way)."""
+    return evex_row_form(enc, 0, tmm, 0, imm).hex()
 
 
 def _mnemonic_of(line: str) -> str:

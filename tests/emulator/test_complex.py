@@ -21,6 +21,7 @@ from pyamx.emulator import engine as _engine
 from pyamx.emulator import Numerics
 from pyamx.table.tilecfg import TileConfig
 from mxcsr import DAZ, FTZ, RZ, caller_mxcsr
+from tile_encodings import vex_register_form
 
 import reference
 
@@ -229,7 +230,7 @@ def test_the_row_encodes_as_clang_assembles_the_mnemonic(name):
     insn = isa.get(name)
     enc = insn.encoding
     # Intel operand order: tmm6 (reg, dst), tmm5 (rm, src1), tmm4 (vvvv, src2)
-    ours = enc.vex3(vvvv=~4 & 0xF) + bytes((enc.opcode, 0xC0 | 6 << 3 | 5))
+    ours = vex_register_form(enc, reg=6, rm=5, vvvv=4)
     try:
         import ziglang  # noqa: F401
     except ImportError:

@@ -22,6 +22,7 @@ from pyamx.table import isa
 from pyamx.emulator import engine as _engine
 from pyamx.emulator import Numerics
 from pyamx.errors import BackendError, InvalidOpcodeFault
+from tile_encodings import vex_register_form
 
 FP8_ROWS = [insn for insn in isa.DOTS if insn.is_float and insn.a_format.width == 8]
 NAMES = [insn.name for insn in FP8_ROWS]
@@ -423,8 +424,7 @@ KERNEL_TRIPLES = [(0, 1, 2), (0, 4, 6), (1, 4, 7), (2, 5, 6), (3, 5, 7)]
 
 
 def _table_bytes(insn, d, s1, s2) -> bytes:
-    enc = insn.encoding
-    return enc.vex3(vvvv=~s2 & 15) + bytes((enc.opcode, 0xC0 | (d << 3) | s1))
+    return vex_register_form(insn.encoding, d, s1, s2)
 
 
 def _clang_bytes(tmp_path, lines):

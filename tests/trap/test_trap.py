@@ -860,15 +860,10 @@ def _random_c(rng, shape, specials):
     return out
 
 
-@pytest.fixture(params=["avx2", "scalar"])
-def dot_path(request, trapped):
-    """Each dot-product test on both paths of the handler (csrc/trap/isa/simd_dot.c and semantics.c)."""
-    was = lib.pyamx_trap_set_simd(-1)
-    on = lib.pyamx_trap_set_simd(1 if request.param == "avx2" else 0)
-    if request.param == "avx2" and not on:
-        pytest.skip("this CPU has no AVX2: the handler runs its scalar dot products only")
-    yield request.param
-    lib.pyamx_trap_set_simd(was)
+@pytest.fixture
+def dot_path(trapped, dot_path):
+    """tests/trap/conftest.py's path, with the trap installed first (its install sets the path up)."""
+    return dot_path
 
 
 @pytest.mark.parametrize("fp16", [False, True], ids=["TDPBF16PS", "TDPFP16PS"])

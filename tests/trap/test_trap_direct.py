@@ -23,6 +23,7 @@ from pyamx.errors import GeneralProtectionFault, InvalidOpcodeFault
 from pyamx.table import isa
 from pyamx.table.tilecfg import TileConfig
 
+from tile_encodings import evex_row_form, vex_register_form
 from lockstep import random_config
 from mxcsr import DAZ, FTZ, RZ, caller_mxcsr
 
@@ -41,23 +42,13 @@ CASES_PER_OP = 120
 
 
 def vex(insn: isa.Instruction, reg: int = 0, rm: int = 0, vvvv: int = 0) -> bytes:
-    """A register form: tmm ``reg`` in ModRM.reg, ``rm`` in ModRM.rm, ``vvvv`` in VEX.vvvv (0..15 each)."""
-    enc = insn.encoding
-    head = enc.vex3(r=1 - (reg >> 3), x=1, b=1 - (rm >> 3), vvvv=~vvvv & 0xF)
-    return head + bytes((enc.opcode, 0xC0 | (reg & 7) << 3 | (rm & 7)))
+    return vex_register_form(insn.encoding, reg, rm, vvvv)
 
 
 def evex_row(insn: isa.Instruction, zmm: int, tile: int, gpr: int | None = None, imm: int | None = None) -> bytes:
-    """An AMX-AVX512 row instruction: zmm<zmm> from tile ``tile``, the row selector in GPR ``gpr``
-    (VEX-style vvvv) or the immediate ``imm`` (the 0F3A encoding); EVEX.512, no masking."""
     enc = insn.encoding if imm is None else insn.imm_encoding
     assert enc is not None
-    selector = 0 if gpr is None else gpr
-    p0 = (1 - (zmm >> 3 & 1)) << 7 | 1 << 6 | (1 - (tile >> 3 & 1)) << 5 | (1 - (zmm >> 4 & 1)) << 4 | enc.map
-    p1 = enc.w << 7 | (~selector & 0xF) << 3 | 1 << 2 | enc.pp
-    p2 = enc.l << 5 | 1 << 3  # L'L = 10 (512 bits), V' = 1 (not inverted: 0), z = b = aaa = 0
-    code = bytes((0x62, p0, p1, p2, enc.opcode, 0xC0 | (zmm & 7) << 3 | (tile & 7)))
-    return code if imm is None else code + bytes((imm,))
+    return evex_row_form(enc, zmm, tile, gpr or 0, imm)
 
 
 def decoded(code: bytes, gprs=None) -> object:
@@ -173,9 +164,8 @@ def random_state(rng: np.random.Generator) -> tuple[bytes, np.ndarray]:
     return cfg.to_bytes(), tiles
 
 
-def tile_operands(rng: np.random.Generator, cfg: bytes, count: int) -> list[int]:
-    """Mostly the tiles of a dot-product-compatible triple when the config holds one; sometimes any
-    tile 0..15 (8..15 do not exist in palette 1)."""
+def tile_operands(rng: np.random.Generator, count: int) -> list[int]:
+    """``count`` distinct tiles of palette 1, or now and then any of 0..15 (8..15 do not exist there)."""
     if rng.random() < 0.05:
         return [int(x) for x in rng.integers(0, 16, count)]
     return [int(x) for x in rng.permutation(8)[:count]]
@@ -191,18 +181,6 @@ def compatible_triple(cfg: bytes) -> tuple[int, int, int] | None:
                         and colsb[d] == colsb[s2] and colsb[d] % 4 == 0 and colsb[s1]:
                     return d, s1, s2
     return None
-
-
-@pytest.fixture(params=["avx2", "scalar"])
-def dot_path(request):
-    """Each test on both arithmetic paths of the trap (csrc/trap/isa/simd_dot.c and semantics.c)."""
-    was = lib.pyamx_trap_set_simd(-1)
-    on = lib.pyamx_trap_set_simd(1 if request.param == "avx2" else 0)
-    if request.param == "avx2" and not on:
-        lib.pyamx_trap_set_simd(was)
-        pytest.skip("this CPU has no AVX2: the trap runs its scalar dot products only")
-    yield request.param
-    lib.pyamx_trap_set_simd(was)
 
 
 # -- the instructions --------------------------------------------------------------------------
@@ -234,13 +212,18 @@ def test_every_dot_product_gives_the_emulators_bytes_on_random_full_states(insn,
     for case in range(CASES_PER_OP):
         cfg, tiles = random_state(rng)
         triple = compatible_triple(cfg)
-        d, s1, s2 = triple if triple is not None and rng.random() < 0.85 else tile_operands(rng, cfg, 3)
+        d, s1, s2 = triple if triple is not None and rng.random() < 0.85 else tile_operands(rng, 3)
         code = vex(insn, d, s1, s2)
         mine = direct(code, cfg, tiles)
         assert_same(f"{insn.mnemonic} tmm{d}, tmm{s1}, tmm{s2} (case {case}, {dot_path})", mine,
                     emulated(lambda m: method(m, d, s1, s2), cfg, tiles), cfg, tiles)
         outcomes[mine[0]] += 1
     assert outcomes["ok"] >= CASES_PER_OP // 3 and outcomes["ud"] > 0, outcomes  # both sides of the rules ran
+    cfg, tiles = random_state(rng)
+    for d, s1, s2 in ((9, 1, 2), (0, 12, 2), (0, 1, 15)):  # a tile palette 1 does not have, in each field
+        assert_same(f"{insn.mnemonic} tmm{d}, tmm{s1}, tmm{s2}", direct(vex(insn, d, s1, s2), cfg, tiles),
+                    ("ud", cfg, tiles, None), cfg, tiles)
+        assert emulated(lambda m: method(m, d, s1, s2), cfg, tiles)[0] == "ud"
 
 
 @pytest.mark.parametrize("insn", ROWS, ids=lambda i: i.mnemonic)
@@ -250,7 +233,7 @@ def test_every_row_instruction_gives_the_emulators_zmm_on_random_full_states(ins
     outcomes = {"ok": 0, "ud": 0, "gp": 0}
     for case in range(CASES_PER_OP):
         cfg, tiles = random_state(rng)
-        tile = tile_operands(rng, cfg, 1)[0] if rng.random() < 0.1 else int(rng.integers(0, 8))
+        tile = tile_operands(rng, 1)[0] if rng.random() < 0.1 else int(rng.integers(0, 8))
         zmm = int(rng.integers(0, 32))
         rows = cfg[48 + tile] if tile < 8 else 0
         in_range = int(rng.integers(0, max(rows, 1)))  # a row the tile has, mostly
@@ -269,6 +252,10 @@ def test_every_row_instruction_gives_the_emulators_zmm_on_random_full_states(ins
                     mine, emulated(lambda m: method(m, tile, row, imm=is_imm), cfg, tiles), cfg, tiles)
         outcomes[mine[0]] += 1
     assert outcomes["ok"] >= CASES_PER_OP // 3 and outcomes["ud"] > 0, outcomes
+    cfg, tiles = random_state(rng)
+    for imm in (None, 0):  # tile 13 in ModRM.rm + EVEX.B, GPR and imm8 forms
+        assert direct(evex_row(insn, 2, 13, gpr=1, imm=imm), cfg, tiles, [0] * 16)[0] == "ud"
+        assert emulated(lambda m: method(m, 13, 0, imm=imm is not None), cfg, tiles)[0] == "ud"
 
 
 def test_tilezero_and_tilerelease_as_the_emulator():
@@ -283,10 +270,10 @@ def test_tilezero_and_tilerelease_as_the_emulator():
                     emulated(lambda m: m.tilerelease(), cfg, tiles), cfg, tiles)
 
 
-def test_the_callers_mxcsr_changes_no_bit_and_is_kept():
-    """The float paths switch MXCSR for their own arithmetic and put the caller's back, flags too."""
-    rng = np.random.default_rng(2029)
-    insn = isa.BY_NAME["tdpbf16ps"]
+@pytest.mark.parametrize("insn", [i for i in DOTS if i.is_float], ids=lambda i: i.mnemonic)
+def test_the_callers_mxcsr_changes_no_bit_and_is_kept(insn, dot_path):
+    """Each float path switches MXCSR for its own arithmetic and puts the caller's back, flags too."""
+    rng = np.random.default_rng([2029, OP[insn.mnemonic]])
     cases = []
     while len(cases) < 20:
         cfg, tiles = random_state(rng)
