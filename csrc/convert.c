@@ -214,7 +214,7 @@ struct span {
     int64_t first, end; /* flat element indices [first, end) */
 };
 
-static size_t source_size(int op)
+size_t pyamx_internal_convert_source_size(int op)
 {
     switch (op) {
     case PYAMX_CONVERT_F32_TO_BF16: case PYAMX_CONVERT_F32_TO_FP16: return 4;
@@ -224,7 +224,7 @@ static size_t source_size(int op)
     }
 }
 
-static size_t destination_size(int op) { return source_size(op) == 2 ? 4 : 2; }
+static size_t destination_size(int op) { return pyamx_internal_convert_source_size(op) == 2 ? 4 : 2; }
 
 /* A strided source, rows r0..r1-1 and columns c0..c1-1 of it, into dst (the whole
  * C-contiguous output, cols wide), in tiles: a transposed view (rows closer together in
@@ -284,7 +284,7 @@ static void strided_block(const struct span *s, int64_t r0, int64_t r1, int64_t 
 static void convert_span(const struct span *s)
 {
     int64_t index = s->first, cols = s->cols;
-    if (s->col_stride == (int64_t)source_size(s->op)) {
+    if (s->col_stride == (int64_t)pyamx_internal_convert_source_size(s->op)) {
         size_t out_size = destination_size(s->op);
         contiguous_run run = contiguous_variant();
         while (index < s->end) {
@@ -339,7 +339,7 @@ static void convert_part(void *arg, int part)
 int pyamx_convert(int op, const void *src, int64_t rows, int64_t cols,
                   int64_t row_stride, int64_t col_stride, void *dst, int threads)
 {
-    int64_t size = (int64_t)source_size(op);
+    int64_t size = (int64_t)pyamx_internal_convert_source_size(op);
     if (size == 0 || rows < 0 || cols < 0 || threads < 1 || threads > PYAMX_MATMUL_MAX_THREADS
         || row_stride % size != 0 || col_stride % size != 0)
         return PYAMX_E_ARG;

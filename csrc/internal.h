@@ -19,6 +19,9 @@
 #define PYAMX_HAVE_AMX 0
 #endif
 
+/* Bytes of one source value of a pyamx_convert() op: 4 or 8 for the rounding ops (float32/float64
+ * in), 2 for the widening ones, 0 for an unknown op. */
+size_t pyamx_internal_convert_source_size(int op);
 /* pyamx_convert()'s conversion of a rows x cols source (its op, strides and
  * dst layout) on the calling thread, unchecked: the same element functions and
  * vector loops, for pack_b.c's rounding of float B while it packs. */

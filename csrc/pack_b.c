@@ -148,15 +148,6 @@ struct rounded_job {
     int parts;
 };
 
-static int rounded_source_size(int op)
-{
-    switch (op) {
-    case PYAMX_CONVERT_F32_TO_BF16: case PYAMX_CONVERT_F32_TO_FP16: return 4;
-    case PYAMX_CONVERT_F64_TO_BF16: case PYAMX_CONVERT_F64_TO_FP16: return 8;
-    default: return 0;
-    }
-}
-
 /* K block kb, block columns from c0 / 32 over `chunk` columns: rounded into `staged`, then gathered. */
 static void pack_rounded_chunk(const struct rounded_job *j, uint16_t *staged, int64_t kb, int64_t c0, int64_t chunk)
 {
@@ -201,8 +192,9 @@ static void pack_rounded_part(void *arg, int part)
 int pyamx_pack_b_rounded(int op, const void *b, int64_t row_stride, int64_t col_stride, int64_t rows, int64_t n,
                          void *dst, int64_t dst_bytes, int threads)
 {
-    int64_t size = rounded_source_size(op), bytes = pyamx_packed_b_bytes(2, rows, n);
-    if (size == 0 || bytes < 0 || !b || !dst || dst_bytes < bytes || threads < 1 ||
+    /* the rounding ops only: a float32/float64 source (the widening ones read 2 bytes) */
+    int64_t size = (int64_t)pyamx_internal_convert_source_size(op), bytes = pyamx_packed_b_bytes(2, rows, n);
+    if (size < 4 || bytes < 0 || !b || !dst || dst_bytes < bytes || threads < 1 ||
         threads > PYAMX_MATMUL_MAX_THREADS || row_stride % size != 0 || col_stride % size != 0)
         return PYAMX_E_ARG;
     struct rounded_job j = {op, b, row_stride, col_stride, rows, n, (dwords_of(2, rows) + 15) / 16, (n + 31) / 32,
