@@ -862,7 +862,7 @@ def _random_c(rng, shape, specials):
 
 @pytest.fixture
 def dot_path(trapped, dot_path):
-    """tests/trap/conftest.py's path, with the trap installed first (its install sets the path up)."""
+    """tests/conftest.py's path, with the trap installed first (its install sets the path up)."""
     return dot_path
 
 
