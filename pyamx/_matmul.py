@@ -215,33 +215,14 @@ def check(a: object, b: object, c: object = None, *, kind: str | DTypeLike | Non
     if min(m, k, n) < 1:
         raise ValueError(f"matmul: M={m}, K={k}, N={n}; every dimension must be at least 1")
     batch = _batch_shape(op_a.array.shape[:-2], op_b.array.shape[:-2])
-    c_bits = None if c is None else _accumulator_view(c, batch + (m, n), _acc_format(row))
-    return Call(row.name, _group(row), op_a, op_b, c_bits, batch, m, k, n, packed)
-
-
-def _acc_format(row: isa.Instruction) -> isa.Format:
-    fmt = row.acc_format
-    assert fmt is not None  # a dot product's row (isa.MATMUL_ROUTES, isa.DOTS): it has an accumulator
-    return fmt
+    c_bits = None if c is None else _accumulator_view(c, batch + (m, n), row.acc)
+    return Call(row.name, row.kernel_group, op_a, op_b, c_bits, batch, m, k, n, packed)
 
 
 def _acc_dtype(row: isa.Instruction) -> np.dtype[Any]:
     """The dtype of a dot product's accumulator bits, in native byte order (the result's)."""
-    dtype: np.dtype[Any] = np.dtype(_acc_format(row).bits).newbyteorder("=")
+    dtype: np.dtype[Any] = np.dtype(row.acc.bits).newbyteorder("=")
     return dtype
-
-
-def _a_pad(row: isa.Instruction) -> int:
-    """The bits A's last dword is padded with (docs/matmul.md)."""
-    fmt = row.a_format
-    assert fmt is not None  # a dot product's row: it has operands
-    return fmt.pad
-
-
-def _group(row: isa.Instruction) -> str:
-    group = row.group
-    assert group is not None  # a dot product's row: it is filed under a kernel group
-    return group
 
 
 def _batch_shape(a_batch: tuple[int, ...], b_batch: tuple[int, ...]) -> tuple[int, ...]:
@@ -316,7 +297,7 @@ def _pack(ops: Operands) -> Plan:
     if width == k:
         a_pad = a_bits
     else:
-        a_pad = np.full((m, width), _a_pad(row), dtype=a_bits.dtype)
+        a_pad = np.full((m, width), row.source_format.pad, dtype=a_bits.dtype)
         a_pad[:, :k] = a_bits
     if width == k:
         b_pad = b_bits  # the interleaving below copies anyway
@@ -414,7 +395,7 @@ def native_packed(row: isa.Instruction, a_bits: np.ndarray, tiles: np.ndarray, c
     k_dwords = -(-a_bits.shape[1] // lanes)
     width = k_dwords * lanes
     if width != a_bits.shape[1]:
-        padded = np.full((a_bits.shape[0], width), _a_pad(row), dtype=a_bits.dtype)
+        padded = np.full((a_bits.shape[0], width), row.source_format.pad, dtype=a_bits.dtype)
         padded[:, :a_bits.shape[1]] = a_bits
         a_bits = padded
     return matmul_native_packed(row.name, a_bits, tiles, k_dwords, c_bits, threads, backend=backend)

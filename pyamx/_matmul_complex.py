@@ -33,9 +33,7 @@ REAL, IMAGINARY = (next(i.name for i in isa.DOTS if i.group == KIND and i.part =
 
 
 def _operand_format() -> isa.Format:
-    fmt = isa.get(REAL).a_format
-    assert fmt is not None  # a dot product's row
-    return fmt
+    return isa.get(REAL).source_format
 
 
 _FORMAT = _operand_format()

@@ -22,8 +22,7 @@ _EMULATOR = _backend.EMULATOR
 
 def _function(insn: isa.Instruction) -> Callable[..., AMXResult]:
     """The public function of one dot product, generated from its pyamx.table.isa row."""
-    name, group, check = insn.name, insn.group, emulator.operands
-    assert group is not None  # every dot product row names its kernel group
+    name, group, check = insn.name, insn.kernel_group, emulator.operands
     result_dtype = np.dtype(np.float32 if insn.is_float else np.int32)
     dot_operands, choose_backend, choose_engine = _validate.dot_operands, _backend.choose_backend, _engine.choose_engine
     # resolved native Backend -> (itself, its runner, its label): one per backend object

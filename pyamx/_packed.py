@@ -141,9 +141,7 @@ def _product_bits(packed: PackedB, call: _matmul.Call, a_all: np.ndarray, eng: E
     k, n, batch = call.k, packed.n, call.batch
     shape = batch + (call.m, n)
     b_rows = None if eng is None else packed.unpack()
-    assert row.acc_format is not None and row.group is not None, f"{row.name} is not a dot product"
-    acc_dtype = np.dtype(row.acc_format.bits).newbyteorder("=")
-    group = row.group
+    acc_dtype, group = _matmul._acc_dtype(row), call.group
 
     def product(a_bits: np.ndarray, c_one: np.ndarray | None, into: np.ndarray) -> None:
         """One 2-D product into ``into`` (in blocks of rows where the transients would be large)."""

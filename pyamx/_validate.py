@@ -276,8 +276,7 @@ def _plain_types() -> tuple[type, ...]:
 
 #: dot product name -> (c kind, a kind, b kind, values per dword), from its pyamx.table.isa row
 def _dot_kinds(insn: isa.Instruction) -> tuple[Kind, Kind, Kind, int]:
-    acc, a, b, lanes = insn.acc_format, insn.a_format, insn.b_format, insn.lanes
-    assert acc is not None and a is not None and b is not None and lanes is not None  # a dot product's row
+    acc, (a, b), lanes = insn.acc, insn.src_formats, insn.dword_lanes
     return FORMAT_KINDS[acc.name], FORMAT_KINDS[a.name], FORMAT_KINDS[b.name], lanes
 
 

@@ -159,7 +159,6 @@ def matmul_native(op_name: str, a_bits: np.ndarray, b_vnni: np.ndarray, c_bits: 
     if op_name not in native.OPS:
         raise ValueError(f"native matmul: unknown instruction {op_name!r}; expected one of {', '.join(native.OPS)}")
     op_attr, group, lanes = native.OPS[op_name]
-    assert lanes is not None  # native.OPS holds the dot products, whose operands fill dwords
     k_dwords = _count(fn, "k_dwords", k_dwords, 1)
     item = 4 // lanes
     lda = _operand(fn, "a_bits", a_bits, item, "uif")
@@ -211,7 +210,6 @@ def matmul_native_packed(op_name: str, a_bits: np.ndarray, tiles: np.ndarray, k_
     if op_name not in native.OPS:
         raise ValueError(f"native matmul: unknown instruction {op_name!r}; expected one of {', '.join(native.OPS)}")
     op_attr, group, lanes = native.OPS[op_name]
-    assert lanes is not None  # native.OPS holds the dot products, whose operands fill dwords
     k_dwords = _count(fn, "k_dwords", k_dwords, 1)
     lda = _operand(fn, "a_bits", a_bits, 4 // lanes, "uif")
     _operand(fn, "c_bits", c_bits, 4, "uif")

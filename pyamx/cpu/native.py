@@ -67,7 +67,7 @@ Stash = tuple[bytes, npt.NDArray[np.uint8]]
 Recheck = Callable[[TileConfig], None]
 
 #: mnemonic -> (C op name in lib, kernel group, lanes per dword), from pyamx.table.isa; the id itself is read from lib.
-OPS = {insn.name: (insn.c_op, insn.group, insn.lanes) for insn in isa.DOTS}
+OPS = {insn.name: (insn.c_op, insn.kernel_group, insn.dword_lanes) for insn in isa.DOTS}
 
 
 def _needs(feature: isa.Feature) -> str:
@@ -223,8 +223,7 @@ def _address(arr: np.ndarray) -> int:
 
 def _oneshot(name: str, c: np.ndarray, a: np.ndarray, b: np.ndarray, backend: Optional[Backend] = None) -> np.ndarray:
     insn = isa.BY_NAME[name]
-    lanes = insn.lanes
-    assert lanes is not None  # a dot product's row
+    lanes = insn.dword_lanes
     # A call's resolved native backend has checked this group's kernels against its report already.
     library = _lib(insn.group) if backend is None else backend.library
     assert library is not None  # a native backend's: only the emulator has none

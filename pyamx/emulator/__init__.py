@@ -42,9 +42,7 @@ __all__ = ["TileMachine", "Numerics", "PRESETS", *isa.DOT_NAMES]
 def operands(name: str, c: object, a: object, b: object) -> _validate.DotOperands:
     """Validate the operands of dot product ``name`` (dtypes, shapes) as the formats of its row require."""
     insn = isa.get(name)
-    acc_format, a_format, b_format, lanes = insn.acc_format, insn.a_format, insn.b_format, insn.lanes
-    # a dot product's row has all four
-    assert acc_format is not None and a_format is not None and b_format is not None and lanes is not None
+    acc_format, (a_format, b_format), lanes = insn.acc, insn.src_formats, insn.dword_lanes
     c_bits = _validate.format_view(c, "c", name, acc_format)
     if a_format.components > 1:
         a_bits = _validate.complex_pairs(a, "a", name, a_format)

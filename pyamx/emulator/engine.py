@@ -66,14 +66,8 @@ _KINDS = {"avx512": "PYAMX_ENGINE_AVX512", "avx2": "PYAMX_ENGINE_AVX2", "portabl
 _SIMD = {"avx512": "AVX-512", "avx2": "AVX2+FMA", "portable": "none (plain C)", "numpy": "numpy"}
 
 
-def _dot_lanes(insn: isa.Instruction) -> int:
-    lanes = insn.lanes
-    assert lanes is not None  # a dot product's row: its operands fill dwords
-    return lanes
-
-
 #: op name -> (values per dword, float op), from the instruction table
-OPS = {insn.name: (_dot_lanes(insn), insn.is_float) for insn in isa.DOTS}
+OPS = {insn.name: (insn.dword_lanes, insn.is_float) for insn in isa.DOTS}
 #: kernel groups the compiled engines implement (csrc/engine.c, and csrc/engine_fp8.c for
 #: "fp8"); a row of any other group runs on the numpy engine only
 COMPILED_GROUPS = frozenset({"bf16", "fp16", "int8", "complex", "fp8"})

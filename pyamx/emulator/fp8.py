@@ -171,8 +171,7 @@ def block(insn: isa.Instruction, c: np.ndarray, a: np.ndarray, b: np.ndarray, nu
     Runs under the default floating-point environment (the caller's job:
     pyamx._fpenv.default_fpenv), so float32 adds are IEEE RNE without FTZ/DAZ.
     """
-    a_fmt, b_fmt = insn.a_format, insn.b_format
-    assert a_fmt is not None and b_fmt is not None  # a dot product's row
+    a_fmt, b_fmt = insn.src_formats
     daz = numerics.fp8_input_daz
     a_image, a_kind, a_value, a_nan = _table(a_fmt, daz)
     b_image, b_kind, b_value, b_nan = _table(b_fmt, daz)

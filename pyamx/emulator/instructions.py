@@ -97,8 +97,7 @@ def compute(name: str) -> Compute:
     if insn.group == "fp8":
         return fp8_dot(name)
     if insn.is_float:
-        assert insn.a_format is not None  # a dot product's row
-        return _FLOAT_PAIRS[insn.a_format.name]
+        return _FLOAT_PAIRS[insn.source_format.name]
 
     def integer(c: np.ndarray, a: np.ndarray, b: np.ndarray, numerics: Numerics | None = None) -> np.ndarray:
         return tdpb_int8(name, c, a, b)

@@ -271,6 +271,39 @@ class Instruction:
         """Operand values per dword (a complex pair counts its two fp16 halves: the tile layout is fp16's)."""
         return None if self.a_format is None else 32 * self.a_format.components // self.a_format.width
 
+    # The fields a dot product (and, for the first two, a row instruction) always has, typed without
+    # Optional: the one check is here, not at every caller. Another kind of row raises: a caller's bug.
+
+    def _required(self, value: Optional[_V], field: str) -> _V:
+        if value is None:
+            raise TypeError(f"{self.mnemonic} is a {self.kind} row: it has no {field}")
+        return value
+
+    @property
+    def source_format(self) -> "Format":
+        """src1's format (a row instruction's source tile)."""
+        return self._required(self.a_format, "source format")
+
+    @property
+    def acc(self) -> "Format":
+        """The accumulator's (a row instruction's result's) format."""
+        return self._required(self.acc_format, "accumulator format")
+
+    @property
+    def src_formats(self) -> Tuple["Format", "Format"]:
+        """(src1, src2) formats of a dot product."""
+        return self.source_format, self._required(self.b_format, "src2 format")
+
+    @property
+    def kernel_group(self) -> str:
+        """The kernel group a dot product is filed under (``"bf16"``, ``"int8"``, ...)."""
+        return self._required(self.group, "kernel group")
+
+    @property
+    def dword_lanes(self) -> int:
+        """Operand values per dword of a dot product (:attr:`lanes`, never None)."""
+        return self._required(self.lanes, "operand lanes")
+
     @property
     def signed(self) -> Optional[Tuple[bool, bool]]:
         """(src1, src2) sign extension, integer dot products only."""
@@ -451,12 +484,6 @@ TABLE: Tuple[Instruction, ...] = (
 # -- views: every mapping of the table, derived from its rows --------------------------------
 
 
-def _operand_formats(insn: Instruction) -> Tuple[Format, Format]:
-    """(src1, src2) formats of a dot product's row."""
-    assert insn.a_format is not None and insn.b_format is not None  # every dot product row has both
-    return insn.a_format, insn.b_format
-
-
 def views(table: Tuple[Instruction, ...]) -> SimpleNamespace:
     """Every derived mapping of ``table``, checked: TableError where two rows would share a key.
 
@@ -474,10 +501,10 @@ def views(table: Tuple[Instruction, ...]) -> SimpleNamespace:
     if unknown:
         raise TableError(f"pyamx.table.isa: rows with an action outside ACTIONS: {', '.join(unknown)}")
     groups = tuple(dict.fromkeys(i.group for i in dots))
-    group_formats = {g: tuple(dict.fromkeys(f for i in dots if i.group == g for f in _operand_formats(i)))
+    group_formats = {g: tuple(dict.fromkeys(f for i in dots if i.group == g for f in i.src_formats))
                      for g in groups}
     routed = [i for i in dots if i.matmul]
-    routed_formats = tuple(dict.fromkeys(f for i in routed for f in _operand_formats(i)))
+    routed_formats = tuple(dict.fromkeys(f for i in routed for f in i.src_formats))
     return SimpleNamespace(
         by_name=_unique(((i.name, i) for i in table), "the name"),
         dots=dots,
@@ -487,7 +514,7 @@ def views(table: Tuple[Instruction, ...]) -> SimpleNamespace:
         groups=groups,
         group_feature=_unique(((i.group, i.feature.name) for i in dots), "a feature for kernel group", repeats=True),
         group_formats=MappingProxyType(group_formats),
-        matmul_routes=_unique((((a.name, b.name), i) for i in routed for a, b in [_operand_formats(i)]),
+        matmul_routes=_unique((((a.name, b.name), i) for i in routed for a, b in [i.src_formats]),
                               "the matmul route of operand formats"),
         inferred=_unique(((d, f) for f in routed_formats for d in f.infers), "the matmul operand format of dtype",
                          repeats=True),
@@ -854,16 +881,14 @@ def docstring(insn: Instruction, layer: str, table: Tuple[Instruction, ...] = TA
     first = next(i for i in table if i.is_dot and i.kind != "dot-complex" and i.is_float == insn.is_float
                  and i.lanes == insn.lanes)
     if insn.is_float and insn.lanes == 4:
-        fa, fb = insn.a_format, insn.b_format
-        assert fa is not None and fb is not None  # a dot product's row
+        fa, fb = insn.src_formats
         if insn is first:
             return _FP8_DOCS[layer].format(m=m, n=n, fa=fa.name.upper(), fb=fb.name.upper(), da=_dtype_words(fa),
                                            db=_dtype_words(fb))
         return (f"{_LEADS[layer].format(m=m)} ({insn.feature.name}): as :func:`{first.name}` with "
                 f"{fa.name.upper()} ``a`` ({_dtype_words(fa)}) and {fb.name.upper()} ``b`` ({_dtype_words(fb)}).")
     if insn.is_float:
-        f = insn.a_format
-        assert f is not None  # a dot product's row
+        f = insn.source_format
         if insn is first:
             return _FLOAT_DOCS[layer].format(m=m, n=n, f=f.name, dtypes=_dtype_words(f))
         return (f"{_LEADS[layer].format(m=m)} ({insn.feature.name}): as :func:`{first.name}` with {f.name} "

@@ -155,8 +155,7 @@ def _int_dwords(rng: np.random.Generator, source: isa.Format, target: isa.Format
 
 def _row_bytes(rng: np.random.Generator, insn: isa.Instruction, rows: int, colsb: int) -> npt.NDArray[np.uint8]:
     """rows x colsb tile bytes of the instruction's source format, rich in its hard cases."""
-    src, dst = insn.a_format, insn.acc_format
-    assert src is not None and dst is not None  # a row instruction's row
+    src, dst = insn.source_format, insn.acc
     per_row = (colsb + 3) // 4
     if src.is_float and dst.is_float and src.bits == "<u4":
         make = _float_dwords

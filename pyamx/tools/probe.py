@@ -105,8 +105,7 @@ def _random_fp8(name: str, seed: int, instruction: str) -> Experiment:
     rng = np.random.default_rng(seed)
     insn = isa.get(instruction)
 
-    def codes(shape: tuple[int, ...], fmt: isa.Format | None) -> npt.NDArray[np.uint8]:
-        assert fmt is not None  # a dot product's row
+    def codes(shape: tuple[int, ...], fmt: isa.Format) -> npt.NDArray[np.uint8]:
         x = rng.integers(0, 256, shape, dtype=np.uint8)
         special = ((x >> fmt.mantissa) & ((1 << fmt.exponent) - 1)) == (1 << fmt.exponent) - 1
         if fmt.specials == "nan-only":
@@ -115,7 +114,8 @@ def _random_fp8(name: str, seed: int, instruction: str) -> Experiment:
         return drawn
 
     c = (rng.integers(0, 2, (16, 16), dtype=np.uint32) << 31) | np.uint32(0x3F000000) | rng.integers(0, 1 << 23, (16, 16), dtype=np.uint32)
-    return Experiment(name, c.astype(np.uint32), codes((16, 64), insn.a_format), codes((16, 64), insn.b_format),
+    a_fmt, b_fmt = insn.src_formats
+    return Experiment(name, c.astype(np.uint32), codes((16, 64), a_fmt), codes((16, 64), b_fmt),
                       instruction)
 
 
@@ -338,14 +338,8 @@ def _points_for(backend: Backend) -> tuple[str, ...]:
     """Every point whose experiments the backend can run (the fp16 ones need AMX-FP16 on native)."""
     return tuple(
         p for p in _ORDER
-        if not backend.is_native or all(_backend.native_status(_group(e.instruction))[0] for e in EXPERIMENTS[p])
+        if not backend.is_native or all(_backend.native_status(isa.get(e.instruction).kernel_group)[0] for e in EXPERIMENTS[p])
     )
-
-
-def _group(instruction: str) -> str:
-    group = isa.get(instruction).group
-    assert group is not None  # every experiment runs a dot product
-    return group
 
 
 # The order points are settled in: each one's experiments depend only on points settled before.

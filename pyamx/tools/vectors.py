@@ -203,9 +203,9 @@ def _fp8_case(rng: np.random.Generator, insn: isa.Instruction, m: int, k: int, n
     """Random fp8 codes, a fifth of them the formats' specials (denormals, zeros, infinities, NaNs)."""
     a = rng.integers(0, 256, (m, 4 * k), dtype=np.uint8)
     b = rng.integers(0, 256, (k, 4 * n), dtype=np.uint8)
-    assert insn.a_format is not None and insn.b_format is not None  # a dot product's row
-    a_special = np.array(insn.a_format.special_values, np.uint8)
-    b_special = np.array(insn.b_format.special_values, np.uint8)
+    a_fmt, b_fmt = insn.src_formats
+    a_special = np.array(a_fmt.special_values, np.uint8)
+    b_special = np.array(b_fmt.special_values, np.uint8)
     a = np.where(rng.random(a.shape) < 0.2, rng.choice(a_special, a.shape), a).astype(np.uint8)
     b = np.where(rng.random(b.shape) < 0.2, rng.choice(b_special, b.shape), b).astype(np.uint8)
     c = rng.integers(0, 2**32, (m, n), dtype=np.uint64).astype(np.uint32)
